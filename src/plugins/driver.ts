@@ -1,0 +1,69 @@
+/**
+ * The driver contract (DESIGN.md "The driver contract"). A driver is a class
+ * extending GenericDriver; built-in ones load by name, external ones from a
+ * module path or package name whose default export (or `Driver` export) is the
+ * class. The plugin host checks `apiVersion` against DRIVER_API_VERSION.
+ */
+import type { Logger } from 'pino';
+import type { CommandRunner } from './command-runner.js';
+import type { CleanupProgress, DiscoveredDevice, DiscoveryResult } from './types.js';
+
+/** Major version of this contract; a driver written for another major is refused. */
+export const DRIVER_API_VERSION = '1';
+
+/** What a driver gets from the host: every effect goes through here, so tests swap it. */
+export interface HostContext {
+  /** Root of sysfs: /sys, or a simulated tree. */
+  sysfsRoot: string;
+  /** Root of device nodes: /dev, or a simulated directory. */
+  devRoot: string;
+  /** Directory the driver may keep state in (already created). */
+  stateDir: string;
+  hostname: string;
+  runner: CommandRunner;
+  logger: Logger;
+}
+
+export interface CleanupContext extends HostContext {
+  jobId: string;
+  /** Fires at the cleanup timeout or when the agent stops; a driver must stop and kill its children. */
+  signal: AbortSignal;
+  /** Reports a step; the agent turns it into a CleanupEvent on the stream and in the journal. */
+  progress(update: CleanupProgress): void;
+}
+
+/** What the plugin host passes to a driver's constructor. */
+export interface DriverOptions {
+  /** The driver's own config section (e.g. the `nvme:` mapping), as parsed from YAML; {} when absent. */
+  config: Record<string, unknown>;
+}
+
+export abstract class GenericDriver {
+  /** Unique name, used in enabled_drivers. */
+  abstract readonly name: string;
+  /** The contract version the driver was written against. */
+  readonly apiVersion: string = DRIVER_API_VERSION;
+  /** Whether cleanup() scrubs anything; the scheduler relies on it. */
+  readonly supportsCleaning: boolean = false;
+
+  protected readonly config: Record<string, unknown>;
+
+  /** Parse and validate the config section here; throw ConfigError on any mistake. */
+  constructor(options: DriverOptions) {
+    this.config = options.config;
+  }
+
+  /** Validate the host (tools present, versions); throw to stop the agent. */
+  async initHost(_ctx: HostContext): Promise<void> {}
+
+  /** Read-only: report the devices this driver manages on the host. */
+  abstract discover(ctx: HostContext): Promise<DiscoveryResult>;
+
+  /**
+   * Scrub a device with its locked-in action. Resolve only when the scrub is
+   * proven (fail closed); throw an Error whose message says what failed.
+   */
+  async cleanup(_device: DiscoveredDevice, _ctx: CleanupContext): Promise<void> {}
+}
+
+export type DriverClass = new (options: DriverOptions) => GenericDriver;

@@ -1,0 +1,95 @@
+/**
+ * Transport-neutral types shared by drivers, the agent and the simulator.
+ * Nothing here imports grpc-js or generated code; the agent's gRPC layer
+ * converts these to berth.agent.v1 messages.
+ */
+
+export type DeviceType = 'PCI' | 'NVME';
+export type FunctionKind = 'PCI' | 'PF' | 'VF';
+export type Health = 'healthy' | 'unhealthy';
+
+/** One PCI function as read from sysfs, before any driver decides about it. */
+export interface PciFunction {
+  /** Lower-case full address, validated: 0000:3b:00.1 */
+  address: string;
+  /** Four lower-case hex digits. */
+  vendorId: string;
+  productId: string;
+  /** Six lower-case hex digits (010802). */
+  classCode: string;
+  /** Kernel driver bound (basename of the driver link), null when none. */
+  kernelDriver: string | null;
+  /** The PF's address for a VF (physfn link), null otherwise. */
+  physfn: string | null;
+  /** Addresses of the VFs (virtfnN links), in N order. */
+  virtfns: string[];
+  /** sriov_totalvfs (0 when absent). */
+  sriovTotalVfs: number;
+  /** sriov_numvfs (0 when absent). */
+  sriovNumVfs: number;
+  /** IOMMU group number, null when the function has none. */
+  iommuGroup: number | null;
+  /** NUMA node, -1 when none. */
+  numaNode: number;
+  /** Network interfaces of the function (net/<name>). */
+  netdevs: string[];
+  /** NVMe controllers under the function (nvme/nvmeX). */
+  nvmeControllers: string[];
+}
+
+/** A device a driver manages, as discovery reports it. */
+export interface DiscoveredDevice {
+  address: string;
+  vendorId: string;
+  productId: string;
+  classCode: string;
+  kernelDriver: string | null;
+  /** The Berth driver that manages it; the plugin host fills this in. */
+  driver: string;
+  type: DeviceType;
+  functionKind: FunctionKind;
+  physfn: string | null;
+  iommuGroup: number | null;
+  /** Other functions of the same IOMMU group. */
+  iommuGroupPeers: string[];
+  numaNode: number;
+  resourceClass: string;
+  traits: string[];
+  managed: boolean;
+  liveMigratable: boolean;
+  oneTimeUse: boolean;
+  supportsCleaning: boolean;
+  /** Locked-in cleanup action, null when the device is not cleaned. */
+  cleanupAction: string | null;
+  health: Health;
+  healthReason: string;
+  /** Why the device must not be allocated on this host; '' when it may. */
+  unallocatableReason: string;
+  /** physical_network, trusted, remote_managed, nvme_controller, model, serial, ... */
+  attributes: Record<string, string>;
+}
+
+/** A function a driver's device_spec matched but that it will not offer. */
+export interface ExcludedDevice {
+  address: string;
+  driver: string;
+  reason: string;
+}
+
+export interface DiscoveryResult {
+  devices: DiscoveredDevice[];
+  excluded: ExcludedDevice[];
+}
+
+export type CleanupPhase = 'preparing' | 'sanitizing' | 'namespace_reset' | 'zeroing' | 'verifying';
+
+export interface CleanupProgress {
+  phase: CleanupPhase;
+  /** Finer step name: sanitize-log, write-zeroes, create-ns, shred, ... */
+  step?: string;
+  /** 0..100 */
+  percent?: number;
+  bytesDone?: number;
+  bytesTotal?: number;
+  message?: string;
+}
