@@ -1,0 +1,91 @@
+/**
+ * Accelerator requests (ARQs): `initial → bind_started → bound | bind_failed`,
+ * and on delete `→ deleting → gone`. The allowed transitions are a table, and
+ * every change goes through `transitionArq`, so an ARQ cannot skip a state.
+ */
+
+import { failedPrecondition, invalidArgument } from '../../../errors.js';
+import type { DeviceRecord } from './device-state.js';
+import type { RequestGroup } from './profile.js';
+
+export const ARQ_STATES = ['initial', 'bind_started', 'bound', 'bind_failed', 'deleting'] as const;
+export type ArqState = (typeof ARQ_STATES)[number];
+
+/** How the hypervisor finds a PCI device; lower-case hex without 0x, as Cyborg reports it. */
+export interface PciAttachHandle {
+  domain: string;
+  bus: string;
+  device: string;
+  function: string;
+  /** Always present: false when the operator pre-binds the device. */
+  managed: boolean;
+}
+
+export interface Arq {
+  uuid: string;
+  profileName: string;
+  /** Index of the profile's request group this ARQ serves. */
+  groupId: number;
+  /** The group as it was when the ARQ was created: deleting the profile later changes nothing. */
+  group: RequestGroup;
+  state: ArqState;
+  instanceUuid: string | null;
+  host: string | null;
+  deviceUuid: string | null;
+  deviceAddress: string | null;
+  attachHandle: PciAttachHandle | null;
+  tag: string;
+  /** Why the last bind failed; '' otherwise. */
+  error: string;
+  createdAt: string;
+  /** The device type a tag is unique within ('PCI', 'NVME'); set at bind. */
+  deviceType: string;
+}
+
+const ALLOWED: Record<ArqState, readonly ArqState[]> = {
+  initial: ['bind_started', 'deleting'],
+  bind_started: ['bound', 'bind_failed', 'deleting'],
+  bound: ['deleting'],
+  // A failed bind may be retried.
+  bind_failed: ['bind_started', 'deleting'],
+  deleting: [],
+};
+
+export const canTransition = (from: ArqState, to: ArqState): boolean => ALLOWED[from].includes(to);
+
+export function transitionArq(arq: Arq, to: ArqState, patch: Partial<Arq> = {}): Arq {
+  if (!canTransition(arq.state, to)) {
+    throw failedPrecondition('ARQ_STATE_CONFLICT', `ARQ ${arq.uuid} cannot go from ${arq.state} to ${to}`, {
+      arq_uuid: arq.uuid,
+      arq_state: arq.state,
+    });
+  }
+  return { ...arq, ...patch, state: to };
+}
+
+const PCI_ADDRESS = /^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$/;
+
+/** The attach handle for a PCI address such as 0000:3b:00.1. */
+export function attachHandleFromAddress(address: string, managed: boolean): PciAttachHandle {
+  const m = PCI_ADDRESS.exec(address);
+  if (!m) throw invalidArgument('address', `"${address}" is not a PCI address like 0000:3b:00.1`);
+  return { domain: m[1]!, bus: m[2]!, device: m[3]!, function: m[4]!, managed };
+}
+
+/** The ARQ now holds the device: bind_started → bound with the attach handle. */
+export function arqBound(arq: Arq, device: DeviceRecord, instanceUuid: string, tag: string): Arq {
+  return transitionArq(arq, 'bound', {
+    instanceUuid,
+    host: device.host,
+    deviceUuid: device.uuid,
+    deviceAddress: device.address,
+    attachHandle: attachHandleFromAddress(device.address, device.managed),
+    deviceType: device.type,
+    tag,
+    error: '',
+  });
+}
+
+/** Whether a bind request is a retry of the binding this ARQ already has. */
+export const sameBinding = (arq: Arq, b: { instanceUuid: string; host: string }): boolean =>
+  arq.state === 'bound' && arq.instanceUuid === b.instanceUuid && arq.host === b.host;

@@ -1,0 +1,456 @@
+/**
+ * The device state machine, in one pure module (DESIGN.md "Device state machine").
+ *
+ * Every event that can change a device's lifecycle is a function here that takes
+ * the current record and returns the next one, or throws a BerthError with a
+ * machine-readable reason. Nothing else in the scheduler writes `deviceState`,
+ * `burned`, `status` or `reserved`: the store applies these functions inside its
+ * transactions, so the invariants live in exactly one place.
+ *
+ * `reserved` is never set by a transition directly: `settle()` recomputes it from
+ * `allocatable()` after every event, so "reserved = total exactly when the device
+ * is not allocatable" (invariant 1) cannot drift.
+ */
+
+import { type BerthError, failedPrecondition } from '../../../errors.js';
+
+export const DEVICE_STATES = ['available', 'allocated', 'pending_cleaning', 'cleaning', 'error'] as const;
+export type DeviceState = (typeof DEVICE_STATES)[number];
+export const DEVICE_STATUSES = ['enabled', 'maintaining'] as const;
+export type DeviceStatus = (typeof DEVICE_STATUSES)[number];
+export type Health = 'healthy' | 'unhealthy';
+export type DeviceType = 'PCI' | 'NVME';
+export type FunctionKind = 'PCI' | 'PF' | 'VF';
+export type CleanupOutcome = 'succeeded' | 'failed' | 'interrupted';
+
+/** How the last (or current) cleanup of a device went; proto CleanupRecord. */
+export interface CleanupRecord {
+  jobId: string;
+  action: string;
+  /** null while the job has not ended. */
+  outcome: CleanupOutcome | null;
+  message: string;
+  startedAt: string | null;
+  finishedAt: string | null;
+}
+
+/**
+ * What a host agent reports about a device: everything discovery owns. It is
+ * structurally the agent's DiscoveredDevice (src/plugins/types.ts), declared
+ * here so the scheduler's domain does not depend on the plugin package.
+ */
+export interface DeviceFacts {
+  address: string;
+  vendorId: string;
+  productId: string;
+  classCode: string;
+  kernelDriver: string | null;
+  driver: string;
+  type: DeviceType;
+  functionKind: FunctionKind;
+  physfn: string | null;
+  iommuGroup: number | null;
+  iommuGroupPeers: string[];
+  numaNode: number;
+  resourceClass: string;
+  traits: string[];
+  managed: boolean;
+  liveMigratable: boolean;
+  oneTimeUse: boolean;
+  supportsCleaning: boolean;
+  /** Locked-in cleanup action; null when the device is not cleaned. */
+  cleanupAction: string | null;
+  health: Health;
+  healthReason: string;
+  /** The agent's reason the device must not be allocated ('' when it may). */
+  unallocatableReason: string;
+  attributes: Record<string, string>;
+}
+
+/** A device as the scheduler holds it: the facts plus the lifecycle it owns. */
+export interface DeviceRecord extends Omit<DeviceFacts, 'unallocatableReason'> {
+  uuid: string;
+  host: string;
+  /** The agent's reason the device must not be allocated ('' when none). */
+  hostUnallocatableReason: string;
+  /** Whether the last discovery on the host still saw the device. */
+  present: boolean;
+  deviceState: DeviceState;
+  status: DeviceStatus;
+  /** A one-time-use device that has been bound; only an operator un-burns it. */
+  burned: boolean;
+  /** Placement-style inventory of the device's resource provider (total is 1). */
+  total: number;
+  reserved: number;
+  /** `<host>_<address>`. */
+  resourceProvider: string;
+  /** Bumped by the store on every write; stale writes fail with ABORTED. */
+  generation: number;
+  /** The ARQ and instance holding the device while it is allocated. */
+  arqUuid: string | null;
+  instanceUuid: string | null;
+  /** The migration whose destination claim holds the device (allocated, no ARQ yet). */
+  migrationUuid: string | null;
+  /** The cleanup job that owns the device while pending_cleaning/cleaning. */
+  cleanupJobId: string | null;
+  errorReason: string;
+  lastCleanup: CleanupRecord | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+/**
+ * Why a device cannot be picked by a bind right now; empty when it can.
+ * Invariant 1 (extended by DESIGN "Discovery, health"): allocatable iff
+ * available, enabled, not burned, healthy, present and the agent gave no reason.
+ */
+export function unallocatableReasons(d: DeviceRecord): string[] {
+  const reasons: string[] = [];
+  if (d.deviceState !== 'available') reasons.push(`device_state is ${d.deviceState}`);
+  if (d.status !== 'enabled') reasons.push(`status is ${d.status}`);
+  if (d.burned) reasons.push('one-time-use device is burned');
+  if (d.health !== 'healthy') reasons.push(`unhealthy${d.healthReason ? `: ${d.healthReason}` : ''}`);
+  if (!d.present) reasons.push('not seen by the last discovery');
+  if (d.hostUnallocatableReason) reasons.push(d.hostUnallocatableReason);
+  return reasons;
+}
+
+export const allocatable = (d: DeviceRecord): boolean => unallocatableReasons(d).length === 0;
+
+/** The API's unallocatable_reason: '' when allocatable. */
+export const unallocatableReason = (d: DeviceRecord): string => unallocatableReasons(d).join('; ');
+
+/** Invariant 1: reserved = total exactly when the device is not allocatable. */
+export const expectedReserved = (d: DeviceRecord): number => (allocatable(d) ? 0 : d.total);
+
+/** Every transition ends here, so reserved always follows the single rule. */
+function settle(d: DeviceRecord, patch: Partial<DeviceRecord>): DeviceRecord {
+  const next: DeviceRecord = { ...d, ...patch };
+  next.reserved = expectedReserved(next);
+  return next;
+}
+
+const describe = (d: DeviceRecord) => `device ${d.uuid} (${d.host} ${d.address})`;
+
+function refuse(reason: string, d: DeviceRecord, message: string): BerthError {
+  return failedPrecondition(reason, `${describe(d)}: ${message}`, {
+    device_uuid: d.uuid,
+    device_state: d.deviceState,
+  });
+}
+
+/** A device the host reported for the first time. */
+export function newDevice(host: string, facts: DeviceFacts, uuid: string, now: string): DeviceRecord {
+  const { unallocatableReason: hostReason, ...rest } = facts;
+  return settle(
+    {
+      ...rest,
+      traits: [...facts.traits],
+      iommuGroupPeers: [...facts.iommuGroupPeers],
+      attributes: { ...facts.attributes },
+      uuid,
+      host,
+      hostUnallocatableReason: hostReason,
+      present: true,
+      deviceState: 'available',
+      status: 'enabled',
+      burned: false,
+      total: 1,
+      reserved: 1,
+      resourceProvider: `${host}_${facts.address}`,
+      generation: 0,
+      arqUuid: null,
+      instanceUuid: null,
+      migrationUuid: null,
+      cleanupJobId: null,
+      errorReason: '',
+      lastCleanup: null,
+      createdAt: now,
+      updatedAt: now,
+    },
+    {},
+  );
+}
+
+function assertAllocatable(d: DeviceRecord): void {
+  const reasons = unallocatableReasons(d);
+  if (reasons.length > 0) {
+    throw refuse('DEVICE_NOT_ALLOCATABLE', d, `cannot be bound: ${reasons.join('; ')}`);
+  }
+}
+
+/**
+ * Bind the device to an ARQ of an instance (invariant 5: only when allocatable).
+ * A one-time-use device is burned here, at bind (invariant 8).
+ */
+export function bind(d: DeviceRecord, holder: { arqUuid: string; instanceUuid: string }): DeviceRecord {
+  assertAllocatable(d);
+  return settle(d, {
+    deviceState: 'allocated',
+    arqUuid: holder.arqUuid,
+    instanceUuid: holder.instanceUuid,
+    migrationUuid: null,
+    burned: d.burned || d.oneTimeUse,
+  });
+}
+
+/** Claim the device on a live migration's destination; burns one-time-use devices (invariant 8). */
+export function claimForMigration(
+  d: DeviceRecord,
+  holder: { migrationUuid: string; instanceUuid: string },
+): DeviceRecord {
+  assertAllocatable(d);
+  return settle(d, {
+    deviceState: 'allocated',
+    arqUuid: null,
+    instanceUuid: holder.instanceUuid,
+    migrationUuid: holder.migrationUuid,
+    burned: d.burned || d.oneTimeUse,
+  });
+}
+
+/** A committed migration hands the destination claim to the instance's ARQ. */
+export function adoptClaim(d: DeviceRecord, migrationUuid: string, arqUuid: string): DeviceRecord {
+  if (d.deviceState !== 'allocated' || d.migrationUuid !== migrationUuid) {
+    throw refuse('DEVICE_NOT_CLAIMED', d, `is not claimed by migration ${migrationUuid}`);
+  }
+  return settle(d, { arqUuid, migrationUuid: null });
+}
+
+/**
+ * The holder let go of the device (ARQ deleted, migration source committed, or a
+ * destination claim aborted). A device that supports cleaning must be cleaned
+ * before it is offered again, so it goes pending_cleaning under `cleanupJobId`;
+ * the others go back to available, where a burned one stays reserved.
+ */
+export function release(
+  d: DeviceRecord,
+  holder: { arqUuid: string } | { migrationUuid: string },
+  cleanupJobId: string,
+): DeviceRecord {
+  const holds =
+    'arqUuid' in holder
+      ? d.arqUuid === holder.arqUuid && d.arqUuid !== null
+      : d.migrationUuid === holder.migrationUuid && d.migrationUuid !== null;
+  if (d.deviceState !== 'allocated' || !holds) {
+    const who = 'arqUuid' in holder ? `ARQ ${holder.arqUuid}` : `migration ${holder.migrationUuid}`;
+    throw refuse('DEVICE_NOT_HELD', d, `is not allocated to ${who}`);
+  }
+  const cleared = { arqUuid: null, instanceUuid: null, migrationUuid: null };
+  if (d.supportsCleaning) {
+    return settle(d, { ...cleared, deviceState: 'pending_cleaning', cleanupJobId, errorReason: '' });
+  }
+  return settle(d, { ...cleared, deviceState: 'available' });
+}
+
+function assertJob(d: DeviceRecord, jobId: string, states: readonly DeviceState[]): void {
+  if (!states.includes(d.deviceState)) {
+    throw refuse('CLEANUP_NOT_EXPECTED', d, `cleanup job ${jobId} reported while ${d.deviceState}`);
+  }
+  if (d.cleanupJobId !== jobId) {
+    throw refuse(
+      'STALE_CLEANUP_JOB',
+      d,
+      `cleanup job ${jobId} is not the device's current job ${d.cleanupJobId ?? '(none)'}`,
+    );
+  }
+}
+
+/** The scheduler sent the job to the agent. A guard: the device stays pending_cleaning. */
+export function cleanupDispatched(d: DeviceRecord, jobId: string): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
+  return d;
+}
+
+/** The agent started the locked-in action. Idempotent for a repeated start. */
+export function cleanupStarted(d: DeviceRecord, jobId: string, now: string): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
+  if (d.deviceState === 'cleaning') return d;
+  return settle(d, {
+    deviceState: 'cleaning',
+    lastCleanup: {
+      jobId,
+      action: d.cleanupAction ?? '',
+      outcome: null,
+      message: '',
+      startedAt: now,
+      finishedAt: null,
+    },
+  });
+}
+
+function finish(
+  d: DeviceRecord,
+  jobId: string,
+  outcome: CleanupOutcome,
+  message: string,
+  now: string,
+): CleanupRecord {
+  return {
+    jobId,
+    action: d.cleanupAction ?? '',
+    outcome,
+    message,
+    startedAt: d.lastCleanup?.jobId === jobId ? d.lastCleanup.startedAt : null,
+    finishedAt: now,
+  };
+}
+
+/**
+ * The agent reports that the job succeeded. Invariant 2: only the current job,
+ * and only when it ran the locked-in action; a success claimed for another action
+ * is not proof, so the device goes to error instead.
+ */
+export function cleanupSucceeded(d: DeviceRecord, jobId: string, action: string, now: string): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
+  if (!d.cleanupAction || action !== d.cleanupAction) {
+    const reason = `cleanup job ${jobId} reported success for action "${action}" but the locked-in action is "${d.cleanupAction ?? ''}"`;
+    return settle(d, {
+      deviceState: 'error',
+      errorReason: reason,
+      cleanupJobId: null,
+      lastCleanup: finish(d, jobId, 'failed', reason, now),
+    });
+  }
+  return settle(d, {
+    deviceState: 'available',
+    errorReason: '',
+    cleanupJobId: null,
+    lastCleanup: finish(d, jobId, 'succeeded', '', now),
+  });
+}
+
+function toError(d: DeviceRecord, jobId: string, outcome: CleanupOutcome, reason: string, now: string) {
+  return settle(d, {
+    deviceState: 'error',
+    errorReason: reason,
+    cleanupJobId: null,
+    lastCleanup: finish(d, jobId, outcome, reason, now),
+  });
+}
+
+/** The action failed or timed out: error, reserved, until an operator cleans it again. */
+export function cleanupFailed(d: DeviceRecord, jobId: string, message: string, now: string): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
+  return toError(d, jobId, 'failed', `cleanup job ${jobId} failed: ${message}`, now);
+}
+
+/** The job stopped without an outcome (agent stopped, stream lost for good): never a success. */
+export function cleanupInterrupted(
+  d: DeviceRecord,
+  jobId: string,
+  message: string,
+  now: string,
+): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
+  return toError(d, jobId, 'interrupted', `cleanup job ${jobId} was interrupted: ${message}`, now);
+}
+
+/**
+ * The job cannot run at all (the agent lacks the cleanup feature, or the device
+ * has no cleanup action): the spec's "NVMe on an agent that cannot clean → error".
+ */
+export function cleanupImpossible(d: DeviceRecord, jobId: string, reason: string, now: string): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning']);
+  return toError(d, jobId, 'failed', reason, now);
+}
+
+/**
+ * The device's agent started again (invariant 3): a job that was running is
+ * lost, so `cleaning` becomes `error`; a job dispatched but never started stays
+ * `pending_cleaning` to be dispatched again under the same job id.
+ */
+export function agentRestarted(d: DeviceRecord, now: string): DeviceRecord {
+  if (d.deviceState !== 'cleaning' || d.cleanupJobId === null) return d;
+  return toError(
+    d,
+    d.cleanupJobId,
+    'interrupted',
+    `agent restarted while cleanup job ${d.cleanupJobId} ran`,
+    now,
+  );
+}
+
+/**
+ * The operator asks for a cleanup (CleanDevice), following the spec's table:
+ * only a device in error is cleaned again, with the same locked-in action.
+ */
+export function operatorClean(d: DeviceRecord, jobId: string, agentCanClean: boolean): DeviceRecord {
+  if (!d.supportsCleaning || !d.cleanupAction) {
+    throw refuse('CLEANING_NOT_SUPPORTED', d, `driver ${d.driver} does not clean ${d.type} devices`);
+  }
+  if (!agentCanClean) {
+    throw refuse('AGENT_CANNOT_CLEAN', d, `the agent on host ${d.host} does not support cleanup`);
+  }
+  switch (d.deviceState) {
+    case 'available':
+      throw refuse('DEVICE_ALREADY_CLEAN', d, 'is available (already clean)');
+    case 'allocated':
+      throw refuse(
+        'DEVICE_ALLOCATED',
+        d,
+        `is allocated to instance ${d.instanceUuid ?? '(migration claim)'}`,
+      );
+    case 'pending_cleaning':
+    case 'cleaning':
+      throw refuse('CLEANUP_IN_PROGRESS', d, `cleanup job ${d.cleanupJobId ?? ''} is ${d.deviceState}`);
+    case 'error':
+      return settle(d, { deviceState: 'pending_cleaning', cleanupJobId: jobId, errorReason: '' });
+  }
+}
+
+/**
+ * The operator releases a burned one-time-use device (ReleaseDevice): the only
+ * way to un-burn (invariant 8). Refused while the device is held or being
+ * cleaned; a device that is not burned is returned unchanged (retry-safe).
+ */
+export function operatorRelease(d: DeviceRecord): DeviceRecord {
+  if (d.deviceState === 'allocated') {
+    throw refuse('DEVICE_ALLOCATED', d, `is allocated to instance ${d.instanceUuid ?? '(migration claim)'}`);
+  }
+  if (d.deviceState === 'pending_cleaning' || d.deviceState === 'cleaning') {
+    throw refuse('CLEANUP_IN_PROGRESS', d, `cleanup job ${d.cleanupJobId ?? ''} is ${d.deviceState}`);
+  }
+  if (!d.burned) return d;
+  return settle(d, { burned: false });
+}
+
+/** The operator's scheduling switch; orthogonal to device_state. */
+export function setStatus(d: DeviceRecord, status: DeviceStatus): DeviceRecord {
+  return d.status === status ? d : settle(d, { status });
+}
+
+export function healthChanged(d: DeviceRecord, health: Health, reason: string): DeviceRecord {
+  return settle(d, { health, healthReason: health === 'healthy' ? '' : reason });
+}
+
+/** The device is missing from the host's latest snapshot: unhealthy, never deleted. */
+export function vanished(d: DeviceRecord, reason: string): DeviceRecord {
+  return settle(d, { present: false, health: 'unhealthy', healthReason: reason });
+}
+
+/**
+ * Rediscovery reports the device again. The cleanup action (and whether the
+ * device is cleaned at all) is locked outside available/error (invariant 6), so
+ * a device that is held or being cleaned keeps what it was bound with. A device
+ * newly marked one-time-use while allocated is burned now (the spec's healing).
+ */
+export function rediscovered(d: DeviceRecord, facts: DeviceFacts): DeviceRecord {
+  const { unallocatableReason: hostReason, ...rest } = facts;
+  const unlocked = d.deviceState === 'available' || d.deviceState === 'error';
+  return settle(d, {
+    ...rest,
+    traits: [...facts.traits],
+    iommuGroupPeers: [...facts.iommuGroupPeers],
+    attributes: { ...facts.attributes },
+    hostUnallocatableReason: hostReason,
+    present: true,
+    cleanupAction: unlocked ? facts.cleanupAction : d.cleanupAction,
+    supportsCleaning: unlocked ? facts.supportsCleaning : d.supportsCleaning,
+    burned: d.burned || (facts.oneTimeUse && d.deviceState === 'allocated'),
+  });
+}
+
+/** Whether the device holds (or may hold) a guest's data or use: its IOMMU group is busy. */
+export const inUse = (d: DeviceRecord): boolean =>
+  d.deviceState === 'allocated' || d.deviceState === 'pending_cleaning' || d.deviceState === 'cleaning';
