@@ -1,0 +1,138 @@
+/** `berth agent serve` and `berth agent discover` (the operator's dry run). */
+import type { Command } from 'commander';
+import { createLogger } from '../../logging.js';
+import { ExecRunner } from '../../plugins/exec-runner.js';
+import type { DiscoveredDevice } from '../../plugins/types.js';
+import { Agent } from '../../server/agent/agent.js';
+import { type ConfigOverrides, loadAgentConfig } from '../../server/agent/config.js';
+import { PluginHost } from '../../server/agent/plugin-host.js';
+import { parseFormat, render, renderTable } from './output.js';
+
+interface AgentFlags {
+  config?: string;
+  sysfsRoot?: string;
+  devRoot?: string;
+  nvmeCli?: string;
+  stateDir?: string;
+  listen?: string;
+  scheduler?: string;
+  host?: string;
+  output: string;
+}
+
+function overrides(o: AgentFlags): ConfigOverrides {
+  return {
+    sysfsRoot: o.sysfsRoot,
+    devRoot: o.devRoot,
+    nvmeCli: o.nvmeCli,
+    stateDir: o.stateDir,
+    listen: o.listen,
+    scheduler: o.scheduler,
+    host: o.host,
+  };
+}
+
+/** A discovered device as the dry run prints it (snake_case keys, like the config). */
+export function deviceSummary(d: DiscoveredDevice) {
+  return {
+    address: d.address,
+    driver: d.driver,
+    type: d.type,
+    function_kind: d.functionKind,
+    vendor_id: d.vendorId,
+    product_id: d.productId,
+    class_code: d.classCode,
+    kernel_driver: d.kernelDriver,
+    physfn: d.physfn,
+    iommu_group: d.iommuGroup,
+    iommu_group_peers: d.iommuGroupPeers,
+    numa_node: d.numaNode,
+    resource_class: d.resourceClass,
+    traits: d.traits,
+    managed: d.managed,
+    live_migratable: d.liveMigratable,
+    one_time_use: d.oneTimeUse,
+    supports_cleaning: d.supportsCleaning,
+    cleanup_action: d.cleanupAction,
+    health: d.health,
+    health_reason: d.healthReason,
+    unallocatable_reason: d.unallocatableReason,
+    attributes: d.attributes,
+  };
+}
+
+function withAgentFlags(cmd: Command): Command {
+  return cmd
+    .requiredOption('-c, --config <file>', 'agent configuration file (YAML or JSON)')
+    .option('--sysfs-root <dir>', 'sysfs root (overrides sysfs_root)')
+    .option('--dev-root <dir>', 'device node root (overrides dev_root)')
+    .option('--nvme-cli <path>', 'nvme-cli executable (overrides nvme.nvme_cli)')
+    .option('--state-dir <dir>', 'state directory (overrides state_dir)')
+    .option('--host <name>', 'host name (overrides host)');
+}
+
+export function registerAgentCommands(program: Command): void {
+  const agent = program.command('agent').description('the host agent');
+
+  withAgentFlags(agent.command('discover'))
+    .description('dry run: print what the configuration manages on this host, and what it excludes and why')
+    .option('-o, --output <format>', 'table | json | yaml', 'table')
+    .action(async (o: AgentFlags) => {
+      const format = parseFormat(o.output);
+      const config = await loadAgentConfig(o.config!, overrides(o));
+      const logger = createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'warn' });
+      const host = await PluginHost.load(config, {
+        sysfsRoot: config.sysfsRoot,
+        devRoot: config.devRoot,
+        stateDir: config.stateDir,
+        hostname: config.host,
+        runner: new ExecRunner(),
+        logger,
+      });
+      await host.initHost();
+      const result = await host.discover({ strict: true });
+      const data = { devices: result.devices.map(deviceSummary), excluded: result.excluded };
+      console.log(
+        render(format, data, () => {
+          const devices = renderTable(result.devices, [
+            { header: 'Address', get: (d) => d.address },
+            { header: 'Driver', get: (d) => d.driver },
+            { header: 'Kind', get: (d) => d.functionKind },
+            { header: 'Vendor:Product', get: (d) => `${d.vendorId}:${d.productId}` },
+            { header: 'Resource class', get: (d) => d.resourceClass },
+            { header: 'Managed', get: (d) => d.managed },
+            { header: 'Cleanup', get: (d) => d.cleanupAction ?? '-' },
+            { header: 'NUMA', get: (d) => d.numaNode },
+            { header: 'IOMMU', get: (d) => d.iommuGroup ?? '-' },
+            { header: 'Health', get: (d) => (d.healthReason ? `${d.health}: ${d.healthReason}` : d.health) },
+          ]);
+          const excluded =
+            result.excluded.length === 0
+              ? ''
+              : `\nExcluded:\n${renderTable(result.excluded, [
+                  { header: 'Address', get: (e) => e.address },
+                  { header: 'Driver', get: (e) => e.driver },
+                  { header: 'Reason', get: (e) => e.reason },
+                ])}`;
+          return `${devices}${excluded}`;
+        }),
+      );
+    });
+
+  withAgentFlags(agent.command('serve'))
+    .description('run the host agent')
+    .option('--listen <addr>', 'listen address host:port (overrides listen)')
+    .option('--scheduler <addr>', 'scheduler address (overrides scheduler)')
+    .action(async (o: AgentFlags) => {
+      const config = await loadAgentConfig(o.config!, overrides(o));
+      const a = await Agent.start({ config });
+      const stop = (signal: string) => {
+        a.logger.info({ signal }, 'stopping');
+        void a.stop().then(() => process.exit(0));
+      };
+      process.once('SIGTERM', () => stop('SIGTERM'));
+      process.once('SIGINT', () => stop('SIGINT'));
+      // Machine-readable line for scripts and tests: where the agent listens.
+      console.log(JSON.stringify({ event: 'listening', endpoint: a.address, host: config.host }));
+    });
+}

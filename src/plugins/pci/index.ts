@@ -1,0 +1,4 @@
+import { PciDriver } from './pci-driver.js';
+
+export { PciDriver };
+export default PciDriver;

@@ -1,0 +1,174 @@
+/**
+ * The generic PCI driver: offers the functions its device_spec matches, as
+ * they are, with no cleanup. SR-IOV follows the SR-IOV device plugin: a PF
+ * with enabled VFs is never offered itself (its VFs are), a PF without enabled
+ * VFs is a plain function.
+ */
+import { ConfigError } from '../../errors.js';
+import {
+  type DeviceSpecEntry,
+  type FunctionLookup,
+  matchDevice,
+  parseDeviceSpecs,
+} from '../device-spec/index.js';
+import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
+import type {
+  DiscoveredDevice,
+  DiscoveryResult,
+  ExcludedDevice,
+  FunctionKind,
+  PciFunction,
+} from '../types.js';
+import { readPciFunctions, resolveNetdevAddress } from './sysfs-reader.js';
+
+const KNOWN_KEYS = new Set(['device_spec']);
+
+/** Reads the common parts of a driver section: its device_spec, and no unknown keys. */
+export function parseSection(
+  section: string,
+  config: Record<string, unknown>,
+  knownKeys: ReadonlySet<string>,
+  cleanupKeys: boolean,
+): DeviceSpecEntry[] {
+  for (const key of Object.keys(config)) {
+    if (!knownKeys.has(key)) {
+      throw new ConfigError(`${section}.${key}: unknown key (known: ${[...knownKeys].join(', ')})`);
+    }
+  }
+  return parseDeviceSpecs(config.device_spec, { section, cleanupKeys });
+}
+
+/** Everything matching needs about the host, read once per discovery. */
+export interface HostFunctions {
+  functions: PciFunction[];
+  byAddress: Map<string, PciFunction>;
+  lookup: FunctionLookup;
+  /** IOMMU group number → member addresses. */
+  groups: Map<number, string[]>;
+}
+
+export async function readHostFunctions(
+  ctx: HostContext,
+  entries: readonly DeviceSpecEntry[],
+): Promise<HostFunctions> {
+  const functions = await readPciFunctions(ctx.sysfsRoot);
+  const byAddress = new Map(functions.map((f) => [f.address, f]));
+  const netdevs = new Map<string, string | null>();
+  await Promise.all(
+    entries
+      .filter((e) => e.devname !== null)
+      .map(async (e) => netdevs.set(e.devname!, await resolveNetdevAddress(ctx.sysfsRoot, e.devname!))),
+  );
+  const groups = new Map<number, string[]>();
+  for (const f of functions) {
+    if (f.iommuGroup === null) continue;
+    const g = groups.get(f.iommuGroup) ?? [];
+    g.push(f.address);
+    groups.set(f.iommuGroup, g);
+  }
+  return {
+    functions,
+    byAddress,
+    groups,
+    lookup: { get: (a) => byAddress.get(a), netdevAddress: (n) => netdevs.get(n) ?? null },
+  };
+}
+
+export function functionKind(fn: PciFunction): FunctionKind {
+  if (fn.physfn) return 'VF';
+  if (fn.sriovTotalVfs > 0) return 'PF';
+  return 'PCI';
+}
+
+export function baseTraits(entry: DeviceSpecEntry, extra: string[] = []): string[] {
+  const traits = new Set(['OWNER_BERTH', ...extra, ...entry.traits]);
+  if (entry.liveMigratable) traits.add('HW_PCI_LIVE_MIGRATABLE');
+  if (entry.oneTimeUse) traits.add('HW_ONE_TIME_USE');
+  return [...traits].sort();
+}
+
+/**
+ * Why a matched function is not offered at all, or null. Shared by drivers
+ * that build on PCI functions.
+ */
+export function exclusionReason(fn: PciFunction, entry: DeviceSpecEntry): string | null {
+  if (fn.sriovNumVfs > 0) {
+    return `SR-IOV PF with ${fn.sriovNumVfs} VFs enabled: only its VFs are offered (${entry.source})`;
+  }
+  if (entry.oneTimeUse && fn.physfn) {
+    return `one_time_use applies to PFs and plain functions, not to VFs (${entry.source})`;
+  }
+  return null;
+}
+
+/** The device record common to all PCI-based drivers. */
+export function deviceFromFunction(
+  fn: PciFunction,
+  entry: DeviceSpecEntry,
+  host: HostFunctions,
+  fields: { type: DiscoveredDevice['type']; resourceClass: string; traits: string[] },
+): DiscoveredDevice {
+  const peers =
+    fn.iommuGroup === null ? [] : (host.groups.get(fn.iommuGroup) ?? []).filter((a) => a !== fn.address);
+  const attributes: Record<string, string> = { ...entry.attributes, device_spec: entry.source };
+  if (fn.netdevs.length > 0) attributes.netdevs = fn.netdevs.join(',');
+  return {
+    address: fn.address,
+    vendorId: fn.vendorId,
+    productId: fn.productId,
+    classCode: fn.classCode,
+    kernelDriver: fn.kernelDriver,
+    driver: '',
+    type: fields.type,
+    functionKind: functionKind(fn),
+    physfn: fn.physfn,
+    iommuGroup: fn.iommuGroup,
+    iommuGroupPeers: peers,
+    numaNode: fn.numaNode,
+    resourceClass: fields.resourceClass,
+    traits: fields.traits,
+    managed: entry.managed,
+    liveMigratable: entry.liveMigratable,
+    oneTimeUse: entry.oneTimeUse,
+    supportsCleaning: false,
+    cleanupAction: null,
+    health: fn.kernelDriver ? 'healthy' : 'unhealthy',
+    healthReason: fn.kernelDriver ? '' : 'no kernel driver is bound to the function',
+    unallocatableReason: '',
+    attributes,
+  };
+}
+
+export class PciDriver extends GenericDriver {
+  readonly name: string = 'pci';
+  readonly entries: DeviceSpecEntry[];
+
+  constructor(options: DriverOptions) {
+    super(options);
+    this.entries = parseSection('pci', options.config, KNOWN_KEYS, false);
+  }
+
+  async discover(ctx: HostContext): Promise<DiscoveryResult> {
+    const host = await readHostFunctions(ctx, this.entries);
+    const devices: DiscoveredDevice[] = [];
+    const excluded: ExcludedDevice[] = [];
+    for (const fn of host.functions) {
+      const entry = matchDevice(this.entries, fn, host.lookup);
+      if (!entry) continue;
+      const reason = exclusionReason(fn, entry);
+      if (reason) {
+        excluded.push({ address: fn.address, driver: this.name, reason });
+        continue;
+      }
+      devices.push(
+        deviceFromFunction(fn, entry, host, {
+          type: 'PCI',
+          resourceClass:
+            entry.resourceClass ?? `CUSTOM_PCI_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
+          traits: baseTraits(entry),
+        }),
+      );
+    }
+    return { devices, excluded };
+  }
+}

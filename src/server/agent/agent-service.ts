@@ -1,0 +1,129 @@
+/**
+ * berth.agent.v1.AgentService: thin handlers over the agent's inventory,
+ * plugin host and cleanup runner.
+ */
+import type { Logger } from 'pino';
+import { invalidArgument } from '../../errors.js';
+import {
+  type AgentServiceServer,
+  AgentServiceService,
+  type CleanupDeviceRequest,
+  type CleanupDeviceResponse,
+  type GetAgentInfoResponse,
+  type ListDevicesResponse,
+  type PrepareMigrationRequest,
+  type PrepareMigrationResponse,
+  type RediscoverResponse,
+  type WatchInventoryRequest,
+  type WatchInventoryResponse,
+} from '../../gen/berth/agent/v1/agent.js';
+import { serverStream, unary } from '../grpc/handlers.js';
+import type { ServiceBinding } from '../grpc/server.js';
+import type { Agent } from './agent.js';
+import { deviceToProto, jobEventToProto } from './convert.js';
+import type { InventoryEvent } from './inventory.js';
+import { checkMigrationDevice } from './prepare-migration.js';
+
+function eventToProto(epoch: string, e: InventoryEvent): WatchInventoryResponse {
+  switch (e.kind) {
+    case 'added':
+      return { epoch, revision: e.revision, event: { $case: 'added', value: deviceToProto(e.device) } };
+    case 'changed':
+      return { epoch, revision: e.revision, event: { $case: 'changed', value: deviceToProto(e.device) } };
+    case 'removed':
+      return { epoch, revision: e.revision, event: { $case: 'removed', value: { address: e.address } } };
+  }
+}
+
+export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBinding {
+  const inv = agent.inventory;
+  const impl: AgentServiceServer = {
+    getAgentInfo: unary('GetAgentInfo', logger, async (): Promise<GetAgentInfoResponse> => agent.info()),
+
+    listDevices: unary(
+      'ListDevices',
+      logger,
+      async (): Promise<ListDevicesResponse> => ({
+        devices: inv.list().map(deviceToProto),
+        revision: inv.revision,
+        epoch: inv.epoch,
+      }),
+    ),
+
+    watchInventory: serverStream('WatchInventory', logger, async function* (req: WatchInventoryRequest, ctx) {
+      // Subscribe before reading so nothing falls between the snapshot and the deltas.
+      const queue: InventoryEvent[] = [];
+      let wake: (() => void) | null = null;
+      const unsubscribe = inv.subscribe((e) => {
+        queue.push(e);
+        wake?.();
+      });
+      try {
+        const resumable =
+          req.epoch === inv.epoch && req.fromRevision > 0 ? inv.eventsSince(req.fromRevision) : null;
+        let sent: number;
+        if (resumable) {
+          for (const e of resumable) yield eventToProto(inv.epoch, e);
+          sent = resumable.length > 0 ? resumable[resumable.length - 1]!.revision : req.fromRevision;
+        } else {
+          sent = inv.revision;
+          yield {
+            epoch: inv.epoch,
+            revision: sent,
+            event: { $case: 'snapshot', value: { devices: inv.list().map(deviceToProto) } },
+          };
+        }
+        while (!ctx.signal.aborted) {
+          while (queue.length > 0) {
+            const e = queue.shift()!;
+            if (e.revision > sent) {
+              sent = e.revision;
+              yield eventToProto(inv.epoch, e);
+            }
+          }
+          await new Promise<void>((resolve) => {
+            wake = resolve;
+            ctx.signal.addEventListener('abort', () => resolve(), { once: true });
+            agent.stopped.then(() => resolve());
+          });
+          wake = null;
+          if (agent.isStopping) return;
+        }
+      } finally {
+        unsubscribe();
+      }
+    }),
+
+    rediscover: unary('Rediscover', logger, async (): Promise<RediscoverResponse> => {
+      const diff = await agent.rediscover();
+      return {
+        revision: diff.revision,
+        added: diff.added.map(deviceToProto),
+        changed: diff.changed.map(deviceToProto),
+        removed: diff.removed,
+      };
+    }),
+
+    cleanupDevice: serverStream('CleanupDevice', logger, async function* (req: CleanupDeviceRequest, ctx) {
+      const job = agent.cleanups.startOrAttach(req.address, req.jobId);
+      for await (const e of job.follow(0, ctx.signal)) {
+        yield { event: jobEventToProto(e) } satisfies CleanupDeviceResponse;
+      }
+    }),
+
+    prepareMigration: serverStream(
+      'PrepareMigration',
+      logger,
+      async function* (req: PrepareMigrationRequest) {
+        if (req.devices.length === 0) throw invalidArgument('devices', 'at least one device is required');
+        if (req.devices.length > 256)
+          throw invalidArgument('devices', `${req.devices.length} devices; at most 256`);
+        for (const [i, d] of req.devices.entries()) {
+          const res = await checkMigrationDevice(agent, d, `devices[${i}]`);
+          yield res satisfies PrepareMigrationResponse;
+        }
+      },
+    ),
+  };
+  return { name: 'berth.agent.v1.AgentService', definition: AgentServiceService, implementation: impl };
+}

@@ -1,0 +1,209 @@
+/**
+ * Runs cleanups on the agent: one job per device at a time (a second request
+ * attaches to the running job), the device's locked-in action only, a timeout
+ * that aborts the driver and its children, and every step journaled so a
+ * restart reports the job as interrupted instead of forgetting it.
+ */
+import type { Logger } from 'pino';
+import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
+import type { DiscoveredDevice } from '../../plugins/types.js';
+import { CleanupJob, type JobEvent } from './cleanup-job.js';
+import type { CleanupJournal } from './cleanup-journal.js';
+import type { PluginHost } from './plugin-host.js';
+
+const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
+const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+/** Progress events are journaled at most this often (phase changes and outcomes always). */
+const JOURNAL_PROGRESS_EVERY_MS = 1_000;
+
+/** How long a driver gets to return after its abort signal fired. */
+const ABORT_GRACE_MS = 10_000;
+
+function abortedAfterGrace(signal: AbortSignal, graceMs: number): Promise<never> {
+  return new Promise((_, reject) => {
+    const fire = () => {
+      const t = setTimeout(() => reject(signal.reason ?? new Error('cleanup aborted')), graceMs);
+      t.unref();
+    };
+    if (signal.aborted) fire();
+    else signal.addEventListener('abort', fire, { once: true });
+  });
+}
+
+export interface CleanupRunnerOptions {
+  /** Used when the driver does not say (`cleanupTimeoutMs`); 900 s. */
+  defaultTimeoutMs: number;
+}
+
+export class CleanupRunner {
+  private readonly running = new Map<string, { job: CleanupJob; abort: AbortController }>();
+  private readonly jobsById = new Map<string, CleanupJob>();
+  private stopping = false;
+
+  constructor(
+    private readonly journal: CleanupJournal,
+    private readonly host: PluginHost,
+    private readonly lookup: (address: string) => DiscoveredDevice | undefined,
+    private readonly logger: Logger,
+    private readonly options: CleanupRunnerOptions = { defaultTimeoutMs: 900_000 },
+  ) {}
+
+  /** Start of day: jobs that were running when the agent died become interrupted. */
+  recover(): CleanupJob[] {
+    const jobs = this.journal.recoverInterrupted();
+    for (const j of jobs) {
+      this.logger.warn(
+        { jobId: j.jobId, address: j.address },
+        'cleanup job was interrupted by an agent restart',
+      );
+    }
+    return jobs;
+  }
+
+  /**
+   * Returns the job for (address, jobId): the same job id re-attaches (running
+   * or finished, from the journal); a device already being cleaned re-attaches
+   * to its running job; otherwise a new job starts.
+   */
+  startOrAttach(address: string, jobId: string): CleanupJob {
+    if (!PCI_ADDRESS.test(address)) {
+      throw invalidArgument('address', `${JSON.stringify(address)} is not a PCI address like 0000:3b:00.1`);
+    }
+    if (!JOB_ID.test(jobId)) {
+      throw invalidArgument('job_id', `${JSON.stringify(jobId)} must be 1-128 characters of [A-Za-z0-9._:-]`);
+    }
+    const known = this.jobsById.get(jobId) ?? this.journal.load(jobId);
+    if (known) {
+      if (known.address !== address) {
+        throw invalidArgument('job_id', `job ${jobId} belongs to device ${known.address}, not ${address}`);
+      }
+      return known;
+    }
+    const current = this.running.get(address);
+    if (current) return current.job;
+    if (this.stopping) throw new BerthError('UNAVAILABLE', 'the agent is shutting down');
+
+    const device = this.lookup(address);
+    if (!device) throw notFound('device', address);
+    const driver = this.host.driver(device.driver);
+    if (!driver || !driver.supportsCleaning || !device.supportsCleaning || !device.cleanupAction) {
+      throw failedPrecondition(
+        'CLEANING_NOT_SUPPORTED',
+        `device ${address} (driver ${device.driver}) cannot be cleaned`,
+        {
+          address,
+        },
+      );
+    }
+    const job = new CleanupJob(jobId, address, device.cleanupAction);
+    this.journal.begin(jobId, address, job.action);
+    this.jobsById.set(jobId, job);
+    const abort = new AbortController();
+    this.running.set(address, { job, abort });
+    const timeoutMs =
+      (driver as { cleanupTimeoutMs?: number }).cleanupTimeoutMs ?? this.options.defaultTimeoutMs;
+    void this.run(job, device, abort, timeoutMs);
+    return job;
+  }
+
+  private record(job: CleanupJob, e: Parameters<CleanupJob['push']>[0], force: boolean): JobEvent {
+    const prev = job.last;
+    const ev = job.push(e);
+    const phaseChanged = !prev || prev.phase !== ev.phase || prev.step !== ev.step;
+    if (
+      force ||
+      phaseChanged ||
+      ev.time - (this.lastJournaled.get(job.jobId) ?? 0) >= JOURNAL_PROGRESS_EVERY_MS
+    ) {
+      this.journal.append(ev);
+      this.lastJournaled.set(job.jobId, ev.time);
+    }
+    return ev;
+  }
+
+  private readonly lastJournaled = new Map<string, number>();
+
+  private async run(job: CleanupJob, device: DiscoveredDevice, abort: AbortController, timeoutMs: number) {
+    const log = this.logger.child({ jobId: job.jobId, address: job.address, action: job.action });
+    const driver = this.host.driver(device.driver)!;
+    const timer = setTimeout(
+      () => abort.abort(new Error(`cleanup timed out after ${Math.round(timeoutMs / 1000)} s`)),
+      timeoutMs,
+    );
+    let last = { percent: 0, bytesDone: 0, bytesTotal: 0 };
+    this.record(
+      job,
+      { phase: 'queued', step: '', ...last, message: `cleanup with ${job.action} accepted` },
+      true,
+    );
+    try {
+      log.info('cleanup started');
+      const work = driver.cleanup(
+        device,
+        this.host.cleanupCtx(driver, {
+          jobId: job.jobId,
+          signal: abort.signal,
+          progress: (p) => {
+            if (abort.signal.aborted || job.finished) return;
+            last = {
+              percent: Math.max(0, Math.min(100, p.percent ?? last.percent)),
+              bytesDone: p.bytesDone ?? last.bytesDone,
+              bytesTotal: p.bytesTotal ?? last.bytesTotal,
+            };
+            this.record(
+              job,
+              { phase: p.phase, step: p.step ?? '', ...last, message: p.message ?? '' },
+              false,
+            );
+          },
+        }),
+      );
+      // A driver that ignores the abort must not hold the outcome hostage: after
+      // the grace period the job fails; the device lock stays until it returns.
+      const settled = work.finally(() => this.running.delete(job.address));
+      await Promise.race([settled, abortedAfterGrace(abort.signal, ABORT_GRACE_MS)]);
+      if (abort.signal.aborted) throw abort.signal.reason ?? new Error('cleanup aborted');
+      this.record(
+        job,
+        {
+          phase: 'succeeded',
+          step: '',
+          percent: 100,
+          bytesDone: last.bytesTotal,
+          bytesTotal: last.bytesTotal,
+          message: 'device is clean',
+        },
+        true,
+      );
+      log.info('cleanup succeeded');
+    } catch (err) {
+      const reason = abort.signal.aborted ? (abort.signal.reason as Error | undefined) : undefined;
+      const message = reason?.message ?? (err as Error).message ?? String(err);
+      const phase = this.stopping ? 'interrupted' : 'failed';
+      this.record(job, { phase, step: job.last?.step ?? '', ...last, message }, true);
+      log.error({ err }, `cleanup ${phase}: ${message}`);
+    } finally {
+      clearTimeout(timer);
+      this.lastJournaled.delete(job.jobId);
+    }
+  }
+
+  /** Whether a device has a cleanup running now. */
+  isRunning(address: string): boolean {
+    return this.running.has(address);
+  }
+
+  /** Stops every running job (agent shutdown): they end as interrupted. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    const jobs = [...this.running.values()];
+    for (const r of jobs) r.abort.abort(new Error('the agent is shutting down'));
+    await Promise.all(
+      jobs.map(async (r) => {
+        for await (const _ of r.job.follow(0)) {
+          // drain until terminal
+        }
+      }),
+    );
+  }
+}

@@ -1,0 +1,71 @@
+/** Conversions between the agent's domain types and berth.agent.v1 messages. */
+import { type CleanupEvent, CleanupPhase } from '../../gen/berth/agent/v1/agent.js';
+import { type Device, DeviceType, FunctionKind, Health } from '../../gen/berth/agent/v1/device.js';
+import type { DiscoveredDevice } from '../../plugins/types.js';
+import type { JobEvent } from './cleanup-job.js';
+
+const TYPES: Record<string, DeviceType> = {
+  PCI: DeviceType.DEVICE_TYPE_PCI,
+  NVME: DeviceType.DEVICE_TYPE_NVME,
+};
+const KINDS: Record<string, FunctionKind> = {
+  PCI: FunctionKind.FUNCTION_KIND_PCI,
+  PF: FunctionKind.FUNCTION_KIND_PF,
+  VF: FunctionKind.FUNCTION_KIND_VF,
+};
+
+export function deviceToProto(d: DiscoveredDevice): Device {
+  return {
+    address: d.address,
+    vendorId: d.vendorId,
+    productId: d.productId,
+    classCode: d.classCode,
+    kernelDriver: d.kernelDriver ?? '',
+    driver: d.driver,
+    type: TYPES[d.type] ?? DeviceType.DEVICE_TYPE_UNSPECIFIED,
+    functionKind: KINDS[d.functionKind] ?? FunctionKind.FUNCTION_KIND_UNSPECIFIED,
+    physfn: d.physfn ?? '',
+    iommuGroup: d.iommuGroup ?? undefined,
+    iommuGroupPeers: d.iommuGroupPeers,
+    numaNode: d.numaNode,
+    resourceClass: d.resourceClass,
+    traits: d.traits,
+    managed: d.managed,
+    liveMigratable: d.liveMigratable,
+    oneTimeUse: d.oneTimeUse,
+    supportsCleaning: d.supportsCleaning,
+    cleanupAction: d.cleanupAction ?? '',
+    health: d.health === 'healthy' ? Health.HEALTH_HEALTHY : Health.HEALTH_UNHEALTHY,
+    healthReason: d.healthReason,
+    unallocatableReason: d.unallocatableReason,
+    attributes: d.attributes,
+  };
+}
+
+const PHASES: Record<JobEvent['phase'], CleanupPhase> = {
+  queued: CleanupPhase.CLEANUP_PHASE_QUEUED,
+  preparing: CleanupPhase.CLEANUP_PHASE_PREPARING,
+  sanitizing: CleanupPhase.CLEANUP_PHASE_SANITIZING,
+  namespace_reset: CleanupPhase.CLEANUP_PHASE_NAMESPACE_RESET,
+  zeroing: CleanupPhase.CLEANUP_PHASE_ZEROING,
+  verifying: CleanupPhase.CLEANUP_PHASE_VERIFYING,
+  succeeded: CleanupPhase.CLEANUP_PHASE_SUCCEEDED,
+  failed: CleanupPhase.CLEANUP_PHASE_FAILED,
+  interrupted: CleanupPhase.CLEANUP_PHASE_INTERRUPTED,
+};
+
+export function jobEventToProto(e: JobEvent): CleanupEvent {
+  return {
+    jobId: e.jobId,
+    address: e.address,
+    action: e.action,
+    phase: PHASES[e.phase],
+    step: e.step,
+    percent: e.percent,
+    bytesDone: e.bytesDone,
+    bytesTotal: e.bytesTotal,
+    message: e.message,
+    time: new Date(e.time),
+    sequence: e.sequence,
+  };
+}

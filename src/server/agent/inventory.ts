@@ -1,0 +1,91 @@
+/**
+ * The agent's inventory: the devices of the last discovery, an epoch (new at
+ * every agent start) and a revision that increases with every change. Each
+ * rediscovery is diffed against the last; only changes become events, kept in
+ * a bounded log so a watcher that reconnects resumes without a new snapshot.
+ */
+import { randomUUID } from 'node:crypto';
+import { isDeepStrictEqual } from 'node:util';
+import type { DiscoveredDevice } from '../../plugins/types.js';
+
+export type InventoryEvent =
+  | { revision: number; kind: 'added'; device: DiscoveredDevice }
+  | { revision: number; kind: 'changed'; device: DiscoveredDevice }
+  | { revision: number; kind: 'removed'; address: string };
+
+export interface InventoryDiff {
+  revision: number;
+  added: DiscoveredDevice[];
+  changed: DiscoveredDevice[];
+  removed: string[];
+}
+
+export class Inventory {
+  readonly epoch = randomUUID();
+  private rev = 0;
+  private readonly devices = new Map<string, DiscoveredDevice>();
+  private readonly log: InventoryEvent[] = [];
+  private readonly listeners = new Set<(e: InventoryEvent) => void>();
+
+  constructor(private readonly maxEvents = 10_000) {}
+
+  get revision(): number {
+    return this.rev;
+  }
+
+  list(): DiscoveredDevice[] {
+    return [...this.devices.values()];
+  }
+
+  get(address: string): DiscoveredDevice | undefined {
+    return this.devices.get(address);
+  }
+
+  /**
+   * Replaces the inventory with a discovery result. Devices of drivers listed in
+   * `keepDrivers` (whose discovery failed) keep their previous records.
+   */
+  apply(devices: DiscoveredDevice[], keepDrivers: readonly string[] = []): InventoryDiff {
+    const next = new Map(devices.map((d) => [d.address, d]));
+    for (const [addr, d] of this.devices) {
+      if (keepDrivers.includes(d.driver) && !next.has(addr)) next.set(addr, d);
+    }
+    const diff: InventoryDiff = { revision: this.rev, added: [], changed: [], removed: [] };
+    for (const [addr, d] of next) {
+      const prev = this.devices.get(addr);
+      if (!prev) diff.added.push(d);
+      else if (!isDeepStrictEqual(prev, d)) diff.changed.push(d);
+    }
+    for (const addr of this.devices.keys()) if (!next.has(addr)) diff.removed.push(addr);
+    for (const d of diff.added) this.emit({ revision: ++this.rev, kind: 'added', device: d });
+    for (const d of diff.changed) this.emit({ revision: ++this.rev, kind: 'changed', device: d });
+    for (const a of diff.removed) this.emit({ revision: ++this.rev, kind: 'removed', address: a });
+    this.devices.clear();
+    for (const [k, v] of next) this.devices.set(k, v);
+    diff.revision = this.rev;
+    return diff;
+  }
+
+  private emit(e: InventoryEvent): void {
+    this.log.push(e);
+    if (this.log.length > this.maxEvents) this.log.splice(0, this.log.length - this.maxEvents);
+    for (const l of this.listeners) l(e);
+  }
+
+  /**
+   * Events after `revision`, or null when they are no longer all held (the
+   * watcher then needs a snapshot).
+   */
+  eventsSince(revision: number): InventoryEvent[] | null {
+    if (revision > this.rev) return null;
+    if (revision === this.rev) return [];
+    const first = this.log[0];
+    if (!first || first.revision > revision + 1) return null;
+    return this.log.filter((e) => e.revision > revision);
+  }
+
+  subscribe(listener: (e: InventoryEvent) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+}

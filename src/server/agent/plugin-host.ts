@@ -1,0 +1,157 @@
+/**
+ * The plugin host: loads every enabled driver, runs initHost (a failing driver
+ * stops the agent with its message), and runs discovery across drivers. It owns
+ * the cross-driver rules: two drivers claiming one PCI address is a
+ * configuration error (fatal at start, an exclusion later), and a device whose
+ * IOMMU group holds functions Berth does not manage is not allocatable.
+ */
+import { ConfigError } from '../../errors.js';
+import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
+import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
+import type { AgentConfig } from './config.js';
+import { driverKey } from './config.js';
+import { type LoadedDriver, loadDriver } from './driver-registry.js';
+
+export class DuplicateClaimError extends ConfigError {
+  constructor(
+    readonly address: string,
+    readonly drivers: string[],
+  ) {
+    super(
+      `InvalidConfiguration: PCI device ${address} is claimed by more than one driver (${drivers.join(', ')}); ` +
+        'narrow the device_spec entries so that exactly one driver matches it',
+    );
+    this.name = 'DuplicateClaimError';
+  }
+}
+
+export interface HostDiscovery extends DiscoveryResult {
+  /** Drivers whose discovery failed this time; their devices keep their last state. */
+  failedDrivers: string[];
+}
+
+export class PluginHost {
+  private constructor(
+    readonly loaded: LoadedDriver[],
+    private readonly ctx: HostContext,
+  ) {}
+
+  /** Loads and constructs every enabled driver (config errors surface here). */
+  static async load(config: AgentConfig, ctx: HostContext): Promise<PluginHost> {
+    const loaded: LoadedDriver[] = [];
+    for (const entry of config.enabledDrivers) {
+      loaded.push(await loadDriver(entry, config.driverSections[driverKey(entry)] ?? {}, config.baseDir));
+    }
+    const names = loaded.map((l) => l.driver.name);
+    const dup = names.find((n, i) => names.indexOf(n) !== i);
+    if (dup) throw new ConfigError(`enabled_drivers: two entries load a driver named ${JSON.stringify(dup)}`);
+    return new PluginHost(loaded, ctx);
+  }
+
+  get drivers(): GenericDriver[] {
+    return this.loaded.map((l) => l.driver);
+  }
+
+  driver(name: string): GenericDriver | undefined {
+    return this.drivers.find((d) => d.name === name);
+  }
+
+  /** Runs every driver's initHost; the first failure stops the agent. */
+  async initHost(): Promise<void> {
+    for (const d of this.drivers) {
+      try {
+        await d.initHost(this.childCtx(d));
+      } catch (err) {
+        throw new Error(
+          `driver ${JSON.stringify(d.name)} failed to initialise the host: ${(err as Error).message}`,
+          {
+            cause: err,
+          },
+        );
+      }
+    }
+  }
+
+  childCtx(d: GenericDriver): HostContext {
+    return { ...this.ctx, logger: this.ctx.logger.child({ driver: d.name }) };
+  }
+
+  cleanupCtx(d: GenericDriver, extra: Pick<CleanupContext, 'jobId' | 'signal' | 'progress'>): CleanupContext {
+    return { ...this.childCtx(d), ...extra };
+  }
+
+  /**
+   * Discovers across all drivers. With `strict`, a device claimed by two
+   * drivers throws DuplicateClaimError (agent start); otherwise both claims
+   * are excluded with the reason and logged (a rediscovery must not crash a
+   * running agent).
+   */
+  async discover(options: { strict: boolean }): Promise<HostDiscovery> {
+    const results = await Promise.all(
+      this.drivers.map(async (d) => {
+        try {
+          return { d, result: await d.discover(this.childCtx(d)), error: null };
+        } catch (err) {
+          this.ctx.logger.error(
+            { err, driver: d.name },
+            'driver discovery failed; its devices are kept as they were',
+          );
+          return { d, result: null, error: err as Error };
+        }
+      }),
+    );
+    const failed = results.filter((r) => r.error !== null);
+    if (options.strict && failed.length > 0) {
+      const f = failed[0]!;
+      throw new Error(`driver ${JSON.stringify(f.d.name)} failed its first discovery: ${f.error!.message}`, {
+        cause: f.error,
+      });
+    }
+    const claims = new Map<string, DiscoveredDevice[]>();
+    const excluded: ExcludedDevice[] = [];
+    for (const { d, result } of results) {
+      if (!result) continue;
+      for (const dev of result.devices) {
+        const withDriver = { ...dev, driver: d.name };
+        const list = claims.get(dev.address) ?? [];
+        list.push(withDriver);
+        claims.set(dev.address, list);
+      }
+      for (const ex of result.excluded) excluded.push({ ...ex, driver: ex.driver || d.name });
+    }
+    const devices: DiscoveredDevice[] = [];
+    for (const [address, list] of claims) {
+      if (list.length === 1) {
+        devices.push(list[0]!);
+        continue;
+      }
+      const err = new DuplicateClaimError(
+        address,
+        list.map((x) => x.driver),
+      );
+      if (options.strict) throw err;
+      this.ctx.logger.error({ address, drivers: err.drivers }, err.message);
+      for (const x of list) excluded.push({ address, driver: x.driver, reason: err.message });
+    }
+    markSharedIommuGroups(devices);
+    devices.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+    excluded.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+    return { devices, excluded, failedDrivers: failed.map((f) => f.d.name) };
+  }
+}
+
+/**
+ * A device whose IOMMU group also holds functions Berth does not manage cannot
+ * be handed to a guest safely (VFIO gives the guest the whole group), so it is
+ * reported unallocatable with the reason. Functions of one group that Berth all
+ * manages stay allocatable; the scheduler keeps them from different tenants.
+ */
+export function markSharedIommuGroups(devices: DiscoveredDevice[]): void {
+  const managed = new Set(devices.map((d) => d.address));
+  for (const d of devices) {
+    const foreign = d.iommuGroupPeers.filter((p) => !managed.has(p));
+    if (foreign.length > 0 && d.unallocatableReason === '') {
+      d.unallocatableReason = `IOMMU group ${d.iommuGroup} also holds ${foreign.join(', ')}, which Berth does not manage`;
+    }
+  }
+}

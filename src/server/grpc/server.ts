@@ -1,0 +1,111 @@
+/**
+ * A grpc-js server with what every Berth server carries: grpc.health.v1,
+ * server reflection (so grpcurl / buf curl work without .proto files), and
+ * deliberately chosen limits. Listens on host:port (port 0 = any free port).
+ */
+import { fileURLToPath } from 'node:url';
+import {
+  type ChannelOptions,
+  ServerCredentials as Creds,
+  Server,
+  type ServerCredentials,
+  type ServiceDefinition,
+  type UntypedServiceImplementation,
+} from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation } from 'grpc-health-check';
+
+export const PROTO_ROOT = fileURLToPath(new URL('../../../proto', import.meta.url));
+
+/** Limits both servers share; see docs/operations.md. */
+export const SERVER_OPTIONS: ChannelOptions = {
+  'grpc.max_receive_message_length': 4 * 1024 * 1024,
+  'grpc.max_send_message_length': 128 * 1024 * 1024,
+  'grpc.max_concurrent_streams': 4096,
+  // Clients (agents, the scheduler's dial-back) ping every 20 s; allow down to 10 s.
+  'grpc.keepalive_time_ms': 30_000,
+  'grpc.keepalive_timeout_ms': 10_000,
+  'grpc.keepalive_permit_without_calls': 1,
+  'grpc.http2.min_ping_interval_without_data_ms': 10_000,
+};
+
+export interface ServiceBinding {
+  /** Fully-qualified service name, e.g. berth.agent.v1.AgentService. */
+  name: string;
+  definition: ServiceDefinition;
+  implementation: UntypedServiceImplementation;
+}
+
+export interface GrpcServerOptions {
+  services: ServiceBinding[];
+  /** Proto files (relative to proto/) to expose through reflection. */
+  protoFiles: string[];
+  credentials?: ServerCredentials;
+}
+
+export class GrpcServer {
+  readonly server: Server;
+  readonly health: HealthImplementation;
+  private readonly options: GrpcServerOptions;
+  private boundPort = 0;
+  private boundHost = '';
+
+  constructor(options: GrpcServerOptions) {
+    this.options = options;
+    this.server = new Server(SERVER_OPTIONS);
+    this.health = new HealthImplementation({ '': 'NOT_SERVING' });
+    this.health.addToServer(this.server);
+    const pkg = loadSync(options.protoFiles, { includeDirs: [PROTO_ROOT], keepCase: true });
+    new ReflectionService(pkg).addToServer(this.server);
+    for (const s of options.services) {
+      this.server.addService(s.definition, s.implementation);
+      this.health.setStatus(s.name, 'NOT_SERVING');
+    }
+  }
+
+  /** Binds `host:port` and starts serving; resolves with the bound address. */
+  async listen(address: string): Promise<string> {
+    const creds = this.options.credentials ?? Creds.createInsecure();
+    const port = await new Promise<number>((resolve, reject) => {
+      this.server.bindAsync(address, creds, (err, p) => (err ? reject(err) : resolve(p)));
+    });
+    this.boundPort = port;
+    this.boundHost = address.slice(0, address.lastIndexOf(':')) || '127.0.0.1';
+    this.setServing(true);
+    return this.address;
+  }
+
+  get address(): string {
+    return `${this.boundHost}:${this.boundPort}`;
+  }
+
+  get port(): number {
+    return this.boundPort;
+  }
+
+  setServing(serving: boolean): void {
+    const st = serving ? 'SERVING' : 'NOT_SERVING';
+    this.health.setStatus('', st);
+    for (const s of this.options.services) this.health.setStatus(s.name, st);
+  }
+
+  /**
+   * Graceful stop: health goes NOT_SERVING, new calls are refused, running
+   * calls get `graceMs` to finish, then everything still open is cancelled
+   * (clients see UNAVAILABLE/CANCELLED and reconnect elsewhere).
+   */
+  async stop(graceMs = 5_000): Promise<void> {
+    this.setServing(false);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+}
