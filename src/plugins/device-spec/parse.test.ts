@@ -23,16 +23,16 @@ function configError(run: () => unknown): ConfigError {
 }
 
 describe('parseBool (oslo strict)', () => {
-  it.each([
+  it.each<[unknown, boolean]>([
     [true, true],
     [false, false],
     [1, true],
     [0, false],
     ...['1', 't', 'true', 'on', 'y', 'yes', ' TRUE ', 'Yes', 'On', 'T', '\tY\n'].map(
-      (s) => [s, true] as const,
+      (s): [unknown, boolean] => [s, true],
     ),
     ...['0', 'f', 'false', 'off', 'n', 'no', ' FALSE ', 'No', 'OFF', 'F', ' n '].map(
-      (s) => [s, false] as const,
+      (s): [unknown, boolean] => [s, false],
     ),
   ])('%j -> %j', (value, expected) => {
     expect(parseBool(value, 'x.managed')).toBe(expected);
