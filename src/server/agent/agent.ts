@@ -115,7 +115,7 @@ export class Agent {
   private async serve(): Promise<void> {
     this.server = new GrpcServer({
       services: [agentServiceBinding(this, this.logger)],
-      protoFiles: ['berth/agent/v1/agent.proto'],
+      protoPackages: ['berth.agent.v1'],
     });
     const bound = await this.server.listen(this.config.listen);
     this.endpoint = this.config.advertise ?? bound;

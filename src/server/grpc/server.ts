@@ -3,6 +3,8 @@
  * server reflection (so grpcurl / buf curl work without .proto files), and
  * deliberately chosen limits. Listens on host:port (port 0 = any free port).
  */
+
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import {
   type ChannelOptions,
@@ -12,11 +14,37 @@ import {
   type ServiceDefinition,
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
+import descriptor from 'protobufjs/ext/descriptor/index.js';
 
 export const PROTO_ROOT = fileURLToPath(new URL('../../../proto', import.meta.url));
+/** `buf build` of proto/ (npm run gen): real per-file descriptors with their imports. */
+const DESCRIPTOR_SET = new URL('../../gen/berth.binpb', import.meta.url);
+
+interface FileDescriptorLike {
+  name: string;
+  package: string;
+}
+interface DescriptorCodec {
+  FileDescriptorSet: { decode(b: Uint8Array): { file: FileDescriptorLike[] } };
+  FileDescriptorProto: { encode(m: FileDescriptorLike): { finish(): Uint8Array } };
+}
+
+/**
+ * The reflection service is given the descriptors buf compiled, file by file.
+ * proto-loader's descriptors merge each package into one synthetic file without
+ * imports, which grpcurl and buf curl cannot link.
+ */
+function reflectionPackage(packages: string[]) {
+  const codec = descriptor as unknown as DescriptorCodec;
+  const set = codec.FileDescriptorSet.decode(readFileSync(DESCRIPTOR_SET));
+  const files = set.file.filter(
+    (f) => f.package.startsWith('google.') || packages.some((p) => f.package === p),
+  );
+  const fileDescriptorProtos = files.map((f) => Buffer.from(codec.FileDescriptorProto.encode(f).finish()));
+  return { files: { fileDescriptorProtos } } as unknown as ConstructorParameters<typeof ReflectionService>[0];
+}
 
 /** Limits both servers share; see docs/operations.md. */
 export const SERVER_OPTIONS: ChannelOptions = {
@@ -39,8 +67,8 @@ export interface ServiceBinding {
 
 export interface GrpcServerOptions {
   services: ServiceBinding[];
-  /** Proto files (relative to proto/) to expose through reflection. */
-  protoFiles: string[];
+  /** Proto packages to expose through reflection (their google.* imports come along). */
+  protoPackages: string[];
   credentials?: ServerCredentials;
 }
 
@@ -56,8 +84,7 @@ export class GrpcServer {
     this.server = new Server(SERVER_OPTIONS);
     this.health = new HealthImplementation({ '': 'NOT_SERVING' });
     this.health.addToServer(this.server);
-    const pkg = loadSync(options.protoFiles, { includeDirs: [PROTO_ROOT], keepCase: true });
-    new ReflectionService(pkg).addToServer(this.server);
+    new ReflectionService(reflectionPackage(options.protoPackages)).addToServer(this.server);
     for (const s of options.services) {
       this.server.addService(s.definition, s.implementation);
       this.health.setStatus(s.name, 'NOT_SERVING');
