@@ -9,7 +9,7 @@
  *   the device's lower-case field (Python `re.match`: anchored at the start only).
  */
 import { ConfigError } from '../../errors.js';
-import { show } from './messages.js';
+import { keyPath, show } from './messages.js';
 import type { AddressGlob, AddressRegex } from './types.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
@@ -110,7 +110,7 @@ export function parseAddressRegex(raw: Record<string, unknown>, where: string): 
   for (const key of Object.keys(raw)) {
     if (!(REGEX_KEYS as readonly string[]).includes(key)) {
       throw new ConfigError(
-        `${where}.${key}: unknown key (value ${show(raw[key])}); an address object takes domain, bus, slot and function`,
+        `${keyPath(where, key)}: unknown key (value ${show(raw[key])}); an address object takes domain, bus, slot and function`,
       );
     }
   }

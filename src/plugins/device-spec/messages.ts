@@ -55,3 +55,8 @@ export function closest(key: string, known: readonly string[]): string | null {
   }
   return best !== null && bestDistance <= Math.max(1, Math.floor(best.length / 3)) ? best : null;
 }
+
+/** `where.key` for an ordinary key; a strange or huge key is shown quoted and shortened instead. */
+export function keyPath(where: string, key: string): string {
+  return /^[A-Za-z0-9_-]{1,64}$/.test(key) ? `${where}.${key}` : `${where}[${show(key)}]`;
+}

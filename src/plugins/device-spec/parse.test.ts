@@ -343,6 +343,15 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     for (const part of parts) expect(error.message).toContain(part);
   });
 
+  it('quotes and shortens strange or huge keys in messages', () => {
+    expect(configError(() => parseDeviceSpecs([{ 'a b\n': 1 }], PCI)).message).toContain(
+      'pci.device_spec[0]["a b\\n"]: unknown key',
+    );
+    expect(configError(() => parseDeviceSpecs([{ ['k'.repeat(5000)]: 1 }], PCI)).message.length).toBeLessThan(
+      600,
+    );
+  });
+
   it('shortens huge values in messages', () => {
     const error = configError(() => parseDeviceSpecs([{ vendor_id: 'z'.repeat(10_000) }], PCI));
     expect(error.message.length).toBeLessThan(300);

@@ -7,7 +7,7 @@
  */
 import { ConfigError } from '../../errors.js';
 import { hexInRange, parseAddressGlob, parseAddressRegex, parseHexDigits } from './address.js';
-import { closest, show } from './messages.js';
+import { closest, keyPath, show } from './messages.js';
 import { normalizeResourceClass, normalizeTrait } from './placement-names.js';
 import type { ClearAction, ClearStrategy, DeviceSpecEntry, ParseOptions } from './types.js';
 
@@ -117,7 +117,7 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
       hint =
         suggestion === null ? `; known keys: ${known.join(', ')}` : `; did you mean ${show(suggestion)}?`;
     }
-    throw new ConfigError(`${source}.${key}: unknown key (value ${show(raw[key])})${hint}`);
+    throw new ConfigError(`${keyPath(source, key)}: unknown key (value ${show(raw[key])})${hint}`);
   }
 
   const at = (key: string) => `${source}.${key}`;

@@ -48,7 +48,7 @@ describe('properties', () => {
         // Whatever parsed must also be safe to match with.
         matchDevice(entries, fn, makeLookup([fn]));
       }),
-      { numRuns: propertyRuns(2000) },
+      { numRuns: propertyRuns(1000) },
     );
   });
 
