@@ -1,0 +1,61 @@
+/**
+ * Device facts for tests of the scheduler's domain and store. Not test code
+ * itself: both the property tests and the store contract build fleets with it.
+ */
+
+import type { DeviceFacts } from './device-state.js';
+
+export interface FactsOptions extends Partial<DeviceFacts> {
+  /** Shorthand: device index → address 0000:<bus>:00.0 and IOMMU group. */
+  index?: number;
+}
+
+/** A healthy NVMe-like device (cleaned with sanitize-crypto) unless overridden. */
+export function facts(opts: FactsOptions = {}): DeviceFacts {
+  const i = opts.index ?? 0;
+  const bus = (0x10 + i).toString(16).padStart(2, '0');
+  const { index: _ignored, ...rest } = opts;
+  return {
+    address: `0000:${bus}:00.0`,
+    vendorId: '144d',
+    productId: 'a808',
+    classCode: '010802',
+    kernelDriver: 'nvme',
+    driver: 'nvme',
+    type: 'NVME',
+    functionKind: 'PCI',
+    physfn: null,
+    iommuGroup: 100 + i,
+    iommuGroupPeers: [],
+    numaNode: 0,
+    resourceClass: 'CUSTOM_NVME_144D_A808',
+    traits: ['OWNER_BERTH', 'HW_NVME_CES'],
+    managed: true,
+    liveMigratable: false,
+    oneTimeUse: false,
+    supportsCleaning: true,
+    cleanupAction: 'sanitize-crypto',
+    health: 'healthy',
+    healthReason: '',
+    unallocatableReason: '',
+    attributes: {},
+    ...rest,
+  };
+}
+
+/** A plain PCI function that is not cleaned. */
+export function pciFacts(opts: FactsOptions = {}): DeviceFacts {
+  return facts({
+    vendorId: '10de',
+    productId: '25b6',
+    classCode: '030200',
+    kernelDriver: 'vfio-pci',
+    driver: 'pci',
+    type: 'PCI',
+    resourceClass: 'CUSTOM_PCI_10DE_25B6',
+    traits: ['OWNER_BERTH'],
+    supportsCleaning: false,
+    cleanupAction: null,
+    ...opts,
+  });
+}
