@@ -1,0 +1,26 @@
+/**
+ * Public surface of the nvme-cli 2.3 simulator for the rest of Berth (tests,
+ * the simulated host, the demo). The executable is bin/nvme-sim.
+ */
+export { type CliEnv, type CliResult, cliEnvFrom, runCli, VERSION_TEXT } from './main.js';
+export type {
+  NvmeSimState,
+  SimControllerState,
+  SimFault,
+  SimNamespaceState,
+  SimSanitizeState,
+} from './state.js';
+export { withStateLock } from './state.js';
+export {
+  controllerFromSpec,
+  createNvmeSimState,
+  type NvmeSimSpec,
+  nvmeSimStateSchema,
+  readNvmeSimState,
+  type SimControllerSpec,
+  type SimNamespaceSpec,
+  simControllerSchema,
+  simFaultSchema,
+  simNamespaceSchema,
+} from './state-file.js';
+export { NVME_SIM_BIN, writeNvmeWrapper } from './wrapper.js';

@@ -1,0 +1,57 @@
+/**
+ * The simulated media: each namespace is a regular file, and every erasure the
+ * simulator claims to do really rewrites those bytes. That is the point of the
+ * simulator — a driver's read-back verification must be able to catch an
+ * erasure that did not happen (see the `noop` fault).
+ */
+import { randomFillSync } from 'node:crypto';
+import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
+
+const CHUNK = 1 << 20;
+
+export type Fill = { kind: 'zero' } | { kind: 'random' } | { kind: 'pattern'; pattern: number };
+
+/** Overwrites `[offset, offset + length)` of `path` with `fill`, in 1 MiB chunks. */
+export function fillRange(path: string, offset: number, length: number, fill: Fill): void {
+  const fd = openSync(path, 'r+');
+  try {
+    const buf = Buffer.alloc(Math.min(CHUNK, Math.max(length, 1)));
+    if (fill.kind === 'pattern') {
+      for (let i = 0; i + 4 <= buf.length; i += 4) buf.writeUInt32LE(fill.pattern >>> 0, i);
+    }
+    let done = 0;
+    while (done < length) {
+      const n = Math.min(buf.length, length - done);
+      if (fill.kind === 'random') randomFillSync(buf, 0, n);
+      writeSync(fd, buf, 0, n, offset + done);
+      done += n;
+    }
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Fills the whole namespace file, first making sure it has its nominal size. */
+export function fillWhole(path: string, sizeBytes: number, fill: Fill): void {
+  const fd = openSync(path, 'a');
+  try {
+    ftruncateSync(fd, sizeBytes);
+  } finally {
+    closeSync(fd);
+  }
+  fillRange(path, 0, sizeBytes, fill);
+}
+
+/**
+ * Creates a fresh backing file of `sizeBytes` (sparse, reads as zeroes). Any file
+ * left at that path is truncated first so a re-created namespace never exposes a
+ * previous tenant's bytes.
+ */
+export function createBackingFile(path: string, sizeBytes: number): void {
+  const fd = openSync(path, 'w');
+  try {
+    ftruncateSync(fd, sizeBytes);
+  } finally {
+    closeSync(fd);
+  }
+}

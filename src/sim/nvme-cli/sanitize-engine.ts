@@ -1,0 +1,101 @@
+/**
+ * Sanitize as a background operation, the way real controllers run it: the
+ * admin command returns at once, SSTAT says "in progress" and SPROG grows with
+ * time, and only when the operation finishes is the media actually rewritten.
+ *
+ * Completion happens exactly once, by whichever comes first under the state
+ * lock: any later nvme-sim invocation noticing the deadline has passed
+ * ({@link settleSanitize}), or the detached worker process started with the
+ * sanitize ({@link spawnSanitizeWorker}), which sleeps until the deadline so the
+ * data is gone even if nobody ever polls.
+ */
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { fillWhole } from './media.js';
+import type { SimControllerState } from './state.js';
+
+export const SSTAT_NEVER = 0;
+export const SSTAT_COMPLETED = 1;
+export const SSTAT_IN_PROGRESS = 2;
+export const SSTAT_FAILED = 3;
+export const SSTAT_GLOBAL_ERASED = 0x100;
+
+export const SANACT_EXIT_FAILURE = 1;
+export const SANACT_BLOCK_ERASE = 2;
+export const SANACT_OVERWRITE = 3;
+export const SANACT_CRYPTO_ERASE = 4;
+
+/** SPROG when no sanitize is running. */
+export const SPROG_IDLE = 0xffff;
+
+export function sanitizeStatus(ctrl: SimControllerState): number {
+  return ctrl.sanitize.sstat & 0x7;
+}
+
+export function sanitizeRunning(ctrl: SimControllerState): boolean {
+  return sanitizeStatus(ctrl) === SSTAT_IN_PROGRESS;
+}
+
+/** A failed sanitize blocks media access until recovered (new sanitize, or Exit Failure Mode if AUSE). */
+export function sanitizeFailedLocked(ctrl: SimControllerState): boolean {
+  return sanitizeStatus(ctrl) === SSTAT_FAILED && !ctrl.sanitize.failureCleared;
+}
+
+/** SPROG for "now": numerator over 65536 of the elapsed fraction, capped below 65536. */
+export function currentSprog(ctrl: SimControllerState, now: number): number {
+  if (!sanitizeRunning(ctrl)) return ctrl.sanitize.sprog;
+  const started = ctrl.sanitize.startedAt ?? now;
+  const frac = ctrl.sanitize.durationMs <= 0 ? 1 : (now - started) / ctrl.sanitize.durationMs;
+  return Math.max(0, Math.min(0xffff, Math.floor(frac * 65536)));
+}
+
+/**
+ * Finishes the running sanitize: rewrites every namespace (crypto erase: random
+ * bytes, since the old key is gone; block erase: zeroes; overwrite: the pattern)
+ * or, with the `sanitize-fails` fault, leaves the data and reports failure.
+ */
+export function completeSanitize(ctrl: SimControllerState): void {
+  const s = ctrl.sanitize;
+  const cdw10 = s.cdw10 ?? 0;
+  if (ctrl.faults?.['sanitize']?.mode === 'sanitize-fails') {
+    s.sstat = SSTAT_FAILED;
+  } else {
+    for (const ns of ctrl.namespaces) {
+      if (s.action === SANACT_CRYPTO_ERASE) fillWhole(ns.devPath, ns.sizeBytes, { kind: 'random' });
+      else if (s.action === SANACT_OVERWRITE) {
+        fillWhole(ns.devPath, ns.sizeBytes, { kind: 'pattern', pattern: s.ovrpat ?? 0 });
+      } else fillWhole(ns.devPath, ns.sizeBytes, { kind: 'zero' });
+    }
+    const passes = s.action === SANACT_OVERWRITE ? (cdw10 >> 4) & 0xf || 16 : 0;
+    s.sstat = SSTAT_COMPLETED | (Math.min(passes, 31) << 3) | SSTAT_GLOBAL_ERASED;
+  }
+  s.sprog = SPROG_IDLE;
+  delete s.startedAt;
+}
+
+/** Completes the sanitize if its deadline has passed. Returns whether the state changed. */
+export function settleSanitize(ctrl: SimControllerState, now: number): boolean {
+  if (!sanitizeRunning(ctrl)) return false;
+  const started = ctrl.sanitize.startedAt ?? now;
+  if (now < started + ctrl.sanitize.durationMs) return false;
+  completeSanitize(ctrl);
+  return true;
+}
+
+/**
+ * Starts the detached process that completes the sanitize at its deadline. It
+ * runs `sanitize-worker.ts` through the repository's tsx loader, independent of
+ * how this process was started (CLI or an in-process test).
+ */
+export function spawnSanitizeWorker(statePath: string, ctrlName: string, startedAt: number): void {
+  const tsx = fileURLToPath(new URL('../../../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
+  const worker = fileURLToPath(new URL('./sanitize-worker.ts', import.meta.url));
+  const child = spawn(process.execPath, ['--import', tsx, worker, statePath, ctrlName, String(startedAt)], {
+    detached: true,
+    stdio: 'ignore',
+  });
+  child.on('error', () => {
+    // The polling path still completes the sanitize; a missing worker only delays it.
+  });
+  child.unref();
+}

@@ -1,0 +1,145 @@
+/**
+ * Building and validating simulator state files (harness side: tests, the demo,
+ * the simulated-host builder). The nvme-sim process itself reads the file
+ * without zod to keep its startup short; everything written through
+ * {@link createNvmeSimState} has been validated here.
+ */
+import { mkdirSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { z } from 'zod';
+import { createBackingFile } from './media.js';
+import { type NvmeSimState, type SimControllerState, saveState } from './state.js';
+
+const u32 = z.number().int().min(0).max(0xffffffff);
+
+export const simFaultSchema = z.discriminatedUnion('mode', [
+  z.object({ mode: z.literal('error'), status: z.number().int().min(0).max(0xffff) }),
+  z.object({ mode: z.literal('hang') }),
+  z.object({ mode: z.literal('sanitize-fails') }),
+  z.object({ mode: z.literal('noop') }),
+]);
+
+export const simNamespaceSchema = z.object({
+  nsid: z.number().int().min(1).max(0xfffffffe),
+  devPath: z.string().min(1),
+  sizeBytes: z.number().int().nonnegative(),
+  lbaSize: z.union([z.literal(512), z.literal(4096)]),
+  attached: z.boolean(),
+});
+
+export const simControllerSchema = z.object({
+  name: z.string().regex(/^nvme\d+$/),
+  devPath: z.string().min(1),
+  pciAddress: z.string(),
+  vid: z.number().int().min(0).max(0xffff),
+  ssvid: z.number().int().min(0).max(0xffff),
+  sn: z.string().max(20),
+  mn: z.string().max(40),
+  fr: z.string().max(8),
+  cntlid: z.number().int().min(0).max(0xffff),
+  sanicap: u32,
+  oacs: z.number().int().min(0).max(0xffff),
+  oncs: z.number().int().min(0).max(0xffff),
+  fna: z.number().int().min(0).max(0xff),
+  nn: u32,
+  tnvmcapBytes: z.number().int().nonnegative(),
+  namespaces: z.array(simNamespaceSchema),
+  sanitize: z.object({
+    sstat: z.number().int().min(0).max(0xffff),
+    sprog: z.number().int().min(0).max(0xffff),
+    startedAt: z.number().optional(),
+    durationMs: z.number().nonnegative(),
+    action: z.number().int().optional(),
+    cdw10: u32.optional(),
+    ovrpat: u32.optional(),
+    failureCleared: z.boolean().optional(),
+  }),
+  faults: z.record(z.string(), simFaultSchema).optional(),
+});
+
+export const nvmeSimStateSchema = z.object({
+  version: z.literal(1),
+  controllers: z.array(simControllerSchema),
+});
+
+/** A namespace to create; `devPath` defaults to `<dir of controller devPath>/<name>n<nsid>`. */
+export interface SimNamespaceSpec {
+  nsid: number;
+  sizeBytes: number;
+  lbaSize?: 512 | 4096;
+  attached?: boolean;
+  devPath?: string;
+}
+
+/** A controller to create: everything but name and devPath has a realistic default. */
+export type SimControllerSpec = Partial<Omit<SimControllerState, 'namespaces' | 'sanitize'>> & {
+  name: string;
+  devPath: string;
+  namespaces?: SimNamespaceSpec[];
+  sanitize?: Partial<SimControllerState['sanitize']>;
+};
+
+export interface NvmeSimSpec {
+  controllers: SimControllerSpec[];
+}
+
+/**
+ * Expands a spec into a full controller state. Identify strings are
+ * space-padded to their fixed widths (20/40/8) as a real controller reports them.
+ */
+export function controllerFromSpec(spec: SimControllerSpec, index: number): SimControllerState {
+  const dir = dirname(spec.devPath);
+  const namespaces = (spec.namespaces ?? []).map((n) => ({
+    nsid: n.nsid,
+    devPath: n.devPath ?? `${dir}/${spec.name}n${n.nsid}`,
+    sizeBytes: n.sizeBytes,
+    lbaSize: n.lbaSize ?? 512,
+    attached: n.attached ?? true,
+  }));
+  const used = namespaces.reduce((s, n) => s + n.sizeBytes, 0);
+  const { namespaces: _n, sanitize: _s, ...rest } = spec;
+  return {
+    pciAddress: `0000:${(index + 1).toString(16).padStart(2, '0')}:00.0`,
+    vid: 0x144d,
+    ssvid: 0x144d,
+    cntlid: 1,
+    sanicap: 0x3,
+    oacs: 0x1e,
+    oncs: 0x5f,
+    fna: 0x4,
+    nn: 32,
+    tnvmcapBytes: Math.max(used * 2, 1 << 30),
+    ...rest,
+    sn: (spec.sn ?? `S${index.toString().padStart(3, '0')}SIMNVME`).padEnd(20),
+    mn: (spec.mn ?? 'Berth Simulated NVMe').padEnd(40),
+    fr: (spec.fr ?? '1.0').padEnd(8),
+    namespaces,
+    sanitize: { sstat: 0, sprog: 0xffff, durationMs: 2000, ...spec.sanitize },
+  };
+}
+
+/**
+ * Writes a new state file at `path` and creates each namespace's backing file
+ * (sparse, `sizeBytes` long). Returns the validated state.
+ */
+export async function createNvmeSimState(path: string, spec: NvmeSimSpec): Promise<NvmeSimState> {
+  const state = nvmeSimStateSchema.parse({
+    version: 1,
+    controllers: spec.controllers.map(controllerFromSpec),
+  }) as NvmeSimState;
+  mkdirSync(dirname(path), { recursive: true });
+  for (const c of state.controllers) {
+    for (const ns of c.namespaces) {
+      mkdirSync(dirname(ns.devPath), { recursive: true });
+      createBackingFile(ns.devPath, ns.sizeBytes);
+    }
+  }
+  saveState(path, state);
+  return state;
+}
+
+/** Reads and validates a state file (e.g. to assert what the simulator did). */
+export async function readNvmeSimState(path: string): Promise<NvmeSimState> {
+  return nvmeSimStateSchema.parse(JSON.parse(await readFile(path, 'utf8'))) as NvmeSimState;
+}
