@@ -117,12 +117,14 @@ describe('pickDevice', () => {
               continue;
             }
             expect(eligible).toContain(device);
-            for (const other of eligible) {
-              const key = (d: DeviceRecord) => [d.numaNode < 0 ? 99 : d.numaNode, d.traits.length, d.address];
-              expect(
-                JSON.stringify(key(device)) <= JSON.stringify(key(other)) || key(device)[0]! < key(other)[0]!,
-              ).toBe(true);
-            }
+            // the pick is minimal by (NUMA with -1 last, trait count, address), lexicographically
+            const key = (d: DeviceRecord) =>
+              [d.numaNode < 0 ? 99 : d.numaNode, d.traits.length, d.address] as const;
+            const lexLess = (a: readonly (number | string)[], b: readonly (number | string)[]) => {
+              for (let k = 0; k < a.length; k++) if (a[k] !== b[k]) return a[k]! < b[k]!;
+              return false;
+            };
+            for (const other of eligible) expect(lexLess(key(other), key(device))).toBe(false);
             fleet = fleet.map((d) =>
               d === device ? bind(d, { arqUuid: `arq${op}`, instanceUuid: 'i' }) : d,
             );
