@@ -90,7 +90,8 @@ export function strtoul(s: string): { value: bigint; end: number; overflow: bool
 
 const BINARY_SUFFIX: Record<string, bigint> = { k: 10n, m: 20n, g: 30n, t: 40n, p: 50n, e: 60n };
 
-function convert(spec: OptSpec, raw: string): OptValue | undefined {
+/** Converts one option value the way argconfig does; undefined when argconfig would reject it. */
+export function convert(spec: OptSpec, raw: string): OptValue | undefined {
   if (spec.values) {
     const lower = raw.toLowerCase();
     const hits = raw === '' ? [] : spec.values.filter((v) => v.name.startsWith(lower));
@@ -124,6 +125,12 @@ function convert(spec: OptSpec, raw: string): OptValue | undefined {
       return (r.value << shift) & U64_MAX;
     }
   }
+}
+
+/** argconfig's message for a value it cannot convert. */
+export function valueError(spec: OptSpec, raw: string): string {
+  const word = spec.values ? 'byte' : KIND_WORD[spec.kind as keyof typeof KIND_WORD];
+  return `Expected ${word} argument for '${spec.long}' but got '${raw}'!\n`;
 }
 
 /**

@@ -5,6 +5,7 @@
  * as 2.3's `json_sanitize_log`: wrapped in the device basename, SSTAT as an
  * object with a `"(N) text"` status, u32 times as int32 (0xFFFFFFFF → -1).
  */
+import { convert, type OptSpec, valueError } from '../args.js';
 import {
   applyFault,
   type CliEnv,
@@ -39,6 +40,18 @@ const SANICAP_BES = 1 << 1;
 const SANICAP_OWS = 1 << 2;
 const SANICAP_NDI = 1 << 29;
 
+const SANACT_SPEC: OptSpec = {
+  long: 'sanact',
+  short: 'a',
+  kind: 'byte',
+  values: [
+    { name: 'exit-failure', value: SANACT_EXIT_FAILURE },
+    { name: 'start-block-erase', value: SANACT_BLOCK_ERASE },
+    { name: 'start-overwrite', value: SANACT_OVERWRITE },
+    { name: 'start-crypto-erase', value: SANACT_CRYPTO_ERASE },
+  ],
+};
+
 const ACTION_CAP: Record<number, number> = {
   [SANACT_BLOCK_ERASE]: SANICAP_BES,
   [SANACT_OVERWRITE]: SANICAP_OWS,
@@ -52,30 +65,26 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
     { long: 'oipbp', short: 'i', kind: 'flag' },
     { long: 'owpass', short: 'n', kind: 'byte' },
     { long: 'ause', short: 'u', kind: 'flag' },
-    {
-      long: 'sanact',
-      short: 'a',
-      kind: 'byte',
-      values: [
-        { name: 'exit-failure', value: SANACT_EXIT_FAILURE },
-        { name: 'start-block-erase', value: SANACT_BLOCK_ERASE },
-        { name: 'start-overwrite', value: SANACT_OVERWRITE },
-        { name: 'start-crypto-erase', value: SANACT_CRYPTO_ERASE },
-      ],
-    },
+    // A string for argconfig; converted (names or a byte) only after the device is open, as 2.3 does.
+    { long: 'sanact', short: 'a', kind: 'string' },
     { long: 'ovrpat', short: 'p', kind: 'word' },
   ]);
   if ('result' in p) return p.result;
   const dev = openDevice(o, 'sanitize', p.args, env);
   if (!isDevice(dev)) return dev;
   const opt = p.args.opts;
-  const sanact = (opt.get('sanact') as number | undefined) ?? 0;
+  const rawSanact = opt.get('sanact') as string | undefined;
+  const sanact = rawSanact === undefined ? 0 : convert(SANACT_SPEC, rawSanact);
+  if (sanact === undefined) {
+    o.err(valueError(SANACT_SPEC, rawSanact as string));
+    return o.done(1);
+  }
   const ause = opt.get('ause') === true;
   const noDealloc = opt.get('no-dealloc') === true;
   const oipbp = opt.get('oipbp') === true;
   const owpass = (opt.get('owpass') as number | undefined) ?? 0;
   const ovrpat = (opt.get('ovrpat') as number | undefined) ?? 0;
-  if (!(sanact >= SANACT_EXIT_FAILURE && sanact <= SANACT_CRYPTO_ERASE)) {
+  if (typeof sanact !== 'number' || !(sanact >= SANACT_EXIT_FAILURE && sanact <= SANACT_CRYPTO_ERASE)) {
     o.err('Invalid Sanitize Action\n');
     return o.done(1);
   }
