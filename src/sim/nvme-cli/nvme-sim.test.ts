@@ -1,0 +1,376 @@
+/**
+ * End-to-end tests of bin/nvme-sim run as a child process, as the agent runs it
+ * (through the wrapper written by writeNvmeWrapper), against temp state dirs.
+ */
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createNvmeSimState, type NvmeSimSpec, readNvmeSimState, writeNvmeWrapper } from './index.js';
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+interface Sim {
+  root: string;
+  nvme: string;
+  state: string;
+  dev: (name: string) => string;
+  run: (args: string[], env?: NodeJS.ProcessEnv) => Promise<{ stdout: string; stderr: string; code: number }>;
+}
+
+async function makeSim(spec: (dev: (n: string) => string) => NvmeSimSpec): Promise<Sim> {
+  const root = mkdtempSync(join(tmpdir(), 'nvme-sim-'));
+  dirs.push(root);
+  const dev = (n: string) => join(root, 'dev', n);
+  const state = join(root, 'state.json');
+  await createNvmeSimState(state, spec(dev));
+  const nvme = await writeNvmeWrapper(join(root, 'bin'), state);
+  const run = (args: string[], env: NodeJS.ProcessEnv = {}) =>
+    new Promise<{ stdout: string; stderr: string; code: number }>((resolve) => {
+      execFile(nvme, args, { env: { ...process.env, LC_ALL: 'C', ...env } }, (err, stdout, stderr) => {
+        const code = err ? ((err as { code?: number }).code ?? -1) : 0;
+        resolve({ stdout, stderr, code: typeof code === 'number' ? code : -1 });
+      });
+    });
+  return { root, nvme, state, dev, run };
+}
+
+const MiB = 1 << 20;
+
+function pattern(size: number, byte: number): Buffer {
+  return Buffer.alloc(size, byte);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+describe('nvme-sim executable', () => {
+  it('id-ctrl -o json has 2.3 quirks: int32 sanicap, string tnvmcap, padded sn/mn/fr', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          sanicap: 0xa0000003,
+          sn: '1951B3444502',
+          tnvmcapBytes: 256060514304,
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+        },
+      ],
+    }));
+    const r = await sim.run(['id-ctrl', sim.dev('nvme0'), '--output-format=json']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('"sanicap":-1610612733,\n');
+    expect(r.stdout).toContain('"tnvmcap":"256060514304",\n');
+    const j = JSON.parse(r.stdout);
+    expect(j.sn).toBe('1951B3444502        ');
+    expect(j.mn).toHaveLength(40);
+    expect(j.fr).toHaveLength(8);
+    expect(j.sanicap >>> 0).toBe(0xa0000003);
+    expect(typeof j.unvmcap).toBe('string');
+    // The namespace block device works for id-ctrl too, and id-ns reports LBAs + string nvmcap.
+    const ns = JSON.parse((await sim.run(['id-ns', sim.dev('nvme0n1'), '-o', 'json'])).stdout);
+    expect(ns).toMatchObject({ nsze: 2048, ncap: 2048, flbas: 0, nvmcap: String(MiB) });
+    expect(ns.lbafs[0]).toEqual({ ms: 0, ds: 9, rp: 2 });
+    // On the controller without -n: NVME_IOCTL_ID fails, as with the real tool.
+    const noNsid = await sim.run(['id-ns', sim.dev('nvme0'), '-o', 'json']);
+    expect(noNsid).toMatchObject({
+      code: 1,
+      stdout: '',
+      stderr: 'get-namespace-id: Inappropriate ioctl for device\n',
+    });
+  });
+
+  it('sanitize runs in the background: in progress, then done, data replaced; a second one is refused', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+          sanitize: { durationMs: 6000 },
+        },
+      ],
+    }));
+    const data = sim.dev('nvme0n1');
+    writeFileSync(data, pattern(MiB, 0xa5));
+    const start = await sim.run(['sanitize', sim.dev('nvme0'), '-a', 'start-crypto-erase']);
+    expect(start).toEqual({ code: 0, stdout: '', stderr: '' });
+
+    const log1 = JSON.parse((await sim.run(['sanitize-log', sim.dev('nvme0'), '-o', 'json'])).stdout);
+    expect(Object.keys(log1)).toEqual(['nvme0']);
+    expect(log1.nvme0.sstat.status).toBe('(2) Sanitize in Progress.');
+    expect(log1.nvme0.sprog).toBeGreaterThan(0);
+    expect(log1.nvme0.sprog).toBeLessThan(65536);
+    expect(log1.nvme0.cdw10_info).toBe(4);
+    expect(log1.nvme0.time_over_write).toBe(-1);
+
+    const again = await sim.run(['sanitize', sim.dev('nvme0'), '-a', '4']);
+    expect(again).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'NVMe status: Sanitize In Progress: The requested function is prohibited while a sanitize operation is in progress(0x1d)\n',
+    });
+    const wz = await sim.run(['write-zeroes', data, '-c', '0']);
+    expect(wz.code).toBe(1);
+    expect(wz.stderr).toMatch(/\(0x1d\)\n$/);
+    // Still the old data while the sanitize runs.
+    expect(readFileSync(data).equals(pattern(MiB, 0xa5))).toBe(true);
+
+    let log = log1;
+    for (let i = 0; i < 40 && log.nvme0.sstat.status.startsWith('(2)'); i++) {
+      await sleep(500);
+      log = JSON.parse(
+        (await sim.run(['sanitize-log', data, '-o', 'json'])).stdout.replace('"nvme0n1"', '"nvme0"'),
+      );
+    }
+    expect(log.nvme0.sstat).toEqual({
+      global_erased: 1,
+      no_cmplted_passes: 0,
+      status: '(1) Most Recent Sanitize Command Completed Successfully.',
+    });
+    expect(log.nvme0.sprog).toBe(65535);
+    const after = readFileSync(data);
+    expect(after.length).toBe(MiB);
+    expect(after.includes(pattern(64, 0xa5))).toBe(false);
+    expect(after.equals(Buffer.alloc(MiB))).toBe(false); // crypto erase: random, not zeroes
+  }, 60_000);
+
+  it('the detached worker completes a block erase even if nobody polls', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme3',
+          devPath: dev('nvme3'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+          sanitize: { durationMs: 1500 },
+        },
+      ],
+    }));
+    const data = sim.dev('nvme3n1');
+    writeFileSync(data, pattern(MiB, 0x5a));
+    expect((await sim.run(['sanitize', sim.dev('nvme3'), '--sanact=2'])).code).toBe(0);
+    let st = await readNvmeSimState(sim.state);
+    for (let i = 0; i < 40 && (st.controllers[0]?.sanitize.sstat ?? 0) !== 0x101; i++) {
+      await sleep(250);
+      st = await readNvmeSimState(sim.state);
+    }
+    expect(st.controllers[0]?.sanitize.sstat).toBe(0x101);
+    expect(readFileSync(data).equals(Buffer.alloc(MiB))).toBe(true);
+  }, 30_000);
+
+  it('sanitize-fails fault: status 3, data left in place, media commands then fail with 0x1c', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+          sanitize: { durationMs: 0 },
+          faults: { sanitize: { mode: 'sanitize-fails' } },
+        },
+      ],
+    }));
+    const data = sim.dev('nvme0n1');
+    writeFileSync(data, pattern(MiB, 0x3c));
+    expect((await sim.run(['sanitize', sim.dev('nvme0'), '-a', '2'])).code).toBe(0);
+    const log = JSON.parse((await sim.run(['sanitize-log', sim.dev('nvme0'), '-o', 'json'])).stdout);
+    expect(log.nvme0.sstat.status).toBe('(3) Most Recent Sanitize Command Failed.');
+    expect(log.nvme0.sstat.global_erased).toBe(0);
+    expect(readFileSync(data).equals(pattern(MiB, 0x3c))).toBe(true);
+    const wz = await sim.run(['write-zeroes', data, '-c', '0']);
+    expect(wz.stderr).toBe(
+      'NVMe status: Sanitize Failed: The most recent sanitize operation failed and no recovery action has been successfully completed(0x1c)\n',
+    );
+  }, 30_000);
+
+  it('write-zeroes zeroes exactly the requested LBAs; range and count errors match 2.3', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme1',
+          devPath: dev('nvme1'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB, lbaSize: 4096 }],
+        },
+      ],
+    }));
+    const data = sim.dev('nvme1n1');
+    writeFileSync(data, pattern(MiB, 0xee));
+    // -c is 0-based: 3 → 4 LBAs at 10..13; then one LBA at 200 using prefixes and single-dash long options.
+    const a = await sim.run(['write-zeroes', data, '-n', '1', '-s', '10', '-c', '3']);
+    expect(a).toEqual({ code: 0, stdout: 'NVME Write Zeroes Success\n', stderr: '' });
+    const b = await sim.run(['write-zeroes', '-namespace-id=1', '--start-b', '200', '-block-count=0', data]);
+    expect(b.stdout).toBe('NVME Write Zeroes Success\n');
+    const buf = readFileSync(data);
+    for (let lba = 0; lba < 256; lba++) {
+      const block = buf.subarray(lba * 4096, (lba + 1) * 4096);
+      const zero = (lba >= 10 && lba <= 13) || lba === 200;
+      expect(block.equals(zero ? Buffer.alloc(4096) : pattern(4096, 0xee)), `lba ${lba}`).toBe(true);
+    }
+    const oob = await sim.run(['write-zeroes', data, '-s', '255', '-c', '1']);
+    expect(oob).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'NVMe status: LBA Out of Range: The command references an LBA that exceeds the size of the namespace(0x4080)\n',
+    });
+    const big = await sim.run(['write-zeroes', data, '-c', '65536']);
+    expect(big).toEqual({
+      code: 1,
+      stdout: '',
+      stderr: "Expected short argument for 'block-count' but got '65536'!\n",
+    });
+    if (existsSync('/usr/sbin/nvme')) {
+      const r = spawnSync('/usr/sbin/nvme', ['write-zeroes', data, '-c', '65536'], { encoding: 'utf8' });
+      expect(big.stderr).toBe(r.stderr);
+    }
+  }, 30_000);
+
+  it('namespace management: delete all, create, attach without -c (warning, no change), attach, capacity', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          cntlid: 5,
+          tnvmcapBytes: 8 * MiB,
+          namespaces: [
+            { nsid: 1, sizeBytes: 2 * MiB },
+            { nsid: 2, sizeBytes: 2 * MiB },
+          ],
+        },
+      ],
+    }));
+    const ctrl = sim.dev('nvme0');
+    writeFileSync(sim.dev('nvme0n1'), pattern(2 * MiB, 0x77));
+    expect((await sim.run(['delete-ns', ctrl, '-n', '0xFFFFFFFF'])).stdout).toBe(
+      'delete-ns: Success, deleted nsid:-1\n',
+    );
+    expect(existsSync(sim.dev('nvme0n1'))).toBe(false);
+    expect(JSON.parse((await sim.run(['list', '-o', 'json'])).stdout)).toEqual({ Devices: [] });
+
+    const tooBig = await sim.run(['create-ns', ctrl, '--nsze=20000', '--ncap=20000', '--flbas=0']);
+    expect(tooBig.stderr).toBe(
+      'NVMe status: Namespace Insufficient Capacity: Creating the namespace requires more free space than is currently available(0x4115)\n',
+    );
+    const created = await sim.run([
+      'create-ns',
+      ctrl,
+      '--nsze=16384',
+      '--ncap=16384',
+      '--flbas=0',
+      '--dps=0',
+    ]);
+    expect(created).toEqual({ code: 0, stdout: 'create-ns: Success, created nsid:1\n', stderr: '' });
+    expect(statSync(sim.dev('nvme0n1')).size).toBe(16384 * 512);
+    expect(readFileSync(sim.dev('nvme0n1')).includes(pattern(16, 0x77))).toBe(false);
+
+    const noList = await sim.run(['attach-ns', ctrl, '-n', '1']);
+    expect(noList).toEqual({
+      code: 0,
+      stdout: 'attach-ns: Success, nsid:1\n',
+      stderr: 'warning: empty controller-id list will result in no actual change in namespace attachment\n',
+    });
+    expect(JSON.parse((await sim.run(['list-ns', ctrl, '-o', 'json'])).stdout)).toEqual({ nsid_list: [] });
+    expect(JSON.parse((await sim.run(['list-ns', ctrl, '--all', '-o', 'json'])).stdout)).toEqual({
+      nsid_list: [{ nsid: 1 }],
+    });
+    const wrongCtrl = await sim.run(['attach-ns', ctrl, '--namespace-id=1', '--controllers=1']);
+    expect(wrongCtrl.stderr).toMatch(/^NVMe status: Controller List Invalid: .*\(0x411c\)\n$/);
+    expect((await sim.run(['attach-ns', ctrl, '--namespace-id=1', '--controllers=5'])).stdout).toBe(
+      'attach-ns: Success, nsid:1\n',
+    );
+    expect(await sim.run(['ns-rescan', ctrl])).toEqual({ code: 0, stdout: '', stderr: '' });
+    const list = JSON.parse((await sim.run(['list', '-o', 'json'])).stdout);
+    expect(list.Devices).toEqual([
+      expect.objectContaining({
+        NameSpace: 1,
+        DevicePath: sim.dev('nvme0n1'),
+        MaximumLBA: 16384,
+        SectorSize: 512,
+      }),
+    ]);
+  }, 60_000);
+
+  it('unknown device path: perror text and help, exactly like the real tool', async () => {
+    const sim = await makeSim(() => ({ controllers: [] }));
+    const r = await sim.run(['sanitize-log', '/dev/nvme9', '-o', 'json']);
+    expect(r.code).toBe(1);
+    expect(
+      r.stderr.startsWith('/dev/nvme9: No such file or directory\n\x1b[1mUsage: nvme sanitize-log'),
+    ).toBe(true);
+    if (existsSync('/usr/sbin/nvme')) {
+      const real = spawnSync('/usr/sbin/nvme', ['sanitize-log', '/dev/nvme9', '-o', 'json'], {
+        encoding: 'utf8',
+      });
+      expect(r).toEqual({ code: real.status, stdout: real.stdout, stderr: real.stderr });
+    }
+  }, 30_000);
+
+  it('error fault prints the libnvme status line; hang fault never returns until killed', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+          faults: { 'id-ctrl': { mode: 'error', status: 0x4002 }, 'sanitize-log': { mode: 'hang' } },
+        },
+      ],
+    }));
+    expect(await sim.run(['id-ctrl', sim.dev('nvme0'), '-o', 'json'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'NVMe status: Invalid Field in Command: A reserved coded value or an unsupported value in a defined field(0x4002)\n',
+    });
+    const child = spawn(sim.nvme, ['sanitize-log', sim.dev('nvme0'), '-o', 'json'], { stdio: 'ignore' });
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.on('exit', (code, signal) => resolve({ code, signal })),
+    );
+    const early = await Promise.race([exited, sleep(4000).then(() => 'running' as const)]);
+    expect(early).toBe('running');
+    child.kill('SIGTERM');
+    expect(await exited).toEqual({ code: null, signal: 'SIGTERM' });
+    // The hung command must not have left the state locked.
+    expect((await sim.run(['list-ns', sim.dev('nvme0'), '-o', 'json'])).code).toBe(0);
+  }, 30_000);
+
+  it('format: without --force warns and waits; SES 1 zeroes, SES 2 randomizes; needs OACS bit 1', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        { name: 'nvme0', devPath: dev('nvme0'), namespaces: [{ nsid: 1, sizeBytes: MiB }] },
+        { name: 'nvme1', devPath: dev('nvme1'), oacs: 0x8, namespaces: [{ nsid: 1, sizeBytes: MiB }] },
+      ],
+    }));
+    const data = sim.dev('nvme0n1');
+    writeFileSync(data, pattern(MiB, 0x11));
+    const warned = await sim.run(['format', data, '-s', '1'], { BERTH_NVME_SIM_FAST: '1' });
+    expect(warned).toEqual({
+      code: 0,
+      stdout: 'Success formatting namespace:1\n',
+      stderr:
+        'You are about to format nvme0n1, namespace 0x1.\n' +
+        "WARNING: Format may irrevocably delete this device's data.\n" +
+        'You have 10 seconds to press Ctrl-C to cancel this operation.\n\n' +
+        'Use the force [--force] option to suppress this warning.\n' +
+        'Sending format operation ... \n',
+    });
+    expect(readFileSync(data).equals(Buffer.alloc(MiB))).toBe(true);
+    writeFileSync(data, pattern(MiB, 0x11));
+    // `-f` is an unambiguous prefix of --force under getopt_long_only.
+    expect((await sim.run(['format', sim.dev('nvme0'), '-n', '1', '--ses=2', '-f'])).stdout).toBe(
+      'Success formatting namespace:1\n',
+    );
+    const after = readFileSync(data);
+    expect(after.includes(pattern(64, 0x11)) || after.equals(Buffer.alloc(MiB))).toBe(false);
+    const noFormat = await sim.run(['format', sim.dev('nvme1'), '-n', '1', '-s', '1', '--force']);
+    expect(noFormat.stderr).toMatch(/^NVMe status: Invalid Command Opcode: .*\(0x4001\)\n$/);
+  }, 60_000);
+});
