@@ -1,0 +1,374 @@
+/**
+ * Reads PCI functions (and the NVMe controllers and network interfaces hanging
+ * off them) from a sysfs tree: the real /sys, or a simulated tree built by
+ * src/sim/sysfs. Discovery runs this on an interval, so it is written to do few
+ * syscalls per function and to read all functions concurrently.
+ *
+ * Hot-unplug can remove a function while we read it; that must never fail a
+ * discovery pass — the function is simply reported missing (null / left out).
+ * Optional attributes that cannot be read fall back to their documented
+ * defaults, because older kernels and other architectures omit some of them.
+ */
+
+import { closeSync, openSync, readdirSync, readlinkSync, readSync, realpathSync } from 'node:fs';
+import { realpath } from 'node:fs/promises';
+import path from 'node:path';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import { invalidArgument } from '../../errors.js';
+import type { PciFunction } from '../types.js';
+
+/** The only shape of PCI address Berth accepts (full, lower-case, function 0-7). */
+export const PCI_ADDRESS_RE = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
+
+/**
+ * Validates a PCI address before it is used to build a filesystem path, so that
+ * a request can never smuggle `..` or `/` into a sysfs path. Returns the address
+ * unchanged for convenient inline use.
+ */
+export function assertPciAddress(address: string): string {
+  if (typeof address !== 'string' || !PCI_ADDRESS_RE.test(address)) {
+    throw invalidArgument(
+      'address',
+      `${JSON.stringify(address)} is not a PCI address of the form dddd:bb:ss.f (lower-case hex, function 0-7)`,
+    );
+  }
+  return address;
+}
+
+/** Errors that mean "the file or the device is not there (any more)". */
+const GONE_CODES = new Set(['ENOENT', 'ENOTDIR', 'ENODEV', 'ENXIO']);
+
+function errCode(e: unknown): string | undefined {
+  return typeof e === 'object' && e !== null && 'code' in e
+    ? String((e as { code: unknown }).code)
+    : undefined;
+}
+
+function isGone(e: unknown): boolean {
+  const code = errCode(e);
+  return code !== undefined && GONE_CODES.has(code);
+}
+
+/**
+ * One reusable buffer for attribute reads. PCI attributes are a line of text
+ * well under a page; sysfs never returns more than a page per attribute.
+ */
+const scratch = Buffer.alloc(4096);
+
+/**
+ * Reads a small attribute with open/read/close (Node's readFileSync adds an
+ * fstat and a second read). Returns undefined when the file or its device is
+ * gone; throws other errors.
+ */
+function readAttr(file: string): string | undefined {
+  let fd: number;
+  try {
+    fd = openSync(file, 'r');
+  } catch (e) {
+    if (isGone(e)) return undefined;
+    throw e;
+  }
+  try {
+    const n = readSync(fd, scratch, 0, scratch.length, 0);
+    return scratch.toString('latin1', 0, n).trim();
+  } catch (e) {
+    if (isGone(e)) return undefined;
+    throw e;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * An optional attribute; undefined on any error. Some sysfs attributes return
+ * EIO/EINVAL/EACCES on particular hardware, and none of the optional ones is
+ * worth failing discovery over.
+ */
+function readOptional(file: string): string | undefined {
+  try {
+    return readAttr(file);
+  } catch {
+    return undefined;
+  }
+}
+
+function readlinkOptional(file: string): string | undefined {
+  try {
+    return readlinkSync(file);
+  } catch {
+    return undefined;
+  }
+}
+
+function readdirOptional(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** `0x8086` → `8086`; undefined when it is not at most `digits` hex digits. */
+function hexAttr(raw: string | undefined, digits: number): string | undefined {
+  if (raw === undefined) return undefined;
+  const m = /^(?:0x)?([0-9a-fA-F]+)$/.exec(raw);
+  if (!m) return undefined;
+  const v = m[1]!.toLowerCase();
+  if (v.length > digits) return undefined;
+  return v.padStart(digits, '0');
+}
+
+function intAttr(raw: string | undefined, fallback: number): number {
+  if (raw === undefined || !/^-?\d+$/.test(raw)) return fallback;
+  return Number.parseInt(raw, 10);
+}
+
+function numericSuffix(name: string, prefix: string): number {
+  return Number.parseInt(name.slice(prefix.length), 10);
+}
+
+/** Functions read between two yields to the event loop in readPciFunctions. */
+const READ_BATCH = 64;
+
+const VIRTFN_RE = /^virtfn\d+$/;
+
+/**
+ * Reads one function from its directory (reached through bus/pci/devices, so
+ * paths go through the kernel's symlink without us resolving it). One readdir
+ * tells us which optional attributes and links exist, so nothing is opened that
+ * is not there: a plain function costs a readdir, four small reads and two
+ * readlinks.
+ *
+ * Synchronous on purpose: these attributes are values the kernel has cached
+ * (no device access, no blocking), and sync calls skip the libuv thread-pool
+ * round trip per operation, which makes a full scan of thousands of functions
+ * several times faster. Callers bound the event-loop stall by batching.
+ */
+function readFunctionDir(dir: string, address: string): PciFunction | null {
+  let entries: string[];
+  try {
+    entries = readdirSync(dir);
+  } catch (e) {
+    if (isGone(e)) return null;
+    throw e;
+  }
+  const names = new Set(entries);
+  if (!names.has('vendor') || !names.has('device') || !names.has('class')) return null;
+  const at = (name: string) => `${dir}/${name}`;
+  const vendorId = hexAttr(readAttr(at('vendor')), 4);
+  const productId = hexAttr(readAttr(at('device')), 4);
+  const classCode = hexAttr(readAttr(at('class')), 6);
+  // A vanished device shows up as missing required attributes; so does garbage,
+  // which we must not report as a device either.
+  if (vendorId === undefined || productId === undefined || classCode === undefined) return null;
+
+  const opt = (name: string) => (names.has(name) ? readOptional(at(name)) : undefined);
+  const link = (name: string) => (names.has(name) ? readlinkOptional(at(name)) : undefined);
+  const list = (name: string) => (names.has(name) ? readdirOptional(at(name)) : []);
+
+  const driver = link('driver');
+  const physfn = link('physfn');
+  const group = link('iommu_group');
+  const groupName = group === undefined ? undefined : path.basename(group);
+  const physfnAddr = physfn === undefined ? null : path.basename(physfn);
+  const virtfns: string[] = [];
+  const virtfnNames = entries.filter((n) => VIRTFN_RE.test(n));
+  virtfnNames.sort((a, b) => numericSuffix(a, 'virtfn') - numericSuffix(b, 'virtfn'));
+  for (const n of virtfnNames) {
+    const l = readlinkOptional(at(n));
+    const a = l === undefined ? '' : path.basename(l);
+    if (PCI_ADDRESS_RE.test(a)) virtfns.push(a);
+  }
+
+  return {
+    address,
+    vendorId,
+    productId,
+    classCode,
+    kernelDriver: driver === undefined ? null : path.basename(driver),
+    physfn: physfnAddr !== null && PCI_ADDRESS_RE.test(physfnAddr) ? physfnAddr : null,
+    virtfns,
+    sriovTotalVfs: Math.max(0, intAttr(opt('sriov_totalvfs'), 0)),
+    sriovNumVfs: Math.max(0, intAttr(opt('sriov_numvfs'), 0)),
+    iommuGroup: groupName !== undefined && /^\d+$/.test(groupName) ? Number(groupName) : null,
+    numaNode: Math.max(-1, intAttr(opt('numa_node'), -1)),
+    netdevs: list('net').sort(),
+    nvmeControllers: list('nvme')
+      .filter((n) => /^nvme\d+$/.test(n))
+      .sort((a, b) => numericSuffix(a, 'nvme') - numericSuffix(b, 'nvme')),
+  };
+}
+
+/**
+ * Every PCI function under `<sysfsRoot>/bus/pci/devices`, sorted by address.
+ * Entries whose names are not valid addresses are skipped (never turned into
+ * paths); functions that disappear during the read are left out. Reads in
+ * batches with a yield to the event loop between them, so a host with
+ * thousands of functions never stalls the agent's gRPC server for long.
+ */
+export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]> {
+  const devicesDir = path.join(sysfsRoot, 'bus', 'pci', 'devices');
+  let names: string[];
+  try {
+    names = readdirSync(devicesDir);
+  } catch (e) {
+    if (isGone(e)) return [];
+    throw e;
+  }
+  const addresses = names.filter((n) => PCI_ADDRESS_RE.test(n)).sort();
+  const out: PciFunction[] = [];
+  for (let i = 0; i < addresses.length; i++) {
+    if (i > 0 && i % READ_BATCH === 0) await yieldToEventLoop();
+    const a = addresses[i]!;
+    const f = readFunctionDir(`${devicesDir}/${a}`, a);
+    if (f !== null) out.push(f);
+  }
+  return out;
+}
+
+/** One function, or null when it is not (or no longer) present. */
+export async function readPciFunction(sysfsRoot: string, address: string): Promise<PciFunction | null> {
+  assertPciAddress(address);
+  return readFunctionDir(path.join(sysfsRoot, 'bus', 'pci', 'devices', address), address);
+}
+
+/**
+ * Linux's own rule for interface names (dev_valid_name): 1-15 bytes, not `.` or
+ * `..`, no `/`, `:` or whitespace. Checked before the name becomes a path.
+ */
+function assertIfname(ifname: string): void {
+  if (
+    typeof ifname !== 'string' ||
+    ifname.length === 0 ||
+    ifname.length > 15 ||
+    ifname === '.' ||
+    ifname === '..' ||
+    /[/:\s\0]/.test(ifname)
+  ) {
+    throw invalidArgument('devname', `${JSON.stringify(ifname)} is not a valid network interface name`);
+  }
+}
+
+/**
+ * The PCI address behind a network interface, via `class/net/<if>/device`.
+ * The link may point at a child of the PCI function rather than the function
+ * itself (virtio-net: `0000:00:03.0/virtio2`), so we walk up to the nearest
+ * ancestor named like a PCI address. Null for interfaces without one (lo,
+ * bridges, USB NICs) and for unknown names.
+ */
+export async function resolveNetdevAddress(sysfsRoot: string, ifname: string): Promise<string | null> {
+  assertIfname(ifname);
+  let target: string;
+  try {
+    target = await realpath(path.join(sysfsRoot, 'class', 'net', ifname, 'device'));
+  } catch (e) {
+    if (isGone(e)) return null;
+    throw e;
+  }
+  for (let dir = target; ; ) {
+    const base = path.basename(dir);
+    if (PCI_ADDRESS_RE.test(base)) return base;
+    const parent = path.dirname(dir);
+    if (parent === dir) return null;
+    dir = parent;
+  }
+}
+
+export interface NvmeNamespaceInfo {
+  /** Block device name, nvmeXnY. */
+  name: string;
+  nsid: number;
+  /** Capacity in bytes (sysfs `size` is always in 512-byte sectors). */
+  sizeBytes: number;
+  lbaSize: number;
+  /** Per-request Write Zeroes cap; 0 when the kernel will not use Write Zeroes. */
+  writeZeroesMaxBytes: number;
+}
+
+export interface NvmeControllerInfo {
+  name: string;
+  /** PCI address for pcie controllers ('' when the controller has none). */
+  address: string;
+  transport: string;
+  state: string;
+  model: string;
+  serial: string;
+  firmware: string;
+  cntlid: number;
+  namespaces: NvmeNamespaceInfo[];
+}
+
+const NVME_CTRL_RE = /^nvme\d+$/;
+/** Non-multipath namespace block directories. Multipath path nodes (nvmeScXnY) do not match. */
+const NVME_NS_RE = /^nvme\d+n\d+$/;
+
+/**
+ * An NVMe controller from `<root>/class/nvme/<name>`: its identity attributes
+ * (model/serial/firmware trimmed of the kernel's space padding) and its
+ * namespaces. Only the non-multipath layout (namespaces as nvmeXnY directories
+ * under the controller) is read; with native multipath the controller holds
+ * hidden nvmeScXnY path nodes, which are ignored here. Null when the controller
+ * is gone.
+ */
+export async function readNvmeController(
+  sysfsRoot: string,
+  name: string,
+): Promise<NvmeControllerInfo | null> {
+  if (typeof name !== 'string' || !NVME_CTRL_RE.test(name)) {
+    throw invalidArgument('controller', `${JSON.stringify(name)} is not an NVMe controller name (nvmeN)`);
+  }
+  const dir = path.join(sysfsRoot, 'class', 'nvme', name);
+  let entries: string[];
+  try {
+    entries = readdirSync(dir);
+  } catch (e) {
+    if (isGone(e)) return null;
+    throw e;
+  }
+  const nsIndex = (n: string) => Number.parseInt(n.slice(n.lastIndexOf('n') + 1), 10);
+  const nsNames = entries.filter((n) => NVME_NS_RE.test(n)).sort((a, b) => nsIndex(a) - nsIndex(b));
+  const attr = (f: string) => readOptional(path.join(dir, f));
+  let pciAddress = attr('address') ?? '';
+  if (pciAddress === '') {
+    // Older kernels lack `address`; the device link names the PCI function.
+    let base = '';
+    try {
+      base = path.basename(realpathSync(path.join(dir, 'device')));
+    } catch {
+      // no device link: not a PCI controller
+    }
+    pciAddress = PCI_ADDRESS_RE.test(base) ? base : '';
+  }
+  const namespaces: NvmeNamespaceInfo[] = [];
+  for (const n of nsNames) {
+    const ns = readNamespace(path.join(dir, n), n);
+    if (ns !== null) namespaces.push(ns);
+  }
+  return {
+    name,
+    address: pciAddress,
+    transport: attr('transport') ?? '',
+    state: attr('state') ?? '',
+    model: attr('model') ?? '',
+    serial: attr('serial') ?? '',
+    firmware: attr('firmware_rev') ?? '',
+    cntlid: intAttr(attr('cntlid'), 0),
+    namespaces,
+  };
+}
+
+function readNamespace(dir: string, name: string): NvmeNamespaceInfo | null {
+  const nsid = readOptional(path.join(dir, 'nsid'));
+  const size = readOptional(path.join(dir, 'size'));
+  const lba = readOptional(path.join(dir, 'queue', 'logical_block_size'));
+  const wz = readOptional(path.join(dir, 'queue', 'write_zeroes_max_bytes'));
+  // A namespace deleted mid-read has no size any more; leave it out.
+  if (size === undefined) return null;
+  return {
+    name,
+    nsid: intAttr(nsid, 0),
+    sizeBytes: intAttr(size, 0) * 512,
+    lbaSize: intAttr(lba, 512),
+    writeZeroesMaxBytes: intAttr(wz, 0),
+  };
+}

@@ -1,0 +1,713 @@
+/**
+ * Builds simulated sysfs trees: the part of /sys that Berth's discovery (and
+ * lspci) reads, laid out the way the kernel lays it out, so that the same code
+ * runs against a test tree and a real host, and so that real tools can act as
+ * oracles on the simulated tree.
+ *
+ * Layout (all under `root`, which stands for /sys):
+ *   devices/pci<domain>:00/<addr>/            real directory per function (flat:
+ *                                             no bridges; VFs sit beside their PF)
+ *   bus/pci/devices/<addr>                    -> ../../../devices/pci0000:00/<addr>
+ *   bus/pci/drivers/<name>/<addr>             -> the function (plus bind/unbind files)
+ *   kernel/iommu_groups/<n>/devices/<addr>    -> the function
+ *   class/net/<if>                            -> <function>/net/<if>
+ *   class/nvme/nvmeX                          -> <function>/nvme/nvmeX
+ *   class/block/nvmeXnY                       -> <function>/nvme/nvmeX/nvmeXnY
+ * Every link is relative, like the kernel's, so a tree can be moved or copied.
+ *
+ * NVMe uses the non-multipath layout only: namespaces are nvmeXnY directories
+ * under their controller (no nvme-subsystem heads, no nvmeScXnY path nodes).
+ *
+ * Driver-owned children follow the driver, as on a real host: a controller's
+ * nvme/nvmeX directory exists only while the function is bound to `nvme`, and a
+ * netdev exists only while the function is bound to the driver it had when the
+ * netdev was added. Unbinding hides them; binding back restores them.
+ *
+ * The builder keeps the model in memory and writes through to disk with
+ * synchronous fs calls: each public call applies all its changes at once (no
+ * half-made function is ever visible to a concurrent reader in the same
+ * process), and a large tree builds several times faster than through the
+ * libuv thread pool. buildSysfs yields to the event loop between items so a big
+ * build does not starve timers.
+ */
+
+import { mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
+import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
+import { buildConfigSpace } from './config-space.js';
+
+export interface SimFunctionSpec {
+  address: string;
+  vendorId: string;
+  productId: string;
+  /** Six hex digits; default '020000' (Ethernet controller). */
+  classCode?: string;
+  /** Bound kernel driver; default none (null). */
+  driver?: string | null;
+  /** Default -1 (no NUMA affinity). */
+  numaNode?: number;
+  /** Default: a fresh group per function; null: no IOMMU group at all. */
+  iommuGroup?: number | null;
+  /** Default: the vendor id. */
+  subsystemVendorId?: string;
+  /** Default: the product id. */
+  subsystemProductId?: string;
+  /** Two hex digits; default '00' (lspci then prints no "(rev ..)"). Extension to the agreed API. */
+  revision?: string;
+}
+
+/**
+ * An SR-IOV physical function. VF addresses follow the SR-IOV routing-ID rule
+ * `VF_i = PF RID + offset + i * stride` with stride 1 and
+ * `offset = 16 + fn * (totalVfs - 1)`, i.e. the VFs of function `fn` start at
+ * slot+2, function 0, right after those of the lower-numbered PFs of the same
+ * device (0000:3b:00.0 with 64 VFs → 0000:3b:02.0 … 0000:3b:09.7; 0000:3b:00.1 →
+ * 0000:3b:0a.0 …), spilling onto the next bus numbers when the slots run out.
+ * The PF's sriov_offset / sriov_stride files state the numbers used.
+ */
+export interface SimPfSpec extends SimFunctionSpec {
+  totalVfs: number;
+  numVfs?: number;
+  vf: { productId: string; driver?: string | null; classCode?: string };
+}
+
+export interface SimNvmeNamespaceSpec {
+  nsid: number;
+  sizeBytes: number;
+  /** 512 (default) or 4096. */
+  lbaSize?: number;
+}
+
+export interface SimNvmeSpec extends SimFunctionSpec {
+  /** Controller name, nvmeN. */
+  controller: string;
+  model?: string;
+  serial?: string;
+  firmware?: string;
+  cntlid?: number;
+  namespaces?: SimNvmeNamespaceSpec[];
+  /** Controller state attribute; default 'live'. */
+  state?: string;
+  /** queue/write_zeroes_max_bytes of every namespace; default 0 (kernel will not use Write Zeroes). */
+  writeZeroesMaxBytes?: number;
+}
+
+export interface SimHostSpec {
+  functions?: SimFunctionSpec[];
+  pfs?: SimPfSpec[];
+  nvme?: SimNvmeSpec[];
+  netdevs?: { address: string; ifname: string }[];
+}
+
+interface NvmeState {
+  controller: string;
+  model: string;
+  serial: string;
+  firmware: string;
+  cntlid: number;
+  state: string;
+  writeZeroesMaxBytes: number;
+  namespaces: Required<SimNvmeNamespaceSpec>[];
+}
+
+interface FunctionState {
+  address: string;
+  vendorId: string;
+  productId: string;
+  classCode: string;
+  revision: string;
+  subsystemVendorId: string;
+  subsystemProductId: string;
+  driver: string | null;
+  numaNode: number;
+  iommuGroup: number | null;
+  pf?: { totalVfs: number; numVfs: number; offset: number; vf: SimPfSpec['vf']; vfs: (string | undefined)[] };
+  vf?: { physfn: string; index: number };
+  /** ifname → the driver that owns it (it exists only while that driver is bound). */
+  netdevs: Map<string, string | null>;
+  nvme?: NvmeState;
+}
+
+/** Major numbers the simulated char/block devices use (dynamic on a real host). */
+const NVME_CHAR_MAJOR = 240;
+const NVME_BLOCK_MAJOR = 259;
+const IFNAME_RE = /^[^/:\s\0]{1,15}$/;
+const NVME_CTRL_RE = /^nvme\d+$/;
+const DRIVER_RE = /^[A-Za-z0-9_.+-]+$/;
+
+function hexId(value: string, digits: number, what: string): string {
+  const m = /^(?:0x)?([0-9a-fA-F]+)$/.exec(String(value));
+  if (!m || m[1]!.length > digits)
+    throw new Error(`${what}: ${JSON.stringify(value)} is not ${digits} hex digits`);
+  return m[1]!.toLowerCase().padStart(digits, '0');
+}
+
+function parseBdf(address: string): { domain: number; rid: number } {
+  assertPciAddress(address);
+  const [dom, bus, rest] = address.split(':') as [string, string, string];
+  const [slot, fn] = rest.split('.') as [string, string];
+  return {
+    domain: Number.parseInt(dom, 16),
+    rid: (Number.parseInt(bus, 16) << 8) | (Number.parseInt(slot, 16) << 3) | Number.parseInt(fn, 10),
+  };
+}
+
+function formatBdf(domain: number, rid: number): string {
+  const h = (n: number, w: number) => n.toString(16).padStart(w, '0');
+  return `${h(domain, 4)}:${h(rid >> 8, 2)}:${h((rid >> 3) & 0x1f, 2)}.${rid & 7}`;
+}
+
+function assertDriverName(driver: string): void {
+  if (!DRIVER_RE.test(driver) || driver === '.' || driver === '..') {
+    throw new Error(`driver: ${JSON.stringify(driver)} is not a kernel driver name`);
+  }
+}
+
+/** The kernel pads these identify-controller strings with spaces to their field widths. */
+function pad(value: string, width: number): string {
+  return value.slice(0, width).padEnd(width, ' ');
+}
+
+export class SysfsBuilder {
+  readonly root: string;
+  private readonly functions = new Map<string, FunctionState>();
+  private readonly ifnames = new Map<string, string>();
+  private readonly controllers = new Map<string, string>();
+  private readonly groupMembers = new Map<number, Set<string>>();
+  private nextGroup = 0;
+  /** Directories known to exist, so shared parents are created once. */
+  private readonly dirsMade = new Set<string>();
+  /** Group numbers named explicitly somewhere in a host spec: fresh groups skip them. */
+  private readonly reservedGroups = new Set<number>();
+
+  constructor(root: string) {
+    this.root = path.resolve(root);
+  }
+
+  /** Adds a plain PCI function (hotplug when the tree is already in use). */
+  async addFunction(spec: SimFunctionSpec): Promise<void> {
+    const st = this.register(spec, {});
+    this.writeFunction(st);
+  }
+
+  /** Adds an SR-IOV PF and enables `numVfs` of its VFs; returns their addresses. */
+  async addPf(spec: SimPfSpec): Promise<string[]> {
+    if (!Number.isInteger(spec.totalVfs) || spec.totalVfs < 1 || spec.totalVfs > 65535) {
+      throw new Error(`totalVfs: ${spec.totalVfs} must be an integer 1-65535`);
+    }
+    const fn = parseBdf(spec.address).rid & 7;
+    const pf = {
+      totalVfs: spec.totalVfs,
+      numVfs: 0,
+      offset: 16 + fn * (spec.totalVfs - 1),
+      vf: { ...spec.vf, productId: hexId(spec.vf.productId, 4, 'vf.productId') },
+      vfs: [] as (string | undefined)[],
+    };
+    if (pf.vf.classCode !== undefined) pf.vf.classCode = hexId(pf.vf.classCode, 6, 'vf.classCode');
+    if (pf.vf.driver) assertDriverName(pf.vf.driver);
+    const st = this.register(spec, { pf });
+    this.writeFunction(st);
+    return this.setNumVfs(spec.address, spec.numVfs ?? 0);
+  }
+
+  /**
+   * Like writing sriov_numvfs: creates the VFs up to `numVfs` (with their
+   * physfn/virtfnN links, bus links and IOMMU groups) or removes those above it.
+   * Unlike the kernel it does not insist on going through 0 first, and VFs that
+   * stay keep their driver binding. Returns the addresses of the enabled VFs.
+   */
+  async setNumVfs(pfAddress: string, numVfs: number): Promise<string[]> {
+    const pfState = this.get(pfAddress);
+    const pf = pfState.pf;
+    if (!pf) throw new Error(`${pfAddress} is not an SR-IOV PF`);
+    if (!Number.isInteger(numVfs) || numVfs < 0 || numVfs > pf.totalVfs) {
+      throw new Error(`numVfs: ${numVfs} must be an integer 0-${pf.totalVfs}`);
+    }
+    const dir = this.devDir(pfAddress);
+    const { domain, rid } = parseBdf(pfAddress);
+    if (numVfs > pf.numVfs) {
+      // Check every new address before creating anything, so a clash changes nothing.
+      const addrs: string[] = [];
+      for (let i = pf.numVfs; i < numVfs; i++) {
+        const vfRid = rid + pf.offset + i;
+        if (vfRid > 0xffff) throw new Error(`VF ${i} of ${pfAddress} would fall beyond bus ff`);
+        const a = formatBdf(domain, vfRid);
+        if (this.functions.has(a)) throw new Error(`VF ${i} of ${pfAddress} would take ${a}, which exists`);
+        addrs.push(a);
+      }
+      addrs.forEach((a, k) => {
+        const index = pf.numVfs + k;
+        const vf = this.register(
+          {
+            address: a,
+            vendorId: pfState.vendorId,
+            productId: pf.vf.productId,
+            classCode: pf.vf.classCode ?? pfState.classCode,
+            driver: pf.vf.driver ?? null,
+            numaNode: pfState.numaNode,
+            subsystemVendorId: pfState.subsystemVendorId,
+            subsystemProductId: pfState.subsystemProductId,
+            revision: pfState.revision,
+          },
+          { vf: { physfn: pfAddress, index } },
+        );
+        pf.vfs[index] = a;
+        this.writeFunction(vf);
+        this.link(path.join(dir, `virtfn${index}`), this.devDir(a));
+      });
+    } else {
+      for (let i = numVfs; i < pf.numVfs; i++) {
+        const a = pf.vfs[i];
+        if (a !== undefined) this.removeOne(a);
+        this.unlinkQuiet(path.join(dir, `virtfn${i}`));
+      }
+      pf.vfs.length = numVfs;
+    }
+    pf.numVfs = numVfs;
+    writeFileSync(path.join(dir, 'sriov_numvfs'), `${numVfs}\n`);
+    return pf.vfs.filter((a): a is string => a !== undefined);
+  }
+
+  /**
+   * Hot-unplug: the function disappears from devices/, bus/pci/devices, its
+   * driver's directory, its IOMMU group and class/net, class/nvme, class/block.
+   * A PF takes its VFs with it (the kernel disables SR-IOV first); a VF removed
+   * on its own loses its PF's virtfnN link while sriov_numvfs stays.
+   */
+  async removeFunction(address: string): Promise<void> {
+    const st = this.get(address);
+    if (st.pf) for (const vf of st.pf.vfs) if (vf !== undefined) this.removeOne(vf);
+    if (st.vf) {
+      const pf = this.functions.get(st.vf.physfn);
+      if (pf?.pf && pf.pf.vfs[st.vf.index] === address) {
+        pf.pf.vfs[st.vf.index] = undefined;
+        this.unlinkQuiet(path.join(this.devDir(pf.address), `virtfn${st.vf.index}`));
+      }
+    }
+    this.removeOne(address);
+  }
+
+  /** Binds `driver` (or unbinds, with null), with the side effects on net/ and nvme/ children. */
+  async setDriver(address: string, driver: string | null): Promise<void> {
+    const st = this.get(address);
+    if (driver !== null) assertDriverName(driver);
+    if (st.driver === driver) return;
+    const before = this.visibleChildren(st);
+    this.unlinkDriver(st);
+    st.driver = driver;
+    const after = this.visibleChildren(st);
+    const dir = this.devDir(address);
+    this.linkDriver(st);
+    writeFileSync(path.join(dir, 'enable'), driver ? '1\n' : '0\n');
+    writeFileSync(path.join(dir, 'config'), this.config(st));
+    for (const n of before.netdevs) if (!after.netdevs.has(n)) this.removeNetdevFiles(st, n);
+    for (const n of after.netdevs) if (!before.netdevs.has(n)) this.writeNetdev(st, n);
+    if (before.nvme && !after.nvme) this.removeNvmeFiles(st);
+    if (!before.nvme && after.nvme) this.writeNvme(st);
+  }
+
+  /** A network interface of the function, owned by the driver bound now. */
+  async addNetdev(address: string, ifname: string): Promise<void> {
+    const st = this.get(address);
+    if (!IFNAME_RE.test(ifname) || ifname === '.' || ifname === '..') {
+      throw new Error(`ifname: ${JSON.stringify(ifname)} is not a network interface name`);
+    }
+    const taken = this.ifnames.get(ifname);
+    if (taken !== undefined) throw new Error(`ifname ${ifname} already belongs to ${taken}`);
+    this.ifnames.set(ifname, address);
+    st.netdevs.set(ifname, st.driver);
+    this.writeNetdev(st, ifname);
+  }
+
+  /**
+   * An NVMe PCI function (class 010802, driver nvme unless the spec says
+   * otherwise) with its controller directory and namespaces. The controller
+   * directory exists only while the function is bound to `nvme`.
+   */
+  async addNvmeController(spec: SimNvmeSpec): Promise<void> {
+    if (!NVME_CTRL_RE.test(spec.controller))
+      throw new Error(`controller: ${JSON.stringify(spec.controller)}`);
+    if (this.controllers.has(spec.controller))
+      throw new Error(`controller ${spec.controller} already exists`);
+    const n = Number(spec.controller.slice(4));
+    const nvme: NvmeState = {
+      controller: spec.controller,
+      model: spec.model ?? 'Berth Simulated NVMe',
+      serial: spec.serial ?? `BSIM${n.toString().padStart(8, '0')}`,
+      firmware: spec.firmware ?? '1.0',
+      cntlid: spec.cntlid ?? 1,
+      state: spec.state ?? 'live',
+      writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
+      namespaces: normaliseNamespaces(spec.namespaces ?? []),
+    };
+    const st = this.register(
+      {
+        ...spec,
+        classCode: spec.classCode ?? '010802',
+        driver: spec.driver === undefined ? 'nvme' : spec.driver,
+      },
+      { nvme },
+    );
+    this.controllers.set(spec.controller, spec.address);
+    this.writeFunction(st);
+  }
+
+  /** Replaces a controller's namespaces, as after nvme delete-ns / create-ns / attach-ns. */
+  async setNvmeNamespaces(controller: string, namespaces: SimNvmeNamespaceSpec[]): Promise<void> {
+    const address = this.controllers.get(controller);
+    if (address === undefined) throw new Error(`no NVMe controller ${controller}`);
+    const st = this.get(address);
+    const nvme = st.nvme!;
+    const next = normaliseNamespaces(namespaces);
+    const visible = this.visibleChildren(st).nvme;
+    if (visible) for (const ns of nvme.namespaces) this.removeNamespaceFiles(st, ns.nsid);
+    nvme.namespaces = next;
+    if (visible) for (const ns of next) this.writeNamespace(st, ns);
+  }
+
+  /**
+   * Keeps `group` out of the fresh-group sequence, for callers that will name it
+   * explicitly later (buildSysfs does this for the whole spec up front).
+   */
+  reserveIommuGroup(group: number): void {
+    this.reservedGroups.add(group);
+  }
+
+  // ---- model -------------------------------------------------------------
+
+  private get(address: string): FunctionState {
+    assertPciAddress(address);
+    const st = this.functions.get(address);
+    if (!st) throw new Error(`no PCI function ${address} in the simulated tree`);
+    return st;
+  }
+
+  private register(spec: SimFunctionSpec, extra: Pick<FunctionState, 'pf' | 'vf' | 'nvme'>): FunctionState {
+    assertPciAddress(spec.address);
+    if (this.functions.has(spec.address)) throw new Error(`PCI function ${spec.address} already exists`);
+    if (spec.driver) assertDriverName(spec.driver);
+    const vendorId = hexId(spec.vendorId, 4, 'vendorId');
+    const productId = hexId(spec.productId, 4, 'productId');
+    const classCode = hexId(spec.classCode ?? '020000', 6, 'classCode');
+    const revision = hexId(spec.revision ?? '00', 2, 'revision');
+    const subsystemVendorId = hexId(spec.subsystemVendorId ?? vendorId, 4, 'subsystemVendorId');
+    const subsystemProductId = hexId(spec.subsystemProductId ?? productId, 4, 'subsystemProductId');
+    const numaNode = spec.numaNode ?? -1;
+    if (!Number.isInteger(numaNode) || numaNode < -1) throw new Error(`numaNode: ${numaNode}`);
+    let iommuGroup: number | null;
+    if (spec.iommuGroup === undefined) {
+      while (this.groupMembers.has(this.nextGroup) || this.reservedGroups.has(this.nextGroup))
+        this.nextGroup++;
+      iommuGroup = this.nextGroup++;
+    } else {
+      iommuGroup = spec.iommuGroup;
+      if (iommuGroup !== null && (!Number.isInteger(iommuGroup) || iommuGroup < 0)) {
+        throw new Error(`iommuGroup: ${iommuGroup} must be a non-negative integer`);
+      }
+    }
+    const st: FunctionState = {
+      address: spec.address,
+      vendorId,
+      productId,
+      classCode,
+      revision,
+      subsystemVendorId,
+      subsystemProductId,
+      driver: spec.driver ?? null,
+      numaNode,
+      iommuGroup,
+      netdevs: new Map(),
+      ...extra,
+    };
+    this.functions.set(st.address, st);
+    if (iommuGroup !== null) {
+      let members = this.groupMembers.get(iommuGroup);
+      if (!members) {
+        members = new Set();
+        this.groupMembers.set(iommuGroup, members);
+      }
+      members.add(st.address);
+    }
+    return st;
+  }
+
+  private visibleChildren(st: FunctionState): { netdevs: Set<string>; nvme: boolean } {
+    const netdevs = new Set<string>();
+    for (const [n, owner] of st.netdevs) if (owner === st.driver) netdevs.add(n);
+    return { netdevs, nvme: st.nvme !== undefined && st.driver === 'nvme' };
+  }
+
+  // ---- paths -------------------------------------------------------------
+
+  private devDir(address: string): string {
+    return path.join(this.root, 'devices', `pci${address.slice(0, 4)}:00`, address);
+  }
+
+  private config(st: FunctionState): Buffer {
+    return buildConfigSpace({ ...st, enabled: st.driver !== null });
+  }
+
+  // ---- disk --------------------------------------------------------------
+
+  /** mkdir -p, done once per directory while it exists. */
+  private ensureDir(dir: string): void {
+    if (this.dirsMade.has(dir)) return;
+    mkdirSync(dir, { recursive: true });
+    this.dirsMade.add(dir);
+  }
+
+  /** A relative symlink at `at` pointing to the absolute `target`, the kernel's way. */
+  private link(at: string, target: string): void {
+    symlinkSync(path.relative(path.dirname(at), target), at);
+  }
+
+  /** Removes a link or file that may already be gone. */
+  private unlinkQuiet(p: string): void {
+    try {
+      unlinkSync(p);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+    }
+  }
+
+  private driverDir(driver: string): string {
+    return path.join(this.root, 'bus', 'pci', 'drivers', driver);
+  }
+
+  private linkDriver(st: FunctionState): void {
+    if (st.driver === null) return;
+    const drvDir = this.driverDir(st.driver);
+    if (!this.dirsMade.has(drvDir)) {
+      this.ensureDir(drvDir);
+      // Write-only control files of a real driver directory.
+      for (const f of ['bind', 'unbind', 'new_id', 'remove_id', 'uevent'])
+        writeFileSync(path.join(drvDir, f), '');
+    }
+    const dev = this.devDir(st.address);
+    this.link(path.join(dev, 'driver'), drvDir);
+    this.link(path.join(drvDir, st.address), dev);
+  }
+
+  private unlinkDriver(st: FunctionState): void {
+    if (st.driver === null) return;
+    this.unlinkQuiet(path.join(this.devDir(st.address), 'driver'));
+    this.unlinkQuiet(path.join(this.driverDir(st.driver), st.address));
+  }
+
+  private writeFunction(st: FunctionState): void {
+    const dev = this.devDir(st.address);
+    const busDevices = path.join(this.root, 'bus', 'pci', 'devices');
+    this.ensureDir(path.dirname(dev));
+    this.ensureDir(busDevices);
+    mkdirSync(dev);
+    const w = (name: string, content: string | Buffer) => writeFileSync(path.join(dev, name), content);
+    w('vendor', `0x${st.vendorId}\n`);
+    w('device', `0x${st.productId}\n`);
+    w('class', `0x${st.classCode}\n`);
+    w('subsystem_vendor', `0x${st.subsystemVendorId}\n`);
+    w('subsystem_device', `0x${st.subsystemProductId}\n`);
+    w('revision', `0x${st.revision}\n`);
+    w('numa_node', `${st.numaNode}\n`);
+    w('config', this.config(st));
+    // 6 BARs + ROM + 6 IOV BARs, none assigned.
+    w('resource', '0x0000000000000000 0x0000000000000000 0x0000000000000000\n'.repeat(13));
+    w('irq', '0\n');
+    w('enable', st.driver ? '1\n' : '0\n');
+    this.link(path.join(dev, 'subsystem'), path.join(this.root, 'bus', 'pci'));
+    this.linkDriver(st);
+    if (st.iommuGroup !== null) {
+      const groupDir = path.join(this.root, 'kernel', 'iommu_groups', String(st.iommuGroup));
+      this.ensureDir(path.join(groupDir, 'devices'));
+      this.link(path.join(dev, 'iommu_group'), groupDir);
+      this.link(path.join(groupDir, 'devices', st.address), dev);
+    }
+    if (st.pf) {
+      w('sriov_totalvfs', `${st.pf.totalVfs}\n`);
+      w('sriov_numvfs', `${st.pf.numVfs}\n`);
+      w('sriov_offset', `${st.pf.offset}\n`);
+      w('sriov_stride', '1\n');
+      w('sriov_vf_device', `${st.pf.vf.productId}\n`);
+    }
+    if (st.vf) this.link(path.join(dev, 'physfn'), this.devDir(st.vf.physfn));
+    const visible = this.visibleChildren(st);
+    for (const n of visible.netdevs) this.writeNetdev(st, n);
+    if (visible.nvme) this.writeNvme(st);
+    // Last, so a reader never finds a bus entry for a half-written function.
+    this.link(path.join(busDevices, st.address), dev);
+  }
+
+  /** Removes one function's files and links (not its VFs) and forgets it. */
+  private removeOne(address: string): void {
+    const st = this.functions.get(address);
+    if (!st) return;
+    const visible = this.visibleChildren(st);
+    this.functions.delete(address);
+    for (const n of st.netdevs.keys()) this.ifnames.delete(n);
+    if (st.nvme) this.controllers.delete(st.nvme.controller);
+    // First the bus entry, as the kernel does, so readers stop finding it.
+    this.unlinkQuiet(path.join(this.root, 'bus', 'pci', 'devices', address));
+    this.unlinkDriver(st);
+    for (const n of visible.netdevs) this.unlinkQuiet(path.join(this.root, 'class', 'net', n));
+    if (visible.nvme) this.removeNvmeLinks(st);
+    if (st.iommuGroup !== null) {
+      const members = this.groupMembers.get(st.iommuGroup);
+      members?.delete(address);
+      const groupDir = path.join(this.root, 'kernel', 'iommu_groups', String(st.iommuGroup));
+      if (members && members.size === 0) {
+        // The kernel frees a group with its last device.
+        this.groupMembers.delete(st.iommuGroup);
+        this.dirsMade.delete(path.join(groupDir, 'devices'));
+        rmSync(groupDir, { recursive: true, force: true });
+      } else {
+        this.unlinkQuiet(path.join(groupDir, 'devices', address));
+      }
+    }
+    rmSync(this.devDir(address), { recursive: true, force: true });
+  }
+
+  private writeNetdev(st: FunctionState, ifname: string): void {
+    const netDir = path.join(this.devDir(st.address), 'net', ifname);
+    mkdirSync(netDir, { recursive: true });
+    this.ensureDir(path.join(this.root, 'class', 'net'));
+    writeFileSync(path.join(netDir, 'address'), `${macFor(st.address, ifname)}\n`);
+    writeFileSync(path.join(netDir, 'operstate'), 'up\n');
+    // Kernel form: net/<if>/device -> ../../../<addr>
+    symlinkSync(`../../../${st.address}`, path.join(netDir, 'device'));
+    this.link(path.join(this.root, 'class', 'net', ifname), netDir);
+  }
+
+  private removeNetdevFiles(st: FunctionState, ifname: string): void {
+    this.unlinkQuiet(path.join(this.root, 'class', 'net', ifname));
+    rmSync(path.join(this.devDir(st.address), 'net', ifname), { recursive: true, force: true });
+  }
+
+  private ctrlDir(st: FunctionState): string {
+    return path.join(this.devDir(st.address), 'nvme', st.nvme!.controller);
+  }
+
+  private writeNvme(st: FunctionState): void {
+    const nvme = st.nvme!;
+    const dir = this.ctrlDir(st);
+    mkdirSync(dir, { recursive: true });
+    this.ensureDir(path.join(this.root, 'class', 'nvme'));
+    const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
+    w('model', `${pad(nvme.model, 40)}\n`);
+    w('serial', `${pad(nvme.serial, 20)}\n`);
+    w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
+    w('cntlid', `${nvme.cntlid}\n`);
+    w('transport', 'pcie\n');
+    w('address', `${st.address}\n`);
+    w('state', `${nvme.state}\n`);
+    w('dev', `${NVME_CHAR_MAJOR}:${Number(nvme.controller.slice(4))}\n`);
+    w('numa_node', `${st.numaNode}\n`);
+    // nvme_init_subnqn's fallback NQN, for controllers that report none.
+    w(
+      'subsysnqn',
+      `nqn.2014.08.org.nvmexpress:${st.vendorId}${st.subsystemVendorId}${pad(nvme.serial, 20)}${pad(nvme.model, 40)}\n`,
+    );
+    // Kernel form: nvme/nvmeX/device -> ../../../<addr>
+    symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
+    for (const ns of nvme.namespaces) this.writeNamespace(st, ns);
+    this.link(path.join(this.root, 'class', 'nvme', nvme.controller), dir);
+  }
+
+  private removeNvmeLinks(st: FunctionState): void {
+    const nvme = st.nvme!;
+    this.unlinkQuiet(path.join(this.root, 'class', 'nvme', nvme.controller));
+    for (const ns of nvme.namespaces) {
+      this.unlinkQuiet(path.join(this.root, 'class', 'block', `${nvme.controller}n${ns.nsid}`));
+    }
+  }
+
+  private removeNvmeFiles(st: FunctionState): void {
+    this.removeNvmeLinks(st);
+    rmSync(path.join(this.devDir(st.address), 'nvme'), { recursive: true, force: true });
+  }
+
+  private writeNamespace(st: FunctionState, ns: Required<SimNvmeNamespaceSpec>): void {
+    const nvme = st.nvme!;
+    const name = `${nvme.controller}n${ns.nsid}`;
+    const dir = path.join(this.ctrlDir(st), name);
+    mkdirSync(path.join(dir, 'queue'), { recursive: true });
+    this.ensureDir(path.join(this.root, 'class', 'block'));
+    const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
+    w('nsid', `${ns.nsid}\n`);
+    w('size', `${ns.sizeBytes / 512}\n`);
+    w('ro', '0\n');
+    w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
+    w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
+    w('queue/logical_block_size', `${ns.lbaSize}\n`);
+    w('queue/physical_block_size', `${ns.lbaSize}\n`);
+    w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
+    // Kernel form (non-multipath): nvmeXnY/device -> ../../nvmeX
+    symlinkSync(`../../${nvme.controller}`, path.join(dir, 'device'));
+    this.link(path.join(this.root, 'class', 'block', name), dir);
+  }
+
+  private removeNamespaceFiles(st: FunctionState, nsid: number): void {
+    const name = `${st.nvme!.controller}n${nsid}`;
+    this.unlinkQuiet(path.join(this.root, 'class', 'block', name));
+    rmSync(path.join(this.ctrlDir(st), name), { recursive: true, force: true });
+  }
+}
+
+function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNvmeNamespaceSpec>[] {
+  const seen = new Set<number>();
+  return namespaces.map((ns) => {
+    const lbaSize = ns.lbaSize ?? 512;
+    if (!Number.isInteger(ns.nsid) || ns.nsid < 1 || seen.has(ns.nsid)) throw new Error(`nsid: ${ns.nsid}`);
+    seen.add(ns.nsid);
+    if (lbaSize !== 512 && lbaSize !== 4096) throw new Error(`lbaSize: ${lbaSize} must be 512 or 4096`);
+    if (!Number.isSafeInteger(ns.sizeBytes) || ns.sizeBytes <= 0 || ns.sizeBytes % lbaSize !== 0) {
+      throw new Error(`sizeBytes: ${ns.sizeBytes} must be a positive multiple of ${lbaSize}`);
+    }
+    return { nsid: ns.nsid, sizeBytes: ns.sizeBytes, lbaSize };
+  });
+}
+
+/** A stable 32-bit FNV-1a hash, for deterministic MACs and EUIs. */
+function fnv(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
+
+/** A locally administered unicast MAC derived from the function and name. */
+function macFor(address: string, ifname: string): string {
+  const h = fnv(`${address}/${ifname}`);
+  const bytes = [0x02, 0x00, (h >>> 24) & 0xff, (h >>> 16) & 0xff, (h >>> 8) & 0xff, h & 0xff];
+  return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+function euiFor(serial: string, nsid: number): string {
+  return (
+    fnv(serial).toString(16).padStart(8, '0') + fnv(`${serial}/${nsid}`).toString(16).padStart(8, '0')
+  ).slice(0, 16);
+}
+
+/**
+ * Builds a whole host: plain functions, then PFs (with their VFs), then NVMe
+ * controllers, then netdevs, each in spec order, so addresses and IOMMU group
+ * numbers are deterministic. Explicit group numbers anywhere in the spec are
+ * reserved first, so fresh groups never collide with them. Yields to the event
+ * loop every few items, so building a large host does not starve timers.
+ */
+export async function buildSysfs(root: string, spec: SimHostSpec): Promise<SysfsBuilder> {
+  const b = new SysfsBuilder(root);
+  for (const f of [...(spec.functions ?? []), ...(spec.pfs ?? []), ...(spec.nvme ?? [])]) {
+    if (typeof f.iommuGroup === 'number') b.reserveIommuGroup(f.iommuGroup);
+  }
+  mkdirSync(b.root, { recursive: true });
+  const steps: (() => Promise<unknown>)[] = [
+    ...(spec.functions ?? []).map((f) => () => b.addFunction(f)),
+    ...(spec.pfs ?? []).map((p) => () => b.addPf(p)),
+    ...(spec.nvme ?? []).map((n) => () => b.addNvmeController(n)),
+    ...(spec.netdevs ?? []).map((n) => () => b.addNetdev(n.address, n.ifname)),
+  ];
+  for (let i = 0; i < steps.length; i++) {
+    await steps[i]!();
+    if (i % 32 === 31) await yieldToEventLoop();
+  }
+  return b;
+}
