@@ -1,0 +1,155 @@
+/**
+ * Test fixture: a simulated host for the NVMe driver — a sysfs tree, an nvme-cli
+ * 2.3 simulator state with file-backed namespaces, and a logging wrapper around
+ * the simulator so tests can count invocations and find child pids.
+ *
+ * The kernel's part of namespace management is mimicked in `runner`: after a
+ * successful `ns-rescan` the sysfs tree is updated from the simulator's state,
+ * as the kernel would add/remove the nvmeXnY block devices.
+ */
+import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import {
+  createNvmeSimState,
+  readNvmeSimState,
+  type SimControllerSpec,
+  writeNvmeWrapper,
+} from '../../sim/nvme-cli/index.js';
+import { buildSysfs, type SysfsBuilder } from '../../sim/sysfs/index.js';
+import type { CommandRunner } from '../command-runner.js';
+import type { CleanupContext, HostContext } from '../driver.js';
+import { ExecRunner } from '../exec-runner.js';
+import type { CleanupProgress } from '../types.js';
+
+export const ADDRESS = '0000:01:00.0';
+
+export interface TestHost {
+  root: string;
+  sysfsRoot: string;
+  devRoot: string;
+  statePath: string;
+  /** The logging wrapper: use as nvme_cli. */
+  nvmeCli: string;
+  builder: SysfsBuilder;
+  runner: CommandRunner;
+  ctx: HostContext;
+  /** argv of every nvme invocation so far, with the pid that ran it. */
+  invocations(): Promise<{ pid: number; argv: string[] }[]>;
+  cleanupCtx(signal?: AbortSignal): CleanupContext & { events: CleanupProgress[] };
+  dispose(): Promise<void>;
+}
+
+export interface TestHostOptions {
+  controller?: Partial<SimControllerSpec>;
+  namespaces?: { nsid: number; sizeBytes: number }[];
+  vendorId?: string;
+  productId?: string;
+}
+
+export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
+  const root = await mkdtemp(join(tmpdir(), 'berth-nvme-'));
+  const sysfsRoot = join(root, 'sys');
+  const devRoot = join(root, 'dev');
+  const statePath = join(root, 'nvme-sim.json');
+  const namespaces = opts.namespaces ?? [{ nsid: 1, sizeBytes: 1 << 20 }];
+  const builder = await buildSysfs(sysfsRoot, {
+    nvme: [
+      {
+        address: ADDRESS,
+        vendorId: opts.vendorId ?? '144d',
+        productId: opts.productId ?? 'a808',
+        controller: 'nvme0',
+        namespaces,
+      },
+    ],
+  });
+  await createNvmeSimState(statePath, {
+    controllers: [
+      {
+        name: 'nvme0',
+        devPath: join(devRoot, 'nvme0'),
+        pciAddress: ADDRESS,
+        namespaces,
+        ...opts.controller,
+      },
+    ],
+  });
+  const sim = await writeNvmeWrapper(join(root, 'bin'), statePath);
+  const log = join(root, 'nvme-argv.log');
+  const nvmeCli = join(root, 'bin', 'nvme-logged');
+  await writeFile(nvmeCli, `#!/bin/sh\nprintf '%s\\t%s\\n' "$$" "$*" >> '${log}'\nexec '${sim}' "$@"\n`);
+  await chmod(nvmeCli, 0o755);
+
+  const exec = new ExecRunner({ killGraceMs: 500 });
+  const runner: CommandRunner = {
+    async run(file, args, options) {
+      const r = await exec.run(file, args, options);
+      if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0) {
+        const state = await readNvmeSimState(statePath);
+        const ctrl = state.controllers.find((c) => c.name === 'nvme0')!;
+        await builder.setNvmeNamespaces(
+          'nvme0',
+          ctrl.namespaces
+            .filter((n) => n.attached)
+            .map((n) => ({ nsid: n.nsid, sizeBytes: n.sizeBytes, lbaSize: n.lbaSize })),
+        );
+      }
+      return r;
+    },
+  };
+  const logger = pino({ level: 'silent' });
+  const ctx: HostContext = { sysfsRoot, devRoot, stateDir: root, hostname: 'test-host', runner, logger };
+  return {
+    root,
+    sysfsRoot,
+    devRoot,
+    statePath,
+    nvmeCli,
+    builder,
+    runner,
+    ctx,
+    async invocations() {
+      const text = await readFile(log, 'utf8').catch(() => '');
+      return text
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => {
+          const [pid, rest] = l.split('\t');
+          return { pid: Number(pid), argv: (rest ?? '').split(' ') };
+        });
+    },
+    cleanupCtx(signal = new AbortController().signal) {
+      const events: CleanupProgress[] = [];
+      return { ...ctx, jobId: 'job-1', signal, progress: (p: CleanupProgress) => events.push(p), events };
+    },
+    dispose: () => rm(root, { recursive: true, force: true }),
+  };
+}
+
+/** Writes a recognisable tenant pattern at several places of a namespace backing file. */
+export async function writeTenantData(path: string, sizeBytes: number): Promise<void> {
+  const { open } = await import('node:fs/promises');
+  const fh = await open(path, 'r+');
+  try {
+    const block = Buffer.alloc(4096, 0);
+    block.write('TENANT-SECRET-'.repeat(200));
+    for (const off of [0, Math.floor(sizeBytes / 3), Math.floor(sizeBytes / 2), sizeBytes - 4096]) {
+      await fh.write(block, 0, block.length, off - (off % 512));
+    }
+  } finally {
+    await fh.close();
+  }
+}
+
+/** True when the file holds the tenant marker anywhere. */
+export async function holdsTenantData(path: string): Promise<boolean> {
+  const data = await readFile(path);
+  return data.includes('TENANT-SECRET-');
+}
+
+export async function isAllZero(path: string): Promise<boolean> {
+  const data = await readFile(path);
+  return data.every((b) => b === 0);
+}
