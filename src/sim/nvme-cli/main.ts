@@ -80,7 +80,13 @@ function isMain(): boolean {
 }
 
 if (isMain()) {
-  const result = await runCli(process.argv.slice(2));
+  let result: CliResult;
+  try {
+    result = await runCli(process.argv.slice(2));
+  } catch (err) {
+    // A simulator bug, not an nvme-cli behaviour: say so loudly, exit like a failed command.
+    result = { stdout: '', stderr: `nvme-sim internal error: ${(err as Error).stack ?? err}\n`, code: 1 };
+  }
   if (result.stdout) process.stdout.write(result.stdout);
   if (result.stderr) process.stderr.write(result.stderr);
   if (result.hang) {

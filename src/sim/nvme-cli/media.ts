@@ -5,7 +5,8 @@
  * erasure that did not happen (see the `noop` fault).
  */
 import { randomFillSync } from 'node:crypto';
-import { closeSync, ftruncateSync, openSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { dirname } from 'node:path';
 
 const CHUNK = 1 << 20;
 
@@ -48,6 +49,7 @@ export function fillWhole(path: string, sizeBytes: number, fill: Fill): void {
  * previous tenant's bytes.
  */
 export function createBackingFile(path: string, sizeBytes: number): void {
+  mkdirSync(dirname(path), { recursive: true });
   const fd = openSync(path, 'w');
   try {
     ftruncateSync(fd, sizeBytes);

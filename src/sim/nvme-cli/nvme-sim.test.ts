@@ -342,6 +342,26 @@ describe('nvme-sim executable', () => {
     expect((await sim.run(['list-ns', sim.dev('nvme0'), '-o', 'json'])).code).toBe(0);
   }, 30_000);
 
+  it('concurrent invocations serialize on the state lock (no lost updates)', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [{ name: 'nvme0', devPath: dev('nvme0'), tnvmcapBytes: 64 * MiB, namespaces: [] }],
+    }));
+    const ctrl = sim.dev('nvme0');
+    const results = await Promise.all([
+      ...[0, 1, 2, 3].map(() => sim.run(['create-ns', ctrl, '-s', '2048', '-c', '2048', '-b', '512'])),
+      sim.run(['sanitize-log', ctrl, '-o', 'json']),
+    ]);
+    for (const r of results) expect(r.code).toBe(0);
+    const nsids = results
+      .slice(0, 4)
+      .map((r) => Number(/created nsid:(\d+)/.exec(r.stdout)?.[1]))
+      .sort();
+    expect(nsids).toEqual([1, 2, 3, 4]);
+    const st = await readNvmeSimState(sim.state);
+    expect(st.controllers[0]?.namespaces.map((n) => n.nsid)).toEqual([1, 2, 3, 4]);
+    expect(existsSync(`${sim.state}.lock`)).toBe(false);
+  }, 60_000);
+
   it('format: without --force warns and waits; SES 1 zeroes, SES 2 randomizes; needs OACS bit 1', async () => {
     const sim = await makeSim((dev) => ({
       controllers: [

@@ -130,6 +130,7 @@ export async function createNvmeSimState(path: string, spec: NvmeSimSpec): Promi
   }) as NvmeSimState;
   mkdirSync(dirname(path), { recursive: true });
   for (const c of state.controllers) {
+    mkdirSync(dirname(c.devPath), { recursive: true });
     for (const ns of c.namespaces) {
       mkdirSync(dirname(ns.devPath), { recursive: true });
       createBackingFile(ns.devPath, ns.sizeBytes);
