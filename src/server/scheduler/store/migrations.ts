@@ -1,0 +1,109 @@
+/**
+ * Numbered schema migrations for the SQLite store, applied in order inside one
+ * transaction each and recorded in `schema_migrations`; append, never edit.
+ *
+ * Rows keep the full domain record as JSON in `record`, with the columns that
+ * queries and constraints need pulled out beside it, so a field added to a
+ * record needs no migration while indexes stay exact.
+ */
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'init',
+    sql: `
+CREATE TABLE hosts (
+  name TEXT PRIMARY KEY,
+  record TEXT NOT NULL
+);
+
+CREATE TABLE devices (
+  uuid TEXT PRIMARY KEY,
+  host TEXT NOT NULL,
+  address TEXT NOT NULL,
+  type TEXT NOT NULL,
+  resource_class TEXT NOT NULL,
+  vendor_id TEXT NOT NULL,
+  product_id TEXT NOT NULL,
+  iommu_group INTEGER,
+  device_state TEXT NOT NULL,
+  generation INTEGER NOT NULL,
+  record TEXT NOT NULL,
+  UNIQUE (host, address)
+);
+-- Allocation reads only one host's devices of one class (or vendor/product).
+CREATE INDEX devices_host_class_state ON devices (host, resource_class, device_state);
+CREATE INDEX devices_host_ids ON devices (host, vendor_id, product_id);
+CREATE INDEX devices_host_iommu ON devices (host, iommu_group, device_state);
+CREATE INDEX devices_state ON devices (device_state);
+
+CREATE TABLE profiles (
+  name TEXT PRIMARY KEY,
+  uuid TEXT NOT NULL UNIQUE,
+  record TEXT NOT NULL
+);
+
+CREATE TABLE arqs (
+  uuid TEXT PRIMARY KEY,
+  instance_uuid TEXT,
+  device_uuid TEXT,
+  state TEXT NOT NULL,
+  record TEXT NOT NULL
+);
+CREATE INDEX arqs_instance ON arqs (instance_uuid);
+-- Invariant 5 as a constraint: a device is bound to at most one ARQ.
+CREATE UNIQUE INDEX arqs_device ON arqs (device_uuid) WHERE device_uuid IS NOT NULL;
+
+CREATE TABLE cleanup_jobs (
+  job_id TEXT PRIMARY KEY,
+  device_uuid TEXT NOT NULL,
+  state TEXT NOT NULL,
+  record TEXT NOT NULL
+);
+CREATE INDEX cleanup_jobs_device ON cleanup_jobs (device_uuid);
+CREATE INDEX cleanup_jobs_state ON cleanup_jobs (state);
+
+CREATE TABLE cleanup_events (
+  job_id TEXT NOT NULL,
+  sequence INTEGER NOT NULL,
+  event TEXT NOT NULL,
+  PRIMARY KEY (job_id, sequence)
+);
+
+CREATE TABLE migrations (
+  uuid TEXT PRIMARY KEY,
+  instance_uuid TEXT NOT NULL,
+  state TEXT NOT NULL,
+  record TEXT NOT NULL
+);
+CREATE INDEX migrations_instance ON migrations (instance_uuid, state);
+
+CREATE TABLE instance_devices (
+  instance_uuid TEXT PRIMARY KEY,
+  record TEXT NOT NULL
+);
+
+CREATE TABLE idempotency_keys (
+  key TEXT PRIMARY KEY,
+  fingerprint TEXT NOT NULL,
+  result TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+
+-- AUTOINCREMENT: revisions strictly increase and are never reused.
+CREATE TABLE device_events (
+  revision INTEGER PRIMARY KEY AUTOINCREMENT,
+  device_uuid TEXT NOT NULL,
+  removed INTEGER NOT NULL,
+  record TEXT NOT NULL,
+  at TEXT NOT NULL
+);
+`,
+  },
+];

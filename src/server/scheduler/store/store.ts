@@ -1,0 +1,319 @@
+/**
+ * The scheduler's store: one interface, one contract test suite
+ * (store-contract.ts), several backends (SQLite now, PostgreSQL for HA later).
+ *
+ * Every operation that must be atomic is ONE method here — the caller never
+ * reads, decides and writes in separate calls. Inside, a backend applies the pure
+ * transitions of ../domain in a single transaction, bumps the device generation
+ * and appends to the device event log. Methods are async so a networked backend
+ * can implement them; errors are BerthErrors that already carry their gRPC code.
+ */
+
+import type { PickFn } from '../domain/allocation.js';
+import type { Arq } from '../domain/arq.js';
+import type {
+  DeviceFacts,
+  DeviceRecord,
+  DeviceState,
+  DeviceStatus,
+  DeviceType,
+} from '../domain/device-state.js';
+import type { Profile, ProfileSpec } from '../domain/profile.js';
+
+export interface HostRegistration {
+  name: string;
+  endpoint: string;
+  bootId: string;
+  /** The agent process's own epoch id (Register.epoch): a new one means the agent restarted. */
+  agentEpoch: string;
+  agentVersion: string;
+  features: string[];
+  drivers: string[];
+}
+
+export interface HostRecord extends HostRegistration {
+  /** How many times the host registered (reconnects included). */
+  registrations: number;
+  connected: boolean;
+  registeredAt: string;
+  lastSeen: string;
+  /** The agent inventory revision the scheduler last applied. */
+  inventoryRevision: number;
+  deviceCount: number;
+}
+
+/** A device named by uuid, or by host and PCI address (proto DeviceRef). */
+export type DeviceRef = { uuid: string } | { host: string; address: string };
+
+export interface DeviceFilter {
+  host?: string;
+  type?: DeviceType;
+  state?: DeviceState;
+  resourceClass?: string;
+}
+
+export interface PageRequest {
+  /** 0/undefined = 500; at most 5000. */
+  pageSize?: number;
+  pageToken?: string;
+}
+
+export interface DevicePage {
+  devices: DeviceRecord[];
+  /** '' on the last page. */
+  nextPageToken: string;
+}
+
+/** What an agent's WatchInventory stream delivered. */
+export type InventoryUpdate =
+  | { kind: 'snapshot'; revision: number; devices: DeviceFacts[] }
+  | { kind: 'delta'; revision: number; added: DeviceFacts[]; changed: DeviceFacts[]; removed: string[] };
+
+export interface InventoryResult {
+  added: DeviceRecord[];
+  changed: DeviceRecord[];
+  /** Devices marked unhealthy because the host no longer reports them (never deleted). */
+  missing: DeviceRecord[];
+}
+
+export type CleanupJobState = 'queued' | 'dispatched' | 'running' | 'succeeded' | 'failed' | 'interrupted';
+export type CleanupPhase =
+  | 'queued'
+  | 'preparing'
+  | 'sanitizing'
+  | 'namespace_reset'
+  | 'zeroing'
+  | 'verifying'
+  | 'succeeded'
+  | 'failed'
+  | 'interrupted';
+
+export interface CleanupEvent {
+  jobId: string;
+  address: string;
+  action: string;
+  phase: CleanupPhase;
+  step: string;
+  percent: number;
+  bytesDone: number;
+  bytesTotal: number;
+  message: string;
+  time: string;
+  /** Increases by one per event of a job; a repeated sequence is ignored. */
+  sequence: number;
+}
+
+export interface CleanupJob {
+  jobId: string;
+  deviceUuid: string;
+  host: string;
+  address: string;
+  /** The device's locked-in action when the job was created. */
+  action: string;
+  state: CleanupJobState;
+  /** What asked for it: release of an ARQ/migration, or an operator. */
+  origin: 'release' | 'operator';
+  message: string;
+  lastSequence: number;
+  createdAt: string;
+  dispatchedAt: string | null;
+  finishedAt: string | null;
+}
+
+export interface CreateArqsRequest {
+  profileName: string;
+  /** Idempotency key: the same id returns the same ARQs. */
+  requestId?: string;
+  tags?: string[];
+}
+
+export interface ArqBinding {
+  arqUuid: string;
+  instanceUuid: string;
+  host: string;
+  /** Overrides the tag given at creation when non-empty. */
+  tag?: string;
+}
+
+export interface BindResult {
+  arqs: Arq[];
+  devices: DeviceRecord[];
+}
+
+export interface DeleteArqsResult {
+  deletedUuids: string[];
+  /** Devices that went through release; pending_cleaning ones need a cleanup dispatch. */
+  released: DeviceRecord[];
+}
+
+export type MigrationState = 'planned' | 'committed' | 'aborted';
+
+export interface MigrationRecord {
+  uuid: string;
+  instanceUuid: string;
+  sourceHost: string;
+  destinationHost: string;
+  state: MigrationState;
+  /** Source PCI address → destination PCI address. */
+  addressMap: Record<string, string>;
+  /** Source device uuid → claimed destination device uuid. */
+  claims: Record<string, string>;
+  destinationXml: string;
+  readiness: Array<{ address: string; ready: boolean; reason: string }>;
+  requestId: string | null;
+  createdAt: string;
+}
+
+export interface PlanMigrationRequest {
+  instanceUuid: string;
+  destinationHost: string;
+  requestId?: string;
+}
+
+export interface MigrationOutcome {
+  migration: MigrationRecord;
+  released: DeviceRecord[];
+}
+
+export interface Nic {
+  mac: string;
+  address: string;
+  tag: string;
+  vlan: number | null;
+  model: string;
+}
+
+export interface Disk {
+  serial: string;
+  bus: string;
+  address: string;
+  path: string;
+  tag: string;
+}
+
+export interface InstanceDevices {
+  nics: Nic[];
+  disks: Disk[];
+}
+
+/** One entry of the device event log; revisions strictly increase. */
+export interface DeviceEvent {
+  revision: number;
+  device: DeviceRecord;
+  removed: boolean;
+}
+
+export interface Store {
+  close(): Promise<void>;
+  /** Highest schema migration applied. */
+  schemaVersion(): Promise<number>;
+
+  // --- hosts -------------------------------------------------------------
+  /**
+   * Upsert the host. A new agentEpoch resets the followed inventory revision
+   * (the new agent process numbers its inventory afresh).
+   */
+  registerHost(reg: HostRegistration): Promise<HostRecord>;
+  /** A heartbeat: stamps lastSeen. */
+  touchHost(name: string): Promise<HostRecord>;
+  /**
+   * After an agent (re)start (invariant 3): cleaning devices go to error and
+   * their jobs become interrupted; pending_cleaning devices are returned to be
+   * dispatched again under their job id.
+   */
+  reconcileAgentRestart(host: string): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }>;
+  setHostConnected(host: string, connected: boolean): Promise<HostRecord>;
+  getHost(name: string): Promise<HostRecord>;
+  listHosts(): Promise<HostRecord[]>;
+
+  // --- inventory and devices --------------------------------------------
+  /**
+   * Apply an agent snapshot or delta: insert new devices, update changed ones
+   * (rediscovery, invariant 6), mark missing ones unhealthy. Never deletes.
+   */
+  upsertInventory(host: string, update: InventoryUpdate): Promise<InventoryResult>;
+  getDevice(ref: DeviceRef): Promise<DeviceRecord>;
+  listDevices(filter?: DeviceFilter, page?: PageRequest): Promise<DevicePage>;
+  /** ABORTED (nothing changed) when expectedGeneration is given and stale. */
+  setDeviceStatus(ref: DeviceRef, status: DeviceStatus, expectedGeneration?: number): Promise<DeviceRecord>;
+  /** Operator un-burn (ReleaseDevice). */
+  releaseDevice(ref: DeviceRef, expectedGeneration?: number): Promise<DeviceRecord>;
+  /**
+   * Operator CleanDevice: error → pending_cleaning under a new queued job.
+   * A retry with the same requestId returns the same job.
+   */
+  requestClean(
+    ref: DeviceRef,
+    opts: { requestId?: string; agentCanClean: boolean },
+  ): Promise<{ device: DeviceRecord; job: CleanupJob }>;
+
+  // --- cleanup -----------------------------------------------------------
+  /** pending_cleaning devices (of one host, or all) with their queued/dispatched jobs. */
+  cleanupBacklog(host?: string): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>>;
+  markCleanupDispatched(jobId: string): Promise<CleanupJob>;
+  /**
+   * Record one progress event and apply it to the device: the first working
+   * phase → cleaning, succeeded/failed/interrupted → available/error. A repeated
+   * sequence is ignored (applied: false); an event of a job that is no longer
+   * the device's is recorded but changes no device.
+   */
+  applyCleanupEvent(
+    event: CleanupEvent,
+  ): Promise<{ device: DeviceRecord; job: CleanupJob; applied: boolean }>;
+  /** The job cannot run (agent cannot clean): pending_cleaning → error. */
+  failCleanup(jobId: string, reason: string): Promise<{ device: DeviceRecord; job: CleanupJob }>;
+  getCleanupJob(jobId: string): Promise<CleanupJob>;
+  /** The device's newest job, or null. */
+  latestCleanupJob(deviceUuid: string): Promise<CleanupJob | null>;
+  cleanupEvents(jobId: string, afterSequence?: number): Promise<CleanupEvent[]>;
+
+  // --- profiles ----------------------------------------------------------
+  /** Idempotent on an identical spec; ALREADY_EXISTS for a different one under the name. */
+  createProfile(spec: ProfileSpec): Promise<Profile>;
+  /** By name or uuid. */
+  getProfile(nameOrUuid: string): Promise<Profile>;
+  listProfiles(): Promise<Profile[]>;
+  /** false when there was nothing to delete. */
+  deleteProfile(name: string): Promise<boolean>;
+
+  // --- accelerator requests ---------------------------------------------
+  createArqs(req: CreateArqsRequest): Promise<Arq[]>;
+  getArq(uuid: string): Promise<Arq>;
+  listArqs(instanceUuid?: string): Promise<Arq[]>;
+  /**
+   * Bind every ARQ to an allocatable device on its host, all or nothing, in one
+   * transaction: read the host's candidates, pick (default pickDevice), bind,
+   * update the ARQ, log. A retried identical binding returns the same devices.
+   * On failure nothing is bound and the ARQs are marked bind_failed with the error.
+   */
+  bindArqs(bindings: ArqBinding[], pick?: PickFn): Promise<BindResult>;
+  /** By uuids or instance; devices go through release. Deleting what is gone is a no-op. */
+  deleteArqs(selector: { uuids?: string[]; instanceUuid?: string }): Promise<DeleteArqsResult>;
+
+  // --- migrations --------------------------------------------------------
+  /**
+   * Check that every device bound to the instance is live-migratable and claim
+   * a matching device on the destination for each, atomically.
+   */
+  planMigration(req: PlanMigrationRequest, pick?: PickFn): Promise<MigrationRecord>;
+  setMigrationDetails(
+    uuid: string,
+    details: { destinationXml?: string; readiness?: MigrationRecord['readiness'] },
+  ): Promise<MigrationRecord>;
+  getMigration(uuid: string): Promise<MigrationRecord>;
+  /** ARQs move to the destination devices; source devices are released. Idempotent. */
+  commitMigration(uuid: string): Promise<MigrationOutcome>;
+  /** Destination claims are released. Idempotent. */
+  abortMigration(uuid: string): Promise<MigrationOutcome>;
+
+  // --- instances ---------------------------------------------------------
+  setInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<void>;
+  getInstanceDevices(instanceUuid: string): Promise<InstanceDevices>;
+
+  // --- event log (WatchDevices) -----------------------------------------
+  currentRevision(): Promise<number>;
+  /** Events with revision > `revision`, oldest first, at most `limit`. */
+  eventsSince(revision: number, limit: number): Promise<DeviceEvent[]>;
+  /** Matching devices and the revision they are consistent with, read together. */
+  snapshot(filter?: DeviceFilter): Promise<{ revision: number; devices: DeviceRecord[] }>;
+}
