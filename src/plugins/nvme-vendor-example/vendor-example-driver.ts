@@ -1,0 +1,85 @@
+/**
+ * A template for vendor NVMe drivers — copy this directory to write your own.
+ *
+ * How a vendor driver fits in (DESIGN.md "The driver contract"):
+ *
+ * - It extends NvmeDriver and overrides ONLY `cleanup`. Discovery, traits,
+ *   the resource class, the `nvme:`-style config keys (device_spec,
+ *   cleanup_timeout, nvme_cli, poll_interval, shred) and initHost's nvme-cli
+ *   check are inherited unchanged, so the scheduler sees the same device it
+ *   would see with the generic driver.
+ * - `name` is what operators put in `enabled_drivers`; the config section
+ *   with the same name is passed to the constructor (`section` is only used in
+ *   error messages). Two drivers must not claim the same device, so an operator
+ *   moves a device_spec entry from `nvme:` to this section, never copies it.
+ * - Wrap the work in `withCleanupGuard`: it takes the per-device lock, fires
+ *   the signal at cleanup_timeout as well as when the agent stops, and turns an
+ *   abort into a clear "timed out" / "aborted" error. Pass `ctx.signal` to every
+ *   command (through `this.nvme`) so a timeout kills the tool and its children.
+ * - Re-resolve the controller with `resolveController` — never trust a
+ *   controller name from discovery, it changes when the device is rebound.
+ * - Run nvme-cli with `this.nvme(ctx, args, …)`: it throws on exit 1 with the
+ *   NVMe status text and hex, so you never look at exit codes yourself.
+ * - Fail closed. A vendor tool's exit code 0 proves nothing ("erasure that
+ *   erases nothing" is the most common complaint about peers): finish with
+ *   proof — `verifyZeroed` reads the namespace back and throws on any data left.
+ * - Report each step with `ctx.progress` (phases preparing → sanitizing /
+ *   namespace_reset → zeroing → verifying; percent never decreasing).
+ *
+ * This example scrubs with Format NVM, Secure Erase Setting 1 (user data
+ * erase), on every namespace, then reads every namespace back. It ignores the
+ * device's locked-in action on purpose: a vendor driver *is* the policy for the
+ * devices an operator hands it.
+ */
+
+import type { CleanupContext } from '../driver.js';
+import { CleanupFailedError, NvmeDriver } from '../nvme/index.js';
+import type { DiscoveredDevice } from '../types.js';
+
+/** OACS bit 1: the controller supports Format NVM. */
+const OACS_FORMAT = 1 << 1;
+/** FNA bit 3: Format does NOT accept NSID FFFFFFFFh — format namespace by namespace. */
+const FNA_NO_BROADCAST = 1 << 3;
+/** SES=1 on big drives takes long; nvme-cli's default ioctl timeout (600 s) would let the kernel abort it. */
+const FORMAT_TIMEOUT_MS = 3_600_000;
+
+export class VendorExampleNvmeDriver extends NvmeDriver {
+  protected static override readonly section: string = 'nvme-vendor-example';
+  override readonly name: string = 'nvme-vendor-example';
+
+  override async cleanup(device: DiscoveredDevice, ctx: CleanupContext): Promise<void> {
+    await this.withCleanupGuard(device, ctx, async (ctx) => {
+      const r = await this.resolveController(device, ctx);
+      if (!(r.id.oacs & OACS_FORMAT)) {
+        throw new CleanupFailedError(
+          `${device.address}: ${r.ctrl.name} does not support Format NVM (OACS bit 1)`,
+        );
+      }
+      if (r.ctrl.namespaces.length === 0) {
+        throw new CleanupFailedError(`${device.address}: ${r.ctrl.name} has no namespace to format`);
+      }
+      const nsids =
+        r.id.fna & FNA_NO_BROADCAST ? r.ctrl.namespaces.map((ns) => String(ns.nsid)) : ['0xffffffff'];
+      for (const [i, nsid] of nsids.entries()) {
+        ctx.progress({
+          phase: 'zeroing',
+          step: 'format',
+          percent: Math.round((i / nsids.length) * 100),
+          message: `nvme format -n ${nsid} -s 1`,
+        });
+        // --force: without it 2.3 prints a warning and sleeps 10 s; -t: see FORMAT_TIMEOUT_MS.
+        await this.nvme(
+          ctx,
+          ['format', r.ctrlDev, '-n', nsid, '-s', '1', '--force', '-t', String(FORMAT_TIMEOUT_MS)],
+          {
+            signal: ctx.signal,
+            timeoutMs: FORMAT_TIMEOUT_MS,
+          },
+        );
+      }
+      ctx.progress({ phase: 'zeroing', step: 'format', percent: 100 });
+      // The proof: every namespace reads back as zeros (SES=1 returns zeros on the drives this template targets).
+      for (const ns of r.ctrl.namespaces) await this.verifyZeroed(ns, ctx, 'format -s 1');
+    });
+  }
+}
