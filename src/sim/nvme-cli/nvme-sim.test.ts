@@ -77,6 +77,14 @@ describe('nvme-sim executable', () => {
     const ns = JSON.parse((await sim.run(['id-ns', sim.dev('nvme0n1'), '-o', 'json'])).stdout);
     expect(ns).toMatchObject({ nsze: 2048, ncap: 2048, flbas: 0, nvmcap: String(MiB) });
     expect(ns.lbafs[0]).toEqual({ ms: 0, ds: 9, rp: 2 });
+    // list -v -o json maps the controller to its PCI address and namespaces.
+    const tree = JSON.parse((await sim.run(['list', '-v', '-o', 'json'])).stdout);
+    expect(tree.Devices[0].Subsystems[0].Controllers[0]).toMatchObject({
+      Controller: 'nvme0',
+      Address: '0000:01:00.0',
+      Transport: 'pcie',
+      Namespaces: [expect.objectContaining({ NameSpace: 'nvme0n1', NSID: 1 })],
+    });
     // On the controller without -n: NVME_IOCTL_ID fails, as with the real tool.
     const noNsid = await sim.run(['id-ns', sim.dev('nvme0'), '-o', 'json']);
     expect(noNsid).toMatchObject({

@@ -314,6 +314,50 @@ export async function listNs(argv: string[], env: CliEnv): Promise<CliResult> {
   return o.done(0);
 }
 
+function nsSizes(n: SimNamespaceState) {
+  const lbas = Math.floor(n.sizeBytes / n.lbaSize);
+  return {
+    UsedBytes: lbas * n.lbaSize,
+    MaximumLBA: lbas,
+    PhysicalSize: lbas * n.lbaSize,
+    SectorSize: n.lbaSize,
+  };
+}
+
+/**
+ * `list -v -o json` (2.3 `json_detail_list`): one subsystem per simulated
+ * controller, holding the controller (name, PCI address) and its namespaces.
+ * Here `NameSpace` is the device name string, unlike the simple list.
+ */
+function detailList(controllers: SimControllerState[]): JsonObject {
+  const subsystems = controllers.map((c, i) => ({
+    Subsystem: `nvme-subsys${i}`,
+    SubsystemNQN: `nqn.2014.08.org.nvmexpress:${c.vid.toString(16).padStart(4, '0')}${c.ssvid.toString(16).padStart(4, '0')}${c.sn}${c.mn}`,
+    Controllers: [
+      {
+        Controller: c.name,
+        Cntlid: String(c.cntlid),
+        SerialNumber: c.sn.trimEnd(),
+        ModelNumber: c.mn.trimEnd(),
+        Firmware: c.fr.trimEnd(),
+        Transport: 'pcie',
+        Address: c.pciAddress,
+        Namespaces: c.namespaces
+          .filter((n) => n.attached)
+          .map((n) => ({
+            NameSpace: `${c.name}n${n.nsid}`,
+            Generic: `ng${c.name.slice(4)}n${n.nsid}`,
+            NSID: n.nsid,
+            ...nsSizes(n),
+          })),
+        Paths: [],
+      },
+    ],
+    Namespaces: [],
+  }));
+  return { Devices: [{ Subsystems: subsystems }] };
+}
+
 /** `%-21s`-style left padding. */
 function pad(s: string, n: number): string {
   return s.padEnd(n);
@@ -348,6 +392,10 @@ export async function list(argv: string[], env: CliEnv): Promise<CliResult> {
   const rows = controllers
     .flatMap((c) => c.namespaces.filter((n) => n.attached).map((n) => ({ c, n })))
     .sort((a, b) => a.n.devPath.localeCompare(b.n.devPath));
+  if (fmt === 'json' && p.args.opts.get('verbose') === true) {
+    o.out(jsonPrint(detailList(controllers)));
+    return o.done(0);
+  }
   if (fmt === 'json') {
     o.out(
       jsonPrint({
