@@ -1,0 +1,425 @@
+/**
+ * The one contract every Store backend must pass (style practice 3). A backend's
+ * test file calls `runStoreContract` with a factory; the suite reopens the
+ * store on the same path (close + open) to prove that what was acknowledged
+ * persisted.
+ */
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { BerthError } from '../../../errors.js';
+import { allocatable, type DeviceFacts } from '../domain/device-state.js';
+import { validateProfile } from '../domain/profile.js';
+import { facts, pciFacts } from '../domain/test-fixtures.js';
+import type { CleanupEvent, HostRegistration, Store } from './store.js';
+
+export type OpenStore = (path: string) => Promise<Store>;
+
+const reg = (name: string, agentEpoch = 'e1'): HostRegistration => ({
+  name,
+  endpoint: `${name}:7071`,
+  bootId: 'boot-1',
+  agentEpoch,
+  agentVersion: '0.1.0',
+  features: ['cleanup.v1'],
+  drivers: ['pci', 'nvme'],
+});
+
+async function rejection(p: Promise<unknown>): Promise<BerthError> {
+  try {
+    await p;
+  } catch (e) {
+    expect(e).toBeInstanceOf(BerthError);
+    return e as BerthError;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+const nvmeProfile = validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] });
+
+export function runStoreContract(name: string, open: OpenStore): void {
+  describe(`Store contract: ${name}`, () => {
+    let dir: string;
+    let path: string;
+    let store: Store;
+    const reopen = async () => {
+      await store.close();
+      store = await open(path);
+      return store;
+    };
+
+    beforeEach(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'berth-store-'));
+      path = join(dir, 'scheduler.db');
+      store = await open(path);
+    });
+    afterEach(async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    async function host(hostName: string, devices: DeviceFacts[]) {
+      await store.registerHost(reg(hostName));
+      return store.upsertInventory(hostName, { kind: 'snapshot', revision: 1, devices });
+    }
+
+    async function bindOne(instance: string, hostName: string, profile = 'nvme') {
+      const [arq] = await store.createArqs({ profileName: profile });
+      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName }]);
+    }
+
+    it('applies schema migrations once and keeps data across a reopen', async () => {
+      const v = await store.schemaVersion();
+      expect(v).toBeGreaterThan(0);
+      await host('h1', [facts({ index: 0 })]);
+      await store.createProfile(nvmeProfile);
+      await reopen();
+      expect(await store.schemaVersion()).toBe(v);
+      const { devices } = await store.listDevices({ host: 'h1' });
+      expect(devices.map((d) => [d.address, d.resourceProvider, d.deviceState])).toEqual([
+        ['0000:10:00.0', 'h1_0000:10:00.0', 'available'],
+      ]);
+      expect((await store.getProfile('nvme')).groups).toEqual(nvmeProfile.groups);
+      expect((await store.getHost('h1')).deviceCount).toBe(1);
+    });
+
+    it('64 concurrent binds race for 10 devices: exactly 10 win, no device twice, the rest fail clearly', async () => {
+      await host(
+        'h1',
+        Array.from({ length: 10 }, (_, i) => facts({ index: i })),
+      );
+      await host('h2', [facts({ index: 0 })]); // another host's device must never be picked
+      await store.createProfile(nvmeProfile);
+      const results = await Promise.allSettled(
+        Array.from({ length: 64 }, (_, i) => bindOne(`inst-${i}`, 'h1')),
+      );
+      const won = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.devices[0]!] : []));
+      const lost = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as unknown] : []));
+      expect(won).toHaveLength(10);
+      expect(new Set(won.map((d) => d.uuid)).size).toBe(10);
+      expect(won.every((d) => d.host === 'h1')).toBe(true);
+      for (const e of lost) {
+        expect(e).toBeInstanceOf(BerthError);
+        expect((e as BerthError).code).toBe('FAILED_PRECONDITION');
+        expect((e as BerthError).reason).toBe('NO_ALLOCATABLE_DEVICE');
+        expect((e as BerthError).message).toMatch(/no allocatable device on host h1/);
+      }
+      await reopen();
+      const devices = (await store.listDevices({ host: 'h1' })).devices;
+      expect(devices.every((d) => d.deviceState === 'allocated' && d.reserved === 1)).toBe(true);
+      const arqs = await store.listArqs();
+      expect(arqs.filter((a) => a.state === 'bound')).toHaveLength(10);
+      expect(arqs.filter((a) => a.state === 'bind_failed')).toHaveLength(54);
+      expect(arqs.find((a) => a.state === 'bind_failed')?.error).toMatch(/no allocatable device/);
+    });
+
+    it('a retried identical bind returns the same device; a different binding is refused', async () => {
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      const [arq] = await store.createArqs({ profileName: 'nvme', tags: ['scratch'] });
+      const b = { arqUuid: arq!.uuid, instanceUuid: 'i1', host: 'h1' };
+      const first = await store.bindArqs([b]);
+      const again = await store.bindArqs([b]);
+      expect(again.devices[0]!.uuid).toBe(first.devices[0]!.uuid);
+      expect(again.devices[0]!.generation).toBe(first.devices[0]!.generation);
+      expect(first.arqs[0]).toMatchObject({
+        state: 'bound',
+        tag: 'scratch',
+        deviceAddress: first.devices[0]!.address,
+        attachHandle: {
+          domain: '0000',
+          bus: first.devices[0]!.address.slice(5, 7),
+          device: '00',
+          function: '0',
+          managed: true,
+        },
+      });
+      const e = await rejection(store.bindArqs([{ ...b, instanceUuid: 'i2' }]));
+      expect(e.reason).toBe('ARQ_ALREADY_BOUND');
+      expect((await store.listDevices({ state: 'allocated' })).devices).toHaveLength(1);
+    });
+
+    it('a multi-ARQ bind is all or nothing', async () => {
+      await host('h1', [facts({ index: 0 })]);
+      const two = validateProfile({
+        name: 'two',
+        groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808', count: 2 }],
+      });
+      await store.createProfile(two);
+      const arqs = await store.createArqs({ profileName: 'two' });
+      const e = await rejection(
+        store.bindArqs(arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: 'i1', host: 'h1' }))),
+      );
+      expect(e.code).toBe('FAILED_PRECONDITION');
+      const [d] = (await store.listDevices({ host: 'h1' })).devices;
+      expect([d!.deviceState, d!.reserved, d!.arqUuid]).toEqual(['available', 0, null]);
+      expect((await store.listArqs()).map((a) => a.state)).toEqual(['bind_failed', 'bind_failed']);
+    });
+
+    it('tags are unique within (instance, device type)', async () => {
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      const [a1] = await store.createArqs({ profileName: 'nvme', tags: ['db'] });
+      const [a2] = await store.createArqs({ profileName: 'nvme', tags: ['db'] });
+      await store.bindArqs([{ arqUuid: a1!.uuid, instanceUuid: 'i1', host: 'h1' }]);
+      const e = await rejection(store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: 'h1' }]));
+      expect(e.code).toBe('INVALID_ARGUMENT');
+      expect(e.message).toMatch(/tag "db"/);
+      await store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: 'h1', tag: 'logs' }]);
+    });
+
+    it('createArqs and CleanDevice are idempotent by request id', async () => {
+      await store.createProfile(nvmeProfile);
+      expect(await store.createProfile(nvmeProfile)).toEqual(await store.getProfile('nvme'));
+      const other = validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_OTHER' }] });
+      expect((await rejection(store.createProfile(other))).code).toBe('ALREADY_EXISTS');
+      const a = await store.createArqs({ profileName: 'nvme', requestId: 'r1' });
+      await reopen();
+      const b = await store.createArqs({ profileName: 'nvme', requestId: 'r1' });
+      expect(b.map((x) => x.uuid)).toEqual(a.map((x) => x.uuid));
+      expect(await store.listArqs()).toHaveLength(1);
+      const e = await rejection(store.createArqs({ profileName: 'nvme', requestId: 'r1', tags: ['x'] }));
+      expect(e.code).toBe('INVALID_ARGUMENT');
+    });
+
+    it('a stale generation is ABORTED and changes nothing', async () => {
+      const { added } = await host('h1', [facts({ index: 0 })]);
+      const d = added[0]!;
+      const m = await store.setDeviceStatus({ uuid: d.uuid }, 'maintaining', d.generation);
+      expect([m.status, m.reserved, m.generation]).toEqual(['maintaining', 1, d.generation + 1]);
+      const e = await rejection(
+        store.setDeviceStatus({ host: 'h1', address: d.address }, 'enabled', d.generation),
+      );
+      expect(e.code).toBe('ABORTED');
+      expect(e.message).toContain(String(d.generation));
+      await reopen();
+      expect(await store.getDevice({ uuid: d.uuid })).toMatchObject({
+        status: 'maintaining',
+        generation: m.generation,
+      });
+      expect((await rejection(store.getDevice({ uuid: 'nope' }))).code).toBe('NOT_FOUND');
+    });
+
+    it('delete → pending_cleaning → cleaning → available, driven by agent events; duplicates ignored', async () => {
+      await host('h1', [facts({ index: 0 })]);
+      await store.createProfile(nvmeProfile);
+      const bound = await bindOne('i1', 'h1');
+      const { deletedUuids, released } = await store.deleteArqs({ instanceUuid: 'i1' });
+      expect(deletedUuids).toEqual([bound.arqs[0]!.uuid]);
+      expect(released[0]!.deviceState).toBe('pending_cleaning');
+      expect(await store.deleteArqs({ instanceUuid: 'i1' })).toEqual({ deletedUuids: [], released: [] });
+      const [entry] = await store.cleanupBacklog('h1');
+      const { job, device } = entry!;
+      expect(job).toMatchObject({ state: 'queued', action: 'sanitize-crypto', origin: 'release' });
+      await store.markCleanupDispatched(job.jobId);
+      const ev = (sequence: number, phase: CleanupEvent['phase']): CleanupEvent => ({
+        jobId: job.jobId,
+        address: device.address,
+        action: 'sanitize-crypto',
+        phase,
+        step: '',
+        percent: 0,
+        bytesDone: 0,
+        bytesTotal: 0,
+        message: '',
+        time: new Date().toISOString(),
+        sequence,
+      });
+      expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).device.deviceState).toBe('cleaning');
+      expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).applied).toBe(false);
+      // Bind is refused while cleaning.
+      const [arq] = await store.createArqs({ profileName: 'nvme' });
+      await rejection(store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i2', host: 'h1' }]));
+      const done = await store.applyCleanupEvent(ev(2, 'succeeded'));
+      expect([done.device.deviceState, done.device.reserved, done.job.state]).toEqual([
+        'available',
+        0,
+        'succeeded',
+      ]);
+      await reopen();
+      expect((await store.cleanupEvents(job.jobId)).map((e) => e.sequence)).toEqual([1, 2]);
+      expect((await store.cleanupEvents(job.jobId, 1)).map((e) => e.phase)).toEqual(['succeeded']);
+      expect((await store.latestCleanupJob(done.device.uuid))?.jobId).toBe(job.jobId);
+    });
+
+    it('agent restart: cleaning → error (job interrupted), pending_cleaning is kept for re-dispatch', async () => {
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      await bindOne('i1', 'h1');
+      await bindOne('i2', 'h1');
+      await store.deleteArqs({ instanceUuid: 'i1' });
+      await store.deleteArqs({ instanceUuid: 'i2' });
+      const [a, b] = await store.cleanupBacklog('h1');
+      await store.applyCleanupEvent({
+        jobId: a!.job.jobId,
+        address: a!.device.address,
+        action: 'sanitize-crypto',
+        phase: 'preparing',
+        step: '',
+        percent: 0,
+        bytesDone: 0,
+        bytesTotal: 0,
+        message: '',
+        time: new Date().toISOString(),
+        sequence: 1,
+      });
+      await store.registerHost(reg('h1', 'e2'));
+      const { interrupted, toDispatch } = await store.reconcileAgentRestart('h1');
+      expect(interrupted.map((d) => [d.uuid, d.deviceState, d.reserved])).toEqual([
+        [a!.device.uuid, 'error', 1],
+      ]);
+      expect(toDispatch.map((d) => d.uuid)).toEqual([b!.device.uuid]);
+      expect((await store.getCleanupJob(a!.job.jobId)).state).toBe('interrupted');
+      // An operator re-clean of the errored device goes through a new job, idempotent by request id.
+      const c1 = await store.requestClean(
+        { uuid: a!.device.uuid },
+        { requestId: 'op-1', agentCanClean: true },
+      );
+      const c2 = await store.requestClean(
+        { uuid: a!.device.uuid },
+        { requestId: 'op-1', agentCanClean: true },
+      );
+      expect(c2.job.jobId).toBe(c1.job.jobId);
+      expect(c1.device.deviceState).toBe('pending_cleaning');
+      const e = await rejection(store.requestClean({ uuid: b!.device.uuid }, { agentCanClean: true }));
+      expect(e.reason).toBe('CLEANUP_IN_PROGRESS');
+    });
+
+    it('a one-time-use device is burned at bind and only ReleaseDevice un-burns it', async () => {
+      await host('h1', [pciFacts({ index: 0, oneTimeUse: true })]);
+      await store.createProfile(
+        validateProfile({ name: 'gpu', groups: [{ vendorId: '10de', productId: '25b6' }] }),
+      );
+      const { devices } = await bindOne('i1', 'h1', 'gpu');
+      expect(devices[0]!.burned).toBe(true);
+      expect((await store.deleteArqs({ instanceUuid: 'i1' })).released[0]).toMatchObject({
+        deviceState: 'available',
+        burned: true,
+        reserved: 1,
+      });
+      expect((await rejection(bindOne('i2', 'h1', 'gpu'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
+      const freed = await store.releaseDevice({ uuid: devices[0]!.uuid });
+      expect([freed.burned, freed.reserved, allocatable(freed)]).toEqual([false, 0, true]);
+    });
+
+    it('inventory: missing devices turn unhealthy (never deleted), the cleanup action stays locked while held', async () => {
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      const { devices } = await bindOne('i1', 'h1');
+      const held = devices[0]!;
+      const r = await store.upsertInventory('h1', {
+        kind: 'snapshot',
+        revision: 2,
+        devices: [
+          { ...facts({ index: held.address === '0000:10:00.0' ? 0 : 1 }), cleanupAction: 'write-zeroes' },
+        ],
+      });
+      expect(r.missing).toHaveLength(1);
+      expect(r.missing[0]).toMatchObject({ present: false, health: 'unhealthy', reserved: 1 });
+      expect((await store.getDevice({ uuid: held.uuid })).cleanupAction).toBe('sanitize-crypto');
+      expect((await store.listDevices({ host: 'h1' })).devices).toHaveLength(2);
+      // A retried (old) delta changes nothing; a new one brings the device back.
+      const stale = await store.upsertInventory('h1', {
+        kind: 'delta',
+        revision: 2,
+        added: [facts({ index: 5 })],
+        changed: [],
+        removed: [],
+      });
+      expect(stale.added).toHaveLength(0);
+      const back = await store.upsertInventory('h1', {
+        kind: 'delta',
+        revision: 3,
+        added: [facts({ index: held.address === '0000:10:00.0' ? 1 : 0 })],
+        changed: [],
+        removed: [],
+      });
+      expect(back.changed[0]).toMatchObject({ present: true, health: 'healthy', reserved: 0 });
+      expect(
+        (await rejection(store.upsertInventory('nope', { kind: 'snapshot', revision: 1, devices: [] }))).code,
+      ).toBe('NOT_FOUND');
+    });
+
+    it('the event log has strictly increasing revisions and resumes from any revision', async () => {
+      const r0 = await store.currentRevision();
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      const snap = await store.snapshot({ host: 'h1' });
+      expect(snap.devices).toHaveLength(2);
+      await bindOne('i1', 'h1');
+      await store.deleteArqs({ instanceUuid: 'i1' });
+      await reopen();
+      const all = await store.eventsSince(r0, 1000);
+      const revs = all.map((e) => e.revision);
+      expect(revs.every((r, i) => i === 0 || r > revs[i - 1]!)).toBe(true);
+      const after = await store.eventsSince(snap.revision, 1000);
+      expect(after.map((e) => e.device.deviceState)).toEqual(['allocated', 'pending_cleaning']);
+      const paged = [
+        ...(await store.eventsSince(r0, 2)),
+        ...(await store.eventsSince((await store.eventsSince(r0, 2))[1]!.revision, 1000)),
+      ];
+      expect(paged.map((e) => e.revision)).toEqual(revs);
+      expect(await store.currentRevision()).toBe(revs[revs.length - 1]);
+    });
+
+    it('lists devices in pages ordered by host and address', async () => {
+      await host(
+        'h1',
+        Array.from({ length: 5 }, (_, i) => facts({ index: i })),
+      );
+      const p1 = await store.listDevices({}, { pageSize: 2 });
+      const p2 = await store.listDevices({}, { pageSize: 2, pageToken: p1.nextPageToken });
+      const p3 = await store.listDevices({}, { pageSize: 2, pageToken: p2.nextPageToken });
+      expect([...p1.devices, ...p2.devices, ...p3.devices].map((d) => d.address)).toEqual(
+        (await store.listDevices()).devices.map((d) => d.address),
+      );
+      expect(p3.nextPageToken).toBe('');
+      expect((await rejection(store.listDevices({}, { pageToken: 'garbage' }))).code).toBe(
+        'INVALID_ARGUMENT',
+      );
+    });
+
+    it('plans, commits and aborts live migrations atomically', async () => {
+      const mig = (i: number) => pciFacts({ index: i, liveMigratable: true });
+      await host('src', [mig(0), pciFacts({ index: 1 })]);
+      await host('dst', [mig(0), mig(1)]);
+      await store.createProfile(
+        validateProfile({
+          name: 'lm',
+          groups: [{ vendorId: '10de', productId: '25b6', liveMigratable: 'yes' }],
+        }),
+      );
+      await store.createProfile(
+        validateProfile({
+          name: 'fixed',
+          groups: [{ vendorId: '10de', productId: '25b6', liveMigratable: 'no' }],
+        }),
+      );
+      const bound = await bindOne('i1', 'src', 'lm');
+      await bindOne('i2', 'src', 'fixed');
+      const e = await rejection(store.planMigration({ instanceUuid: 'i2', destinationHost: 'dst' }));
+      expect([e.reason, e.message.includes('0000:11:00.0')]).toEqual(['DEVICE_NOT_LIVE_MIGRATABLE', true]);
+      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst', requestId: 'm1' });
+      expect(
+        await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst', requestId: 'm1' }),
+      ).toEqual(plan);
+      expect(plan.addressMap).toEqual({ '0000:10:00.0': '0000:10:00.0' });
+      const aborted = await store.abortMigration(plan.uuid);
+      expect(aborted.released.map((d) => d.deviceState)).toEqual(['available']);
+      const plan2 = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst' });
+      const committed = await store.commitMigration(plan2.uuid);
+      expect(committed.released.map((d) => [d.host, d.deviceState])).toEqual([['src', 'available']]);
+      expect((await store.commitMigration(plan2.uuid)).released).toEqual([]);
+      const arq = await store.getArq(bound.arqs[0]!.uuid);
+      expect([arq.host, arq.state, arq.deviceUuid]).toEqual([
+        'dst',
+        'bound',
+        plan2.claims[bound.devices[0]!.uuid],
+      ]);
+      const dest = await store.getDevice({ uuid: arq.deviceUuid! });
+      expect([dest.arqUuid, dest.migrationUuid, dest.instanceUuid]).toEqual([arq.uuid, null, 'i1']);
+    });
+  });
+}
