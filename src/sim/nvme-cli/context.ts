@@ -95,8 +95,10 @@ export function openDevice(o: Out, cmd: string, args: ParsedArgs, env: CliEnv): 
   const state = env.statePath ? tryLoad(env.statePath) : undefined;
   const dev = state ? findDevice(state, path) : undefined;
   if (dev) return dev;
+  // A detached namespace keeps its backing file, but like a real one it has no device node.
+  const detached = state?.controllers.some((c) => c.namespaces.some((n) => n.devPath === path));
   o.err(
-    existsSync(path)
+    !detached && existsSync(path)
       ? `${path} is not a block or character device\n`
       : `${path}: No such file or directory\n`,
   );
