@@ -304,6 +304,13 @@ describe('nvme-sim executable', () => {
         SectorSize: 512,
       }),
     ]);
+    // Detached, the namespace's block device is gone (ENOENT) although its data file remains.
+    expect((await sim.run(['detach-ns', ctrl, '-n', '1', '-c', '5'])).stdout).toBe(
+      'detach-ns: Success, nsid:1\n',
+    );
+    const gone = await sim.run(['id-ns', sim.dev('nvme0n1'), '-o', 'json']);
+    expect(gone.stderr.startsWith(`${sim.dev('nvme0n1')}: No such file or directory\n`)).toBe(true);
+    expect(existsSync(sim.dev('nvme0n1'))).toBe(true);
   }, 60_000);
 
   it('unknown device path: perror text and help, exactly like the real tool', async () => {
