@@ -247,6 +247,20 @@ describe('reading a simulated host', () => {
     expect(byAddress(await readPciFunctions(root)).get('0000:65:00.0')?.netdevs).toEqual([]);
   });
 
+  it('returns null for interfaces without a PCI function, even under an address-named root', async () => {
+    const sys = path.join(root, '0000:00:01.0', 'sys');
+    await buildSysfs(sys, { functions: [{ address: '0000:02:00.0', vendorId: '8086', productId: '1234' }] });
+    const virt = path.join(sys, 'devices/virtual/net/dummy0');
+    await mkdir(path.join(sys, 'devices/virtual/misc'), { recursive: true });
+    await mkdir(virt, { recursive: true });
+    await mkdir(path.join(sys, 'class/net'), { recursive: true });
+    await symlink('../../devices/virtual/net/dummy0', path.join(sys, 'class/net/dummy0'));
+    await symlink('../../misc', path.join(virt, 'device'));
+    await symlink('../../devices/virtual/net/lo', path.join(sys, 'class/net/lo'));
+    expect(await resolveNetdevAddress(sys, 'dummy0')).toBeNull();
+    expect(await resolveNetdevAddress(sys, 'lo')).toBeNull();
+  });
+
   it('follows hotplug: VFs added and removed through sriov_numvfs', async () => {
     expect(await b.setNumVfs('0000:3b:00.0', 5)).toEqual([
       '0000:3b:02.0',

@@ -378,19 +378,21 @@ function assertIfname(ifname: string): void {
 export async function resolveNetdevAddress(sysfsRoot: string, ifname: string): Promise<string | null> {
   assertIfname(ifname);
   let target: string;
+  let top: string;
   try {
     target = await realpath(path.join(sysfsRoot, 'class', 'net', ifname, 'device'));
+    top = await realpath(sysfsRoot);
   } catch (e) {
     if (isGone(e)) return null;
     throw e;
   }
-  for (let dir = target; ; ) {
+  // Never above the sysfs root: a directory there named like an address is not a device.
+  const inside = top.endsWith('/') ? top : `${top}/`;
+  for (let dir = target; dir.startsWith(inside); dir = path.dirname(dir)) {
     const base = path.basename(dir);
     if (PCI_ADDRESS_RE.test(base)) return base;
-    const parent = path.dirname(dir);
-    if (parent === dir) return null;
-    dir = parent;
   }
+  return null;
 }
 
 export interface NvmeNamespaceInfo {
