@@ -105,6 +105,8 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
   const cdw10 =
     sanact | (ause ? 1 << 3 : 0) | ((owpass & 0xf) << 4) | (oipbp ? 1 << 8 : 0) | (noDealloc ? 1 << 9 : 0);
 
+  /** The started-at time when a new sanitize began (its worker is spawned after the lock is released). */
+  let startedAt: number | undefined;
   const outcome = await onController(env, dev, (ctrl) => {
     const fault = applyFault(o, 'sanitize', ctrl);
     if (fault === 'noop') return { changed: false, result: o.done(0) };
@@ -122,7 +124,7 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
       }
       return { changed: false, result: o.done(0) };
     }
-    const startedAt = env.now();
+    startedAt = env.now();
     s.sstat = SSTAT_IN_PROGRESS;
     s.sprog = 0;
     s.startedAt = startedAt;
@@ -130,13 +132,9 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
     s.cdw10 = cdw10;
     s.ovrpat = ovrpat;
     delete s.failureCleared;
-    return { changed: true, result: { ...o.done(0), startedAt } as CliResult & { startedAt?: number } };
+    return { changed: true, result: o.done(0) };
   });
-  const started = (outcome as CliResult & { startedAt?: number }).startedAt;
-  if (started !== undefined && env.statePath) {
-    spawnSanitizeWorker(env.statePath, dev.ctrl.name, started);
-    delete (outcome as CliResult & { startedAt?: number }).startedAt;
-  }
+  if (startedAt !== undefined && env.statePath) spawnSanitizeWorker(env.statePath, dev.ctrl.name, startedAt);
   return outcome;
 }
 
