@@ -8,5 +8,6 @@ export default defineConfig({
     // Integration tests start real servers and child processes; two cores.
     pool: 'forks',
     maxWorkers: 2,
+    reporters: ['default', './test/reporter.ts'],
   },
 });

@@ -8,6 +8,7 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
 import { registerAgentCommands } from './agent-commands.js';
+import { registerSchedulerCommands } from './scheduler-commands.js';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
@@ -18,6 +19,7 @@ export function buildProgram(): Command {
     .showHelpAfterError()
     .exitOverride();
   registerAgentCommands(program);
+  registerSchedulerCommands(program);
   return program;
 }
 

@@ -510,9 +510,11 @@ export class SqliteStore implements Store {
   }
 
   async cleanupBacklog(host?: string): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>> {
+    // cleaning devices too: a broken progress stream is re-attached by job id
+    // (after an agent restart, reconcileAgentRestart has already moved them to error).
     const devices = host
-      ? this.devicesWhere('host = ? AND device_state = ?', host, 'pending_cleaning')
-      : this.devicesWhere('device_state = ?', 'pending_cleaning');
+      ? this.devicesWhere("host = ? AND device_state IN ('pending_cleaning', 'cleaning')", host)
+      : this.devicesWhere("device_state IN ('pending_cleaning', 'cleaning')");
     return devices.flatMap((device) => {
       const job = device.cleanupJobId ? this.readJob(device.cleanupJobId) : undefined;
       return job ? [{ device, job }] : [];

@@ -248,7 +248,7 @@ export interface Store {
   ): Promise<{ device: DeviceRecord; job: CleanupJob }>;
 
   // --- cleanup -----------------------------------------------------------
-  /** pending_cleaning devices (of one host, or all) with their queued/dispatched jobs. */
+  /** pending_cleaning and cleaning devices (of one host, or all) with their jobs: what to dispatch or re-attach. */
   cleanupBacklog(host?: string): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>>;
   markCleanupDispatched(jobId: string): Promise<CleanupJob>;
   /**

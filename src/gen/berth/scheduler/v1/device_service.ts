@@ -1734,8 +1734,9 @@ export const DeviceServiceService = {
     responseDeserialize: (value: Buffer): GetDeviceResponse => GetDeviceResponse.decode(value),
   },
   /**
-   * CleanDevice (admin) accepts and dispatches a cleanup of a device that is
-   * available or in error; progress is followed with WatchCleanup.
+   * CleanDevice (admin) accepts and dispatches a cleanup of a device in error
+   * (an available device is already clean: DEVICE_ALREADY_CLEAN); progress is
+   * followed with WatchCleanup.
    */
   cleanDevice: {
     path: "/berth.scheduler.v1.DeviceService/CleanDevice" as const,
@@ -1800,8 +1801,9 @@ export interface DeviceServiceServer extends UntypedServiceImplementation {
   listDevices: handleUnaryCall<ListDevicesRequest, ListDevicesResponse>;
   getDevice: handleUnaryCall<GetDeviceRequest, GetDeviceResponse>;
   /**
-   * CleanDevice (admin) accepts and dispatches a cleanup of a device that is
-   * available or in error; progress is followed with WatchCleanup.
+   * CleanDevice (admin) accepts and dispatches a cleanup of a device in error
+   * (an available device is already clean: DEVICE_ALREADY_CLEAN); progress is
+   * followed with WatchCleanup.
    */
   cleanDevice: handleUnaryCall<CleanDeviceRequest, CleanDeviceResponse>;
   /** ReleaseDevice (admin) un-burns a one-time-use device. */
@@ -1849,8 +1851,9 @@ export interface DeviceServiceClient extends Client {
     callback: (error: ServiceError | null, response: GetDeviceResponse) => void,
   ): ClientUnaryCall;
   /**
-   * CleanDevice (admin) accepts and dispatches a cleanup of a device that is
-   * available or in error; progress is followed with WatchCleanup.
+   * CleanDevice (admin) accepts and dispatches a cleanup of a device in error
+   * (an available device is already clean: DEVICE_ALREADY_CLEAN); progress is
+   * followed with WatchCleanup.
    */
   cleanDevice(
     request: CleanDeviceRequest,

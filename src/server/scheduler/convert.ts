@@ -1,0 +1,250 @@
+/** Conversions between the scheduler's domain records and berth.scheduler.v1 messages. */
+
+import { invalidArgument } from '../../errors.js';
+import {
+  type Device as AgentDevice,
+  DeviceType as AgentDeviceType,
+  Health as AgentHealth,
+  FunctionKind,
+} from '../../gen/berth/agent/v1/device.js';
+import {
+  type AcceleratorRequest,
+  ArqState as ArqStatePb,
+  AttachHandleType,
+} from '../../gen/berth/scheduler/v1/accelerator_request.js';
+import {
+  CleanupOutcome,
+  type Device,
+  DeviceState as DeviceStatePb,
+  DeviceStatus as DeviceStatusPb,
+  DeviceType,
+  Health,
+} from '../../gen/berth/scheduler/v1/device.js';
+import {
+  LiveMigratable as LiveMigratablePb,
+  type Profile as ProfilePb,
+  type RequestGroup as RequestGroupPb,
+} from '../../gen/berth/scheduler/v1/profile.js';
+import type { Arq, ArqState } from './domain/arq.js';
+import {
+  type DeviceFacts,
+  type DeviceRecord,
+  type DeviceState,
+  type DeviceStatus,
+  unallocatableReason,
+} from './domain/device-state.js';
+import type { LiveMigratable, Profile, ProfileInput, RequestGroup } from './domain/profile.js';
+
+const STATES: Record<DeviceState, DeviceStatePb> = {
+  available: DeviceStatePb.DEVICE_STATE_AVAILABLE,
+  allocated: DeviceStatePb.DEVICE_STATE_ALLOCATED,
+  pending_cleaning: DeviceStatePb.DEVICE_STATE_PENDING_CLEANING,
+  cleaning: DeviceStatePb.DEVICE_STATE_CLEANING,
+  error: DeviceStatePb.DEVICE_STATE_ERROR,
+};
+const STATE_NAMES = new Map([...Object.entries(STATES)].map(([k, v]) => [v, k as DeviceState]));
+
+export function deviceStateFromProto(v: DeviceStatePb, field: string): DeviceState | null {
+  if (v === DeviceStatePb.DEVICE_STATE_UNSPECIFIED) return null;
+  const s = STATE_NAMES.get(v);
+  if (!s) throw invalidArgument(field, `${v} is not a device state`);
+  return s;
+}
+
+export function deviceStatusFromProto(v: DeviceStatusPb, field: string): DeviceStatus {
+  if (v === DeviceStatusPb.DEVICE_STATUS_ENABLED) return 'enabled';
+  if (v === DeviceStatusPb.DEVICE_STATUS_MAINTAINING) return 'maintaining';
+  throw invalidArgument(
+    field,
+    `${v} is not a device status; use DEVICE_STATUS_ENABLED or DEVICE_STATUS_MAINTAINING`,
+  );
+}
+
+export function deviceTypeFromProto(v: DeviceType, field: string): 'PCI' | 'NVME' | null {
+  if (v === DeviceType.DEVICE_TYPE_UNSPECIFIED) return null;
+  if (v === DeviceType.DEVICE_TYPE_PCI) return 'PCI';
+  if (v === DeviceType.DEVICE_TYPE_NVME) return 'NVME';
+  throw invalidArgument(field, `${v} is not a device type`);
+}
+
+const OUTCOMES = {
+  succeeded: CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED,
+  failed: CleanupOutcome.CLEANUP_OUTCOME_FAILED,
+  interrupted: CleanupOutcome.CLEANUP_OUTCOME_INTERRUPTED,
+} as const;
+
+const ts = (s: string | null | undefined): Date | undefined => (s ? new Date(s) : undefined);
+
+export function deviceToProto(d: DeviceRecord): Device {
+  return {
+    uuid: d.uuid,
+    host: d.host,
+    address: d.address,
+    vendorId: d.vendorId,
+    productId: d.productId,
+    classCode: d.classCode,
+    kernelDriver: d.kernelDriver ?? '',
+    driver: d.driver,
+    type: d.type === 'NVME' ? DeviceType.DEVICE_TYPE_NVME : DeviceType.DEVICE_TYPE_PCI,
+    physfn: d.physfn ?? '',
+    iommuGroup: d.iommuGroup ?? undefined,
+    numaNode: d.numaNode,
+    resourceClass: d.resourceClass,
+    traits: d.traits,
+    managed: d.managed,
+    liveMigratable: d.liveMigratable,
+    oneTimeUse: d.oneTimeUse,
+    burned: d.burned,
+    cleanupAction: d.cleanupAction ?? '',
+    supportsCleaning: d.supportsCleaning,
+    deviceState: STATES[d.deviceState],
+    status:
+      d.status === 'enabled'
+        ? DeviceStatusPb.DEVICE_STATUS_ENABLED
+        : DeviceStatusPb.DEVICE_STATUS_MAINTAINING,
+    health: d.health === 'healthy' ? Health.HEALTH_HEALTHY : Health.HEALTH_UNHEALTHY,
+    healthReason: d.healthReason,
+    reserved: d.reserved,
+    total: d.total,
+    resourceProvider: d.resourceProvider,
+    generation: d.generation,
+    allocatable: unallocatableReason(d) === '',
+    unallocatableReason: unallocatableReason(d),
+    arqUuid: d.arqUuid ?? '',
+    instanceUuid: d.instanceUuid ?? '',
+    errorReason: d.errorReason,
+    lastCleanup: d.lastCleanup
+      ? {
+          jobId: d.lastCleanup.jobId,
+          action: d.lastCleanup.action,
+          outcome: d.lastCleanup.outcome
+            ? OUTCOMES[d.lastCleanup.outcome]
+            : CleanupOutcome.CLEANUP_OUTCOME_UNSPECIFIED,
+          message: d.lastCleanup.message,
+          startedAt: ts(d.lastCleanup.startedAt),
+          finishedAt: ts(d.lastCleanup.finishedAt),
+        }
+      : undefined,
+    attributes: d.attributes,
+    updatedAt: ts(d.updatedAt),
+  };
+}
+
+/** An agent's device message as the facts the scheduler stores. */
+export function factsFromAgent(d: AgentDevice): DeviceFacts {
+  return {
+    address: d.address,
+    vendorId: d.vendorId,
+    productId: d.productId,
+    classCode: d.classCode,
+    kernelDriver: d.kernelDriver === '' ? null : d.kernelDriver,
+    driver: d.driver,
+    type: d.type === AgentDeviceType.DEVICE_TYPE_NVME ? 'NVME' : 'PCI',
+    functionKind:
+      d.functionKind === FunctionKind.FUNCTION_KIND_VF
+        ? 'VF'
+        : d.functionKind === FunctionKind.FUNCTION_KIND_PF
+          ? 'PF'
+          : 'PCI',
+    physfn: d.physfn === '' ? null : d.physfn,
+    iommuGroup: d.iommuGroup ?? null,
+    iommuGroupPeers: d.iommuGroupPeers,
+    numaNode: d.numaNode,
+    resourceClass: d.resourceClass,
+    traits: d.traits,
+    managed: d.managed,
+    liveMigratable: d.liveMigratable,
+    oneTimeUse: d.oneTimeUse,
+    supportsCleaning: d.supportsCleaning,
+    cleanupAction: d.cleanupAction === '' ? null : d.cleanupAction,
+    health: d.health === AgentHealth.HEALTH_UNHEALTHY ? 'unhealthy' : 'healthy',
+    healthReason: d.healthReason,
+    unallocatableReason: d.unallocatableReason,
+    attributes: d.attributes,
+  };
+}
+
+const LM_TO: Record<LiveMigratable, LiveMigratablePb> = {
+  unset: LiveMigratablePb.LIVE_MIGRATABLE_UNSPECIFIED,
+  yes: LiveMigratablePb.LIVE_MIGRATABLE_YES,
+  no: LiveMigratablePb.LIVE_MIGRATABLE_NO,
+};
+
+function groupToProto(g: RequestGroup): RequestGroupPb {
+  return {
+    resourceClass: g.resourceClass,
+    vendorId: g.vendorId,
+    productId: g.productId,
+    requiredTraits: g.requiredTraits,
+    forbiddenTraits: g.forbiddenTraits,
+    liveMigratable: LM_TO[g.liveMigratable],
+    count: g.count,
+  };
+}
+
+export function profileToProto(p: Profile): ProfilePb {
+  return {
+    name: p.name,
+    uuid: p.uuid,
+    description: p.description,
+    groups: p.groups.map(groupToProto),
+    createdAt: new Date(p.createdAt),
+  };
+}
+
+export function profileInputFromProto(p: ProfilePb | undefined): ProfileInput {
+  if (!p) throw invalidArgument('profile', 'is required');
+  return {
+    name: p.name,
+    description: p.description,
+    groups: p.groups.map((g, i) => {
+      let liveMigratable: LiveMigratable;
+      if (g.liveMigratable === LiveMigratablePb.LIVE_MIGRATABLE_YES) liveMigratable = 'yes';
+      else if (g.liveMigratable === LiveMigratablePb.LIVE_MIGRATABLE_NO) liveMigratable = 'no';
+      else if (g.liveMigratable === LiveMigratablePb.LIVE_MIGRATABLE_UNSPECIFIED) liveMigratable = 'unset';
+      else
+        throw invalidArgument(
+          `profile.groups[${i}].live_migratable`,
+          `${g.liveMigratable} is not a valid value`,
+        );
+      return {
+        resourceClass: g.resourceClass,
+        vendorId: g.vendorId,
+        productId: g.productId,
+        requiredTraits: g.requiredTraits,
+        forbiddenTraits: g.forbiddenTraits,
+        liveMigratable,
+        count: g.count === 0 ? 1 : g.count,
+      };
+    }),
+  };
+}
+
+const ARQ_STATES: Record<ArqState, ArqStatePb> = {
+  initial: ArqStatePb.ARQ_STATE_INITIAL,
+  bind_started: ArqStatePb.ARQ_STATE_BIND_STARTED,
+  bound: ArqStatePb.ARQ_STATE_BOUND,
+  bind_failed: ArqStatePb.ARQ_STATE_BIND_FAILED,
+  deleting: ArqStatePb.ARQ_STATE_DELETING,
+};
+
+export function arqToProto(a: Arq): AcceleratorRequest {
+  return {
+    uuid: a.uuid,
+    profileName: a.profileName,
+    groupId: a.groupId,
+    state: ARQ_STATES[a.state],
+    instanceUuid: a.instanceUuid ?? '',
+    host: a.host ?? '',
+    deviceUuid: a.deviceUuid ?? '',
+    deviceAddress: a.deviceAddress ?? '',
+    attachHandleType: a.attachHandle
+      ? AttachHandleType.ATTACH_HANDLE_TYPE_PCI
+      : AttachHandleType.ATTACH_HANDLE_TYPE_UNSPECIFIED,
+    attachHandleInfo: a.attachHandle ?? undefined,
+    tag: a.tag,
+    error: a.error,
+    createdAt: new Date(a.createdAt),
+    resourceClass: a.group.resourceClass,
+  };
+}

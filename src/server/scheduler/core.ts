@@ -1,0 +1,20 @@
+/** What every scheduler service handler needs: the store, the hub, the agent links, the dispatcher. */
+import type { Logger } from 'pino';
+import type { AgentLink } from './runtime/agent-link.js';
+import type { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
+import type { EventHub } from './runtime/event-hub.js';
+import type { Store } from './store/store.js';
+
+export interface SchedulerCore {
+  store: Store;
+  hub: EventHub;
+  links: Map<string, AgentLink>;
+  dispatcher: CleanupDispatcher;
+  logger: Logger;
+  /** Identifies this scheduler in logs and RegisterResponse. */
+  schedulerId: string;
+  /** Seconds between agent re-registrations we ask for. */
+  heartbeatSeconds: number;
+  /** (Re)creates the link to a host's agent. */
+  connectAgent(host: string, endpoint: string, features: string[]): void;
+}

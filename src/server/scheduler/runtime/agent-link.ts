@@ -1,0 +1,178 @@
+/**
+ * The scheduler's connection to one host agent. It dials the endpoint the agent
+ * registered, follows WatchInventory (a snapshot, then deltas; resumed from the
+ * last applied revision of the same agent epoch after a break, with jittered
+ * backoff), and applies every message to the store in order. It also carries
+ * the calls the scheduler makes to the agent: CleanupDevice, PrepareMigration.
+ */
+import {
+  type ChannelCredentials,
+  type ClientReadableStream,
+  credentials,
+  Metadata,
+  status,
+} from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import {
+  AgentServiceClient,
+  type CleanupDeviceResponse,
+  type MigrationDevice,
+  type PrepareMigrationResponse,
+  type WatchInventoryResponse,
+} from '../../../gen/berth/agent/v1/agent.js';
+import { factsFromAgent } from '../convert.js';
+import type { Store } from '../store/store.js';
+import { Backoff, sleep } from './backoff.js';
+import type { EventHub } from './event-hub.js';
+
+export const CLIENT_OPTIONS = {
+  'grpc.keepalive_time_ms': 20_000,
+  'grpc.keepalive_timeout_ms': 10_000,
+  'grpc.keepalive_permit_without_calls': 1,
+  'grpc.max_receive_message_length': 128 * 1024 * 1024,
+  'grpc.initial_reconnect_backoff_ms': 200,
+  'grpc.max_reconnect_backoff_ms': 5_000,
+};
+
+export interface AgentLinkDeps {
+  store: Store;
+  hub: EventHub;
+  logger: Logger;
+  credentials?: ChannelCredentials;
+  /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
+  onConnected: (host: string) => void;
+}
+
+export class AgentLink {
+  readonly client: AgentServiceClient;
+  private readonly abort = new AbortController();
+  private stream: ClientReadableStream<WatchInventoryResponse> | null = null;
+  private epoch = '';
+  private revision = 0;
+  private connected = false;
+  private readonly log: Logger;
+
+  constructor(
+    readonly host: string,
+    readonly endpoint: string,
+    readonly features: readonly string[],
+    private readonly deps: AgentLinkDeps,
+  ) {
+    this.client = new AgentServiceClient(
+      endpoint,
+      deps.credentials ?? credentials.createInsecure(),
+      CLIENT_OPTIONS,
+    );
+    this.log = deps.logger.child({ host, endpoint });
+  }
+
+  get isConnected(): boolean {
+    return this.connected;
+  }
+
+  has(feature: string): boolean {
+    return this.features.includes(feature);
+  }
+
+  start(): void {
+    void this.followLoop();
+  }
+
+  private async followLoop(): Promise<void> {
+    const backoff = new Backoff();
+    while (!this.abort.signal.aborted) {
+      try {
+        await this.followOnce(() => backoff.reset());
+      } catch (err) {
+        if (this.abort.signal.aborted) break;
+        const e = err as { code?: number; message?: string };
+        this.log.warn(
+          { code: e.code, err: e.message },
+          'inventory stream from the agent broke; reconnecting',
+        );
+      }
+      if (this.connected) {
+        this.connected = false;
+        await this.deps.store.setHostConnected(this.host, false).catch(() => {});
+        this.deps.hub.notify();
+      }
+      await sleep(backoff.next(), this.abort.signal);
+    }
+  }
+
+  private async followOnce(onMessage: () => void): Promise<void> {
+    const stream = this.client.watchInventory({ epoch: this.epoch, fromRevision: this.revision });
+    this.stream = stream;
+    try {
+      for await (const msg of stream as AsyncIterable<WatchInventoryResponse>) {
+        onMessage();
+        await this.apply(msg);
+        if (!this.connected) {
+          this.connected = true;
+          await this.deps.store.setHostConnected(this.host, true);
+          this.log.info({ revision: msg.revision }, 'following the agent inventory');
+          this.deps.onConnected(this.host);
+        }
+        this.deps.hub.notify();
+      }
+    } finally {
+      this.stream = null;
+    }
+  }
+
+  private async apply(msg: WatchInventoryResponse): Promise<void> {
+    const ev = msg.event;
+    if (!ev) return;
+    const store = this.deps.store;
+    if (ev.$case === 'snapshot') {
+      await store.upsertInventory(this.host, {
+        kind: 'snapshot',
+        revision: msg.revision,
+        devices: ev.value.devices.map(factsFromAgent),
+      });
+    } else {
+      await store.upsertInventory(this.host, {
+        kind: 'delta',
+        revision: msg.revision,
+        added: ev.$case === 'added' ? [factsFromAgent(ev.value)] : [],
+        changed: ev.$case === 'changed' ? [factsFromAgent(ev.value)] : [],
+        removed: ev.$case === 'removed' ? [ev.value.address] : [],
+      });
+    }
+    this.epoch = msg.epoch;
+    this.revision = msg.revision;
+  }
+
+  cleanupDevice(address: string, jobId: string): ClientReadableStream<CleanupDeviceResponse> {
+    return this.client.cleanupDevice({ address, jobId });
+  }
+
+  /** Runs PrepareMigration to completion (bounded by a deadline). */
+  prepareMigration(
+    migrationId: string,
+    devices: MigrationDevice[],
+    timeoutMs = 30_000,
+  ): Promise<PrepareMigrationResponse[]> {
+    return new Promise((resolve, reject) => {
+      const out: PrepareMigrationResponse[] = [];
+      const s = this.client.prepareMigration({ migrationId, devices }, new Metadata(), {
+        deadline: Date.now() + timeoutMs,
+      });
+      s.on('data', (m: PrepareMigrationResponse) => out.push(m));
+      s.on('error', reject);
+      s.on('end', () => resolve(out));
+    });
+  }
+
+  stop(): void {
+    this.abort.abort();
+    this.stream?.cancel();
+    this.client.close();
+  }
+}
+
+/** Whether a gRPC failure means "the agent could not be reached" (retry later) rather than a refusal. */
+export function isUnreachable(err: unknown): boolean {
+  const code = (err as { code?: number }).code;
+  return code === status.UNAVAILABLE || code === status.DEADLINE_EXCEEDED || code === status.CANCELLED;
+}

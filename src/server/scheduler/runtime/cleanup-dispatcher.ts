@@ -1,0 +1,131 @@
+/**
+ * Drives cleanups on the agents. A job is dispatched with CleanupDevice under
+ * its job id and its progress stream followed into the store; the store's
+ * transitions decide the device state (invariant 2: only a reported success
+ * makes a device available). A stream that breaks leaves the job where it was;
+ * when the agent comes back the same job id re-attaches (the agent's journal
+ * answers "running", "finished: …", or "interrupted"), so nothing is started
+ * twice and no outcome is lost. An agent without cleanup.v1 cannot clean: the
+ * device goes to error with AGENT_CANNOT_CLEAN.
+ */
+import type { Logger } from 'pino';
+import {
+  type CleanupEvent as AgentEvent,
+  type CleanupDeviceResponse,
+  CleanupPhase,
+} from '../../../gen/berth/agent/v1/agent.js';
+import type { DeviceRecord } from '../domain/device-state.js';
+import type { CleanupEvent, CleanupJob, Store } from '../store/store.js';
+import type { AgentLink } from './agent-link.js';
+import { isUnreachable } from './agent-link.js';
+import type { EventHub } from './event-hub.js';
+
+export const CLEANUP_FEATURE = 'cleanup.v1';
+
+const PHASES: Record<number, CleanupEvent['phase']> = {
+  [CleanupPhase.CLEANUP_PHASE_QUEUED]: 'queued',
+  [CleanupPhase.CLEANUP_PHASE_PREPARING]: 'preparing',
+  [CleanupPhase.CLEANUP_PHASE_SANITIZING]: 'sanitizing',
+  [CleanupPhase.CLEANUP_PHASE_NAMESPACE_RESET]: 'namespace_reset',
+  [CleanupPhase.CLEANUP_PHASE_ZEROING]: 'zeroing',
+  [CleanupPhase.CLEANUP_PHASE_VERIFYING]: 'verifying',
+  [CleanupPhase.CLEANUP_PHASE_SUCCEEDED]: 'succeeded',
+  [CleanupPhase.CLEANUP_PHASE_FAILED]: 'failed',
+  [CleanupPhase.CLEANUP_PHASE_INTERRUPTED]: 'interrupted',
+};
+
+export function eventFromAgent(e: AgentEvent): CleanupEvent | null {
+  const phase = PHASES[e.phase];
+  if (!phase) return null;
+  return {
+    jobId: e.jobId,
+    address: e.address,
+    action: e.action,
+    phase,
+    step: e.step,
+    percent: e.percent,
+    bytesDone: e.bytesDone,
+    bytesTotal: e.bytesTotal,
+    message: e.message,
+    time: (e.time ?? new Date()).toISOString(),
+    sequence: e.sequence,
+  };
+}
+
+export class CleanupDispatcher {
+  private readonly following = new Set<string>();
+  private stopped = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly hub: EventHub,
+    private readonly links: (host: string) => AgentLink | undefined,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Dispatches every pending job of a host (or of all hosts). */
+  async dispatchBacklog(host?: string): Promise<void> {
+    const backlog = await this.store.cleanupBacklog(host);
+    await Promise.all(backlog.map(({ device, job }) => this.dispatch(device, job)));
+  }
+
+  /** Dispatches one job, unless it is already being followed. Never throws. */
+  async dispatch(device: DeviceRecord, job: CleanupJob): Promise<void> {
+    if (this.stopped || this.following.has(job.jobId)) return;
+    const log = this.logger.child({ jobId: job.jobId, host: job.host, address: job.address });
+    const link = this.links(job.host);
+    if (!link || !link.isConnected) {
+      log.info('agent not connected; the cleanup waits for it (the device stays reserved)');
+      return;
+    }
+    if (!link.has(CLEANUP_FEATURE)) {
+      await this.store
+        .failCleanup(
+          job.jobId,
+          `AGENT_CANNOT_CLEAN: the agent on ${job.host} does not support ${CLEANUP_FEATURE}`,
+        )
+        .catch((err) => log.error({ err }, 'cannot record the cleanup failure'));
+      this.hub.notify();
+      log.error('agent cannot clean; device moved to error');
+      return;
+    }
+    this.following.add(job.jobId);
+    try {
+      if (job.state === 'queued') await this.store.markCleanupDispatched(job.jobId);
+      this.hub.notify();
+      const stream = link.cleanupDevice(device.address, job.jobId);
+      let terminal = false;
+      for await (const msg of stream as AsyncIterable<CleanupDeviceResponse>) {
+        if (!msg.event) continue;
+        const ev = eventFromAgent(msg.event);
+        if (!ev) continue;
+        await this.store.applyCleanupEvent(ev);
+        this.hub.notify();
+        if (ev.phase === 'succeeded' || ev.phase === 'failed' || ev.phase === 'interrupted') terminal = true;
+      }
+      if (!terminal)
+        log.warn('cleanup stream ended without an outcome; will re-attach when the agent returns');
+    } catch (err) {
+      if (isUnreachable(err)) {
+        log.warn(
+          { err: (err as Error).message },
+          'lost the cleanup stream; will re-attach when the agent returns',
+        );
+      } else {
+        // The agent refused the job (device gone, cannot clean): fail closed.
+        const message = (err as { details?: string; message?: string }).details ?? (err as Error).message;
+        log.error({ err: message }, 'agent refused the cleanup');
+        await this.store
+          .failCleanup(job.jobId, `the agent refused the cleanup: ${message}`)
+          .catch((e) => log.error({ err: e }, 'cannot record the cleanup failure'));
+        this.hub.notify();
+      }
+    } finally {
+      this.following.delete(job.jobId);
+    }
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+}

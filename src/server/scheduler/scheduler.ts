@@ -1,0 +1,105 @@
+/**
+ * The scheduler process: the store, the agent links, the cleanup dispatcher
+ * and every berth.scheduler.v1 service on one gRPC server. Lifecycle:
+ * open store → serve → (agents register) → stop (streams end, links close).
+ */
+import { randomUUID } from 'node:crypto';
+import type { Logger } from 'pino';
+import { createLogger } from '../../logging.js';
+import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
+import type { SchedulerCore } from './core.js';
+import { AgentLink } from './runtime/agent-link.js';
+import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
+import { EventHub } from './runtime/event-hub.js';
+import { arqServiceBinding } from './services/arq-service.js';
+import { deviceServiceBinding } from './services/device-service.js';
+import { hostServiceBinding } from './services/host-service.js';
+import { profileServiceBinding } from './services/profile-service.js';
+import { registrationServiceBinding } from './services/registration-service.js';
+import { openSqliteStore } from './store/sqlite-store.js';
+import type { Store } from './store/store.js';
+
+export interface SchedulerOptions {
+  /** SQLite database file. */
+  db?: string;
+  /** Or a store already opened (tests, other backends). */
+  store?: Store;
+  listen: string;
+  logger?: Logger;
+  heartbeatSeconds?: number;
+  /** Extra services (instances, migrations) registered by later modules. */
+  extraServices?: (core: SchedulerCore) => ServiceBinding[];
+}
+
+export class Scheduler {
+  private constructor(
+    readonly core: SchedulerCore,
+    readonly server: GrpcServer,
+  ) {}
+
+  static async start(options: SchedulerOptions): Promise<Scheduler> {
+    const logger = (options.logger ?? createLogger()).child({ component: 'scheduler' });
+    const store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
+    const hub = new EventHub();
+    const links = new Map<string, AgentLink>();
+    const dispatcher = new CleanupDispatcher(
+      store,
+      hub,
+      (h) => links.get(h),
+      logger.child({ component: 'cleanup' }),
+    );
+    const core: SchedulerCore = {
+      store,
+      hub,
+      links,
+      dispatcher,
+      logger,
+      schedulerId: randomUUID(),
+      heartbeatSeconds: options.heartbeatSeconds ?? 15,
+      connectAgent(host, endpoint, features) {
+        links.get(host)?.stop();
+        const link = new AgentLink(host, endpoint, features, {
+          store,
+          hub,
+          logger,
+          onConnected: (h) => void dispatcher.dispatchBacklog(h),
+        });
+        links.set(host, link);
+        link.start();
+      },
+    };
+    const services = [
+      registrationServiceBinding(core),
+      hostServiceBinding(core),
+      deviceServiceBinding(core),
+      profileServiceBinding(core),
+      arqServiceBinding(core),
+      ...(options.extraServices?.(core) ?? []),
+    ];
+    const server = new GrpcServer({ services, protoPackages: ['berth.scheduler.v1', 'berth.agent.v1'] });
+    await server.listen(options.listen);
+    // Hosts known from before a restart are followed again as soon as their
+    // agents re-register (within one heartbeat); until then they show as disconnected.
+    for (const h of await store.listHosts()) {
+      if (h.connected) await store.setHostConnected(h.name, false);
+    }
+    logger.info({ address: server.address }, 'scheduler serving');
+    return new Scheduler(core, server);
+  }
+
+  get address(): string {
+    return this.server.address;
+  }
+
+  get store(): Store {
+    return this.core.store;
+  }
+
+  async stop(): Promise<void> {
+    this.core.dispatcher.stop();
+    this.core.hub.close();
+    for (const l of this.core.links.values()) l.stop();
+    await this.server.stop(2_000);
+    await this.core.store.close();
+  }
+}

@@ -1,0 +1,245 @@
+/**
+ * DeviceService: listing and watching devices, and the operator's actions
+ * (clean, release, enable/disable). Role checks live in the auth interceptor;
+ * here the requests are validated and the store's atomic operations called.
+ */
+
+import { invalidArgument, notFound } from '../../../errors.js';
+import { type CleanupEvent as CleanupEventPb, CleanupPhase } from '../../../gen/berth/agent/v1/agent.js';
+import {
+  type CleanDeviceRequest,
+  type DeviceFilter as DeviceFilterPb,
+  type DeviceServiceServer,
+  DeviceServiceService,
+  type GetDeviceRequest,
+  type ListDevicesRequest,
+  type ReleaseDeviceRequest,
+  type SetDeviceStatusRequest,
+  type WatchCleanupRequest,
+  type WatchCleanupResponse,
+  type WatchDevicesRequest,
+  type WatchDevicesResponse,
+} from '../../../gen/berth/scheduler/v1/device_service.js';
+import { serverStream, unary } from '../../grpc/handlers.js';
+import type { ServiceBinding } from '../../grpc/server.js';
+import {
+  deviceStateFromProto,
+  deviceStatusFromProto,
+  deviceToProto,
+  deviceTypeFromProto,
+} from '../convert.js';
+import type { SchedulerCore } from '../core.js';
+import type { DeviceRecord } from '../domain/device-state.js';
+import { CLEANUP_FEATURE } from '../runtime/cleanup-dispatcher.js';
+import type { CleanupEvent, CleanupJob, DeviceFilter } from '../store/store.js';
+import { deviceRef, optionalHost, optionalRequestId } from './validate.js';
+
+const RC = /^[A-Z0-9_]{1,255}$/;
+
+export function filterFromProto(f: DeviceFilterPb | undefined): DeviceFilter {
+  if (!f) return {};
+  const out: DeviceFilter = {};
+  const host = optionalHost('filter.host', f.host);
+  if (host) out.host = host;
+  const type = deviceTypeFromProto(f.type, 'filter.type');
+  if (type) out.type = type;
+  const state = deviceStateFromProto(f.state, 'filter.state');
+  if (state) out.state = state;
+  if (f.resourceClass !== '') {
+    if (!RC.test(f.resourceClass)) {
+      throw invalidArgument(
+        'filter.resource_class',
+        `${JSON.stringify(f.resourceClass)} is not a resource class`,
+      );
+    }
+    out.resourceClass = f.resourceClass;
+  }
+  return out;
+}
+
+export function matchesFilter(d: DeviceRecord, f: DeviceFilter): boolean {
+  return (
+    (!f.host || d.host === f.host) &&
+    (!f.type || d.type === f.type) &&
+    (!f.state || d.deviceState === f.state) &&
+    (!f.resourceClass || d.resourceClass === f.resourceClass)
+  );
+}
+
+const PHASES: Record<CleanupEvent['phase'], CleanupPhase> = {
+  queued: CleanupPhase.CLEANUP_PHASE_QUEUED,
+  preparing: CleanupPhase.CLEANUP_PHASE_PREPARING,
+  sanitizing: CleanupPhase.CLEANUP_PHASE_SANITIZING,
+  namespace_reset: CleanupPhase.CLEANUP_PHASE_NAMESPACE_RESET,
+  zeroing: CleanupPhase.CLEANUP_PHASE_ZEROING,
+  verifying: CleanupPhase.CLEANUP_PHASE_VERIFYING,
+  succeeded: CleanupPhase.CLEANUP_PHASE_SUCCEEDED,
+  failed: CleanupPhase.CLEANUP_PHASE_FAILED,
+  interrupted: CleanupPhase.CLEANUP_PHASE_INTERRUPTED,
+};
+const TERMINAL = new Set(['succeeded', 'failed', 'interrupted']);
+
+export function cleanupEventToProto(e: CleanupEvent): CleanupEventPb {
+  return {
+    jobId: e.jobId,
+    address: e.address,
+    action: e.action,
+    phase: PHASES[e.phase],
+    step: e.step,
+    percent: e.percent,
+    bytesDone: e.bytesDone,
+    bytesTotal: e.bytesTotal,
+    message: e.message,
+    time: new Date(e.time),
+    sequence: e.sequence,
+  };
+}
+
+/** A job that ended without an agent event (e.g. AGENT_CANNOT_CLEAN) still ends its watchers' streams. */
+function syntheticEnd(job: CleanupJob, lastSequence: number): CleanupEvent | null {
+  if (!TERMINAL.has(job.state)) return null;
+  return {
+    jobId: job.jobId,
+    address: job.address,
+    action: job.action,
+    phase: job.state as CleanupEvent['phase'],
+    step: '',
+    percent: 0,
+    bytesDone: 0,
+    bytesTotal: 0,
+    message: job.message,
+    time: job.finishedAt ?? new Date().toISOString(),
+    sequence: lastSequence + 1,
+  };
+}
+
+const PAGE_MAX = 5000;
+
+export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
+  const { store, hub, logger } = core;
+  const impl: DeviceServiceServer = {
+    listDevices: unary('ListDevices', logger, async (req: ListDevicesRequest) => {
+      if (req.pageSize > PAGE_MAX) throw invalidArgument('page_size', `${req.pageSize}; at most ${PAGE_MAX}`);
+      const page = await store.listDevices(filterFromProto(req.filter), {
+        pageSize: req.pageSize || undefined,
+        pageToken: req.pageToken || undefined,
+      });
+      return { devices: page.devices.map(deviceToProto), nextPageToken: page.nextPageToken };
+    }),
+
+    getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest) => ({
+      device: deviceToProto(await store.getDevice(deviceRef('device', req.device))),
+    })),
+
+    cleanDevice: unary('CleanDevice', logger, async (req: CleanDeviceRequest) => {
+      const ref = deviceRef('device', req.device);
+      const requestId = optionalRequestId('request_id', req.requestId);
+      const current = await store.getDevice(ref);
+      const link = core.links.get(current.host);
+      // An agent we have never heard of cannot be judged; the store refuses on state alone.
+      const agentCanClean = link ? link.has(CLEANUP_FEATURE) : true;
+      const { device, job } = await store.requestClean(ref, { requestId, agentCanClean });
+      hub.notify();
+      void core.dispatcher.dispatch(device, job);
+      return { device: deviceToProto(device), jobId: job.jobId };
+    }),
+
+    releaseDevice: unary('ReleaseDevice', logger, async (req: ReleaseDeviceRequest) => {
+      const device = await store.releaseDevice(deviceRef('device', req.device));
+      hub.notify();
+      return { device: deviceToProto(device) };
+    }),
+
+    setDeviceStatus: unary('SetDeviceStatus', logger, async (req: SetDeviceStatusRequest) => {
+      const device = await store.setDeviceStatus(
+        deviceRef('device', req.device),
+        deviceStatusFromProto(req.status, 'status'),
+        req.generation,
+      );
+      hub.notify();
+      return { device: deviceToProto(device) };
+    }),
+
+    watchDevices: serverStream('WatchDevices', logger, async function* (req: WatchDevicesRequest, ctx) {
+      const filter = filterFromProto(req.filter);
+      // Devices this stream has shown as matching: when one stops matching (a
+      // state filter), the watcher still gets the change that took it out.
+      const shown = new Set<string>();
+      let revision = req.fromRevision;
+      if (revision === 0) {
+        const snap = await store.snapshot(filter);
+        for (const d of snap.devices) {
+          shown.add(d.uuid);
+          yield {
+            revision: snap.revision,
+            initial: true,
+            device: deviceToProto(d),
+            removed: false,
+            synced: false,
+          };
+        }
+        revision = snap.revision;
+        yield {
+          revision,
+          initial: true,
+          device: undefined,
+          removed: false,
+          synced: true,
+        } satisfies WatchDevicesResponse;
+      } else if (revision > (await store.currentRevision())) {
+        throw invalidArgument('from_revision', `${revision} is ahead of the scheduler's revision`);
+      }
+      while (!ctx.signal.aborted && !hub.isClosed) {
+        const events = await store.eventsSince(revision, 1000);
+        for (const e of events) {
+          revision = e.revision;
+          const match = matchesFilter(e.device, filter);
+          if (!match && !shown.has(e.device.uuid)) continue;
+          if (match) shown.add(e.device.uuid);
+          else shown.delete(e.device.uuid);
+          yield {
+            revision,
+            initial: false,
+            device: deviceToProto(e.device),
+            removed: e.removed,
+            synced: false,
+          };
+        }
+        if (events.length === 1000) continue;
+        await hub.wait(ctx.signal);
+      }
+    }),
+
+    watchCleanup: serverStream('WatchCleanup', logger, async function* (req: WatchCleanupRequest, ctx) {
+      const device = await store.getDevice(deviceRef('device', req.device));
+      const jobId = optionalRequestId('job_id', req.jobId);
+      const job = jobId ? await store.getCleanupJob(jobId) : await store.latestCleanupJob(device.uuid);
+      if (!job || job.deviceUuid !== device.uuid) {
+        throw notFound('cleanup job', jobId ?? `of device ${device.uuid}`);
+      }
+      let after = req.fromSequence;
+      while (!ctx.signal.aborted && !hub.isClosed) {
+        for (const e of await store.cleanupEvents(job.jobId, after)) {
+          after = e.sequence;
+          yield { event: cleanupEventToProto(e), deviceUuid: device.uuid } satisfies WatchCleanupResponse;
+          if (TERMINAL.has(e.phase)) return;
+        }
+        const current = await store.getCleanupJob(job.jobId);
+        const end = syntheticEnd(current, after);
+        if (end) {
+          // Events may have landed between the read above and the job read.
+          const late = await store.cleanupEvents(job.jobId, after);
+          for (const e of late) {
+            after = e.sequence;
+            yield { event: cleanupEventToProto(e), deviceUuid: device.uuid };
+            if (TERMINAL.has(e.phase)) return;
+          }
+          yield { event: cleanupEventToProto({ ...end, sequence: after + 1 }), deviceUuid: device.uuid };
+          return;
+        }
+        await hub.wait(ctx.signal);
+      }
+    }),
+  };
+  return { name: 'berth.scheduler.v1.DeviceService', definition: DeviceServiceService, implementation: impl };
+}

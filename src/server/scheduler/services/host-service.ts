@@ -1,0 +1,39 @@
+/** HostService: the hosts whose agents registered. */
+import {
+  type GetHostRequest,
+  type Host,
+  type HostServiceServer,
+  HostServiceService,
+} from '../../../gen/berth/scheduler/v1/host.js';
+import { unary } from '../../grpc/handlers.js';
+import type { ServiceBinding } from '../../grpc/server.js';
+import type { SchedulerCore } from '../core.js';
+import type { HostRecord } from '../store/store.js';
+import { requireHost } from './validate.js';
+
+export function hostToProto(h: HostRecord): Host {
+  return {
+    name: h.name,
+    endpoint: h.endpoint,
+    bootId: h.bootId,
+    agentVersion: h.agentVersion,
+    features: h.features,
+    drivers: h.drivers,
+    connected: h.connected,
+    registeredAt: new Date(h.registeredAt),
+    lastSeen: new Date(h.lastSeen),
+    deviceCount: h.deviceCount,
+  };
+}
+
+export function hostServiceBinding(core: SchedulerCore): ServiceBinding {
+  const impl: HostServiceServer = {
+    listHosts: unary('ListHosts', core.logger, async () => ({
+      hosts: (await core.store.listHosts()).map(hostToProto),
+    })),
+    getHost: unary('GetHost', core.logger, async (req: GetHostRequest) => ({
+      host: hostToProto(await core.store.getHost(requireHost('name', req.name))),
+    })),
+  };
+  return { name: 'berth.scheduler.v1.HostService', definition: HostServiceService, implementation: impl };
+}

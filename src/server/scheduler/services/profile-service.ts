@@ -1,0 +1,50 @@
+/** ProfileService: named device profiles (validated by the domain's profile module inside the store). */
+
+import { invalidArgument, notFound } from '../../../errors.js';
+import {
+  type CreateProfileRequest,
+  type DeleteProfileRequest,
+  type GetProfileRequest,
+  type ProfileServiceServer,
+  ProfileServiceService,
+} from '../../../gen/berth/scheduler/v1/profile.js';
+import { unary } from '../../grpc/handlers.js';
+import type { ServiceBinding } from '../../grpc/server.js';
+import { profileInputFromProto, profileToProto } from '../convert.js';
+import type { SchedulerCore } from '../core.js';
+import { validateProfile } from '../domain/profile.js';
+
+const NAME = /^[A-Za-z0-9_.-]{1,255}$/;
+
+function requireName(field: string, v: string): string {
+  if (!NAME.test(v))
+    throw invalidArgument(field, `${JSON.stringify(v)} is not a profile name ([A-Za-z0-9_.-], 1-255)`);
+  return v;
+}
+
+export function profileServiceBinding(core: SchedulerCore): ServiceBinding {
+  const { store, logger } = core;
+  const impl: ProfileServiceServer = {
+    createProfile: unary('CreateProfile', logger, async (req: CreateProfileRequest) => {
+      const spec = validateProfile(profileInputFromProto(req.profile));
+      return { profile: profileToProto(await store.createProfile(spec)) };
+    }),
+    getProfile: unary('GetProfile', logger, async (req: GetProfileRequest) => {
+      if (req.name === '') throw invalidArgument('name', 'is required (a profile name or uuid)');
+      return { profile: profileToProto(await store.getProfile(req.name)) };
+    }),
+    listProfiles: unary('ListProfiles', logger, async () => ({
+      profiles: (await store.listProfiles()).map(profileToProto),
+    })),
+    deleteProfile: unary('DeleteProfile', logger, async (req: DeleteProfileRequest) => {
+      const name = requireName('name', req.name);
+      if (!(await store.deleteProfile(name))) throw notFound('profile', name);
+      return {};
+    }),
+  };
+  return {
+    name: 'berth.scheduler.v1.ProfileService',
+    definition: ProfileServiceService,
+    implementation: impl,
+  };
+}
