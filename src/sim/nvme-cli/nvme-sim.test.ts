@@ -187,6 +187,9 @@ describe('nvme-sim executable', () => {
     }));
     const data = sim.dev('nvme0n1');
     writeFileSync(data, pattern(MiB, 0x3c));
+    // SANICAP 0x3 has no overwrite (OWS): the controller refuses the action.
+    const ows = await sim.run(['sanitize', sim.dev('nvme0'), '-a', 'start-overwrite']);
+    expect(ows.stderr).toMatch(/^NVMe status: Invalid Field in Command: .*\(0x4002\)\n$/);
     expect((await sim.run(['sanitize', sim.dev('nvme0'), '-a', '2'])).code).toBe(0);
     const log = JSON.parse((await sim.run(['sanitize-log', sim.dev('nvme0'), '-o', 'json'])).stdout);
     expect(log.nvme0.sstat.status).toBe('(3) Most Recent Sanitize Command Failed.');
