@@ -83,14 +83,21 @@ export function settleSanitize(ctrl: SimControllerState, now: number): boolean {
 }
 
 /**
- * Starts the detached process that completes the sanitize at its deadline. It
- * runs `sanitize-worker.ts` through the repository's tsx loader, independent of
- * how this process was started (CLI or an in-process test).
+ * Starts the detached process that completes the sanitize at its deadline.
+ * Run from the bundle bin/nvme-sim builds (nvme-sim.mjs), it starts the bundled
+ * worker beside it with plain node; run from source (an in-process test), it
+ * runs `sanitize-worker.ts` through the repository's tsx loader.
  */
 export function spawnSanitizeWorker(statePath: string, ctrlName: string, startedAt: number): void {
-  const tsx = fileURLToPath(new URL('../../../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
-  const worker = fileURLToPath(new URL('./sanitize-worker.ts', import.meta.url));
-  const child = spawn(process.execPath, ['--import', tsx, worker, statePath, ctrlName, String(startedAt)], {
+  const here = fileURLToPath(import.meta.url);
+  const args = here.endsWith('.mjs')
+    ? [fileURLToPath(new URL('./sanitize-worker.mjs', import.meta.url))]
+    : [
+        '--import',
+        fileURLToPath(new URL('../../../node_modules/tsx/dist/esm/index.mjs', import.meta.url)),
+        fileURLToPath(new URL('./sanitize-worker.ts', import.meta.url)),
+      ];
+  const child = spawn(process.execPath, [...args, statePath, ctrlName, String(startedAt)], {
     detached: true,
     stdio: 'ignore',
   });
