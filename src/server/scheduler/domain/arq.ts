@@ -40,6 +40,14 @@ export interface Arq {
   createdAt: string;
   /** The device type a tag is unique within ('PCI', 'NVME'); set at bind. */
   deviceType: string;
+  /**
+   * Guest PCI address (`0000:00:10.0`) Berth assigned to this binding, null
+   * until first rendered. Kept until the ARQ is deleted, and across a live
+   * migration, so the guest never sees its device move. A store always sets
+   * it (null or an address); optional only so ARQ literals built outside a
+   * store (tests of pure code) need not spell it out.
+   */
+  guestAddress?: string | null;
 }
 
 const ALLOWED: Record<ArqState, readonly ArqState[]> = {

@@ -106,4 +106,16 @@ CREATE TABLE device_events (
 );
 `,
   },
+  {
+    version: 2,
+    name: 'arq_guest_address',
+    // The guest PCI address of a binding, stable for the binding's life: a
+    // column (not only inside `record`) so that the unique index makes two
+    // devices of one instance on one guest address impossible to store.
+    sql: `
+ALTER TABLE arqs ADD COLUMN guest_address TEXT;
+CREATE UNIQUE INDEX arqs_instance_guest_address ON arqs (instance_uuid, guest_address)
+  WHERE guest_address IS NOT NULL;
+`,
+  },
 ];

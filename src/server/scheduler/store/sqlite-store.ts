@@ -39,6 +39,13 @@ import {
 } from '../domain/device-state.js';
 import { type Profile, type ProfileSpec, type RequestGroup, sameProfileSpec } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
+import { formatPciAddress, planGuestAddresses, type TakenAddress } from '../guest/guest-address.js';
+import { aliasFor } from '../guest/hostdev-xml.js';
+import {
+  type InstanceDevicesInput,
+  registeredAddresses,
+  validateInstanceDevices,
+} from '../guest/metadata.js';
 import { MIGRATIONS } from './migrations.js';
 import type {
   ArqBinding,
@@ -51,6 +58,7 @@ import type {
   DeviceFilter,
   DevicePage,
   DeviceRef,
+  GuestBinding,
   HostRecord,
   HostRegistration,
   InstanceDevices,
@@ -76,6 +84,19 @@ const MAX_PAGE = 5000;
 const WORKING_PHASES = new Set(['preparing', 'sanitizing', 'namespace_reset', 'zeroing', 'verifying']);
 
 type Row = { record: string };
+type ArqRow = { record: string; guest_address: string | null };
+
+/** The guest_address column is authoritative (rows from before migration 2 lack the JSON field). */
+const toArq = (r: ArqRow): Arq => ({
+  ...(JSON.parse(r.record) as Arq),
+  guestAddress: r.guest_address ?? null,
+});
+
+/** The stored NICs/disks in the validator's input shape (proto `optional vlan` → absent). */
+const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({
+  nics: d.nics.map(({ vlan, ...n }) => (vlan === null ? n : { ...n, vlan })),
+  disks: d.disks,
+});
 
 /** Open (creating and migrating if needed) a store on `path`. */
 export async function openSqliteStore(path: string, options: SqliteStoreOptions = {}): Promise<SqliteStore> {
@@ -650,8 +671,10 @@ export class SqliteStore implements Store {
   // --- ARQs --------------------------------------------------------------
 
   private readArq(uuid: string): Arq | undefined {
-    const row = this.db.prepare('SELECT record FROM arqs WHERE uuid = ?').get(uuid) as Row | undefined;
-    return row ? (JSON.parse(row.record) as Arq) : undefined;
+    const row = this.db.prepare('SELECT record, guest_address FROM arqs WHERE uuid = ?').get(uuid) as
+      | ArqRow
+      | undefined;
+    return row ? toArq(row) : undefined;
   }
 
   private mustArq(uuid: string): Arq {
@@ -663,19 +686,20 @@ export class SqliteStore implements Store {
   private writeArq(a: Arq): Arq {
     this.db
       .prepare(
-        `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, record) VALUES (?, ?, ?, ?, ?)
+        `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, record) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET instance_uuid = excluded.instance_uuid,
-           device_uuid = excluded.device_uuid, state = excluded.state, record = excluded.record`,
+           device_uuid = excluded.device_uuid, state = excluded.state,
+           guest_address = excluded.guest_address, record = excluded.record`,
       )
-      .run(a.uuid, a.instanceUuid, a.deviceUuid, a.state, JSON.stringify(a));
+      .run(a.uuid, a.instanceUuid, a.deviceUuid, a.state, a.guestAddress ?? null, JSON.stringify(a));
     return a;
   }
 
   private arqsOfInstance(instanceUuid: string): Arq[] {
     const rows = this.db
-      .prepare('SELECT record FROM arqs WHERE instance_uuid = ? ORDER BY rowid')
-      .all(instanceUuid) as Row[];
-    return rows.map((r) => JSON.parse(r.record) as Arq);
+      .prepare('SELECT record, guest_address FROM arqs WHERE instance_uuid = ? ORDER BY rowid')
+      .all(instanceUuid) as ArqRow[];
+    return rows.map(toArq);
   }
 
   async createArqs(req: CreateArqsRequest): Promise<Arq[]> {
@@ -715,6 +739,7 @@ export class SqliteStore implements Store {
               error: '',
               createdAt: now,
               deviceType: '',
+              guestAddress: null,
             }),
           );
         }
@@ -734,8 +759,8 @@ export class SqliteStore implements Store {
 
   async listArqs(instanceUuid?: string): Promise<Arq[]> {
     if (instanceUuid) return this.arqsOfInstance(instanceUuid);
-    return (this.db.prepare('SELECT record FROM arqs ORDER BY rowid').all() as Row[]).map(
-      (r) => JSON.parse(r.record) as Arq,
+    return (this.db.prepare('SELECT record, guest_address FROM arqs ORDER BY rowid').all() as ArqRow[]).map(
+      toArq,
     );
   }
 
@@ -1058,10 +1083,68 @@ export class SqliteStore implements Store {
   }
 
   async getInstanceDevices(instanceUuid: string): Promise<InstanceDevices> {
+    return this.readInstanceDevices(instanceUuid);
+  }
+
+  private readInstanceDevices(instanceUuid: string): InstanceDevices {
     const row = this.db
       .prepare('SELECT record FROM instance_devices WHERE instance_uuid = ?')
       .get(instanceUuid) as Row | undefined;
     return row ? (JSON.parse(row.record) as InstanceDevices) : { nics: [], disks: [] };
+  }
+
+  async registerInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<InstanceDevices> {
+    if (!instanceUuid) throw invalidArgument('instance_uuid', 'is required');
+    return this.tx(() => {
+      // Only addresses already handed out bind the NICs/disks; a hostdev still
+      // without one will be placed around them.
+      const hostdevs: TakenAddress[] = this.arqsOfInstance(instanceUuid).flatMap((a) =>
+        a.state === 'bound' && a.guestAddress
+          ? [{ owner: `hostdev ${aliasFor({ tag: a.tag, arqUuid: a.uuid })}`, address: a.guestAddress }]
+          : [],
+      );
+      const checked = validateInstanceDevices(devicesInput(devices), hostdevs);
+      const stored: InstanceDevices = {
+        nics: checked.nics.map((n) => ({
+          mac: n.mac,
+          address: n.address,
+          tag: n.tag,
+          vlan: n.vlan ?? null,
+          model: n.model,
+        })),
+        disks: checked.disks.map((d) => ({
+          serial: d.serial,
+          bus: d.bus,
+          address: d.address,
+          path: d.path,
+          tag: d.tag,
+        })),
+      };
+      this.db
+        .prepare(
+          `INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)
+           ON CONFLICT (instance_uuid) DO UPDATE SET record = excluded.record`,
+        )
+        .run(instanceUuid, JSON.stringify(stored));
+      return stored;
+    });
+  }
+
+  async assignGuestAddresses(instanceUuid: string): Promise<GuestBinding[]> {
+    if (!instanceUuid) throw invalidArgument('instance_uuid', 'is required');
+    return this.tx(() => {
+      const bound = this.arqsOfInstance(instanceUuid).filter((a) => a.state === 'bound' && a.deviceUuid);
+      const others = registeredAddresses(devicesInput(this.readInstanceDevices(instanceUuid)));
+      const plan = planGuestAddresses(
+        bound.map((a) => ({ id: a.uuid, guest: a.guestAddress ?? null })),
+        others,
+      );
+      return bound.map((a) => {
+        const guest = formatPciAddress(plan.get(a.uuid)!);
+        const arq = a.guestAddress === guest ? a : this.writeArq({ ...a, guestAddress: guest });
+        return { arq, device: this.mustDevice({ uuid: a.deviceUuid! }) };
+      });
+    });
   }
 
   // --- event log ---------------------------------------------------------

@@ -421,5 +421,67 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const dest = await store.getDevice({ uuid: arq.deviceUuid! });
       expect([dest.arqUuid, dest.migrationUuid, dest.instanceUuid]).toEqual([arq.uuid, null, 'i1']);
     });
+
+    it('guest addresses: assigned around the NICs/disks, stable across reads, reopen and migration, freed on delete', async () => {
+      const mig = (i: number) => pciFacts({ index: i, liveMigratable: true });
+      await host('src', [mig(0), mig(1), mig(2)]);
+      await host('dst', [mig(0), mig(1)]);
+      await store.createProfile(
+        validateProfile({
+          name: 'lm',
+          groups: [{ vendorId: '10de', productId: '25b6', liveMigratable: 'yes' }],
+        }),
+      );
+      // A NIC on Berth's first slot: the hostdevs must go around it.
+      const nic = { mac: '52:54:00:AA:BB:01', address: '0000:00:10.0', tag: 'net', vlan: 7, model: 'virtio' };
+      const stored = await store.registerInstanceDevices('i1', { nics: [nic], disks: [] });
+      expect(stored.nics[0]!.mac).toBe('52:54:00:aa:bb:01');
+      expect(await store.getInstanceDevices('i1')).toEqual(stored);
+      const first = await bindOne('i1', 'src', 'lm');
+      const second = await bindOne('i1', 'src', 'lm');
+      expect((await store.getArq(first.arqs[0]!.uuid)).guestAddress).toBeNull();
+      const assigned = await store.assignGuestAddresses('i1');
+      expect(assigned.map((b) => [b.arq.uuid, b.arq.guestAddress, b.device.uuid])).toEqual([
+        [first.arqs[0]!.uuid, '0000:00:11.0', first.devices[0]!.uuid],
+        [second.arqs[0]!.uuid, '0000:00:12.0', second.devices[0]!.uuid],
+      ]);
+      expect(await store.assignGuestAddresses('i1')).toEqual(assigned);
+      await reopen();
+      expect((await store.getArq(second.arqs[0]!.uuid)).guestAddress).toBe('0000:00:12.0');
+      expect(await store.assignGuestAddresses('i1')).toEqual(assigned);
+
+      // A NIC may not be registered on an assigned hostdev slot; nothing is stored then.
+      const clash = await rejection(
+        store.registerInstanceDevices('i1', { nics: [{ ...nic, address: '0000:00:12.0' }], disks: [] }),
+      );
+      expect(clash.code).toBe('INVALID_ARGUMENT');
+      expect(clash.fieldViolations.map((v) => v.field)).toEqual(['nics[0].address']);
+      expect(clash.message).toContain('0000:00:12.0');
+      expect(await store.getInstanceDevices('i1')).toEqual(stored);
+
+      // Deleting an ARQ frees its slot; the survivor keeps its address, the newcomer takes the lowest free one.
+      await store.deleteArqs({ uuids: [first.arqs[0]!.uuid] });
+      const third = await bindOne('i1', 'src', 'lm');
+      const after = await store.assignGuestAddresses('i1');
+      expect(after.map((b) => [b.arq.uuid, b.arq.guestAddress])).toEqual([
+        [second.arqs[0]!.uuid, '0000:00:12.0'],
+        [third.arqs[0]!.uuid, '0000:00:11.0'],
+      ]);
+
+      // A committed migration moves the bindings and keeps every guest address.
+      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst' });
+      await store.commitMigration(plan.uuid);
+      const moved = await store.assignGuestAddresses('i1');
+      expect(moved.map((b) => [b.arq.uuid, b.arq.guestAddress, b.device.host])).toEqual([
+        [second.arqs[0]!.uuid, '0000:00:12.0', 'dst'],
+        [third.arqs[0]!.uuid, '0000:00:11.0', 'dst'],
+      ]);
+      expect(moved.map((b) => b.device.uuid)).toEqual([
+        plan.claims[second.devices[0]!.uuid],
+        plan.claims[third.devices[0]!.uuid],
+      ]);
+      // An instance without bindings has nothing to place.
+      expect(await store.assignGuestAddresses('nobody')).toEqual([]);
+    });
   });
 }

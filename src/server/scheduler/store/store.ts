@@ -196,6 +196,12 @@ export interface InstanceDevices {
   disks: Disk[];
 }
 
+/** A bound ARQ of an instance with its device; `arq.guestAddress` is set. */
+export interface GuestBinding {
+  arq: Arq;
+  device: DeviceRecord;
+}
+
 /** One entry of the device event log; revisions strictly increase. */
 export interface DeviceEvent {
   revision: number;
@@ -309,6 +315,21 @@ export interface Store {
   // --- instances ---------------------------------------------------------
   setInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<void>;
   getInstanceDevices(instanceUuid: string): Promise<InstanceDevices>;
+  /**
+   * Replace the instance's NICs and disks after checking them, in the same
+   * transaction, against the guest addresses already assigned to its bound
+   * ARQs (guest/metadata.ts validateInstanceDevices): one INVALID_ARGUMENT
+   * naming every bad field. Returns what was stored (normalised).
+   */
+  registerInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<InstanceDevices>;
+  /**
+   * The instance's bound ARQs (creation order) with their devices, each with a
+   * guest PCI address: stored addresses are kept, ARQs without one get the
+   * lowest free Berth slot avoiding the registered NICs and disks
+   * (guest/guest-address.ts planGuestAddresses), persisted in one transaction.
+   * An ARQ keeps its address until it is deleted, a committed migration included.
+   */
+  assignGuestAddresses(instanceUuid: string): Promise<GuestBinding[]>;
 
   // --- event log (WatchDevices) -----------------------------------------
   currentRevision(): Promise<number>;
