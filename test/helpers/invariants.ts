@@ -1,0 +1,149 @@
+/**
+ * Checks and small builders shared by the fault and crash tests: invariant 1
+ * on every device a test touches, error assertions by gRPC code name and
+ * ErrorInfo reason, and profiles that pick one specific simulated NVMe
+ * controller by its capability traits (so a test knows which device it binds).
+ */
+import { expect } from 'vitest';
+import { BerthClientError, type SchedulerClient } from '../../src/client/sdk.js';
+import type { Device } from '../../src/gen/berth/scheduler/v1/device.js';
+import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
+import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
+
+export const noFilter = { host: '', type: 0, state: 0, resourceClass: '' };
+
+export const stateName = (s: DeviceState): string => DeviceState[s] ?? String(s);
+
+/** Invariant 1: reserved = total exactly when the device is not allocatable. */
+export function expectInvariant1(devices: Device | Device[]): void {
+  for (const d of Array.isArray(devices) ? devices : [devices]) {
+    const summary = `${d.host} ${d.address} ${stateName(d.deviceState)} burned=${d.burned} reserved=${d.reserved}/${d.total} allocatable=${d.allocatable} (${d.unallocatableReason})`;
+    expect(d.total, summary).toBe(1);
+    expect(d.reserved === d.total, `invariant 1: ${summary}`).toBe(!d.allocatable);
+    // allocatable implies the state machine's own conditions.
+    if (d.allocatable) {
+      expect(d.deviceState, summary).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+      expect(d.burned, summary).toBe(false);
+    }
+  }
+}
+
+/** Every device of a host (or all), checked for invariant 1 on the way. */
+export async function listChecked(client: SchedulerClient, host = ''): Promise<Device[]> {
+  const { devices } = await client.devices.listDevices({
+    filter: { ...noFilter, host },
+    pageSize: 0,
+    pageToken: '',
+  });
+  expectInvariant1(devices);
+  return devices;
+}
+
+export async function getDevice(client: SchedulerClient, host: string, address: string): Promise<Device> {
+  const { device } = await client.devices.getDevice({
+    device: { ref: { $case: 'hostAddress', value: { host, address } } },
+  });
+  if (!device) throw new Error(`GetDevice ${host} ${address} returned no device`);
+  expectInvariant1(device);
+  return device;
+}
+
+export const uuidRef = (uuid: string) => ({ ref: { $case: 'uuid' as const, value: uuid } });
+
+/** Awaits a call that must fail with `codeName` (and `reason`, when given). */
+export async function expectCode(
+  p: Promise<unknown>,
+  codeName: string,
+  reason?: string,
+): Promise<BerthClientError> {
+  const err = await p.then(
+    (v) => new Error(`expected ${codeName}${reason ? `/${reason}` : ''}, got ${JSON.stringify(v)}`),
+    (e: unknown) => e,
+  );
+  if (!(err instanceof BerthClientError)) throw err;
+  expect(err.codeName, err.message).toBe(codeName);
+  if (reason) expect(err.reason, err.message).toBe(reason);
+  return err;
+}
+
+/**
+ * Traits that single out each controller of demoHostDefinition: nvme0 is the
+ * only one with crypto erase, nvme1 has block erase without it, nvme2 only write
+ * zeroes, nvme3 nothing (shred).
+ */
+export const NVME_PICK = {
+  nvme0: { required: ['HW_NVME_CES'], forbidden: [] },
+  nvme1: { required: ['HW_NVME_BES'], forbidden: ['HW_NVME_CES'] },
+  nvme2: { required: ['HW_NVME_WZS'], forbidden: ['HW_NVME_CES', 'HW_NVME_BES'] },
+  nvme3: { required: [], forbidden: ['HW_NVME_CES', 'HW_NVME_BES', 'HW_NVME_WZS'] },
+} as const;
+
+export type NvmeName = keyof typeof NVME_PICK;
+
+/** A profile named `pick-<ctrl>` that matches exactly that demo controller. */
+export async function createNvmeProfile(client: SchedulerClient, ctrl: NvmeName): Promise<string> {
+  const name = `pick-${ctrl}`;
+  await client.profiles.createProfile({
+    profile: {
+      name,
+      uuid: '',
+      description: `the simulated ${ctrl} only`,
+      groups: [
+        {
+          resourceClass: '',
+          vendorId: '144d',
+          productId: 'a824',
+          requiredTraits: [...NVME_PICK[ctrl].required],
+          forbiddenTraits: [...NVME_PICK[ctrl].forbidden],
+          liveMigratable: LiveMigratable.LIVE_MIGRATABLE_UNSPECIFIED,
+          count: 1,
+        },
+      ],
+      createdAt: undefined,
+    },
+  });
+  return name;
+}
+
+/** A profile of `count` devices of one resource class. */
+export async function createClassProfile(
+  client: SchedulerClient,
+  name: string,
+  resourceClass: string,
+  count = 1,
+): Promise<string> {
+  await client.profiles.createProfile({
+    profile: {
+      name,
+      uuid: '',
+      description: '',
+      groups: [
+        {
+          resourceClass,
+          vendorId: '',
+          productId: '',
+          requiredTraits: [],
+          forbiddenTraits: [],
+          liveMigratable: LiveMigratable.LIVE_MIGRATABLE_UNSPECIFIED,
+          count,
+        },
+      ],
+      createdAt: undefined,
+    },
+  });
+  return name;
+}
+
+/** Creates one ARQ from `profile` and binds it to `instance` on `host`; returns the bound ARQ. */
+export async function createAndBind(client: SchedulerClient, profile: string, instance: string, host: string) {
+  const [arq] = (await client.arqs.createAcceleratorRequests({ profileName: profile, requestId: '', tags: [] }))
+    .acceleratorRequests;
+  if (!arq) throw new Error(`profile ${profile} produced no ARQ`);
+  const [bound] = (
+    await client.arqs.bindAcceleratorRequests({
+      bindings: [{ arqUuid: arq.uuid, instanceUuid: instance, host, tag: '' }],
+    })
+  ).acceleratorRequests;
+  if (!bound) throw new Error('bind returned no ARQ');
+  return bound;
+}
