@@ -9,6 +9,7 @@ import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
 import { registerAgentCommands } from './agent-commands.js';
 import { registerSchedulerCommands } from './scheduler-commands.js';
+import { registerUpCommands } from './up-commands.js';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
     .exitOverride();
   registerAgentCommands(program);
   registerSchedulerCommands(program);
+  registerUpCommands(program);
   return program;
 }
 

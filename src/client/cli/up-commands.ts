@@ -1,0 +1,137 @@
+/** `berth up` and `berth sim …`: a working Berth on this machine, and simulated hosts for it. */
+import { readFile } from 'node:fs/promises';
+import { resolve } from 'node:path';
+import type { Command } from 'commander';
+import { parse as parseYaml } from 'yaml';
+import { ConfigError } from '../../errors.js';
+import { buildSimHost, demoHostDefinition, type SimHostDefinition } from '../../sim/host.js';
+import type { SimFault } from '../../sim/nvme-cli/index.js';
+import { withStateLock } from '../../sim/nvme-cli/state.js';
+import { clientConfigPath, writeClientConfig } from '../client-config.js';
+import { startUp } from '../up/berth-up.js';
+
+export function registerUpCommands(program: Command): void {
+  program
+    .command('up')
+    .description('run a scheduler and agents on this machine (simulated hosts unless --sysfs-root is given)')
+    .option('--listen <addr>', 'scheduler listen address', '127.0.0.1:7070')
+    .option('--state-dir <dir>', 'where the database, journals and simulated hosts live', '.berth')
+    .option('--sysfs-root <dir>', 'manage a real sysfs tree (e.g. /sys) instead of simulated hosts')
+    .option('-c, --config <file>', 'agent configuration for --sysfs-root (device_spec, drivers)')
+    .action(async (o: { listen: string; stateDir: string; sysfsRoot?: string; config?: string }) => {
+      let agentConfig: Record<string, unknown> | undefined;
+      if (o.config) agentConfig = parseYaml(await readFile(o.config, 'utf8')) as Record<string, unknown>;
+      if (o.sysfsRoot && !agentConfig) {
+        throw new ConfigError('--sysfs-root needs -c/--config with the device_spec entries to manage');
+      }
+      const up = await startUp({
+        listen: o.listen,
+        stateDir: o.stateDir,
+        sysfsRoot: o.sysfsRoot,
+        agentConfig,
+      });
+      const configPath = await writeClientConfig({ endpoint: up.endpoint, state_dir: up.stateDir });
+      const lines = [
+        `Berth is up.`,
+        `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
+        ...up.agents.map(
+          (a) => `  agent      ${a.address}   host ${a.config.host}, ${a.inventory.list().length} devices`,
+        ),
+        `  client configuration written to ${configPath}`,
+        '',
+        'Try, in another terminal:',
+        '  bin/berth demo                       # the whole lifecycle, narrated',
+        '  bin/berth device list                # every device, its state and cleanup action',
+        '  bin/berth host list',
+        `  node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge --list-methods http://${up.endpoint}`,
+        '',
+        'Stop with Ctrl-C.',
+      ];
+      console.log(lines.join('\n'));
+      const stop = () => void up.stop().then(() => process.exit(0));
+      process.once('SIGINT', stop);
+      process.once('SIGTERM', stop);
+    });
+
+  const sim = program.command('sim').description('simulated hosts: sysfs tree, /dev, nvme-cli simulator');
+  sim
+    .command('build')
+    .description('build a simulated host and write its agent configuration')
+    .requiredOption('--root <dir>', 'directory to build the host in (must not exist or be empty)')
+    .option('--host <name>', 'host name', 'sim-host-1')
+    .option(
+      '--spec <file>',
+      'host definition (YAML/JSON, the SimHostDefinition shape); default: the demo host',
+    )
+    .action(async (o: { root: string; host: string; spec?: string }) => {
+      const def = o.spec
+        ? (parseYaml(await readFile(o.spec, 'utf8')) as SimHostDefinition)
+        : demoHostDefinition(o.host);
+      const host = await buildSimHost(resolve(o.root), def);
+      console.log(
+        JSON.stringify(
+          {
+            host: def.host,
+            config: host.configPath,
+            sysfs_root: host.sysfsRoot,
+            dev_root: host.devRoot,
+            nvme_cli: host.nvmeCli,
+          },
+          null,
+          2,
+        ),
+      );
+    });
+  sim
+    .command('fault')
+    .description("inject (or clear) a fault in a simulated controller's nvme-cli")
+    .requiredOption('--root <dir>', 'the simulated host directory')
+    .requiredOption('--controller <name>', 'controller, e.g. nvme3')
+    .requiredOption('--command <cmd>', 'nvme-cli command, e.g. sanitize, write-zeroes, sanitize-log')
+    .option('--mode <mode>', 'error | hang | sanitize-fails | noop')
+    .option('--status <hex>', 'NVMe status for --mode error, e.g. 0x4002')
+    .option('--clear', 'remove the fault')
+    .action(
+      async (o: {
+        root: string;
+        controller: string;
+        command: string;
+        mode?: string;
+        status?: string;
+        clear?: boolean;
+      }) => {
+        let fault: SimFault | null = null;
+        if (!o.clear) {
+          if (o.mode === 'error') {
+            const status = Number.parseInt(o.status ?? '', 16);
+            if (!Number.isInteger(status))
+              throw new ConfigError(`--status: ${JSON.stringify(o.status)} is not a hex NVMe status`);
+            fault = { mode: 'error', status };
+          } else if (o.mode === 'hang' || o.mode === 'sanitize-fails' || o.mode === 'noop') {
+            fault = { mode: o.mode };
+          } else {
+            throw new ConfigError(
+              `--mode: expected error, hang, sanitize-fails or noop, got ${JSON.stringify(o.mode)}`,
+            );
+          }
+        }
+        await withStateLock(resolve(o.root, 'nvme-sim.json'), (state) => {
+          const c = state.controllers.find((x) => x.name === o.controller);
+          if (!c)
+            throw new ConfigError(`--controller: no controller ${JSON.stringify(o.controller)} in ${o.root}`);
+          const faults = { ...(c.faults ?? {}) };
+          if (fault) faults[o.command] = fault;
+          else delete faults[o.command];
+          c.faults = faults;
+          return { changed: true, result: undefined };
+        });
+        console.log(
+          fault
+            ? `fault set: ${o.controller} ${o.command} ${JSON.stringify(fault)}`
+            : `fault cleared: ${o.controller} ${o.command}`,
+        );
+      },
+    );
+}
+
+export { clientConfigPath };
