@@ -14,6 +14,8 @@ import { EventHub } from './runtime/event-hub.js';
 import { arqServiceBinding } from './services/arq-service.js';
 import { deviceServiceBinding } from './services/device-service.js';
 import { hostServiceBinding } from './services/host-service.js';
+import { instanceServiceBinding } from './services/instance-service.js';
+import { migrationServiceBinding } from './services/migration-service.js';
 import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
 import { openSqliteStore } from './store/sqlite-store.js';
@@ -74,6 +76,8 @@ export class Scheduler {
       deviceServiceBinding(core),
       profileServiceBinding(core),
       arqServiceBinding(core),
+      instanceServiceBinding(core),
+      migrationServiceBinding(core),
       ...(options.extraServices?.(core) ?? []),
     ];
     const server = new GrpcServer({ services, protoPackages: ['berth.scheduler.v1', 'berth.agent.v1'] });
