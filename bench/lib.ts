@@ -1,0 +1,106 @@
+/**
+ * Shared helpers for the benchmarks: argument parsing, the one-line JSON
+ * result every benchmark prints, order statistics and small timing tools.
+ *
+ * Every benchmark measures its own baseline in the same run and reports a
+ * ratio, because the machines these run on are shared and noisy: an absolute
+ * figure from a busy CI box means little, a ratio against the same box at the
+ * same moment means something.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { loadavg } from 'node:os';
+import { join } from 'node:path';
+
+export interface BenchArgs {
+  /** Tiny sizes for CI smoke runs. */
+  quick: boolean;
+}
+
+export function parseArgs(argv = process.argv.slice(2)): BenchArgs {
+  return { quick: argv.includes('--quick') };
+}
+
+/** One benchmark's figures, printed as a single JSON line on stdout. */
+export interface BenchResult {
+  name: string;
+  value: number;
+  baseline: number;
+  /** value / baseline, so the goal reads the same whatever the machine. */
+  ratio: number;
+  /** Human-readable goal, e.g. "ratio <= 1.0". */
+  goal: string;
+  pass: boolean;
+  unit: string;
+  [detail: string]: unknown;
+}
+
+export function emit(result: BenchResult): void {
+  const out = {
+    ...result,
+    ratio: round(result.ratio, 3),
+    value: round(result.value, 3),
+    baseline: round(result.baseline, 3),
+    loadavg: loadavg().map((l) => round(l, 2)),
+  };
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+}
+
+export function round(n: number, digits = 2): number {
+  if (!Number.isFinite(n)) return n;
+  const f = 10 ** digits;
+  return Math.round(n * f) / f;
+}
+
+/** Sorted copy; the order statistics below take sorted input. */
+export const sorted = (xs: readonly number[]): number[] => [...xs].sort((a, b) => a - b);
+
+/** Nearest-rank percentile of sorted values (p in 0..100). */
+export function percentile(sortedValues: readonly number[], p: number): number {
+  if (sortedValues.length === 0) return Number.NaN;
+  const rank = Math.ceil((p / 100) * sortedValues.length);
+  return sortedValues[Math.min(sortedValues.length - 1, Math.max(0, rank - 1))]!;
+}
+
+export const median = (xs: readonly number[]): number => percentile(sorted(xs), 50);
+
+/** Milliseconds since an arbitrary origin, sub-millisecond resolution. */
+export const nowMs = (): number => performance.now();
+
+/** Runs `fn`, returns its duration in ms and its value. */
+export async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
+  const t0 = nowMs();
+  const value = await fn();
+  return { ms: nowMs() - t0, value };
+}
+
+/** A temporary directory under `base` (e.g. /dev/shm for speed, /var/tmp for a real disk). */
+export async function tempDir(
+  base: string,
+  prefix: string,
+): Promise<{ path: string; cleanup(): Promise<void> }> {
+  const path = await mkdtemp(join(base, prefix));
+  return { path, cleanup: () => rm(path, { recursive: true, force: true }) };
+}
+
+/**
+ * Runs `tasks` with at most `concurrency` in flight, each worker looping until
+ * `deadline` (ms, nowMs clock) or until `maxIterations` in total have started.
+ * Both bounds hold so a stuck server cannot keep the benchmark running.
+ */
+export async function runWorkers(
+  concurrency: number,
+  opts: { deadline: number; maxIterations: number },
+  task: (worker: number, iteration: number) => Promise<void>,
+): Promise<number> {
+  let started = 0;
+  const worker = async (w: number) => {
+    while (nowMs() < opts.deadline && started < opts.maxIterations) {
+      const i = started++;
+      await task(w, i);
+    }
+  };
+  await Promise.all(Array.from({ length: concurrency }, (_, w) => worker(w)));
+  return started;
+}
+
+export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
