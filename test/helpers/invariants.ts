@@ -135,9 +135,15 @@ export async function createClassProfile(
 }
 
 /** Creates one ARQ from `profile` and binds it to `instance` on `host`; returns the bound ARQ. */
-export async function createAndBind(client: SchedulerClient, profile: string, instance: string, host: string) {
-  const [arq] = (await client.arqs.createAcceleratorRequests({ profileName: profile, requestId: '', tags: [] }))
-    .acceleratorRequests;
+export async function createAndBind(
+  client: SchedulerClient,
+  profile: string,
+  instance: string,
+  host: string,
+) {
+  const [arq] = (
+    await client.arqs.createAcceleratorRequests({ profileName: profile, requestId: '', tags: [] })
+  ).acceleratorRequests;
   if (!arq) throw new Error(`profile ${profile} produced no ARQ`);
   const [bound] = (
     await client.arqs.bindAcceleratorRequests({

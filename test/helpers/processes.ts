@@ -127,7 +127,9 @@ export class BerthProcess {
     const endpoint = await new Promise<string>((resolve, reject) => {
       let pending = '';
       const timer = setTimeout(() => {
-        reject(new Error(`${this.spec.name}: no "listening" line after ${START_TIMEOUT_MS} ms\n${this.output()}`));
+        reject(
+          new Error(`${this.spec.name}: no "listening" line after ${START_TIMEOUT_MS} ms\n${this.output()}`),
+        );
       }, START_TIMEOUT_MS);
       child.stdout?.on('data', (s: string) => {
         this.stdoutBuf = (this.stdoutBuf + s).slice(-KEEP_CHARS);
@@ -152,7 +154,9 @@ export class BerthProcess {
       child.once('exit', (code, signal) => {
         clearTimeout(timer);
         reject(
-          new Error(`${this.spec.name} exited (code ${code}, signal ${signal}) before listening\n${this.output()}`),
+          new Error(
+            `${this.spec.name} exited (code ${code}, signal ${signal}) before listening\n${this.output()}`,
+          ),
         );
       });
       child.once('error', (err) => {
@@ -171,7 +175,9 @@ export class BerthProcess {
    * Sends `signal` to the whole process group and waits for the process to
    * exit (SIGKILL after EXIT_TIMEOUT_MS if a gentler signal was ignored).
    */
-  async kill(signal: NodeJS.Signals = 'SIGKILL'): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
+  async kill(
+    signal: NodeJS.Signals = 'SIGKILL',
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     const child = this.child;
     if (!child?.pid || !this.exitPromise) return { code: null, signal: null };
     const pid = child.pid;

@@ -10,7 +10,12 @@ import { AgentClient, BerthClientError, SchedulerClient } from '../../src/client
 import { CleanupPhase } from '../../src/gen/berth/agent/v1/agent.js';
 import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
-import { buildSimHost, demoHostDefinition, type SimHost, type SimHostDefinition } from '../../src/sim/host.js';
+import {
+  buildSimHost,
+  demoHostDefinition,
+  type SimHost,
+  type SimHostDefinition,
+} from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { eventually } from '../helpers/grpc.js';
 import {
@@ -36,7 +41,12 @@ async function waitForHost(client: SchedulerClient, host: string, devices: numbe
     timeoutMs,
   );
   await eventually(
-    () => client.devices.listDevices({ filter: { host, type: 0, state: 0, resourceClass: '' }, pageSize: 0, pageToken: '' }),
+    () =>
+      client.devices.listDevices({
+        filter: { host, type: 0, state: 0, resourceClass: '' },
+        pageSize: 0,
+        pageToken: '',
+      }),
     (r) => r.devices.length === devices,
     timeoutMs,
   );
@@ -115,11 +125,16 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     await new Promise((r) => setTimeout(r, 1_500));
     expect((await getDevice(client, HOST, address)).deviceState).toBe(DeviceState.DEVICE_STATE_ERROR);
 
-    const { jobId: operatorJob } = await client.devices.cleanDevice({ device: uuidRef(err.uuid), requestId: '' });
+    const { jobId: operatorJob } = await client.devices.cleanDevice({
+      device: uuidRef(err.uuid),
+      requestId: '',
+    });
     expect(operatorJob).not.toBe(jobId);
     const clean = await eventually(
       () => getDevice(client, HOST, address),
-      (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE || d.deviceState === DeviceState.DEVICE_STATE_ERROR,
+      (d) =>
+        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
       20_000,
     );
     expect(stateName(clean.deviceState), clean.errorReason).toBe('DEVICE_STATE_AVAILABLE');
@@ -127,6 +142,104 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
     expect(clean.lastCleanup?.action).toBe('sanitize-crypto');
     expect(clean.reserved).toBe(0);
+    await listChecked(client, HOST);
+  }, 90_000);
+
+  it('agent down at release: the device stays reserved (pending_cleaning) and is cleaned when the agent returns', async () => {
+    const address = nvmeAddress.nvme2!;
+    const bound = await createAndBind(client, 'pick-nvme2', 'vm-agent-down', HOST);
+    expect(bound.deviceAddress).toBe(address);
+
+    await agent.stop();
+    await eventually(
+      async () => (await client.hosts.getHost({ name: HOST })).host,
+      (h) => h?.connected === false,
+      15_000,
+    );
+    await client.arqs.deleteAcceleratorRequests({ uuids: [bound.uuid], instanceUuid: '' });
+    const pending = await getDevice(client, HOST, address);
+    expect(stateName(pending.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
+    expect(pending.reserved).toBe(1);
+    expect(pending.arqUuid).toBe('');
+    // Nobody can clean it, so nothing changes however long the agent stays away.
+    await new Promise((r) => setTimeout(r, 2_000));
+    const still = await getDevice(client, HOST, address);
+    expect(stateName(still.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
+    // And a bind cannot take it meanwhile.
+    const [arq] = (
+      await client.arqs.createAcceleratorRequests({ profileName: 'pick-nvme2', requestId: '', tags: [] })
+    ).acceleratorRequests;
+    const refused = await client.arqs
+      .bindAcceleratorRequests({
+        bindings: [{ arqUuid: arq!.uuid, instanceUuid: 'vm-thief', host: HOST, tag: '' }],
+      })
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    expect(refused).toBeInstanceOf(BerthClientError);
+    expect((refused as BerthClientError).codeName).toBe('FAILED_PRECONDITION');
+    await client.arqs.deleteAcceleratorRequests({ uuids: [arq!.uuid], instanceUuid: '' });
+
+    await agent.restart();
+    const clean = await eventually(
+      () => getDevice(client, HOST, address),
+      (d) =>
+        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
+      30_000,
+    );
+    expect(stateName(clean.deviceState), `${clean.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
+    expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
+    expect(clean.lastCleanup?.action).toBe('write-zeroes');
+    expect(clean.reserved).toBe(0);
+    await listChecked(client, HOST);
+  }, 90_000);
+
+  it('scheduler SIGKILLed mid-cleanup: the agent finishes the job alone and the outcome is delivered after the restart', async () => {
+    const address = nvmeAddress.nvme1!;
+    const bound = await createAndBind(client, 'pick-nvme1', 'vm-sched-crash', HOST);
+    expect(bound.deviceAddress).toBe(address);
+    await client.arqs.deleteAcceleratorRequests({ uuids: [bound.uuid], instanceUuid: '' });
+    const cleaning = await eventually(
+      () => getDevice(client, HOST, address),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_CLEANING,
+      15_000,
+    );
+    const jobId = cleaning.lastCleanup!.jobId;
+
+    await scheduler.kill('SIGKILL');
+    // Ask the agent itself (re-attaching by job id, as the scheduler would):
+    // the job runs to success while no scheduler is listening.
+    const agentClient = new AgentClient({ endpoint: agent.endpoint, timeoutMs: 10_000 });
+    const phases: CleanupPhase[] = [];
+    try {
+      for await (const m of agentClient.cleanupDevice({ address, jobId })) {
+        if (m.event) phases.push(m.event.phase);
+      }
+    } finally {
+      agentClient.close();
+    }
+    expect(phases.at(-1), agent.output()).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);
+
+    await scheduler.restart();
+    client.close();
+    client = new SchedulerClient({ endpoint: scheduler.endpoint, timeoutMs: 10_000 });
+    // Before the agent re-registers the scheduler only knows the job was running.
+    const done = await eventually(
+      () => getDevice(client, HOST, address),
+      (d) =>
+        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
+      20_000,
+    );
+    expect(stateName(done.deviceState), `${done.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
+    // The same job delivered its outcome: no second cleanup was started.
+    expect(done.lastCleanup?.jobId).toBe(jobId);
+    expect(done.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
+    expect(done.lastCleanup?.action).toBe('sanitize-block');
+    expect(done.reserved).toBe(0);
+    await waitForHost(client, HOST, DEMO_DEVICES);
     await listChecked(client, HOST);
   }, 90_000);
 });
