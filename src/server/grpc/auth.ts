@@ -1,0 +1,584 @@
+/**
+ * Authentication and authorization for every Berth gRPC server, in ONE server
+ * interceptor driven by ONE table (METHOD_ROLES: fully-qualified method → the
+ * roles allowed to call it).
+ *
+ * A caller proves who it is with a bearer token in the `authorization`
+ * metadata — a JWT signed by a configured key (HS256 secret, RSA/EC/Ed25519
+ * public key, or a JWKS file), or a static token listed in a file — or, with
+ * mutual TLS, with a client certificate whose subject CN is mapped to a role.
+ * No valid credential → UNAUTHENTICATED; a valid one without an allowed role →
+ * PERMISSION_DENIED. A method missing from the table is refused for everyone
+ * (fail closed), and a test walks every method the servers register so a new
+ * RPC without an entry fails CI.
+ *
+ * Health and reflection are open: load balancers and orchestrators probe
+ * health without credentials, and reflection exposes only the public .proto
+ * schema (which is in the repository anyway); neither touches device state.
+ *
+ * Auth is off only when configured `{ mode: 'none' }`, and then the server
+ * logs a warning at start.
+ */
+import { createHash, createPublicKey, type KeyObject, randomBytes } from 'node:crypto';
+import { readFile, writeFile } from 'node:fs/promises';
+import {
+  Metadata,
+  ServerInterceptingCall,
+  type ServerInterceptingCallInterface,
+  type ServerInterceptor,
+  type ServerMethodDefinition,
+  status,
+} from '@grpc/grpc-js';
+import { createLocalJWKSet, type JWTPayload, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import type { Logger } from 'pino';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { ConfigError } from '../../errors.js';
+
+/**
+ * - admin: operators. Everything, including the destructive or
+ *   tenant-safety-relevant actions (clean, release, enable/disable, profile writes).
+ * - service: the orchestration layer (Nova-like): reads, ARQs, instances, migrations.
+ * - reader: dashboards and monitoring: read-only.
+ * - agent: host agents; only Register on the scheduler. A stolen agent token
+ *   cannot create ARQs, read other hosts' bindings or clean devices.
+ * - scheduler: the scheduler calling agents (inventory, cleanup, migration prep).
+ */
+export const ROLES = ['admin', 'service', 'reader', 'agent', 'scheduler'] as const;
+export type Role = (typeof ROLES)[number];
+
+const A: Role = 'admin';
+const SV: Role = 'service';
+const R: Role = 'reader';
+const AG: Role = 'agent';
+const SC: Role = 'scheduler';
+
+const S = 'berth.scheduler.v1';
+const AGENT = 'berth.agent.v1.AgentService';
+
+/** THE table. Keys are `package.Service/Method`; every served method must have an entry. */
+export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
+  [`${S}.RegistrationService/Register`]: [A, AG],
+
+  [`${S}.HostService/ListHosts`]: [A, SV, R],
+  [`${S}.HostService/GetHost`]: [A, SV, R],
+
+  [`${S}.DeviceService/ListDevices`]: [A, SV, R],
+  [`${S}.DeviceService/GetDevice`]: [A, SV, R],
+  [`${S}.DeviceService/WatchDevices`]: [A, SV, R],
+  [`${S}.DeviceService/WatchCleanup`]: [A, SV, R],
+  [`${S}.DeviceService/CleanDevice`]: [A],
+  [`${S}.DeviceService/ReleaseDevice`]: [A],
+  [`${S}.DeviceService/SetDeviceStatus`]: [A],
+
+  [`${S}.ProfileService/CreateProfile`]: [A],
+  [`${S}.ProfileService/DeleteProfile`]: [A],
+  [`${S}.ProfileService/GetProfile`]: [A, SV, R],
+  [`${S}.ProfileService/ListProfiles`]: [A, SV, R],
+
+  [`${S}.AcceleratorRequestService/CreateAcceleratorRequests`]: [A, SV],
+  [`${S}.AcceleratorRequestService/BindAcceleratorRequests`]: [A, SV],
+  [`${S}.AcceleratorRequestService/DeleteAcceleratorRequests`]: [A, SV],
+  [`${S}.AcceleratorRequestService/GetAcceleratorRequest`]: [A, SV, R],
+  [`${S}.AcceleratorRequestService/ListAcceleratorRequests`]: [A, SV, R],
+
+  [`${S}.InstanceService/GetInstanceXml`]: [A, SV, R],
+  [`${S}.InstanceService/SetInstanceDevices`]: [A, SV],
+  [`${S}.InstanceService/GetDeviceMetadata`]: [A, SV, R],
+
+  [`${S}.MigrationService/PlanLiveMigration`]: [A, SV],
+  [`${S}.MigrationService/CommitMigration`]: [A, SV],
+  [`${S}.MigrationService/AbortMigration`]: [A, SV],
+
+  [`${AGENT}/GetAgentInfo`]: [A, SC, R],
+  [`${AGENT}/ListDevices`]: [A, SC, R],
+  [`${AGENT}/WatchInventory`]: [A, SC, R],
+  [`${AGENT}/Rediscover`]: [A, SC],
+  [`${AGENT}/CleanupDevice`]: [A, SC],
+  [`${AGENT}/PrepareMigration`]: [A, SC],
+};
+
+/** Services anyone may call (see the module comment for why). */
+export const OPEN_SERVICES: readonly string[] = [
+  'grpc.health.v1.Health',
+  'grpc.reflection.v1.ServerReflection',
+  'grpc.reflection.v1alpha.ServerReflection',
+];
+
+/** `/pkg.Service/Method` (a grpc-js path) → `pkg.Service/Method`. */
+export function methodKey(path: string): string {
+  return path.startsWith('/') ? path.slice(1) : path;
+}
+
+export function isOpenMethod(path: string): boolean {
+  const key = methodKey(path);
+  return OPEN_SERVICES.some((s) => key.startsWith(`${s}/`));
+}
+
+/** Roles allowed on a method, or undefined when the table has no entry (then nobody may call it). */
+export function allowedRoles(path: string): readonly Role[] | undefined {
+  return METHOD_ROLES[methodKey(path)];
+}
+
+// ---------------------------------------------------------------------------
+// Configuration
+
+export interface JwtOptions {
+  /** HS256 shared secret (at least 32 bytes). */
+  hs256Secret?: string | Uint8Array;
+  /** PEM public key (SPKI) of the issuer: RSA, EC or Ed25519. */
+  publicKey?: string;
+  /** A JWKS document (the `keys` of the issuer's jwks.json), for key rotation. */
+  jwks?: { keys: Record<string, unknown>[] };
+  /** Required `iss` claim, if set. */
+  issuer?: string;
+  /** Required `aud` claim, if set. */
+  audience?: string;
+  /** Clock skew accepted on exp/nbf, seconds; default 30. */
+  clockToleranceSeconds?: number;
+}
+
+export interface StaticToken {
+  token: string;
+  roles: Role[];
+  subject?: string;
+}
+
+export type AuthOptions =
+  | { mode: 'none' }
+  | {
+      mode: 'token';
+      jwt?: JwtOptions;
+      staticTokens?: StaticToken[];
+      /**
+       * Mutual TLS identities: client certificate subject CN → role. `*` maps
+       * any client certificate the server's CA verified. Only consulted when a
+       * call carries no bearer token.
+       */
+      certRoles?: Record<string, Role>;
+    };
+
+/** The same, as files (scheduler options, agent config): read by loadAuthOptions. */
+export interface AuthFileOptions {
+  mode?: 'token' | 'none';
+  /** `token: role` lines (YAML): see parseStaticTokens. */
+  staticTokensFile?: string;
+  /** File holding the HS256 secret (whitespace trimmed). */
+  jwtSecretFile?: string;
+  /** PEM public key file (RSA, RSA-PSS, EC or Ed25519). */
+  jwtPublicKeyFile?: string;
+  /** JWKS JSON file. */
+  jwksFile?: string;
+  jwtIssuer?: string;
+  jwtAudience?: string;
+  certRoles?: Record<string, string>;
+}
+
+export function isRole(v: unknown): v is Role {
+  return typeof v === 'string' && (ROLES as readonly string[]).includes(v);
+}
+
+const MIN_STATIC_TOKEN = 16;
+
+/**
+ * Static tokens file: YAML mapping token → role, a list of roles, or
+ * `{roles|role, subject}`. The plain form is just lines of `token: role`.
+ */
+export function parseStaticTokens(text: string, source = 'static tokens'): StaticToken[] {
+  let doc: unknown;
+  try {
+    doc = parseYaml(text);
+  } catch (err) {
+    throw new ConfigError(`${source}: not valid YAML: ${(err as Error).message}`);
+  }
+  if (doc === null || doc === undefined) return [];
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new ConfigError(`${source}: expected lines of "token: role"`);
+  }
+  const out: StaticToken[] = [];
+  for (const [token, v] of Object.entries(doc as Record<string, unknown>)) {
+    const where = `${source}: token ${token.slice(0, 4)}…`;
+    if (token.length < MIN_STATIC_TOKEN || /\s/.test(token)) {
+      throw new ConfigError(`${where}: a token must be at least ${MIN_STATIC_TOKEN} characters, no spaces`);
+    }
+    let roles: unknown;
+    let subject: string | undefined;
+    if (typeof v === 'string' || Array.isArray(v)) roles = v;
+    else if (v && typeof v === 'object') {
+      const o = v as Record<string, unknown>;
+      roles = o.roles ?? o.role;
+      if (o.subject !== undefined) {
+        if (typeof o.subject !== 'string') throw new ConfigError(`${where}: subject must be a string`);
+        subject = o.subject;
+      }
+    }
+    const list = typeof roles === 'string' ? [roles] : roles;
+    if (!Array.isArray(list) || list.length === 0 || !list.every(isRole)) {
+      throw new ConfigError(`${where}: expected a role (${ROLES.join(', ')}), got ${JSON.stringify(v)}`);
+    }
+    out.push({ token, roles: list, ...(subject ? { subject } : {}) });
+  }
+  return out;
+}
+
+async function readText(path: string, what: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${what}: cannot read ${path}: ${(err as Error).message}`);
+  }
+}
+
+/** Reads the files an AuthFileOptions names into AuthOptions. */
+export async function loadAuthOptions(o: AuthFileOptions): Promise<AuthOptions> {
+  if (o.mode === 'none') return { mode: 'none' };
+  const jwt: JwtOptions = {};
+  if (o.jwtSecretFile) jwt.hs256Secret = (await readText(o.jwtSecretFile, 'jwt_secret_file')).trim();
+  if (o.jwtPublicKeyFile) jwt.publicKey = await readText(o.jwtPublicKeyFile, 'jwt_public_key_file');
+  if (o.jwksFile) {
+    try {
+      jwt.jwks = JSON.parse(await readText(o.jwksFile, 'jwks_file'));
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      throw new ConfigError(`jwks_file: ${o.jwksFile} is not JSON: ${(err as Error).message}`);
+    }
+  }
+  if (o.jwtIssuer) jwt.issuer = o.jwtIssuer;
+  if (o.jwtAudience) jwt.audience = o.jwtAudience;
+  const certRoles: Record<string, Role> = {};
+  for (const [cn, role] of Object.entries(o.certRoles ?? {})) {
+    if (!isRole(role)) throw new ConfigError(`cert_roles.${cn}: unknown role ${JSON.stringify(role)}`);
+    certRoles[cn] = role;
+  }
+  const staticTokens = o.staticTokensFile
+    ? parseStaticTokens(await readText(o.staticTokensFile, 'static_tokens_file'), o.staticTokensFile)
+    : undefined;
+  return {
+    mode: 'token',
+    ...(Object.keys(jwt).length > 0 ? { jwt } : {}),
+    ...(staticTokens ? { staticTokens } : {}),
+    ...(Object.keys(certRoles).length > 0 ? { certRoles } : {}),
+  };
+}
+
+// ---------------------------------------------------------------------------
+// Verification
+
+/** The TLS facts of a connection (grpc-js does not export the type by name). */
+export type AuthContext = ReturnType<ServerInterceptingCallInterface['getAuthContext']>;
+
+export interface Principal {
+  subject: string;
+  roles: Role[];
+  /** How it was established: 'jwt', 'static', 'mtls' or 'none' (auth off). */
+  via: 'jwt' | 'static' | 'mtls' | 'none';
+}
+
+export class AuthError extends Error {
+  constructor(
+    readonly code: status.UNAUTHENTICATED | status.PERMISSION_DENIED,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'AuthError';
+  }
+}
+
+const unauthenticated = (m: string) => new AuthError(status.UNAUTHENTICATED, m);
+
+const sha256 = (s: string) => createHash('sha256').update(s).digest();
+const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
+const ASYMMETRIC_ALGS = [
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+];
+
+type Verifier = (token: string) => Promise<JWTPayload>;
+
+/** Checks credentials against the configured keys and tokens, and the table. */
+export class Authenticator {
+  private readonly verifiers: { algs: string[]; verify: Verifier }[] = [];
+  /** sha256(token) → entry; looked up by hash, compared in constant time. */
+  private readonly statics = new Map<string, StaticToken & { hash: Buffer }>();
+  private readonly certRoles: Record<string, Role>;
+  readonly enabled: boolean;
+
+  constructor(readonly options: AuthOptions) {
+    this.enabled = options.mode === 'token';
+    this.certRoles = options.mode === 'token' ? (options.certRoles ?? {}) : {};
+    if (options.mode !== 'token') return;
+    for (const t of options.staticTokens ?? []) {
+      if (t.token.length < MIN_STATIC_TOKEN) {
+        throw new ConfigError(
+          `static token for ${t.subject ?? t.roles.join(',')}: shorter than 16 characters`,
+        );
+      }
+      const hash = sha256(t.token);
+      this.statics.set(hash.toString('hex'), { ...t, hash });
+    }
+    const jwt = options.jwt;
+    if (jwt) {
+      const common = {
+        ...(jwt.issuer ? { issuer: jwt.issuer } : {}),
+        ...(jwt.audience ? { audience: jwt.audience } : {}),
+        clockTolerance: jwt.clockToleranceSeconds ?? 30,
+        requiredClaims: ['exp', 'sub'],
+      };
+      if (jwt.hs256Secret !== undefined) {
+        const key =
+          typeof jwt.hs256Secret === 'string' ? new TextEncoder().encode(jwt.hs256Secret) : jwt.hs256Secret;
+        if (key.length < 32) throw new ConfigError('jwt secret: at least 32 bytes are required for HS256');
+        this.verifiers.push({
+          algs: ['HS256'],
+          verify: async (t) => (await jwtVerify(t, key, { ...common, algorithms: ['HS256'] })).payload,
+        });
+      }
+      if (jwt.publicKey) {
+        let key: KeyObject;
+        try {
+          key = createPublicKey(jwt.publicKey);
+        } catch (err) {
+          throw new ConfigError(`jwt public key: not a PEM public key: ${(err as Error).message}`);
+        }
+        const algs = algorithmsFor(key);
+        this.verifiers.push({
+          algs,
+          verify: async (t) => (await jwtVerify(t, key, { ...common, algorithms: algs })).payload,
+        });
+      }
+      if (jwt.jwks) {
+        if (!Array.isArray(jwt.jwks.keys)) throw new ConfigError('jwks: expected {"keys": [...]}');
+        const set = createLocalJWKSet(jwt.jwks as Parameters<typeof createLocalJWKSet>[0]);
+        this.verifiers.push({
+          algs: ASYMMETRIC_ALGS,
+          verify: async (t) => (await jwtVerify(t, set, { ...common, algorithms: ASYMMETRIC_ALGS })).payload,
+        });
+      }
+    }
+    if (this.verifiers.length === 0 && this.statics.size === 0 && Object.keys(this.certRoles).length === 0) {
+      throw new ConfigError(
+        'auth: token mode needs at least one of a JWT key, a static tokens file or cert_roles ' +
+          "(or mode 'none' to switch authentication off explicitly)",
+      );
+    }
+  }
+
+  /** Who is calling: from the bearer token, else from the client certificate. */
+  async authenticate(metadata: Metadata, authContext?: AuthContext): Promise<Principal> {
+    if (!this.enabled) return { subject: 'anonymous', roles: [...ROLES], via: 'none' };
+    const values = metadata.get('authorization');
+    if (values.length === 0) {
+      const fromCert = this.fromCertificate(authContext);
+      if (fromCert) return fromCert;
+      throw unauthenticated('missing credentials: send "authorization: Bearer <token>"');
+    }
+    if (values.length > 1) throw unauthenticated('more than one authorization header');
+    const header = String(values[0]);
+    const m = /^Bearer ([\x21-\x7e]{1,8192})$/i.exec(header);
+    if (!m) throw unauthenticated('malformed authorization header: expected "Bearer <token>"');
+    const token = m[1]!;
+    // Looked up by the token's SHA-256: timing reveals at most bits of a hash, never of the token.
+    const st = this.statics.get(sha256(token).toString('hex'));
+    if (st) {
+      return {
+        subject: st.subject ?? `static:${st.hash.toString('hex').slice(0, 8)}`,
+        roles: st.roles,
+        via: 'static',
+      };
+    }
+    if (!JWT_SHAPE.test(token) || this.verifiers.length === 0) throw unauthenticated('invalid token');
+    return this.verifyJwt(token);
+  }
+
+  private async verifyJwt(token: string): Promise<Principal> {
+    let alg: string;
+    try {
+      const header = JSON.parse(Buffer.from(token.split('.')[0]!, 'base64url').toString('utf8'));
+      alg = String(header.alg);
+    } catch {
+      throw unauthenticated('malformed token');
+    }
+    const candidates = this.verifiers.filter((v) => v.algs.includes(alg));
+    if (candidates.length === 0)
+      throw unauthenticated(`token algorithm ${JSON.stringify(alg)} is not accepted`);
+    let last: unknown;
+    for (const v of candidates) {
+      try {
+        const payload = await v.verify(token);
+        const roles = rolesFromClaims(payload);
+        return { subject: String(payload.sub), roles, via: 'jwt' };
+      } catch (err) {
+        last = err;
+      }
+    }
+    if (last instanceof joseErrors.JWTExpired) throw unauthenticated('token expired');
+    if (last instanceof joseErrors.JWTClaimValidationFailed) {
+      throw unauthenticated(`token claim ${JSON.stringify(last.claim)} invalid: ${last.reason}`);
+    }
+    if (last instanceof joseErrors.JWSSignatureVerificationFailed)
+      throw unauthenticated('token signature invalid');
+    if (last instanceof AuthError) throw last;
+    throw unauthenticated('invalid token');
+  }
+
+  private fromCertificate(ctx: AuthContext | undefined): Principal | null {
+    const cert = ctx?.sslPeerCertificate;
+    if (!cert?.subject) return null;
+    const cnRaw = (cert.subject as unknown as Record<string, string | string[]>).CN;
+    const cn = Array.isArray(cnRaw) ? cnRaw[0] : cnRaw;
+    const role = (cn !== undefined ? this.certRoles[cn] : undefined) ?? this.certRoles['*'];
+    if (!role) return null;
+    return { subject: `cert:${cn ?? '?'}`, roles: [role], via: 'mtls' };
+  }
+
+  /** Authenticates, then checks the table. Throws AuthError; returns the principal. */
+  async authorize(path: string, metadata: Metadata, authContext?: AuthContext): Promise<Principal> {
+    const principal = await this.authenticate(metadata, authContext);
+    if (!this.enabled) return principal;
+    const allowed = allowedRoles(path);
+    if (!allowed) {
+      throw new AuthError(status.PERMISSION_DENIED, `${methodKey(path)} has no access rule; refused`);
+    }
+    if (!principal.roles.some((r) => allowed.includes(r))) {
+      throw new AuthError(
+        status.PERMISSION_DENIED,
+        `${methodKey(path)} requires role ${allowed.join(' or ')}; ${principal.subject} has ${principal.roles.join(', ') || 'no role'}`,
+      );
+    }
+    return principal;
+  }
+}
+
+function algorithmsFor(key: KeyObject): string[] {
+  switch (key.asymmetricKeyType) {
+    case 'rsa':
+      return ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512'];
+    case 'rsa-pss':
+      return ['PS256', 'PS384', 'PS512'];
+    case 'ec':
+      return ['ES256', 'ES384', 'ES512'];
+    case 'ed25519':
+      return ['EdDSA'];
+    default:
+      throw new ConfigError(`jwt public key: unsupported key type ${key.asymmetricKeyType}`);
+  }
+}
+
+function rolesFromClaims(p: JWTPayload): Role[] {
+  const raw = p.roles ?? p.role;
+  const list = typeof raw === 'string' ? [raw] : Array.isArray(raw) ? raw : [];
+  const roles = list.filter(isRole);
+  if (roles.length === 0) {
+    throw new AuthError(status.PERMISSION_DENIED, 'token carries no known role (claim "role" or "roles")');
+  }
+  return roles;
+}
+
+// ---------------------------------------------------------------------------
+// The interceptor
+
+/** Metadata handlers see after authentication (client-supplied values are removed first). */
+export const SUBJECT_HEADER = 'berth-auth-subject';
+export const ROLES_HEADER = 'berth-auth-roles';
+
+/**
+ * The one server interceptor. Open methods pass; for every other method the
+ * metadata is held until the credential is checked, then either the call
+ * proceeds (with `authorization` removed so it never reaches a handler's logs,
+ * and the principal in berth-auth-* metadata) or it ends with
+ * UNAUTHENTICATED / PERMISSION_DENIED before any handler runs.
+ */
+export function authInterceptor(auth: Authenticator, logger?: Logger): ServerInterceptor {
+  return (method: ServerMethodDefinition<unknown, unknown>, call: ServerInterceptingCallInterface) => {
+    const path = method.path;
+    return new ServerInterceptingCall(call, {
+      start(next) {
+        next({
+          onReceiveMetadata(metadata, mdNext) {
+            metadata.remove(SUBJECT_HEADER);
+            metadata.remove(ROLES_HEADER);
+            if (isOpenMethod(path)) {
+              mdNext(metadata);
+              return;
+            }
+            auth.authorize(path, metadata, call.getAuthContext()).then(
+              (p) => {
+                metadata.remove('authorization');
+                metadata.set(SUBJECT_HEADER, p.subject);
+                metadata.set(ROLES_HEADER, p.roles.join(','));
+                mdNext(metadata);
+              },
+              (err: unknown) => {
+                const e =
+                  err instanceof AuthError
+                    ? err
+                    : new AuthError(status.UNAUTHENTICATED, 'invalid credentials');
+                logger?.info(
+                  { method: methodKey(path), peer: call.getPeer(), code: e.code, why: e.message },
+                  'call refused',
+                );
+                call.sendStatus({ code: e.code, details: e.message, metadata: new Metadata() });
+              },
+            );
+          },
+        });
+      },
+    });
+  };
+}
+
+/** Logs the state of auth at server start: a warning when it is off. */
+export function logAuthMode(auth: Authenticator, logger: Logger, server: string): void {
+  if (!auth.enabled) {
+    logger.warn(
+      { server },
+      'AUTHENTICATION IS OFF (auth mode "none"): anyone who can reach this port can clean, release and bind devices',
+    );
+  } else {
+    logger.info({ server }, 'authentication on: bearer tokens / client certificates required');
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Issuing credentials (berth up, tests, operators)
+
+/** A fresh random static token: 256 bits, URL-safe, prefixed so it is recognisable in a leak scan. */
+export function generateStaticToken(): string {
+  return `berth_${randomBytes(32).toString('base64url')}`;
+}
+
+/** Writes a static tokens file (mode 0600) in the format parseStaticTokens reads. */
+export async function writeStaticTokenFile(path: string, tokens: StaticToken[]): Promise<void> {
+  const doc: Record<string, unknown> = {};
+  for (const t of tokens) {
+    doc[t.token] = t.subject
+      ? { roles: t.roles, subject: t.subject }
+      : t.roles.length === 1
+        ? t.roles[0]
+        : t.roles;
+  }
+  await writeFile(path, `# Berth static tokens: token: role\n${stringifyYaml(doc)}`, { mode: 0o600 });
+}
+
+/** Signs an HS256 JWT (for sites that use a shared secret, and for tests). */
+export async function signHs256Token(
+  secret: string | Uint8Array,
+  claims: { sub: string; roles: Role[]; expiresInSeconds?: number; issuer?: string; audience?: string },
+): Promise<string> {
+  const key = typeof secret === 'string' ? new TextEncoder().encode(secret) : secret;
+  let jwt = new SignJWT({ roles: claims.roles })
+    .setProtectedHeader({ alg: 'HS256' })
+    .setSubject(claims.sub)
+    .setIssuedAt()
+    .setExpirationTime(Math.floor(Date.now() / 1000) + (claims.expiresInSeconds ?? 3600));
+  if (claims.issuer) jwt = jwt.setIssuer(claims.issuer);
+  if (claims.audience) jwt = jwt.setAudience(claims.audience);
+  return jwt.sign(key);
+}
