@@ -1,0 +1,156 @@
+/**
+ * `berth agent discover` (the operator's dry run) as a user runs it: on the
+ * real /sys of this machine against lspci, on a simulated tree, and with a
+ * broken configuration (non-zero exit, the error named).
+ */
+import { execFile } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
+import { tempDir } from '../helpers/agent.js';
+
+const run = promisify(execFile);
+const BERTH = join(process.cwd(), 'bin/berth');
+
+async function berth(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await run(BERTH, args, { timeout: 60_000 });
+    return { code: 0, stdout, stderr };
+  } catch (err) {
+    const e = err as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === 'number' ? e.code : -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
+  }
+}
+
+interface DryRun {
+  devices: {
+    address: string;
+    vendor_id: string;
+    product_id: string;
+    driver: string;
+    cleanup_action: string | null;
+  }[];
+  excluded: { address: string; driver: string; reason: string }[];
+}
+
+const lspciPath = ['/usr/bin/lspci', '/usr/sbin/lspci', '/bin/lspci'].find((p) => existsSync(p));
+const hasPci = existsSync('/sys/bus/pci/devices') && readdirSync('/sys/bus/pci/devices').length > 0;
+
+describe('berth agent discover', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let sim: SimHost;
+
+  beforeAll(async () => {
+    dir = await tempDir('berth-discover-');
+    sim = await buildSimHost(join(dir.path, 'host'), demoHostDefinition('dry-run-host'));
+  });
+  afterAll(async () => {
+    await dir?.cleanup();
+  });
+
+  it.skipIf(!lspciPath || !hasPci)(
+    'finds on the real /sys exactly what lspci -D -n lists for a vendor',
+    async () => {
+      const { stdout: lspci } = await run(lspciPath!, ['-D', '-n'], { timeout: 20_000 });
+      const rows = lspci
+        .trim()
+        .split('\n')
+        .map((l) => /^(\S+) [0-9a-f]{4}: ([0-9a-f]{4}):([0-9a-f]{4})/.exec(l))
+        .filter((m): m is RegExpExecArray => m !== null);
+      const vendor = rows[0]![2]!;
+      const expected = rows
+        .filter((m) => m[2] === vendor)
+        .map((m) => m[1]!)
+        .sort();
+      const cfg = join(dir.path, 'real.yaml');
+      await writeFile(
+        cfg,
+        JSON.stringify({
+          state_dir: join(dir.path, 'state'),
+          enabled_drivers: ['pci'],
+          pci: { device_spec: [{ vendor_id: vendor }] },
+        }),
+      );
+      const res = await berth(['agent', 'discover', '-c', cfg, '--sysfs-root', '/sys', '-o', 'json']);
+      expect(res.code, res.stderr).toBe(0);
+      const out = JSON.parse(res.stdout) as DryRun;
+      const found = [...out.devices.map((d) => d.address), ...out.excluded.map((e) => e.address)].sort();
+      expect(found).toEqual(expected);
+      for (const d of out.devices) expect(d.vendor_id).toBe(vendor);
+    },
+  );
+
+  it('shows devices, locked-in cleanup actions and exclusions on a simulated host', async () => {
+    // vendor 8086 without a product also matches the PF, which has VFs enabled.
+    const cfg = join(dir.path, 'whole-vendor.yaml');
+    const pci = { device_spec: [{ vendor_id: '8086' }, { vendor_id: '10de', managed: false }] };
+    await writeFile(cfg, JSON.stringify({ ...sim.agentConfig, pci }));
+    const res = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(res.code, res.stderr).toBe(0);
+    const out = JSON.parse(res.stdout) as DryRun;
+    expect(out.devices).toHaveLength(9);
+    expect(out.excluded).toEqual([
+      expect.objectContaining({
+        address: '0000:3b:00.0',
+        driver: 'pci',
+        reason: expect.stringMatching(/SR-IOV PF with 4 VFs enabled/),
+      }),
+    ]);
+    const nvme = out.devices.filter((d) => d.driver === 'nvme').map((d) => d.cleanup_action);
+    expect(nvme).toEqual(['sanitize-crypto', 'sanitize-block', 'write-zeroes', 'shred']);
+    const table = await berth(['agent', 'discover', '-c', cfg]);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toContain('Excluded:');
+    expect(table.stdout).toContain('sanitize-crypto');
+  });
+
+  it('exits non-zero naming the entry, key and value of a bad device_spec', async () => {
+    const cfg = join(dir.path, 'bad.yaml');
+    await writeFile(
+      cfg,
+      [
+        `sysfs_root: ${sim.sysfsRoot}`,
+        `state_dir: ${join(dir.path, 'state')}`,
+        'enabled_drivers: [pci]',
+        'pci:',
+        '  device_spec:',
+        '    - {vendor_id: "8086"}',
+        '    - {vendor_id: "10de", managed: "perhaps"}',
+      ].join('\n'),
+    );
+    const res = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(/configuration error/);
+    expect(res.stderr).toContain('pci.device_spec[1]');
+    expect(res.stderr).toContain('managed');
+    expect(res.stderr).toContain('perhaps');
+    expect(res.stdout).toBe('');
+  });
+
+  it('exits non-zero when two drivers claim one device', async () => {
+    const cfg = join(dir.path, 'dup.yaml');
+    await writeFile(
+      cfg,
+      JSON.stringify({
+        ...sim.agentConfig,
+        pci: { device_spec: [{ vendor_id: '144d' }] },
+      }),
+    );
+    const res = await berth(['agent', 'discover', '-c', cfg]);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toMatch(
+      /InvalidConfiguration: PCI device 0000:3d:00.0 is claimed by more than one driver \(pci, nvme\)/,
+    );
+  });
+
+  it('refuses an unknown top-level key', async () => {
+    const cfg = join(dir.path, 'typo.yaml');
+    await writeFile(cfg, 'discovery_intervall: 5\n');
+    const res = await berth(['agent', 'discover', '-c', cfg]);
+    expect(res.code).toBe(2);
+    expect(res.stderr).toContain('discovery_intervall: unknown key');
+  });
+});
