@@ -9,6 +9,7 @@ import { BerthClientError, type SchedulerClient } from '../../src/client/sdk.js'
 import type { Device } from '../../src/gen/berth/scheduler/v1/device.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
+import type { SimHostDefinition } from '../../src/sim/host.js';
 
 export const noFilter = { host: '', type: 0, state: 0, resourceClass: '' };
 
@@ -153,3 +154,34 @@ export async function createAndBind(
   if (!bound) throw new Error('bind returned no ARQ');
   return bound;
 }
+
+/**
+ * A host with only SR-IOV VFs (Intel X710, product 154c, resource class
+ * CUSTOM_PCI_8086_154C): exactly `vfs` allocatable devices, nothing to clean,
+ * so binds race for a known number of devices.
+ */
+export function vfHostDefinition(host: string, vfs: number, busBase = 0x60): SimHostDefinition {
+  return {
+    host,
+    pci: {
+      pfs: [
+        {
+          address: `0000:${busBase.toString(16).padStart(2, '0')}:00.0`,
+          vendorId: '8086',
+          productId: '1572',
+          driver: 'i40e',
+          numaNode: 0,
+          totalVfs: Math.max(vfs, 1),
+          numVfs: vfs,
+          vf: { productId: '154c', driver: 'vfio-pci' },
+        },
+      ],
+      functions: [],
+    },
+    nvme: [],
+    pciDeviceSpec: [{ vendor_id: '8086', product_id: '154c' }],
+    nvmeDeviceSpec: [],
+  };
+}
+
+export const VF_CLASS = 'CUSTOM_PCI_8086_154C';

@@ -27,6 +27,8 @@ import {
   listChecked,
   stateName,
   uuidRef,
+  VF_CLASS,
+  vfHostDefinition,
 } from '../helpers/invariants.js';
 import { agentProcess, type BerthProcess, schedulerProcess, stopAllProcesses } from '../helpers/processes.js';
 
@@ -242,4 +244,147 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     await waitForHost(client, HOST, DEMO_DEVICES);
     await listChecked(client, HOST);
   }, 90_000);
+});
+
+describe('scheduler kill -9 during a bind storm (child processes)', () => {
+  const STORM_HOST = 'storm-host';
+  const VFS = 24;
+  const WORKERS = 8;
+  const ITERATIONS = 200;
+  let dir: { path: string; cleanup: () => Promise<void> };
+  let scheduler: BerthProcess;
+  let agent: BerthProcess;
+
+  beforeAll(async () => {
+    dir = await tempDir('berth-storm-');
+    const sim = await buildSimHost(join(dir.path, STORM_HOST), vfHostDefinition(STORM_HOST, VFS));
+    scheduler = await schedulerProcess(join(dir.path, 'scheduler.db'));
+    await scheduler.start();
+    agent = await agentProcess(sim, { scheduler: scheduler.endpoint });
+    await agent.start();
+  }, 90_000);
+
+  afterAll(async () => {
+    await stopAllProcesses();
+    await dir?.cleanup();
+  });
+
+  it('every bind acknowledged before the crash is still bound after the restart; no device is bound twice', async () => {
+    let client = new SchedulerClient({ endpoint: scheduler.endpoint, timeoutMs: 5_000 });
+    await waitForHost(client, STORM_HOST, VFS);
+    await createClassProfile(client, 'storm-vf', VF_CLASS);
+
+    type Tracked = { arq: string; device: string; instance: string; state: 'bound' | 'deleting' | 'deleted' };
+    const tracked: Tracked[] = [];
+    const unexpected: string[] = [];
+    let stop = false;
+    let acked = 0;
+    /** Calls that met the dead scheduler: proof the kill landed mid-storm. */
+    let unavailable = 0;
+    const deadline = Date.now() + 60_000;
+    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+    // Each worker: create + bind (acknowledged binds are recorded), and delete its
+    // oldest binding once it holds two, so the storm never runs out of devices.
+    const worker = async (w: number) => {
+      const mine: Tracked[] = [];
+      for (let i = 0; i < ITERATIONS && !stop && Date.now() < deadline; i++) {
+        try {
+          const [arq] = (
+            await client.arqs.createAcceleratorRequests({
+              profileName: 'storm-vf',
+              requestId: `storm-${w}-${i}`,
+              tags: [],
+            })
+          ).acceleratorRequests;
+          const instance = `storm-vm-${w}-${i}`;
+          const [b] = (
+            await client.arqs.bindAcceleratorRequests({
+              bindings: [{ arqUuid: arq!.uuid, instanceUuid: instance, host: STORM_HOST, tag: '' }],
+            })
+          ).acceleratorRequests;
+          const t: Tracked = { arq: b!.uuid, device: b!.deviceUuid, instance, state: 'bound' };
+          tracked.push(t);
+          mine.push(t);
+          acked++;
+          if (mine.length >= 2) {
+            const old = mine.shift()!;
+            old.state = 'deleting';
+            await client.arqs.deleteAcceleratorRequests({ uuids: [old.arq], instanceUuid: '' });
+            old.state = 'deleted';
+          }
+        } catch (err) {
+          if (!(err instanceof BerthClientError)) throw err;
+          if (['UNAVAILABLE', 'DEADLINE_EXCEEDED', 'CANCELLED'].includes(err.codeName)) {
+            unavailable++;
+            await sleep(50);
+          } else if (err.codeName === 'FAILED_PRECONDITION') {
+            await sleep(10);
+          } else {
+            unexpected.push(`${err.method}: ${err.codeName} ${err.message}`);
+          }
+        }
+      }
+    };
+    const storm = Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
+    try {
+      await eventually(
+        () => acked,
+        (n) => n >= 40,
+        30_000,
+      );
+      await scheduler.kill('SIGKILL');
+      const ackedAtCrash = acked;
+      await scheduler.restart();
+      const old = client;
+      client = new SchedulerClient({ endpoint: scheduler.endpoint, timeoutMs: 5_000 });
+      old.close();
+      // The storm goes on against the restarted scheduler for a while.
+      await eventually(
+        () => acked,
+        (n) => n >= ackedAtCrash + 20,
+        30_000,
+      );
+    } finally {
+      stop = true;
+      await storm;
+    }
+    expect(unexpected, scheduler.output()).toEqual([]);
+    expect(unavailable).toBeGreaterThan(0);
+    expect(tracked.filter((t) => t.state === 'bound').length).toBeGreaterThan(0);
+
+    const arqs = (await client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests;
+    const byUuid = new Map(arqs.map((a) => [a.uuid, a]));
+    const devices = await listChecked(client, STORM_HOST);
+    const deviceByUuid = new Map(devices.map((d) => [d.uuid, d]));
+
+    // Durability: every acknowledged bind whose ARQ was not (maybe) deleted is there.
+    for (const t of tracked.filter((x) => x.state === 'bound')) {
+      const a = byUuid.get(t.arq);
+      expect(a, `acknowledged ARQ ${t.arq} lost\n${scheduler.output()}`).toBeDefined();
+      expect(a!.state).toBe(ArqState.ARQ_STATE_BOUND);
+      expect(a!.deviceUuid).toBe(t.device);
+      expect(a!.instanceUuid).toBe(t.instance);
+      const d = deviceByUuid.get(t.device)!;
+      expect(stateName(d.deviceState)).toBe('DEVICE_STATE_ALLOCATED');
+      expect(d.arqUuid).toBe(t.arq);
+    }
+    // An acknowledged delete is not undone by the crash either.
+    for (const t of tracked.filter((x) => x.state === 'deleted')) {
+      expect(byUuid.has(t.arq), `deleted ARQ ${t.arq} came back`).toBe(false);
+    }
+    // Invariant 5: one device per bound ARQ, one bound ARQ per allocated device.
+    const bound = arqs.filter((a) => a.state === ArqState.ARQ_STATE_BOUND);
+    const boundDevices = bound.map((a) => a.deviceUuid);
+    expect(new Set(boundDevices).size).toBe(boundDevices.length);
+    const allocated = devices.filter((d) => d.deviceState === DeviceState.DEVICE_STATE_ALLOCATED);
+    expect(allocated.length).toBe(bound.length);
+    for (const d of allocated) {
+      const a = byUuid.get(d.arqUuid);
+      expect(a?.state, `device ${d.address} held by ARQ ${d.arqUuid}`).toBe(ArqState.ARQ_STATE_BOUND);
+      expect(a?.deviceUuid).toBe(d.uuid);
+    }
+    expectInvariant1(devices);
+    client.close();
+  }, 150_000);
 });
