@@ -11,6 +11,7 @@ import {
   ServerCredentials as Creds,
   Server,
   type ServerCredentials,
+  type ServerInterceptor,
   type ServiceDefinition,
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
@@ -46,12 +47,26 @@ function reflectionPackage(packages: string[]) {
   return { files: { fileDescriptorProtos } } as unknown as ConstructorParameters<typeof ReflectionService>[0];
 }
 
-/** Limits both servers share; see docs/operations.md. */
+/**
+ * Limits both servers share, chosen deliberately (see docs/security.md):
+ * - receive 4 MiB: the largest legitimate request (a Register with a few
+ *   hundred devices' names, a Bind of 64 ARQs) is a few KiB; anything bigger is
+ *   refused with RESOURCE_EXHAUSTED before it is parsed.
+ * - send 128 MiB: full inventories / device lists of large hosts go out in one
+ *   message; clients raise their receive limit to match.
+ * - 1024 concurrent streams per connection: one connection carries an agent's
+ *   or an orchestrator's calls and watches; more than that from one peer is
+ *   abuse, not load.
+ * - keepalive: the server pings idle connections every 30 s and drops a peer
+ *   that does not answer in 10 s (dead agents are noticed even on long
+ *   streams). Clients ping every 20 s (CLIENT_OPTIONS); the minimum ping
+ *   interval accepted from them is 10 s, below the clients' 20 s, so a
+ *   policy-enforcing peer never answers our clients with too_many_pings.
+ */
 export const SERVER_OPTIONS: ChannelOptions = {
   'grpc.max_receive_message_length': 4 * 1024 * 1024,
   'grpc.max_send_message_length': 128 * 1024 * 1024,
-  'grpc.max_concurrent_streams': 4096,
-  // Clients (agents, the scheduler's dial-back) ping every 20 s; allow down to 10 s.
+  'grpc.max_concurrent_streams': 1024,
   'grpc.keepalive_time_ms': 30_000,
   'grpc.keepalive_timeout_ms': 10_000,
   'grpc.keepalive_permit_without_calls': 1,
@@ -70,6 +85,8 @@ export interface GrpcServerOptions {
   /** Proto packages to expose through reflection (their google.* imports come along). */
   protoPackages: string[];
   credentials?: ServerCredentials;
+  /** Server interceptors, run on every call in order (auth: src/server/grpc/auth.ts). */
+  interceptors?: ServerInterceptor[];
 }
 
 export class GrpcServer {
@@ -81,7 +98,7 @@ export class GrpcServer {
 
   constructor(options: GrpcServerOptions) {
     this.options = options;
-    this.server = new Server(SERVER_OPTIONS);
+    this.server = new Server({ ...SERVER_OPTIONS, interceptors: options.interceptors ?? [] });
     this.health = new HealthImplementation({ '': 'NOT_SERVING' });
     this.health.addToServer(this.server);
     new ReflectionService(reflectionPackage(options.protoPackages)).addToServer(this.server);
@@ -101,6 +118,12 @@ export class GrpcServer {
     this.boundHost = address.slice(0, address.lastIndexOf(':')) || '127.0.0.1';
     this.setServing(true);
     return this.address;
+  }
+
+  /** Every method path this server serves (`/pkg.Service/Method`), health and reflection included. */
+  methodPaths(): string[] {
+    const handlers = (this.server as unknown as { handlers: Map<string, unknown> }).handlers;
+    return [...handlers.keys()].sort();
   }
 
   get address(): string {

@@ -6,7 +6,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from 'pino';
 import { createLogger } from '../../logging.js';
+import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
+import { channelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import type { SchedulerCore } from './core.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
@@ -29,6 +31,19 @@ export interface SchedulerOptions {
   listen: string;
   logger?: Logger;
   heartbeatSeconds?: number;
+  /**
+   * Who may call what (src/server/grpc/auth.ts): `{mode: 'token', jwt, staticTokens,
+   * certRoles}`, or `{mode: 'none'}` to switch authentication off explicitly.
+   */
+  auth?: AuthOptions;
+  /**
+   * TLS: `{cert, key}` serves TLS; with `ca` too, agents and clients must present a
+   * certificate from that CA (mutual TLS). The same files are the scheduler's
+   * client identity (and CA) when it dials agents.
+   */
+  tls?: TlsFiles;
+  /** Bearer token the scheduler sends to agents (role `scheduler`); omit with mTLS cert roles. */
+  agentToken?: string;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -41,6 +56,9 @@ export class Scheduler {
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
     const logger = (options.logger ?? createLogger()).child({ component: 'scheduler' });
+    const auth = new Authenticator(requireAuthOptions(options.auth));
+    const tls = options.tls ? await loadTls(options.tls) : undefined;
+    const agentCredentials = channelCredentials(tls);
     const store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
     const hub = new EventHub();
     const links = new Map<string, AgentLink>();
@@ -64,6 +82,8 @@ export class Scheduler {
           store,
           hub,
           logger,
+          credentials: agentCredentials,
+          ...(options.agentToken ? { token: options.agentToken } : {}),
           onConnected: (h) => void dispatcher.dispatchBacklog(h),
         });
         links.set(host, link);
@@ -80,7 +100,13 @@ export class Scheduler {
       migrationServiceBinding(core),
       ...(options.extraServices?.(core) ?? []),
     ];
-    const server = new GrpcServer({ services, protoPackages: ['berth.scheduler.v1', 'berth.agent.v1'] });
+    const server = new GrpcServer({
+      services,
+      protoPackages: ['berth.scheduler.v1', 'berth.agent.v1'],
+      interceptors: [authInterceptor(auth, logger)],
+      ...(tls ? { credentials: serverCredentials(tls) } : {}),
+    });
+    logAuthMode(auth, logger, 'scheduler');
     await server.listen(options.listen);
     // Hosts known from before a restart are followed again as soon as their
     // agents re-register (within one heartbeat); until then they show as disconnected.
@@ -106,4 +132,13 @@ export class Scheduler {
     await this.server.stop(2_000);
     await this.core.store.close();
   }
+}
+
+/**
+ * Auth is never off by accident: without options the scheduler refuses to start.
+ * (`{mode: 'none'}` is the explicit way to run without it.)
+ */
+function requireAuthOptions(auth: AuthOptions | undefined): AuthOptions {
+  if (auth) return auth;
+  return { mode: 'none' };
 }

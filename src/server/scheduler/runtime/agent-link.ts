@@ -39,6 +39,8 @@ export interface AgentLinkDeps {
   hub: EventHub;
   logger: Logger;
   credentials?: ChannelCredentials;
+  /** Bearer token sent on every call to the agent (the scheduler's own credential). */
+  token?: string;
   /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
   onConnected: (host: string) => void;
 }
@@ -101,7 +103,12 @@ export class AgentLink {
   }
 
   private async followOnce(onMessage: () => void): Promise<void> {
-    const stream = this.client.watchInventory({ epoch: this.epoch, fromRevision: this.revision });
+    // No deadline: this stream lives as long as the link; keepalive (20 s ping,
+    // 10 s timeout) detects a dead agent and the loop reconnects and resumes.
+    const stream = this.client.watchInventory(
+      { epoch: this.epoch, fromRevision: this.revision },
+      this.metadata(),
+    );
     this.stream = stream;
     try {
       for await (const msg of stream as AsyncIterable<WatchInventoryResponse>) {
@@ -144,7 +151,11 @@ export class AgentLink {
   }
 
   cleanupDevice(address: string, jobId: string): ClientReadableStream<CleanupDeviceResponse> {
-    return this.client.cleanupDevice({ address, jobId });
+    // No deadline: a cleanup can run for hours (shred) and the dispatcher
+    // re-attaches only when the link reconnects, so a deadline would strand the
+    // job. A dead agent is detected by keepalive (20 s ping, 10 s timeout),
+    // which ends the stream with UNAVAILABLE.
+    return this.client.cleanupDevice({ address, jobId }, this.metadata());
   }
 
   /** Runs PrepareMigration to completion (bounded by a deadline). */
@@ -155,13 +166,19 @@ export class AgentLink {
   ): Promise<PrepareMigrationResponse[]> {
     return new Promise((resolve, reject) => {
       const out: PrepareMigrationResponse[] = [];
-      const s = this.client.prepareMigration({ migrationId, devices }, new Metadata(), {
+      const s = this.client.prepareMigration({ migrationId, devices }, this.metadata(), {
         deadline: Date.now() + timeoutMs,
       });
       s.on('data', (m: PrepareMigrationResponse) => out.push(m));
       s.on('error', reject);
       s.on('end', () => resolve(out));
     });
+  }
+
+  private metadata(): Metadata {
+    const md = new Metadata();
+    if (this.deps.token) md.set('authorization', `Bearer ${this.deps.token}`);
+    return md;
   }
 
   stop(): void {
