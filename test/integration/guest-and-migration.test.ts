@@ -304,4 +304,213 @@ describe('guest XML, metadata and live migration over gRPC', () => {
     expect(host404.message).toContain('no-such-host');
     await drop('vm-tags');
   });
+
+  it('plans, prepares and commits: source devices released (NVMe cleaned), bindings moved, guest addresses unchanged', async () => {
+    const bound = await bind('vm-mig', SRC, [
+      ['vf-lm', 'nic'],
+      ['nvme-lm', 'scratch'],
+    ]);
+    const [vfSrc, nvmeSrc] = bound.map((a) => a.deviceAddress) as [string, string];
+    await c.client.instances.setInstanceDevices({
+      instanceUuid: 'vm-mig',
+      nics: [
+        { mac: '52:54:00:00:10:01', address: '0000:00:03.0', tag: 'net0', vlan: undefined, model: 'virtio' },
+      ],
+      disks: [],
+    });
+    const source = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-mig' });
+    const sourceMeta = await c.client.instances.getDeviceMetadata({ instanceUuid: 'vm-mig' });
+
+    const planned = (await plan('vm-mig', DST, 'plan-mig-1')).migration!;
+    expect(planned.state).toBe(MigrationState.MIGRATION_STATE_PLANNED);
+    expect([planned.instanceUuid, planned.sourceHost, planned.destinationHost]).toEqual(['vm-mig', SRC, DST]);
+    const map = planned.pciDevMapSrcDst;
+    expect(Object.keys(map).sort()).toEqual([vfSrc, nvmeSrc].sort());
+    const [vfDst, nvmeDst] = [map[vfSrc]!, map[nvmeSrc]!];
+    expect((await device(DST, vfDst)).productId).toBe('154c');
+    expect((await device(DST, nvmeDst)).productId).toBe('a824');
+    expect(planned.readiness.map((r) => [r.address, r.ready, r.reason]).sort()).toEqual(
+      [
+        [vfDst, true, ''],
+        [nvmeDst, true, ''],
+      ].sort(),
+    );
+    // Source addresses replaced, guest addresses and aliases untouched.
+    expect(planned.destinationXml).toBe(rewriteSourceAddresses(source.xml, map));
+    expect(guestLines(planned.destinationXml)).toEqual(guestLines(source.xml));
+    expect(sourceLines(planned.destinationXml)).not.toEqual(sourceLines(source.xml));
+    expectValidXml(planned.destinationXml);
+    // The destination devices are claimed (reserved), the source ones still held.
+    for (const a of [vfDst, nvmeDst]) {
+      const d = await device(DST, a);
+      expect([d.deviceState, d.reserved, d.arqUuid]).toEqual([DeviceState.DEVICE_STATE_ALLOCATED, 1, '']);
+    }
+    // A retry with the same request id is the same migration.
+    expect((await plan('vm-mig', DST, 'plan-mig-1')).migration).toEqual(planned);
+    // One planned migration per instance.
+    await expectCode(plan('vm-mig', DST, 'plan-mig-2'), 'FAILED_PRECONDITION', 'MIGRATION_IN_PROGRESS');
+
+    const committed = (await c.client.migrations.commitMigration({ migrationUuid: planned.uuid })).migration!;
+    expect(committed.state).toBe(MigrationState.MIGRATION_STATE_COMMITTED);
+    expect(committed.pciDevMapSrcDst).toEqual(map);
+    expect((await c.client.migrations.commitMigration({ migrationUuid: planned.uuid })).migration).toEqual(
+      committed,
+    );
+    await expectCode(
+      c.client.migrations.abortMigration({ migrationUuid: planned.uuid }),
+      'FAILED_PRECONDITION',
+      'MIGRATION_NOT_PLANNED',
+    );
+
+    // Source: the VF is free at once, the NVMe controller is cleaned first.
+    expect((await device(SRC, vfSrc)).deviceState).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+    const nvmeAfter = await device(SRC, nvmeSrc);
+    expect([DeviceState.DEVICE_STATE_PENDING_CLEANING, DeviceState.DEVICE_STATE_CLEANING]).toContain(
+      nvmeAfter.deviceState,
+    );
+    const cleaned = await eventually(
+      () => device(SRC, nvmeSrc),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
+      20_000,
+    );
+    expect([cleaned.reserved, cleaned.lastCleanup?.action]).toEqual([0, nvmeAfter.cleanupAction]);
+
+    // Destination: the instance's ARQs now hold the claimed devices.
+    const arqs = (await c.client.arqs.listAcceleratorRequests({ instanceUuid: 'vm-mig' }))
+      .acceleratorRequests;
+    expect(arqs.map((a) => [a.uuid, a.host, a.deviceAddress, a.state])).toEqual([
+      [bound[0]!.uuid, DST, vfDst, ArqState.ARQ_STATE_BOUND],
+      [bound[1]!.uuid, DST, nvmeDst, ArqState.ARQ_STATE_BOUND],
+    ]);
+    for (const a of arqs) expect((await device(DST, a.deviceAddress)).arqUuid).toBe(a.uuid);
+    const after = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-mig' });
+    expect(after.xml).toBe(planned.destinationXml);
+    expect(after.hostdevs.map((h) => [h.alias, h.guest])).toEqual(
+      source.hostdevs.map((h) => [h.alias, h.guest]),
+    );
+    expect(await c.client.instances.getDeviceMetadata({ instanceUuid: 'vm-mig' })).toEqual(sourceMeta);
+
+    await drop('vm-mig');
+    await eventually(
+      () => device(DST, nvmeDst),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
+      20_000,
+    );
+  });
+
+  it('aborts: destination claims go back to available (the NVMe one through its cleanup), idempotently', async () => {
+    const bound = await bind('vm-abort', SRC, [
+      ['vf-lm', ''],
+      ['nvme-lm', ''],
+    ]);
+    const m = (await plan('vm-abort')).migration!;
+    const dests = Object.values(m.pciDevMapSrcDst);
+    expect(dests).toHaveLength(2);
+    const aborted = (await c.client.migrations.abortMigration({ migrationUuid: m.uuid })).migration!;
+    expect(aborted.state).toBe(MigrationState.MIGRATION_STATE_ABORTED);
+    expect((await c.client.migrations.abortMigration({ migrationUuid: m.uuid })).migration).toEqual(aborted);
+    await expectCode(
+      c.client.migrations.commitMigration({ migrationUuid: m.uuid }),
+      'FAILED_PRECONDITION',
+      'MIGRATION_NOT_PLANNED',
+    );
+    for (const a of dests) {
+      const d = await eventually(
+        () => device(DST, a),
+        (x) => x.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
+        20_000,
+      );
+      expect([d.reserved, d.instanceUuid]).toEqual([0, '']);
+    }
+    // The source bindings are untouched.
+    for (const a of bound) expect((await device(SRC, a.deviceAddress)).arqUuid).toBe(a.uuid);
+    await expectCode(
+      c.client.migrations.commitMigration({ migrationUuid: '00000000-0000-4000-8000-000000000000' }),
+      'NOT_FOUND',
+    );
+    await drop('vm-abort');
+  });
+
+  it('refuses a plan without enough matching devices on the destination', async () => {
+    const free = await available(DST);
+    await bind(
+      'vm-filler',
+      DST,
+      free.map(() => ['vf-lm', ''] as [string, string]),
+    );
+    await bind('vm-short', SRC, [['vf-lm', '']]);
+    const e = await expectCode(plan('vm-short'), 'FAILED_PRECONDITION', 'NO_ALLOCATABLE_DEVICE');
+    expect(e.message).toContain(DST);
+    expect(e.message).toContain('8086:154c');
+    await drop('vm-short');
+    await drop('vm-filler');
+  });
+
+  it('two plans racing for the one free destination device: exactly one wins, the loser claims nothing', async () => {
+    const free = await available(DST);
+    await bind(
+      'vm-filler',
+      DST,
+      free.slice(1).map(() => ['vf-lm', ''] as [string, string]),
+    );
+    const last = (await available(DST)).map((d) => d.address);
+    expect(last).toHaveLength(1);
+    await bind('vm-race-a', SRC, [['vf-lm', '']]);
+    await bind('vm-race-b', SRC, [['vf-lm', '']]);
+    const results = await Promise.allSettled([plan('vm-race-a'), plan('vm-race-b')]);
+    const won = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value.migration!] : []));
+    const lost = results.flatMap((r) => (r.status === 'rejected' ? [r.reason as BerthClientError] : []));
+    expect(won).toHaveLength(1);
+    expect(lost.map((e) => [e.codeName, e.reason])).toEqual([
+      ['FAILED_PRECONDITION', 'NO_ALLOCATABLE_DEVICE'],
+    ]);
+    expect(Object.values(won[0]!.pciDevMapSrcDst)).toEqual(last);
+    await c.client.migrations.abortMigration({ migrationUuid: won[0]!.uuid });
+    expect((await available(DST)).map((d) => d.address)).toEqual(last);
+    await drop('vm-race-a');
+    await drop('vm-race-b');
+    await drop('vm-filler');
+  });
+
+  it('a planned migration survives a scheduler restart and can be committed after it', async () => {
+    await bind('vm-restart', SRC, [['vf-lm', 'keep']]);
+    const before = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-restart' });
+    const m = (await plan('vm-restart', DST, 'plan-restart')).migration!;
+    await c.restartScheduler();
+    await c.waitForDevices(SRC, DEVICES);
+    await c.waitForDevices(DST, DEVICES);
+    expect((await plan('vm-restart', DST, 'plan-restart')).migration).toEqual(m);
+    const committed = (await c.client.migrations.commitMigration({ migrationUuid: m.uuid })).migration!;
+    expect([committed.state, committed.destinationXml]).toEqual([
+      MigrationState.MIGRATION_STATE_COMMITTED,
+      m.destinationXml,
+    ]);
+    const after = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-restart' });
+    expect(guestLines(after.xml)).toEqual(guestLines(before.xml));
+    expect(after.hostdevs[0]!.source).not.toEqual(before.hostdevs[0]!.source);
+    await drop('vm-restart');
+  });
+
+  it('a destination device that is gone from the host: plan refused with the reason, claims released', async () => {
+    const free = (await available(DST)).map((d) => d.address);
+    expect(free.length).toBeGreaterThan(0);
+    // Removed from sysfs without a rediscovery: the scheduler still offers them, PrepareMigration finds them gone.
+    for (const a of free) await c.host(DST).sim.sysfs.removeFunction(a);
+    await bind('vm-gone', SRC, [['vf-lm', '']]);
+    const e = await expectCode(
+      plan('vm-gone', DST, 'plan-gone'),
+      'FAILED_PRECONDITION',
+      'MIGRATION_DEVICE_NOT_READY',
+    );
+    expect(e.message).toMatch(/no longer present/);
+    expect((await available(DST)).map((d) => d.address)).toEqual(free);
+    // The retry reports the same refusal instead of a half-done plan.
+    await expectCode(plan('vm-gone', DST, 'plan-gone'), 'FAILED_PRECONDITION', 'MIGRATION_DEVICE_NOT_READY');
+
+    // The destination agent down: UNAVAILABLE, and again nothing stays claimed.
+    await c.host(DST).stop();
+    await expectCode(plan('vm-gone', DST, 'plan-down'), 'UNAVAILABLE', 'AGENT_UNREACHABLE');
+    expect((await available(DST)).map((d) => d.address)).toEqual(free);
+    await drop('vm-gone');
+  });
 });
