@@ -8,6 +8,12 @@ import { Command, CommanderError } from 'commander';
 import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
 import { registerAgentCommands } from './agent-commands.js';
+import { registerArqCommands } from './arq-commands.js';
+import { registerDeviceCommands } from './device-commands.js';
+import { registerHostCommands } from './host-commands.js';
+import { registerInstanceCommands } from './instance-commands.js';
+import { registerMigrationCommands } from './migration-commands.js';
+import { registerProfileCommands } from './profile-commands.js';
 import { registerSchedulerCommands } from './scheduler-commands.js';
 import { registerUpCommands } from './up-commands.js';
 
@@ -22,6 +28,12 @@ export function buildProgram(): Command {
   registerAgentCommands(program);
   registerSchedulerCommands(program);
   registerUpCommands(program);
+  registerDeviceCommands(program);
+  registerHostCommands(program);
+  registerProfileCommands(program);
+  registerArqCommands(program);
+  registerInstanceCommands(program);
+  registerMigrationCommands(program);
   return program;
 }
 

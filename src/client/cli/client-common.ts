@@ -1,0 +1,379 @@
+/**
+ * What every client command of the berth CLI shares: the connection flags
+ * (--endpoint, --token, -o), the one-line error report with the exit code
+ * main.ts defines, device references, and the JSON/YAML views of the API's
+ * messages.
+ *
+ * JSON and YAML output use the proto's field names in snake_case (as in the
+ * .proto files and `berth agent discover -o json`), every field present even
+ * when it is empty, enums as short lower-case names (`available`, `nvme`,
+ * `bound`) and timestamps as ISO 8601 strings — stable for scripts and jq.
+ */
+
+import { readFile } from 'node:fs/promises';
+import type { Command } from 'commander';
+import { parse as parseYaml } from 'yaml';
+import { type CleanupEvent, cleanupPhaseToJSON } from '../../gen/berth/agent/v1/agent.js';
+import {
+  type AcceleratorRequest,
+  arqStateToJSON,
+  attachHandleTypeToJSON,
+} from '../../gen/berth/scheduler/v1/accelerator_request.js';
+import {
+  type CleanupRecord,
+  cleanupOutcomeToJSON,
+  type Device,
+  deviceStateToJSON,
+  deviceStatusToJSON,
+  deviceTypeToJSON,
+  healthToJSON,
+} from '../../gen/berth/scheduler/v1/device.js';
+import type { DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
+import type { Host } from '../../gen/berth/scheduler/v1/host.js';
+import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
+import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
+import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
+import { resolveClient } from '../client-config.js';
+import { BerthClientError, SchedulerClient } from '../sdk.js';
+import { type OutputFormat, parseFormat } from './output.js';
+
+/** Exit codes, as main.ts defines them (kept here so commands need not import main.ts, which runs the CLI). */
+export const EXIT_CODE = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
+
+/** A mistake in how a command was called (exit 2). */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UsageError';
+  }
+}
+
+/**
+ * A command that ran but did not get what it should (a failed cleanup, a demo
+ * step): exit 1 with the message already worded for the operator.
+ */
+export class CommandFailed extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'CommandFailed';
+  }
+}
+
+export const OUTPUT_HELP =
+  'output format: table, json or yaml (JSON/YAML: snake_case proto field names, every field present, enums as lower-case names such as "available")';
+
+export interface ClientFlags {
+  endpoint?: string;
+  token?: string;
+  output: string;
+}
+
+/** Adds --endpoint, --token and -o to a client command. */
+export function clientOptions(cmd: Command, withOutput = true): Command {
+  cmd
+    .option(
+      '--endpoint <addr>',
+      'scheduler host:port (default: $BERTH_ENDPOINT, the client config, 127.0.0.1:7070)',
+    )
+    .option('--token <token>', 'bearer token (default: $BERTH_TOKEN, the client config)');
+  if (withOutput) cmd.option('-o, --output <format>', OUTPUT_HELP, 'table');
+  return cmd;
+}
+
+/** The error line: `berth: <CODE>: <message> [<REASON>]`, field violations appended when the message lacks them. */
+export function errorLine(err: BerthClientError): string {
+  const extra = err.fieldViolations
+    .map((v) => `${v.field}: ${v.description}`)
+    .filter((v) => !err.message.includes(v));
+  return `berth: ${err.codeName}: ${err.message}${err.reason ? ` [${err.reason}]` : ''}${
+    extra.length ? ` (${extra.join('; ')})` : ''
+  }`;
+}
+
+/** Reports an error on stderr as one line and returns the exit code for it. */
+export function reportError(err: unknown): number {
+  if (err instanceof BerthClientError) {
+    console.error(errorLine(err));
+    return err.codeName === 'UNAVAILABLE' || err.codeName === 'DEADLINE_EXCEEDED'
+      ? EXIT_CODE.unavailable
+      : EXIT_CODE.failed;
+  }
+  if (err instanceof UsageError) {
+    console.error(`berth: usage: ${err.message}`);
+    return EXIT_CODE.usage;
+  }
+  const msg = (err as Error)?.message ?? String(err);
+  console.error(`berth: ${msg.split('\n')[0]}`);
+  return EXIT_CODE.failed;
+}
+
+/**
+ * Wraps a command action: connects to the scheduler, runs `fn`, closes the
+ * channels, and turns any error into the one-line report and exit code (main.ts
+ * prints domain errors, not the SDK's, so client commands report their own).
+ */
+export function withClient<A extends unknown[]>(
+  fn: (client: SchedulerClient, format: OutputFormat, ...args: A) => Promise<void>,
+): (...args: A) => Promise<void> {
+  return async (...args: A) => {
+    // commander passes (...positionals, options, command)
+    const options = args[args.length - 2] as ClientFlags;
+    let client: SchedulerClient | undefined;
+    try {
+      const format = parseFormatOrUsage(options.output ?? 'table');
+      const resolved = await resolveClient({ endpoint: options.endpoint, token: options.token });
+      client = new SchedulerClient({ endpoint: resolved.endpoint, token: resolved.token, retries: 2 });
+      await fn(client, format, ...args);
+    } catch (err) {
+      process.exitCode = reportError(err);
+    } finally {
+      client?.close();
+    }
+  };
+}
+
+function parseFormatOrUsage(v: string): OutputFormat {
+  try {
+    return parseFormat(v);
+  } catch (err) {
+    throw new UsageError((err as Error).message);
+  }
+}
+
+const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+
+/** A device named by its uuid or as `host/address` (e.g. `sim-host-1/0000:3d:00.0`). */
+export function parseDeviceRef(name: string): DeviceRef {
+  if (UUID.test(name)) return { ref: { $case: 'uuid', value: name.toLowerCase() } };
+  const slash = name.lastIndexOf('/');
+  if (slash > 0 && slash < name.length - 1) {
+    return {
+      ref: { $case: 'hostAddress', value: { host: name.slice(0, slash), address: name.slice(slash + 1) } },
+    };
+  }
+  throw new UsageError(
+    `device ${JSON.stringify(name)}: give a uuid or host/address (e.g. sim-host-1/0000:3d:00.0)`,
+  );
+}
+
+/** `DEVICE_STATE_PENDING_CLEANING` → `pending_cleaning`. */
+export function shortEnum(full: string, prefix: string): string {
+  if (full === `${prefix}UNSPECIFIED`) return '';
+  return (full.startsWith(prefix) ? full.slice(prefix.length) : full).toLowerCase();
+}
+
+/** `pending_cleaning` (or `PENDING_CLEANING`, `pending-cleaning`) → the enum value, or a usage error. */
+export function parseEnum<E extends number>(
+  flag: string,
+  value: string,
+  prefix: string,
+  toJSON: (v: E) => string,
+  values: readonly E[],
+): E {
+  const want = value.trim().toLowerCase().replace(/-/g, '_');
+  for (const v of values) {
+    if (shortEnum(toJSON(v), prefix) === want && want !== '') return v;
+  }
+  const names = values.map((v) => shortEnum(toJSON(v), prefix)).filter((n) => n !== '');
+  throw new UsageError(`${flag}: expected one of ${names.join(', ')}, got ${JSON.stringify(value)}`);
+}
+
+const iso = (d: Date | undefined) => (d ? d.toISOString() : null);
+
+export const deviceName = (d: { host: string; address: string }) => `${d.host}/${d.address}`;
+
+export function cleanupRecordView(r: CleanupRecord | undefined) {
+  if (!r) return null;
+  return {
+    job_id: r.jobId,
+    action: r.action,
+    outcome: shortEnum(cleanupOutcomeToJSON(r.outcome), 'CLEANUP_OUTCOME_'),
+    message: r.message,
+    started_at: iso(r.startedAt),
+    finished_at: iso(r.finishedAt),
+  };
+}
+
+export function deviceView(d: Device) {
+  return {
+    uuid: d.uuid,
+    host: d.host,
+    address: d.address,
+    vendor_id: d.vendorId,
+    product_id: d.productId,
+    class_code: d.classCode,
+    kernel_driver: d.kernelDriver,
+    driver: d.driver,
+    type: shortEnum(deviceTypeToJSON(d.type), 'DEVICE_TYPE_'),
+    physfn: d.physfn,
+    iommu_group: d.iommuGroup ?? null,
+    numa_node: d.numaNode,
+    resource_class: d.resourceClass,
+    traits: d.traits,
+    managed: d.managed,
+    live_migratable: d.liveMigratable,
+    one_time_use: d.oneTimeUse,
+    burned: d.burned,
+    cleanup_action: d.cleanupAction,
+    supports_cleaning: d.supportsCleaning,
+    device_state: shortEnum(deviceStateToJSON(d.deviceState), 'DEVICE_STATE_'),
+    status: shortEnum(deviceStatusToJSON(d.status), 'DEVICE_STATUS_'),
+    health: shortEnum(healthToJSON(d.health), 'HEALTH_'),
+    health_reason: d.healthReason,
+    reserved: d.reserved,
+    total: d.total,
+    resource_provider: d.resourceProvider,
+    generation: d.generation,
+    allocatable: d.allocatable,
+    unallocatable_reason: d.unallocatableReason,
+    arq_uuid: d.arqUuid,
+    instance_uuid: d.instanceUuid,
+    error_reason: d.errorReason,
+    last_cleanup: cleanupRecordView(d.lastCleanup),
+    attributes: d.attributes,
+    updated_at: iso(d.updatedAt),
+  };
+}
+export type DeviceView = ReturnType<typeof deviceView>;
+
+export function hostView(h: Host) {
+  return {
+    name: h.name,
+    endpoint: h.endpoint,
+    boot_id: h.bootId,
+    agent_version: h.agentVersion,
+    features: h.features,
+    drivers: h.drivers,
+    connected: h.connected,
+    registered_at: iso(h.registeredAt),
+    last_seen: iso(h.lastSeen),
+    device_count: h.deviceCount,
+  };
+}
+export type HostView = ReturnType<typeof hostView>;
+
+export function profileView(p: Profile) {
+  return {
+    name: p.name,
+    uuid: p.uuid,
+    description: p.description,
+    groups: p.groups.map((g) => ({
+      resource_class: g.resourceClass,
+      vendor_id: g.vendorId,
+      product_id: g.productId,
+      required_traits: g.requiredTraits,
+      forbidden_traits: g.forbiddenTraits,
+      live_migratable: shortEnum(liveMigratableToJSON(g.liveMigratable), 'LIVE_MIGRATABLE_'),
+      count: g.count,
+    })),
+    created_at: iso(p.createdAt),
+  };
+}
+export type ProfileView = ReturnType<typeof profileView>;
+
+export function arqView(a: AcceleratorRequest) {
+  return {
+    uuid: a.uuid,
+    profile_name: a.profileName,
+    group_id: a.groupId,
+    state: shortEnum(arqStateToJSON(a.state), 'ARQ_STATE_'),
+    instance_uuid: a.instanceUuid,
+    host: a.host,
+    device_uuid: a.deviceUuid,
+    device_address: a.deviceAddress,
+    attach_handle_type: shortEnum(attachHandleTypeToJSON(a.attachHandleType), 'ATTACH_HANDLE_TYPE_'),
+    attach_handle_info: a.attachHandleInfo
+      ? {
+          domain: a.attachHandleInfo.domain,
+          bus: a.attachHandleInfo.bus,
+          device: a.attachHandleInfo.device,
+          function: a.attachHandleInfo.function,
+          managed: a.attachHandleInfo.managed,
+        }
+      : null,
+    tag: a.tag,
+    error: a.error,
+    created_at: iso(a.createdAt),
+    resource_class: a.resourceClass,
+  };
+}
+export type ArqView = ReturnType<typeof arqView>;
+
+const pciView = (p: PciAddress | undefined) =>
+  p ? { domain: p.domain, bus: p.bus, slot: p.slot, function: p.function } : null;
+export const pciString = (p: PciAddress | undefined) =>
+  p ? `${p.domain}:${p.bus}:${p.slot}.${p.function}` : '';
+
+export function hostdevView(h: Hostdev) {
+  return {
+    arq_uuid: h.arqUuid,
+    device_uuid: h.deviceUuid,
+    source: pciView(h.source),
+    guest: pciView(h.guest),
+    managed: h.managed,
+    alias: h.alias,
+    tag: h.tag,
+  };
+}
+
+export function migrationView(m: Migration) {
+  return {
+    uuid: m.uuid,
+    instance_uuid: m.instanceUuid,
+    source_host: m.sourceHost,
+    destination_host: m.destinationHost,
+    state: shortEnum(migrationStateToJSON(m.state), 'MIGRATION_STATE_'),
+    pci_dev_map_src_dst: m.pciDevMapSrcDst,
+    destination_xml: m.destinationXml,
+    readiness: m.readiness.map((r) => ({ address: r.address, ready: r.ready, reason: r.reason })),
+    created_at: iso(m.createdAt),
+  };
+}
+export type MigrationView = ReturnType<typeof migrationView>;
+
+export function cleanupEventView(e: CleanupEvent, deviceUuid = '') {
+  return {
+    device_uuid: deviceUuid,
+    job_id: e.jobId,
+    address: e.address,
+    action: e.action,
+    phase: shortEnum(cleanupPhaseToJSON(e.phase), 'CLEANUP_PHASE_'),
+    step: e.step,
+    percent: e.percent,
+    bytes_done: e.bytesDone,
+    bytes_total: e.bytesTotal,
+    message: e.message,
+    time: iso(e.time),
+    sequence: e.sequence,
+  };
+}
+
+/** Reads a YAML or JSON file (JSON is valid YAML); a missing or malformed file is a usage error. */
+export async function readDocument(path: string): Promise<unknown> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new UsageError(`--file ${path}: ${(err as Error).message}`);
+  }
+  try {
+    return parseYaml(text) as unknown;
+  } catch (err) {
+    throw new UsageError(`--file ${path}: not YAML or JSON: ${(err as Error).message.split('\n')[0]}`);
+  }
+}
+
+/** Collects a repeatable option into an array. */
+export const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+/** Bytes as the progress line and table show them (binary units). */
+export function formatBytes(n: number): string {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let v = n;
+  let i = 0;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i++;
+  }
+  return i === 0 ? `${v} B` : `${v.toFixed(1)} ${units[i]}`;
+}

@@ -1,0 +1,286 @@
+/**
+ * `berth device list|show|clean|release|enable|disable|watch`: the operator's
+ * view of the inventory and the admin actions on one device. A device is named
+ * by its uuid or as `host/address` (e.g. `sim-host-1/0000:3d:00.0`).
+ */
+import type { Command } from 'commander';
+import {
+  type Device,
+  DeviceState,
+  DeviceStatus,
+  DeviceType,
+  deviceStateToJSON,
+  deviceTypeToJSON,
+} from '../../gen/berth/scheduler/v1/device.js';
+import type { DeviceFilter } from '../../gen/berth/scheduler/v1/device_service.js';
+import type { SchedulerClient } from '../sdk.js';
+import { defaultProgressStyle, followCleanup } from './cleanup-progress.js';
+import {
+  CommandFailed,
+  clientOptions,
+  type DeviceView,
+  deviceName,
+  deviceView,
+  parseDeviceRef,
+  parseEnum,
+  UsageError,
+  withClient,
+} from './client-common.js';
+import { type OutputFormat, render, renderRecord, renderTable } from './output.js';
+
+interface FilterFlags {
+  host?: string;
+  type?: string;
+  state?: string;
+  resourceClass?: string;
+}
+
+function filterFrom(o: FilterFlags): DeviceFilter {
+  return {
+    host: o.host ?? '',
+    type: o.type
+      ? parseEnum('--type', o.type, 'DEVICE_TYPE_', deviceTypeToJSON, [
+          DeviceType.DEVICE_TYPE_PCI,
+          DeviceType.DEVICE_TYPE_NVME,
+        ])
+      : DeviceType.DEVICE_TYPE_UNSPECIFIED,
+    state: o.state
+      ? parseEnum('--state', o.state, 'DEVICE_STATE_', deviceStateToJSON, [
+          DeviceState.DEVICE_STATE_AVAILABLE,
+          DeviceState.DEVICE_STATE_ALLOCATED,
+          DeviceState.DEVICE_STATE_PENDING_CLEANING,
+          DeviceState.DEVICE_STATE_CLEANING,
+          DeviceState.DEVICE_STATE_ERROR,
+        ])
+      : DeviceState.DEVICE_STATE_UNSPECIFIED,
+    resourceClass: o.resourceClass ?? '',
+  };
+}
+
+function filterOptions(cmd: Command): Command {
+  return cmd
+    .option('--host <host>', 'only devices of this host')
+    .option('--type <type>', 'only this device type: pci or nvme')
+    .option('--state <state>', 'only this state: available, allocated, pending_cleaning, cleaning, error')
+    .option('--resource-class <rc>', 'only this resource class, e.g. CUSTOM_PCI_8086_154C');
+}
+
+/** Every page of ListDevices. */
+export async function listAllDevices(client: SchedulerClient, filter: DeviceFilter): Promise<Device[]> {
+  const out: Device[] = [];
+  let pageToken = '';
+  do {
+    const res = await client.devices.listDevices({ filter, pageSize: 0, pageToken });
+    out.push(...res.devices);
+    pageToken = res.nextPageToken;
+  } while (pageToken);
+  return out;
+}
+
+export function deviceTable(rows: readonly DeviceView[]): string {
+  return renderTable(rows, [
+    { header: 'UUID', get: (d) => d.uuid },
+    { header: 'Host', get: (d) => d.host },
+    { header: 'Address', get: (d) => d.address },
+    { header: 'Type', get: (d) => d.type },
+    { header: 'Resource Class', get: (d) => d.resource_class },
+    { header: 'State', get: (d) => d.device_state },
+    { header: 'Status', get: (d) => d.status },
+    { header: 'Cleanup Action', get: (d) => d.cleanup_action || '-' },
+    { header: 'Flags', get: (d) => deviceFlags(d) },
+  ]);
+}
+
+/** The booleans an operator scans for, in one cell. */
+function deviceFlags(d: DeviceView): string {
+  const f: string[] = [];
+  if (d.live_migratable) f.push('migratable');
+  if (d.one_time_use) f.push('one-time-use');
+  if (d.burned) f.push('BURNED');
+  if (!d.managed) f.push('unmanaged');
+  if (d.health === 'unhealthy') f.push('UNHEALTHY');
+  return f.join(',');
+}
+
+/** The `show` table: every field, nested ones as compact JSON. */
+export function deviceRecord(d: DeviceView): string {
+  return renderRecord({
+    ...d,
+    traits: d.traits.join(', '),
+    attributes: Object.entries(d.attributes)
+      .map(([k, v]) => `${k}=${v}`)
+      .join(', '),
+  });
+}
+
+function printDevice(format: OutputFormat, d: Device): void {
+  const v = deviceView(d);
+  console.log(render(format, v, () => deviceRecord(v)));
+}
+
+export function registerDeviceCommands(program: Command): void {
+  const device = program
+    .command('device')
+    .description(
+      'devices: list, inspect, clean, release, enable/disable, watch (a device is a uuid or host/address)',
+    );
+
+  filterOptions(clientOptions(device.command('list').description('list devices (filters combine)'))).action(
+    withClient(async (client, format, o: FilterFlags) => {
+      const rows = (await listAllDevices(client, filterFrom(o))).map(deviceView);
+      console.log(render(format, rows, () => deviceTable(rows)));
+    }),
+  );
+
+  clientOptions(
+    device.command('show').description('show one device, every field').argument('<device>'),
+  ).action(
+    withClient(async (client, format, name: string) => {
+      const res = await client.devices.getDevice({ device: parseDeviceRef(name) });
+      printDevice(format, res.device!);
+    }),
+  );
+
+  clientOptions(
+    device
+      .command('clean')
+      .description(
+        'clean a device in error with its locked-in cleanup action (admin); --wait follows the progress and exits 1 unless it succeeds',
+      )
+      .argument('<device>')
+      .option(
+        '--wait',
+        'follow the cleanup to its end: a progress bar on a terminal, progress lines otherwise',
+      )
+      .option('--request-id <id>', 'idempotency key: a retry with the same id returns the same job'),
+  ).action(
+    withClient(async (client, format, name: string, o: { wait?: boolean; requestId?: string }) => {
+      const ref = parseDeviceRef(name);
+      const res = await client.devices.cleanDevice({ device: ref, requestId: o.requestId ?? '' });
+      const d = res.device!;
+      if (!o.wait) {
+        const v = { job_id: res.jobId, device: deviceView(d) };
+        console.log(
+          render(format, v, () =>
+            renderRecord({
+              job_id: res.jobId,
+              device: deviceName(d),
+              uuid: d.uuid,
+              cleanup_action: d.cleanupAction,
+              device_state: v.device.device_state,
+            }),
+          ),
+        );
+        return;
+      }
+      if (format !== 'json') {
+        console.log(`cleaning ${deviceName(d)} (${d.cleanupAction}), job ${res.jobId}`);
+      }
+      const onSigint = () => {
+        console.error('berth: interrupted: stopped following; the cleanup continues on the host');
+        process.exit(1);
+      };
+      process.once('SIGINT', onSigint);
+      try {
+        const out = await followCleanup(
+          client,
+          { ref: { $case: 'uuid', value: d.uuid } },
+          res.jobId,
+          defaultProgressStyle(format === 'json'),
+        );
+        if (!out.succeeded) throw new CommandFailed(`${deviceName(d)}: ${out.reason}`);
+        if (format !== 'json') console.log(`${deviceName(d)} is clean and available again`);
+      } finally {
+        process.removeListener('SIGINT', onSigint);
+      }
+    }),
+  );
+
+  clientOptions(
+    device
+      .command('release')
+      .description('release a burned one-time-use device back into the pool (admin)')
+      .argument('<device>'),
+  ).action(
+    withClient(async (client, format, name: string) => {
+      const res = await client.devices.releaseDevice({ device: parseDeviceRef(name) });
+      printDevice(format, res.device!);
+    }),
+  );
+
+  for (const [verb, status, what] of [
+    ['enable', DeviceStatus.DEVICE_STATUS_ENABLED, 'let the scheduler allocate the device again (admin)'],
+    [
+      'disable',
+      DeviceStatus.DEVICE_STATUS_MAINTAINING,
+      'take the device out of scheduling: maintaining (admin)',
+    ],
+  ] as const) {
+    clientOptions(
+      device
+        .command(verb)
+        .description(what)
+        .argument('<device>')
+        .option('--generation <n>', 'refuse (ABORTED) unless the device is still at this generation'),
+    ).action(
+      withClient(async (client, format, name: string, o: { generation?: string }) => {
+        let generation: number | undefined;
+        if (o.generation !== undefined) {
+          generation = Number(o.generation);
+          if (!Number.isSafeInteger(generation) || generation < 0) {
+            throw new UsageError(`--generation: ${JSON.stringify(o.generation)} is not a generation number`);
+          }
+        }
+        const res = await client.devices.setDeviceStatus({
+          device: parseDeviceRef(name),
+          status,
+          generation,
+        });
+        printDevice(format, res.device!);
+      }),
+    );
+  }
+
+  filterOptions(
+    clientOptions(
+      device
+        .command('watch')
+        .description(
+          'stream device changes as lines (JSON lines with -o json): the current state first, then every change; Ctrl-C stops',
+        )
+        .option('--from-revision <n>', 'resume after this revision (skips the initial state)', '0')
+        .option('--max-events <n>', 'stop after this many change events (after the initial state)'),
+    ),
+  ).action(
+    withClient(async (client, format, o: FilterFlags & { fromRevision: string; maxEvents?: string }) => {
+      const max = o.maxEvents === undefined ? Number.POSITIVE_INFINITY : Number(o.maxEvents);
+      let changes = 0;
+      process.once('SIGINT', () => process.exit(0));
+      for await (const m of client.watchDevices({
+        filter: filterFrom(o),
+        fromRevision: Number(o.fromRevision) || 0,
+      })) {
+        const v = m.device ? deviceView(m.device) : null;
+        if (format === 'json' || format === 'yaml') {
+          console.log(
+            JSON.stringify({
+              revision: m.revision,
+              initial: m.initial,
+              synced: m.synced,
+              removed: m.removed,
+              device: v,
+            }),
+          );
+        } else if (m.synced) {
+          console.log(`rev=${m.revision} synced (initial state complete; changes follow)`);
+        } else if (v) {
+          const kind = m.removed ? 'removed' : m.initial ? 'initial' : 'changed';
+          console.log(
+            `rev=${m.revision} ${kind} ${v.host}/${v.address} uuid=${v.uuid} state=${v.device_state} status=${v.status} health=${v.health}${v.burned ? ' burned' : ''}${v.instance_uuid ? ` instance=${v.instance_uuid}` : ''}`,
+          );
+        }
+        if (!m.initial && !m.synced && ++changes >= max) break;
+      }
+    }),
+  );
+}
