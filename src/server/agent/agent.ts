@@ -13,7 +13,15 @@ import type { CommandRunner } from '../../plugins/command-runner.js';
 import { DRIVER_API_VERSION } from '../../plugins/driver.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
 import { BERTH_VERSION } from '../../version.js';
+import {
+  Authenticator,
+  type AuthOptions,
+  authInterceptor,
+  loadAuthOptions,
+  logAuthMode,
+} from '../grpc/auth.js';
 import { GrpcServer } from '../grpc/server.js';
+import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
 import { agentServiceBinding } from './agent-service.js';
 import { CleanupJournal } from './cleanup-journal.js';
 import { CleanupRunner } from './cleanup-runner.js';
@@ -33,6 +41,10 @@ export interface AgentOptions {
   features?: string[];
   /** File holding the host's boot id; default /proc/sys/kernel/random/boot_id. */
   bootIdFile?: string;
+  /** Who may call this agent; overrides the config's `auth` section (`berth up`, tests). */
+  auth?: AuthOptions;
+  /** Token sent with Register; overrides `scheduler_token_file`. */
+  schedulerToken?: string;
 }
 
 async function readBootId(file: string): Promise<string> {
@@ -104,7 +116,7 @@ export class Agent {
     for (const ex of first.excluded) logger.warn(ex, 'device excluded');
     cleanups.recover();
     try {
-      await agent.serve();
+      await agent.serve(options);
     } catch (err) {
       journal.close();
       throw err;
@@ -112,11 +124,22 @@ export class Agent {
     return agent;
   }
 
-  private async serve(): Promise<void> {
+  private async serve(options: AgentOptions): Promise<void> {
+    const cfg = this.config;
+    const authOptions =
+      options.auth ?? (cfg.auth ? await loadAuthOptions(cfg.auth) : requireAgentAuth(undefined));
+    const auth = new Authenticator(authOptions);
+    const tls = cfg.tls ? await loadTls(cfg.tls) : undefined;
+    const schedulerToken =
+      options.schedulerToken ??
+      (cfg.schedulerTokenFile ? (await readFile(cfg.schedulerTokenFile, 'utf8')).trim() : undefined);
     this.server = new GrpcServer({
       services: [agentServiceBinding(this, this.logger)],
       protoPackages: ['berth.agent.v1'],
+      interceptors: [authInterceptor(auth, this.logger)],
+      ...(tls ? { credentials: serverCredentials(tls) } : {}),
     });
+    logAuthMode(auth, this.logger, 'agent');
     const bound = await this.server.listen(this.config.listen);
     this.endpoint = this.config.advertise ?? bound;
     this.logger.info(
@@ -134,6 +157,8 @@ export class Agent {
     if (this.config.scheduler) {
       this.registration = new RegistrationLoop({
         scheduler: this.config.scheduler,
+        credentials: channelCredentials(tls),
+        ...(schedulerToken ? { token: schedulerToken } : {}),
         intervalMs: this.config.registerInterval * 1000,
         logger: this.logger,
         request: () => ({
@@ -215,4 +240,12 @@ export class Agent {
     this.journal.close();
     this.logger.info('agent stopped');
   }
+}
+
+/**
+ * What an agent without an `auth` section (and no AgentOptions.auth) does.
+ * Auth is off only when asked for (`auth: {mode: none}` / `--insecure-no-auth`).
+ */
+function requireAgentAuth(auth: AuthOptions | undefined): AuthOptions {
+  return auth ?? { mode: 'none' };
 }

@@ -2,12 +2,25 @@
  * The agent's configuration file (YAML; JSON is valid YAML). Every mistake is a
  * ConfigError naming the key and the value; unknown top-level keys are refused
  * unless they are the section of an enabled driver.
+ *
+ * Security keys (docs/security.md); relative paths resolve from the file's directory:
+ * - `auth`: who may call this agent. `mode: token` (default when the section is
+ *   present) with any of `static_tokens_file` (lines `token: role`),
+ *   `jwt_secret_file` (HS256), `jwt_public_key_file` (PEM), `jwks_file`,
+ *   `jwt_issuer`, `jwt_audience`, `cert_roles` (client-cert CN → role, `*` any);
+ *   or `mode: none` to switch authentication off explicitly.
+ * - `tls`: `cert`, `key` (this agent's identity, served and presented to the
+ *   scheduler), `ca` (verifies the scheduler; with it, callers must present a
+ *   client certificate from that CA: mutual TLS).
+ * - `scheduler_token_file`: the bearer token (role `agent`) sent with Register.
  */
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
+import type { AuthFileOptions } from '../grpc/auth.js';
+import type { TlsFiles } from '../grpc/tls.js';
 
 export interface AgentConfig {
   host: string;
@@ -28,6 +41,12 @@ export interface AgentConfig {
   driverSections: Record<string, Record<string, unknown>>;
   /** Directory the config file lives in; relative driver module paths resolve from here. */
   baseDir: string;
+  /** The `auth` section; null when absent (then the agent refuses to serve unless told otherwise). */
+  auth: AuthFileOptions | null;
+  /** The `tls` section; null serves plaintext. */
+  tls: TlsFiles | null;
+  /** File holding the token sent to the scheduler with Register. */
+  schedulerTokenFile: string | null;
 }
 
 const TOP_LEVEL_KEYS = new Set([
@@ -41,6 +60,9 @@ const TOP_LEVEL_KEYS = new Set([
   'discovery_interval',
   'register_interval',
   'enabled_drivers',
+  'auth',
+  'tls',
+  'scheduler_token_file',
 ]);
 
 export interface ConfigOverrides {
@@ -53,6 +75,8 @@ export interface ConfigOverrides {
   stateDir?: string;
   nvmeCli?: string;
   discoveryInterval?: number;
+  /** `--insecure-no-auth`: the explicit way to serve without authentication. */
+  insecureNoAuth?: boolean;
 }
 
 /** The key under which a driver's section is found: the name, or a module's file stem. */
@@ -86,6 +110,87 @@ function checkAddress(key: string, value: string): string {
   const port = Number(value.slice(value.lastIndexOf(':') + 1));
   if (port > 65535) throw new ConfigError(`${key}: port ${port} is out of range in ${JSON.stringify(value)}`);
   return value;
+}
+
+function section(raw: Record<string, unknown>, key: string): Record<string, unknown> | null {
+  const v = raw[key];
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'object' || Array.isArray(v)) {
+    throw new ConfigError(`${key}: expected a mapping, got ${JSON.stringify(v)}`);
+  }
+  return v as Record<string, unknown>;
+}
+
+function onlyKeys(name: string, sec: Record<string, unknown>, known: string[]): void {
+  for (const k of Object.keys(sec)) {
+    if (!known.includes(k)) throw new ConfigError(`${name}.${k}: unknown key (known: ${known.join(', ')})`);
+  }
+}
+
+const AUTH_KEYS = [
+  'mode',
+  'static_tokens_file',
+  'jwt_secret_file',
+  'jwt_public_key_file',
+  'jwks_file',
+  'jwt_issuer',
+  'jwt_audience',
+  'cert_roles',
+];
+
+function parseAuth(raw: Record<string, unknown>, baseDir: string): AuthFileOptions | null {
+  const sec = section(raw, 'auth');
+  if (!sec) return null;
+  onlyKeys('auth', sec, AUTH_KEYS);
+  const mode = sec.mode ?? 'token';
+  if (mode !== 'token' && mode !== 'none') {
+    throw new ConfigError(`auth.mode: expected "token" or "none", got ${JSON.stringify(mode)}`);
+  }
+  if (mode === 'none') return { mode: 'none' };
+  const out: AuthFileOptions = { mode: 'token' };
+  const file = (k: string) => (sec[k] == null ? undefined : resolve(baseDir, str(sec, k, '')));
+  const text = (k: string) => (sec[k] == null ? undefined : str(sec, k, ''));
+  const staticTokensFile = file('static_tokens_file');
+  const jwtSecretFile = file('jwt_secret_file');
+  const jwtPublicKeyFile = file('jwt_public_key_file');
+  const jwksFile = file('jwks_file');
+  const jwtIssuer = text('jwt_issuer');
+  const jwtAudience = text('jwt_audience');
+  if (staticTokensFile) out.staticTokensFile = staticTokensFile;
+  if (jwtSecretFile) out.jwtSecretFile = jwtSecretFile;
+  if (jwtPublicKeyFile) out.jwtPublicKeyFile = jwtPublicKeyFile;
+  if (jwksFile) out.jwksFile = jwksFile;
+  if (jwtIssuer) out.jwtIssuer = jwtIssuer;
+  if (jwtAudience) out.jwtAudience = jwtAudience;
+  const cr = section(sec, 'cert_roles');
+  if (cr) {
+    const certRoles: Record<string, string> = {};
+    for (const [cn, role] of Object.entries(cr)) {
+      if (typeof role !== 'string') {
+        throw new ConfigError(`auth.cert_roles.${cn}: expected a role name, got ${JSON.stringify(role)}`);
+      }
+      certRoles[cn] = role;
+    }
+    out.certRoles = certRoles;
+  }
+  if (!staticTokensFile && !jwtSecretFile && !jwtPublicKeyFile && !jwksFile && !cr) {
+    throw new ConfigError(
+      'auth: give static_tokens_file, a jwt_* key or cert_roles (or mode: none to switch authentication off)',
+    );
+  }
+  return out;
+}
+
+function parseTls(raw: Record<string, unknown>, baseDir: string): TlsFiles | null {
+  const sec = section(raw, 'tls');
+  if (!sec) return null;
+  onlyKeys('tls', sec, ['cert', 'key', 'ca']);
+  const out: TlsFiles = {};
+  for (const k of ['cert', 'key', 'ca'] as const) {
+    if (sec[k] != null) out[k] = resolve(baseDir, str(sec, k, ''));
+  }
+  if (!out.cert || !out.key) throw new ConfigError('tls: cert and key are required (ca for mutual TLS)');
+  return out;
 }
 
 /** Validates a parsed config document and applies command-line overrides. */
@@ -156,6 +261,10 @@ export function parseAgentConfig(
     enabledDrivers: enabled,
     driverSections,
     baseDir,
+    auth: overrides.insecureNoAuth ? { mode: 'none' } : parseAuth(raw, baseDir),
+    tls: parseTls(raw, baseDir),
+    schedulerTokenFile:
+      raw.scheduler_token_file == null ? null : resolve(baseDir, str(raw, 'scheduler_token_file', '')),
   };
 }
 

@@ -17,6 +17,8 @@ export interface RegistrationOptions {
   intervalMs: number;
   logger: Logger;
   credentials?: ChannelCredentials;
+  /** Bearer token (role `agent`) sent with every Register. */
+  token?: string;
   /** Deadline of each Register call. */
   callTimeoutMs?: number;
 }
@@ -51,10 +53,12 @@ export class RegistrationLoop {
   /** Registers now (e.g. after the scheduler told us it lost track of us). */
   async registerNow(): Promise<void> {
     const req = this.options.request();
+    const md = new Metadata();
+    if (this.options.token) md.set('authorization', `Bearer ${this.options.token}`);
     await new Promise<void>((resolve, reject) => {
       this.client.register(
         req,
-        new Metadata(),
+        md,
         { deadline: Date.now() + (this.options.callTimeoutMs ?? 5_000) },
         (err: ServiceError | null) => (err ? reject(err) : resolve()),
       );
