@@ -1,0 +1,389 @@
+/**
+ * The bind workload shared by bench/bind.ts and bench/scale.ts: a scheduler on
+ * a durable SQLite file (WAL + synchronous FULL, on a real disk) preloaded
+ * with `hosts` × 8 devices, driven over gRPC on loopback by concurrent clients
+ * doing CreateAcceleratorRequests + BindAcceleratorRequests +
+ * DeleteAcceleratorRequests; and the baseline, an empty unary RPC on a plain
+ * grpc-js server with the same server options, in the same process layout
+ * (server and clients in this process), at the same concurrency.
+ */
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import {
+  credentials,
+  makeGenericClientConstructor,
+  Server,
+  ServerCredentials,
+  type ServiceDefinition,
+  type ServiceError,
+} from '@grpc/grpc-js';
+import Database from 'better-sqlite3';
+import { pino } from 'pino';
+import { SchedulerClient } from '../src/client/sdk.js';
+import { SERVER_OPTIONS } from '../src/server/grpc/server.js';
+import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
+import { Scheduler } from '../src/server/scheduler/scheduler.js';
+import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
+import { nowMs, percentile, runWorkers, sorted } from './lib.js';
+
+export const DEVICES_PER_HOST = 8;
+export const RESOURCE_CLASS = 'CUSTOM_PCI_8086_154C';
+export const PROFILE = 'bench-vf';
+
+const hex2 = (n: number) => n.toString(16).padStart(2, '0');
+
+/** The i-th VF of a host: plain PCI functions that need no cleanup, so delete returns them to available. */
+export function benchDevice(i: number): DeviceFacts {
+  return {
+    address: `0000:3b:${hex2(2 + Math.floor(i / 8))}.${i % 8}`,
+    vendorId: '8086',
+    productId: '154c',
+    classCode: '020000',
+    kernelDriver: 'iavf',
+    driver: 'pci',
+    type: 'PCI',
+    functionKind: 'VF',
+    physfn: '0000:3b:00.0',
+    iommuGroup: 100 + i,
+    iommuGroupPeers: [],
+    numaNode: i % 2,
+    resourceClass: RESOURCE_CLASS,
+    traits: ['OWNER_BERTH'],
+    managed: true,
+    liveMigratable: false,
+    oneTimeUse: false,
+    supportsCleaning: false,
+    cleanupAction: null,
+    health: 'healthy',
+    healthReason: '',
+    unallocatableReason: '',
+    attributes: {},
+  };
+}
+
+export const hostName = (h: number) => `compute-${h.toString().padStart(5, '0')}`;
+
+/**
+ * Loads `hosts` hosts of DEVICES_PER_HOST devices straight into the store.
+ * The load runs with synchronous=OFF to take seconds instead of minutes (it is
+ * not what is measured) and switches back to FULL before anything is timed;
+ * the caller can check with `synchronousMode`.
+ */
+export async function loadStore(
+  dbPath: string,
+  hosts: number,
+): Promise<{ store: SqliteStore; loadMs: number }> {
+  const t0 = nowMs();
+  const store = await openSqliteStore(dbPath);
+  const db = rawDb(store);
+  db.pragma('synchronous = OFF');
+  const devices = Array.from({ length: DEVICES_PER_HOST }, (_, i) => benchDevice(i));
+  for (let h = 0; h < hosts; h++) {
+    const name = hostName(h);
+    await store.registerHost({
+      name,
+      endpoint: `127.0.0.1:${20000 + (h % 40000)}`,
+      bootId: 'bench-boot',
+      agentEpoch: 'bench-epoch',
+      agentVersion: 'bench',
+      features: ['cleanup.v1'],
+      drivers: ['pci'],
+    });
+    await store.upsertInventory(name, { kind: 'snapshot', revision: 1, devices });
+  }
+  await store.createProfile({
+    name: PROFILE,
+    description: 'one VF',
+    groups: [
+      {
+        resourceClass: RESOURCE_CLASS,
+        vendorId: '',
+        productId: '',
+        requiredTraits: [],
+        forbiddenTraits: [],
+        liveMigratable: 'unset',
+        count: 1,
+      },
+    ],
+  });
+  db.pragma('synchronous = FULL');
+  db.pragma('wal_checkpoint(TRUNCATE)');
+  return { store, loadMs: nowMs() - t0 };
+}
+
+/** The store's connection (private field): only for pragmas during the untimed load. */
+function rawDb(store: SqliteStore): Database.Database {
+  return (store as unknown as { db: Database.Database }).db;
+}
+
+export function synchronousMode(store: SqliteStore): number {
+  return rawDb(store).pragma('synchronous', { simple: true }) as number;
+}
+
+export function journalMode(store: SqliteStore): string {
+  return rawDb(store).pragma('journal_mode', { simple: true }) as string;
+}
+
+export interface LoopStats {
+  cycles: number;
+  errors: number;
+  firstError: string;
+  seconds: number;
+  /** Completed binds per second. */
+  throughput: number;
+  bindMs: number[];
+  cycleMs: number[];
+  p50: number;
+  p99: number;
+  cycleP50: number;
+  cycleP99: number;
+  /** Seen by clients: a device handed to an ARQ while another live ARQ held it. */
+  doubleAllocationsSeen: number;
+}
+
+/**
+ * `concurrency` workers each loop create → bind (on a host chosen round-robin,
+ * so binds spread over all hosts) → delete, for `seconds` (and at most
+ * `maxCycles` cycles in total). Latency is the BindAcceleratorRequests call.
+ */
+export async function bindLoop(
+  client: SchedulerClient,
+  hosts: number,
+  opts: { concurrency: number; seconds: number; maxCycles: number; warmupCycles: number },
+): Promise<LoopStats> {
+  const holders = new Map<string, string>();
+  let doubles = 0;
+  let errors = 0;
+  let firstError = '';
+  let hostCursor = Math.floor(Math.random() * hosts);
+  const cycle = async (record: boolean, bindMs: number[], cycleMs: number[]) => {
+    const t0 = nowMs();
+    try {
+      const created = await client.arqs.createAcceleratorRequests({
+        profileName: PROFILE,
+        requestId: '',
+        tags: [],
+      });
+      const arq = created.acceleratorRequests[0]!;
+      const host = hostName(hostCursor++ % hosts);
+      const instance = randomUUID();
+      const tb = nowMs();
+      const bound = await client.arqs.bindAcceleratorRequests({
+        bindings: [{ arqUuid: arq.uuid, instanceUuid: instance, host, tag: '' }],
+      });
+      const te = nowMs();
+      const device = bound.acceleratorRequests[0]!.deviceUuid;
+      // A device another live ARQ still holds (between its bind reply and its
+      // delete request) must never be handed out again.
+      if (holders.has(device)) doubles++;
+      holders.set(device, arq.uuid);
+      await Promise.resolve();
+      holders.delete(device);
+      await client.arqs.deleteAcceleratorRequests({ uuids: [arq.uuid], instanceUuid: '' });
+      if (record) {
+        bindMs.push(te - tb);
+        cycleMs.push(nowMs() - t0);
+      }
+    } catch (e) {
+      errors++;
+      if (!firstError) firstError = (e as Error).message;
+    }
+  };
+  const scratch: number[] = [];
+  await runWorkers(opts.concurrency, { deadline: nowMs() + 30_000, maxIterations: opts.warmupCycles }, () =>
+    cycle(false, scratch, scratch),
+  );
+  const bindMs: number[] = [];
+  const cycleMs: number[] = [];
+  const t0 = nowMs();
+  await runWorkers(
+    opts.concurrency,
+    { deadline: t0 + opts.seconds * 1000, maxIterations: opts.maxCycles },
+    () => cycle(true, bindMs, cycleMs),
+  );
+  const seconds = (nowMs() - t0) / 1000;
+  const s = sorted(bindMs);
+  const c = sorted(cycleMs);
+  return {
+    cycles: bindMs.length,
+    errors,
+    firstError,
+    seconds,
+    throughput: bindMs.length / seconds,
+    bindMs,
+    cycleMs,
+    p50: percentile(s, 50),
+    p99: percentile(s, 99),
+    cycleP50: percentile(c, 50),
+    cycleP99: percentile(c, 99),
+    doubleAllocationsSeen: doubles,
+  };
+}
+
+/**
+ * The end-of-run double-allocation check: `concurrency` binds race for the
+ * few devices of a handful of hosts (more binds than devices), nothing is
+ * deleted, then the database itself is asked how many ARQs hold each device.
+ */
+export async function raceAndCount(
+  client: SchedulerClient,
+  dbPath: string,
+  opts: { concurrency: number; hosts: number },
+): Promise<{
+  attempted: number;
+  bound: number;
+  refused: number;
+  otherErrors: number;
+  devicesWithTwoArqs: number;
+  allocatedWithoutArq: number;
+}> {
+  const targets = Math.min(opts.hosts, 4);
+  const attempts = Array.from({ length: opts.concurrency }, (_, i) => i);
+  let bound = 0;
+  let refused = 0;
+  let otherErrors = 0;
+  await Promise.all(
+    attempts.map(async (i) => {
+      const created = await client.arqs.createAcceleratorRequests({
+        profileName: PROFILE,
+        requestId: '',
+        tags: [],
+      });
+      try {
+        await client.arqs.bindAcceleratorRequests({
+          bindings: [
+            {
+              arqUuid: created.acceleratorRequests[0]!.uuid,
+              instanceUuid: randomUUID(),
+              host: hostName(i % targets),
+              tag: '',
+            },
+          ],
+        });
+        bound++;
+      } catch (e) {
+        if ((e as { reason?: string }).reason === 'NO_ALLOCATABLE_DEVICE') refused++;
+        else otherErrors++;
+      }
+    }),
+  );
+  const db = new Database(dbPath, { readonly: true });
+  try {
+    const twice = db
+      .prepare(
+        `SELECT COUNT(*) AS n FROM (SELECT device_uuid FROM arqs WHERE device_uuid IS NOT NULL
+         GROUP BY device_uuid HAVING COUNT(*) > 1)`,
+      )
+      .get() as { n: number };
+    const orphan = db
+      .prepare(
+        `SELECT COUNT(*) AS n FROM devices d WHERE d.device_state = 'allocated'
+         AND NOT EXISTS (SELECT 1 FROM arqs a WHERE a.device_uuid = d.uuid)`,
+      )
+      .get() as { n: number };
+    return {
+      attempted: attempts.length,
+      bound,
+      refused,
+      otherErrors,
+      devicesWithTwoArqs: twice.n,
+      allocatedWithoutArq: orphan.n,
+    };
+  } finally {
+    db.close();
+  }
+}
+
+export async function startScheduler(
+  store: SqliteStore,
+): Promise<{ scheduler: Scheduler; client: SchedulerClient }> {
+  const scheduler = await Scheduler.start({
+    store,
+    listen: '127.0.0.1:0',
+    logger: pino({ level: 'silent' }),
+  });
+  const client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 30_000, retries: 1 });
+  return { scheduler, client };
+}
+
+// ---- baseline: an empty unary RPC -------------------------------------------
+
+const EMPTY: ServiceDefinition = {
+  ping: {
+    path: '/bench.Empty/Ping',
+    requestStream: false,
+    responseStream: false,
+    requestSerialize: (x: Buffer) => x,
+    requestDeserialize: (x: Buffer) => x,
+    responseSerialize: (x: Buffer) => x,
+    responseDeserialize: (x: Buffer) => x,
+  },
+};
+
+/** A grpc-js server (Berth's server options) with one empty unary method, and a client for it. */
+export async function startEmptyServer(): Promise<{
+  call(): Promise<void>;
+  stop(): Promise<void>;
+}> {
+  const server = new Server(SERVER_OPTIONS);
+  server.addService(EMPTY, {
+    ping: (_call: unknown, cb: (err: ServiceError | null, res: Buffer) => void) => cb(null, Buffer.alloc(0)),
+  });
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (e, p) =>
+      e ? reject(e) : resolve(p),
+    ),
+  );
+  const Ctor = makeGenericClientConstructor(EMPTY, 'Empty');
+  const client = new Ctor(`127.0.0.1:${port}`, credentials.createInsecure()) as unknown as {
+    ping(req: Buffer, opts: { deadline: number }, cb: (err: ServiceError | null) => void): void;
+    close(): void;
+  };
+  return {
+    call: () =>
+      new Promise<void>((resolve, reject) =>
+        client.ping(Buffer.alloc(0), { deadline: Date.now() + 30_000 }, (e) => (e ? reject(e) : resolve())),
+      ),
+    async stop() {
+      client.close();
+      await new Promise<void>((r) => {
+        const t = setTimeout(() => {
+          server.forceShutdown();
+          r();
+        }, 2_000);
+        server.tryShutdown(() => {
+          clearTimeout(t);
+          r();
+        });
+      });
+    },
+  };
+}
+
+export async function emptyLoop(
+  call: () => Promise<void>,
+  opts: { concurrency: number; seconds: number; maxCalls: number },
+): Promise<{ calls: number; throughput: number; p50: number; p99: number }> {
+  await runWorkers(opts.concurrency, { deadline: nowMs() + 5_000, maxIterations: 2_000 }, () => call());
+  const ms: number[] = [];
+  const t0 = nowMs();
+  await runWorkers(
+    opts.concurrency,
+    { deadline: t0 + opts.seconds * 1000, maxIterations: opts.maxCalls },
+    async () => {
+      const t = nowMs();
+      await call();
+      ms.push(nowMs() - t);
+    },
+  );
+  const seconds = (nowMs() - t0) / 1000;
+  const s = sorted(ms);
+  return {
+    calls: ms.length,
+    throughput: ms.length / seconds,
+    p50: percentile(s, 50),
+    p99: percentile(s, 99),
+  };
+}
+
+export const dbFile = (dir: string) => join(dir, 'scheduler.db');
