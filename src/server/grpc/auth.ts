@@ -415,7 +415,13 @@ export class Authenticator {
         const roles = rolesFromClaims(payload);
         return { subject: String(payload.sub), roles, via: 'jwt' };
       } catch (err) {
-        last = err;
+        // A claim error means a key verified the signature: that is the error to report.
+        const claimError =
+          err instanceof joseErrors.JWTClaimValidationFailed ||
+          err instanceof joseErrors.JWTExpired ||
+          err instanceof AuthError;
+        if (!last || claimError) last = err;
+        if (claimError) break;
       }
     }
     if (last instanceof joseErrors.JWTExpired) throw unauthenticated('token expired');

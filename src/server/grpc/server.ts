@@ -18,6 +18,7 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
+import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
 
 export const PROTO_ROOT = fileURLToPath(new URL('../../../proto', import.meta.url));
 /** `buf build` of proto/ (npm run gen): real per-file descriptors with their imports. */
@@ -98,12 +99,17 @@ export class GrpcServer {
 
   constructor(options: GrpcServerOptions) {
     this.options = options;
-    this.server = new Server({ ...SERVER_OPTIONS, interceptors: options.interceptors ?? [] });
+    // Auth first (nothing of an unauthenticated call is looked at), then the
+    // malformed-request check (INVALID_ARGUMENT instead of grpc-js's INTERNAL).
+    this.server = new Server({
+      ...SERVER_OPTIONS,
+      interceptors: [...(options.interceptors ?? []), malformedRequestInterceptor()],
+    });
     this.health = new HealthImplementation({ '': 'NOT_SERVING' });
     this.health.addToServer(this.server);
     new ReflectionService(reflectionPackage(options.protoPackages)).addToServer(this.server);
     for (const s of options.services) {
-      this.server.addService(s.definition, s.implementation);
+      this.server.addService(guardDeserializers(s.definition), s.implementation);
       this.health.setStatus(s.name, 'NOT_SERVING');
     }
   }
