@@ -1,0 +1,112 @@
+/**
+ * Prometheus metrics (prom-client) for the scheduler and the agent: RPC latency
+ * and outcomes by method and code (one server interceptor), cleanups by action
+ * and outcome with a duration histogram, and devices by state, host and type
+ * (read from the source of truth at scrape time, so a gauge never drifts).
+ * Each server process has its own registry and endpoint (`berth up` serves the
+ * scheduler's).
+ */
+import { createServer, type Server } from 'node:http';
+import { type ServerInterceptor, ServerInterceptingCall, status } from '@grpc/grpc-js';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+
+const CODE_NAMES = new Map<number, string>(
+  Object.entries(status)
+    .filter(([, v]) => typeof v === 'number')
+    .map(([k, v]) => [v as number, k]),
+);
+
+export interface DeviceCount {
+  host: string;
+  type: string;
+  state: string;
+  count: number;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly rpcDuration: Histogram<'method' | 'code'>;
+  readonly cleanups: Counter<'action' | 'outcome'>;
+  readonly cleanupDuration: Histogram<'action' | 'outcome'>;
+
+  constructor(readonly component: 'scheduler' | 'agent') {
+    this.registry.setDefaultLabels({ component });
+    this.rpcDuration = new Histogram({
+      name: 'berth_rpc_duration_seconds',
+      help: 'gRPC calls served, by method and status code (streams: until they end)',
+      labelNames: ['method', 'code'],
+      buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30],
+      registers: [this.registry],
+    });
+    this.cleanups = new Counter({
+      name: 'berth_cleanups_total',
+      help: 'Cleanups that ended, by locked-in action and outcome',
+      labelNames: ['action', 'outcome'],
+      registers: [this.registry],
+    });
+    this.cleanupDuration = new Histogram({
+      name: 'berth_cleanup_duration_seconds',
+      help: 'Duration of cleanups that ended, by action and outcome',
+      labelNames: ['action', 'outcome'],
+      buckets: [1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600],
+      registers: [this.registry],
+    });
+  }
+
+  /** A gauge of devices by host, type and state, computed by `read` at every scrape. */
+  devicesGauge(read: () => Promise<DeviceCount[]> | DeviceCount[]): void {
+    new Gauge({
+      name: 'berth_devices',
+      help: 'Devices by host, type and state',
+      labelNames: ['host', 'type', 'state'],
+      registers: [this.registry],
+      async collect() {
+        this.reset();
+        for (const c of await read()) this.set({ host: c.host, type: c.type, state: c.state }, c.count);
+      },
+    });
+  }
+
+  observeCleanup(action: string, outcome: string, seconds: number): void {
+    this.cleanups.inc({ action, outcome });
+    this.cleanupDuration.observe({ action, outcome }, seconds);
+  }
+
+  /** Times every call and labels it with the status code it ended with. */
+  interceptor(): ServerInterceptor {
+    const hist = this.rpcDuration;
+    return (methodDescriptor, call) => {
+      const method = methodDescriptor.path.replace(/^\//, '');
+      const start = process.hrtime.bigint();
+      return new ServerInterceptingCall(call, {
+        sendStatus(st, next) {
+          const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+          hist.observe({ method, code: CODE_NAMES.get(st.code) ?? String(st.code) }, seconds);
+          next(st);
+        },
+      });
+    };
+  }
+}
+
+/** Serves /metrics of a registry on `listen` (host:port; port 0 = any). */
+export async function serveMetrics(listen: string, registry: Registry): Promise<{ server: Server; address: string }> {
+  const server = createServer((req, res) => {
+    if (req.url !== '/metrics') {
+      res.writeHead(404).end('not found: try /metrics\n');
+      return;
+    }
+    registry.metrics().then(
+      (body) => res.writeHead(200, { 'content-type': registry.contentType }).end(body),
+      (err: Error) => res.writeHead(500).end(`metrics failed: ${err.message}\n`),
+    );
+  });
+  const i = listen.lastIndexOf(':');
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(Number(listen.slice(i + 1)), listen.slice(0, i), () => resolve());
+  });
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : 0;
+  return { server, address: `${listen.slice(0, i)}:${port}` };
+}
