@@ -263,7 +263,7 @@ export function profileView(p: Profile) {
       product_id: g.productId,
       required_traits: g.requiredTraits,
       forbidden_traits: g.forbiddenTraits,
-      live_migratable: shortEnum(liveMigratableToJSON(g.liveMigratable), 'LIVE_MIGRATABLE_'),
+      live_migratable: shortEnum(liveMigratableToJSON(g.liveMigratable), 'LIVE_MIGRATABLE_') || 'unset',
       count: g.count,
     })),
     created_at: iso(p.createdAt),

@@ -9,6 +9,7 @@ import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
 import { registerAgentCommands } from './agent-commands.js';
 import { registerArqCommands } from './arq-commands.js';
+import { registerDemoCommands } from './demo-commands.js';
 import { registerDeviceCommands } from './device-commands.js';
 import { registerHostCommands } from './host-commands.js';
 import { registerInstanceCommands } from './instance-commands.js';
@@ -34,6 +35,7 @@ export function buildProgram(): Command {
   registerArqCommands(program);
   registerInstanceCommands(program);
   registerMigrationCommands(program);
+  registerDemoCommands(program);
   return program;
 }
 

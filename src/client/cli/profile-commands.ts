@@ -141,7 +141,7 @@ function groupSummary(g: ProfileView['groups'][number]): string {
   const parts = [`${g.count}x ${what}`];
   if (g.required_traits.length) parts.push(`+${g.required_traits.join(',+')}`);
   if (g.forbidden_traits.length) parts.push(`!${g.forbidden_traits.join(',!')}`);
-  if (g.live_migratable) parts.push(`live_migratable=${g.live_migratable}`);
+  if (g.live_migratable !== 'unset') parts.push(`live_migratable=${g.live_migratable}`);
   return parts.join(' ');
 }
 
