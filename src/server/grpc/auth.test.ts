@@ -7,17 +7,10 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Metadata, type ServiceDefinition, status } from '@grpc/grpc-js';
+import { Metadata, status } from '@grpc/grpc-js';
 import { exportJWK, SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
-import * as agentPb from '../../gen/berth/agent/v1/agent.js';
-import * as arqPb from '../../gen/berth/scheduler/v1/accelerator_request.js';
-import * as devicePb from '../../gen/berth/scheduler/v1/device_service.js';
-import * as hostPb from '../../gen/berth/scheduler/v1/host.js';
-import * as instancePb from '../../gen/berth/scheduler/v1/instance.js';
-import * as migrationPb from '../../gen/berth/scheduler/v1/migration.js';
-import * as profilePb from '../../gen/berth/scheduler/v1/profile.js';
-import * as registrationPb from '../../gen/berth/scheduler/v1/registration.js';
+import { generatedServiceDefinitions } from '../../../test/fuzz/services.js';
 import {
   AuthError,
   Authenticator,
@@ -32,22 +25,6 @@ import {
 } from './auth.js';
 
 const SECRET = 'x'.repeat(40);
-
-/** Every ServiceDefinition the generated code exports (what the servers can register). */
-export function generatedServiceDefinitions(): { name: string; definition: ServiceDefinition }[] {
-  const mods = [agentPb, arqPb, devicePb, hostPb, instancePb, migrationPb, profilePb, registrationPb];
-  const out: { name: string; definition: ServiceDefinition }[] = [];
-  for (const m of mods) {
-    for (const [name, v] of Object.entries(m)) {
-      if (!name.endsWith('Service') || typeof v !== 'object' || v === null) continue;
-      const methods = Object.values(v as Record<string, unknown>);
-      if (methods.length > 0 && methods.every((x) => typeof (x as { path?: unknown }).path === 'string')) {
-        out.push({ name, definition: v as ServiceDefinition });
-      }
-    }
-  }
-  return out;
-}
 
 const bearer = (t: string) => {
   const md = new Metadata();
