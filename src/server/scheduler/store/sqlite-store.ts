@@ -1149,6 +1149,14 @@ export class SqliteStore implements Store {
 
   // --- event log ---------------------------------------------------------
 
+  async deviceCounts(): Promise<Array<{ host: string; type: string; state: string; count: number }>> {
+    return this.db
+      .prepare(
+        'SELECT host, type, device_state AS state, COUNT(*) AS count FROM devices GROUP BY host, type, device_state',
+      )
+      .all() as Array<{ host: string; type: string; state: string; count: number }>;
+  }
+
   async currentRevision(): Promise<number> {
     const row = this.db.prepare('SELECT MAX(revision) AS r FROM device_events').get() as { r: number | null };
     return row.r ?? 0;

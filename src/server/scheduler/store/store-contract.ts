@@ -381,6 +381,21 @@ export function runStoreContract(name: string, open: OpenStore): void {
       );
     });
 
+    it('counts devices by host, type and state', async () => {
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 }), pciFacts({ index: 2 })]);
+      await host('h2', [pciFacts({ index: 0 })]);
+      await store.createProfile(nvmeProfile);
+      await bindOne('vm-count', 'h1');
+      const counts = await store.deviceCounts();
+      const key = (c: { host: string; type: string; state: string }) => `${c.host}/${c.type}/${c.state}`;
+      const byKey = Object.fromEntries(counts.map((c) => [key(c), c.count]));
+      const h1Nvme = Object.entries(byKey).filter(([k]) => k.startsWith('h1/NVME/'));
+      expect(h1Nvme.reduce((n, [, v]) => n + v, 0)).toBe(2);
+      expect(byKey['h1/NVME/allocated']).toBe(1);
+      expect(byKey['h2/PCI/available']).toBe(1);
+      expect(counts.reduce((n, c) => n + c.count, 0)).toBe(4);
+    });
+
     it('plans, commits and aborts live migrations atomically', async () => {
       const mig = (i: number) => pciFacts({ index: i, liveMigratable: true });
       await host('src', [mig(0), pciFacts({ index: 1 })]);

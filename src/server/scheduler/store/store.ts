@@ -333,6 +333,8 @@ export interface Store {
 
   // --- event log (WatchDevices) -----------------------------------------
   currentRevision(): Promise<number>;
+  /** Devices counted by host, type and state (metrics). */
+  deviceCounts(): Promise<Array<{ host: string; type: string; state: string; count: number }>>;
   /** Events with revision > `revision`, oldest first, at most `limit`. */
   eventsSince(revision: number, limit: number): Promise<DeviceEvent[]>;
   /** Matching devices and the revision they are consistent with, read together. */
