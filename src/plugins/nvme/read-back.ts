@@ -28,15 +28,18 @@ export interface ReadBackResult {
 
 const CHUNK = 1024 * 1024;
 
+/** A page of zeros to compare against: Buffer.compare is a native memcmp. */
+const ZEROS = Buffer.alloc(64 * 1024);
+
 function firstNonZeroIn(buf: Buffer, length: number): number {
-  // 8 bytes at a time is much faster than byte by byte for the (usual) all-zero case.
-  const words = Math.floor(length / 8);
-  for (let w = 0; w < words; w++) {
-    if (buf.readBigUInt64LE(w * 8) !== 0n) {
-      for (let i = w * 8; i < w * 8 + 8; i++) if (buf[i] !== 0) return i;
-    }
+  // Compare 64 KiB at a time with memcmp (the usual all-zero case costs next to
+  // nothing); only a window that differs is scanned byte by byte. Reading 8
+  // bytes at a time as BigInts kept the read-back CPU-bound at ~130 MiB/s.
+  for (let off = 0; off < length; off += ZEROS.length) {
+    const end = Math.min(length, off + ZEROS.length);
+    if (buf.compare(ZEROS, 0, end - off, off, end) === 0) continue;
+    for (let i = off; i < end; i++) if (buf[i] !== 0) return i;
   }
-  for (let i = words * 8; i < length; i++) if (buf[i] !== 0) return i;
   return -1;
 }
 
