@@ -148,8 +148,12 @@ function parseAuth(raw: Record<string, unknown>, baseDir: string): AuthFileOptio
   }
   if (mode === 'none') return { mode: 'none' };
   const out: AuthFileOptions = { mode: 'token' };
-  const file = (k: string) => (sec[k] == null ? undefined : resolve(baseDir, str(sec, k, '')));
-  const text = (k: string) => (sec[k] == null ? undefined : str(sec, k, ''));
+  // Checked under their full key path so errors name `auth.<key>`.
+  const text = (k: string) => (sec[k] == null ? undefined : str({ [`auth.${k}`]: sec[k] }, `auth.${k}`, ''));
+  const file = (k: string) => {
+    const v = text(k);
+    return v === undefined ? undefined : resolve(baseDir, v);
+  };
   const staticTokensFile = file('static_tokens_file');
   const jwtSecretFile = file('jwt_secret_file');
   const jwtPublicKeyFile = file('jwt_public_key_file');
@@ -162,7 +166,7 @@ function parseAuth(raw: Record<string, unknown>, baseDir: string): AuthFileOptio
   if (jwksFile) out.jwksFile = jwksFile;
   if (jwtIssuer) out.jwtIssuer = jwtIssuer;
   if (jwtAudience) out.jwtAudience = jwtAudience;
-  const cr = section(sec, 'cert_roles');
+  const cr = section({ 'auth.cert_roles': sec.cert_roles }, 'auth.cert_roles');
   if (cr) {
     const certRoles: Record<string, string> = {};
     for (const [cn, role] of Object.entries(cr)) {
@@ -187,7 +191,7 @@ function parseTls(raw: Record<string, unknown>, baseDir: string): TlsFiles | nul
   onlyKeys('tls', sec, ['cert', 'key', 'ca']);
   const out: TlsFiles = {};
   for (const k of ['cert', 'key', 'ca'] as const) {
-    if (sec[k] != null) out[k] = resolve(baseDir, str(sec, k, ''));
+    if (sec[k] != null) out[k] = resolve(baseDir, str({ [`tls.${k}`]: sec[k] }, `tls.${k}`, ''));
   }
   if (!out.cert || !out.key) throw new ConfigError('tls: cert and key are required (ca for mutual TLS)');
   return out;
