@@ -7,7 +7,7 @@
  * scheduler's).
  */
 import { createServer, type Server } from 'node:http';
-import { type ServerInterceptor, ServerInterceptingCall, status } from '@grpc/grpc-js';
+import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 const CODE_NAMES = new Map<number, string>(
@@ -90,7 +90,10 @@ export class Metrics {
 }
 
 /** Serves /metrics of a registry on `listen` (host:port; port 0 = any). */
-export async function serveMetrics(listen: string, registry: Registry): Promise<{ server: Server; address: string }> {
+export async function serveMetrics(
+  listen: string,
+  registry: Registry,
+): Promise<{ server: Server; address: string }> {
   const server = createServer((req, res) => {
     if (req.url !== '/metrics') {
       res.writeHead(404).end('not found: try /metrics\n');

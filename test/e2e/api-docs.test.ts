@@ -13,7 +13,7 @@ import { tempDir } from '../helpers/agent.js';
 const run = promisify(execFile);
 
 /** The ```sh blocks of the page, except the one that sets up the reader's shell. */
-export async function docBlocks(): Promise<string[]> {
+async function docBlocks(): Promise<string[]> {
   const md = await readFile(join(process.cwd(), 'docs/api.md'), 'utf8');
   return [...md.matchAll(/```sh\n([\s\S]*?)```/g)]
     .map((m) => m[1]!)

@@ -45,7 +45,19 @@ describe('agent server on a simulated host', () => {
 
   it('serves grpc.health.v1 as SERVING', async () => {
     const pkg = loadPackageDefinition(loadSync(healthProtoPath, { enums: String })) as unknown as {
-      grpc: { health: { v1: { Health: new (a: string, c: unknown) => { check: Function; close(): void } } } };
+      grpc: {
+        health: {
+          v1: {
+            Health: new (
+              a: string,
+              c: unknown,
+            ) => {
+              check(req: { service: string }, cb: (e: Error | null, r: { status: string }) => void): void;
+              close(): void;
+            };
+          };
+        };
+      };
     };
     const health = new pkg.grpc.health.v1.Health(sim.agent.address, credentials.createInsecure());
     const res = await new Promise<{ status: string }>((resolve, reject) =>

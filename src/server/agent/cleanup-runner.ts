@@ -86,7 +86,7 @@ export class CleanupRunner {
     const device = this.lookup(address);
     if (!device) throw notFound('device', address);
     const driver = this.host.driver(device.driver);
-    if (!driver || !driver.supportsCleaning || !device.supportsCleaning || !device.cleanupAction) {
+    if (!driver?.supportsCleaning || !device.supportsCleaning || !device.cleanupAction) {
       throw failedPrecondition(
         'CLEANING_NOT_SUPPORTED',
         `device ${address} (driver ${device.driver}) cannot be cleaned`,

@@ -74,7 +74,7 @@ export class CleanupDispatcher {
     if (this.stopped || this.following.has(job.jobId)) return;
     const log = this.logger.child({ jobId: job.jobId, host: job.host, address: job.address });
     const link = this.links(job.host);
-    if (!link || !link.isConnected) {
+    if (!link?.isConnected) {
       log.info('agent not connected; the cleanup waits for it (the device stays reserved)');
       return;
     }
