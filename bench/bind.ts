@@ -27,9 +27,9 @@ import { emit, parseArgs, tempDir } from './lib.js';
 
 async function main() {
   const { quick } = parseArgs();
-  const hosts = quick ? 200 : 10_000;
+  const hosts = quick ? 50 : 10_000;
   const concurrency = 64;
-  const seconds = quick ? 3 : 20;
+  const seconds = quick ? 2 : 20;
   // A real disk, not tmpfs: fsync must cost what it costs.
   const base = existsSync('/var/tmp') ? '/var/tmp' : '/tmp';
   const dir = await tempDir(base, 'berth-bench-bind-');
@@ -46,7 +46,7 @@ async function main() {
         concurrency,
         seconds,
         maxCycles: 1_000_000,
-        warmupCycles: quick ? 64 : 512,
+        warmupCycles: quick ? 16 : 512,
       });
       race = await raceAndCount(client, dbPath, { concurrency, hosts });
     } finally {
@@ -56,7 +56,7 @@ async function main() {
     const empty = await startEmptyServer();
     let baseline: Awaited<ReturnType<typeof emptyLoop>>;
     try {
-      baseline = await emptyLoop(empty.call, { concurrency, seconds: quick ? 2 : 10, maxCalls: 5_000_000 });
+      baseline = await emptyLoop(empty.call, { concurrency, seconds: quick ? 1 : 10, maxCalls: 5_000_000 });
     } finally {
       await empty.stop();
     }

@@ -20,7 +20,7 @@ async function measure(hosts: number, base: string, seconds: number, quick: bool
         concurrency: 64,
         seconds,
         maxCycles: 1_000_000,
-        warmupCycles: quick ? 64 : 512,
+        warmupCycles: quick ? 16 : 512,
       });
       return { ...stats, loadMs };
     } finally {
@@ -34,9 +34,9 @@ async function measure(hosts: number, base: string, seconds: number, quick: bool
 
 async function main() {
   const { quick } = parseArgs();
-  const small = quick ? 20 : 100;
-  const large = quick ? 400 : 10_000;
-  const seconds = quick ? 2 : 15;
+  const small = quick ? 10 : 100;
+  const large = quick ? 100 : 10_000;
+  const seconds = quick ? 1 : 15;
   const base = existsSync('/var/tmp') ? '/var/tmp' : '/tmp';
   // Small first, then large, then small again: the baseline is the mean of
   // both small runs, so load that drifts during the run hits both sides.

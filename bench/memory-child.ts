@@ -1,0 +1,101 @@
+/**
+ * One memory measurement in its own process (run by bench/memory.ts with
+ * --expose-gc): `bare` (an idle Node process with the same imports),
+ * `scheduler <dir> <hosts>` (a scheduler serving a store of hosts × 8
+ * devices), `agent <sysfsRoot> <dir>` (an agent that discovered and serves a
+ * large simulated host). Prints one JSON line: RSS after a full GC and the
+ * peak (VmHWM from /proc/self/status), in MiB.
+ */
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { AgentClient, SchedulerClient } from '../src/client/sdk.js';
+import { Agent } from '../src/server/agent/agent.js';
+import { parseAgentConfig } from '../src/server/agent/config.js';
+import { Scheduler } from '../src/server/scheduler/scheduler.js';
+import { dbFile, loadStore } from './bind-harness.js';
+
+const MiB = 1024 * 1024;
+
+function vmHwmMiB(): number {
+  const m = /VmHWM:\s+(\d+) kB/.exec(readFileSync('/proc/self/status', 'utf8'));
+  return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+async function settle(): Promise<number> {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (!gc) throw new Error('run with --expose-gc');
+  for (let i = 0; i < 3; i++) {
+    gc();
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return process.memoryUsage().rss / MiB;
+}
+
+async function main() {
+  const [role, a, b] = process.argv.slice(2);
+  const silent = pino({ level: 'silent' });
+  if (role === 'bare') {
+    process.stdout.write(`${JSON.stringify({ rss: await settle(), peak: vmHwmMiB() })}\n`);
+    return;
+  }
+  if (role === 'scheduler') {
+    const hosts = Number(b);
+    const { store } = await loadStore(dbFile(a!), hosts);
+    const scheduler = await Scheduler.start({ store, listen: '127.0.0.1:0', logger: silent });
+    const client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 60_000 });
+    try {
+      // Serve something: one full page of devices, and the host list.
+      const page = await client.devices.listDevices({
+        filter: { host: '', type: 0, state: 0, resourceClass: '' },
+        pageSize: 5000,
+        pageToken: '',
+      });
+      const hostList = await client.hosts.listHosts({});
+      const rss = await settle();
+      process.stdout.write(
+        `${JSON.stringify({ rss, peak: vmHwmMiB(), devices: hosts * 8, listed: page.devices.length, hosts: hostList.hosts.length })}\n`,
+      );
+    } finally {
+      client.close();
+      await scheduler.stop();
+    }
+    return;
+  }
+  if (role === 'agent') {
+    const config = parseAgentConfig(
+      {
+        host: 'bench-agent',
+        listen: '127.0.0.1:0',
+        sysfs_root: a,
+        dev_root: join(b!, 'dev'),
+        state_dir: join(b!, 'state'),
+        enabled_drivers: ['pci'],
+        discovery_interval: 3600,
+        pci: {
+          device_spec: [
+            { vendor_id: '8086', product_id: '154c' },
+            { vendor_id: '8086', product_id: '1572' },
+            { vendor_id: '144d', product_id: 'a808' },
+          ],
+        },
+      },
+      {},
+      b!,
+    );
+    const agent = await Agent.start({ config, logger: silent });
+    const client = new AgentClient({ endpoint: agent.address, timeoutMs: 60_000 });
+    try {
+      const listed = await client.agent.listDevices({});
+      const rss = await settle();
+      process.stdout.write(`${JSON.stringify({ rss, peak: vmHwmMiB(), devices: listed.devices.length })}\n`);
+    } finally {
+      client.close();
+      await agent.stop();
+    }
+    return;
+  }
+  throw new Error(`unknown role ${role}`);
+}
+
+await main();

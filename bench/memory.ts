@@ -1,0 +1,95 @@
+/**
+ * memory: resident memory of the scheduler with 100,000 devices loaded
+ * (12,500 hosts × 8, served over gRPC) and of the agent with the large
+ * simulated host (4,352 offered functions: 4,096 VFs + 256 NVMe, 16 PFs
+ * excluded) discovered and served. Each runs in its own child process with
+ * --expose-gc: RSS after a full GC, and the peak from VmHWM. The baseline is
+ * the limit (300 MiB scheduler, 100 MiB agent), so ratio = value / limit and
+ * the goal is ratio ≤ 1; an idle Node process with the same loader is
+ * measured too, for scale. One JSON line per process (memory-scheduler,
+ * memory-agent).
+ */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { buildSysfs, largeHostSpec } from '../src/sim/sysfs/index.js';
+import { emit, parseArgs, round, tempDir } from './lib.js';
+
+const run = promisify(execFile);
+const CHILD = fileURLToPath(new URL('./memory-child.ts', import.meta.url));
+
+interface Measure {
+  rss: number;
+  peak: number;
+  [k: string]: unknown;
+}
+
+async function child(...args: string[]): Promise<Measure> {
+  const { stdout } = await run(process.execPath, ['--expose-gc', '--import', 'tsx', CHILD, ...args], {
+    timeout: 600_000,
+    maxBuffer: 16 << 20,
+  });
+  const line = stdout.trim().split('\n').pop() ?? '';
+  return JSON.parse(line) as Measure;
+}
+
+async function main() {
+  const { quick } = parseArgs();
+  const shm = existsSync('/dev/shm') ? '/dev/shm' : '/tmp';
+  const bare = await child('bare');
+
+  const hosts = quick ? 100 : 12_500;
+  const sdir = await tempDir(shm, 'berth-bench-mem-sched-');
+  try {
+    const m = await child('scheduler', sdir.path, String(hosts));
+    const limit = 300;
+    emit({
+      name: 'memory-scheduler',
+      value: m.rss,
+      baseline: limit,
+      ratio: m.rss / limit,
+      goal: `scheduler RSS after GC with ${hosts * 8} devices <= ${limit} MiB (peak reported)`,
+      pass: m.rss <= limit,
+      unit: 'MiB',
+      peak_mib: round(m.peak, 1),
+      peak_pass: m.peak <= limit,
+      bare_node_rss_mib: round(bare.rss, 1),
+      devices: m.devices,
+      hosts: m.hosts,
+      listed: m.listed,
+      quick,
+    });
+  } finally {
+    await sdir.cleanup();
+  }
+
+  const adir = await tempDir(shm, 'berth-bench-mem-agent-');
+  try {
+    const spec = quick ? largeHostSpec({ pfs: 4, vfsPerPf: 32, nvme: 16 }) : largeHostSpec();
+    const sysfsRoot = join(adir.path, 'sys');
+    await buildSysfs(sysfsRoot, spec);
+    const m = await child('agent', sysfsRoot, adir.path);
+    const limit = 100;
+    emit({
+      name: 'memory-agent',
+      value: m.rss,
+      baseline: limit,
+      ratio: m.rss / limit,
+      goal: `agent RSS after GC with the large host discovered and served <= ${limit} MiB (peak reported)`,
+      pass: m.rss <= limit,
+      unit: 'MiB',
+      peak_mib: round(m.peak, 1),
+      peak_pass: m.peak <= limit,
+      bare_node_rss_mib: round(bare.rss, 1),
+      devices: m.devices,
+      note: 'pci driver only (NVMe functions offered as PCI functions, no nvme-cli); process runs TypeScript through tsx, whose loader is part of the RSS',
+      quick,
+    });
+  } finally {
+    await adir.cleanup();
+  }
+}
+
+await main();

@@ -1,0 +1,114 @@
+/**
+ * Runs every benchmark, each in its own child process (so memory figures and
+ * crashes stay per benchmark), and prints their JSON lines on stdout plus a
+ * summary table on stderr. `--quick` passes through (tiny sizes, CI smoke).
+ * `--only a,b` runs a subset. `--out FILE` also writes the results as a JSON
+ * array with the machine description. Exits non-zero only when a benchmark
+ * crashed or printed no result: a missed goal is reported, not hidden, and
+ * not a failure of the run.
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from './lib.js';
+
+export const BENCHMARKS = ['discovery', 'bind', 'scale', 'watch', 'zeroing', 'memory'] as const;
+/** Per-benchmark wall-clock limit; a hung benchmark is killed and counted as a crash. */
+const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
+
+function machine() {
+  let nproc = String(cpus().length);
+  try {
+    nproc = execFileSync('nproc', { encoding: 'utf8' }).trim();
+  } catch {}
+  return {
+    nproc: Number(nproc),
+    cpu: cpus()[0]?.model ?? 'unknown',
+    memory_gib: Math.round((totalmem() / 2 ** 30) * 10) / 10,
+    node: process.version,
+    loadavg_start: loadavg().map((l) => Math.round(l * 100) / 100),
+  };
+}
+
+function runOne(
+  name: string,
+  quick: boolean,
+): Promise<{ lines: object[]; code: number | null; ms: number; stderr: string }> {
+  const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url));
+  const t0 = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn(
+      process.execPath,
+      ['--expose-gc', '--import', 'tsx', file, ...(quick ? ['--quick'] : [])],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    let out = '';
+    let err = '';
+    child.stdout.on('data', (c: Buffer) => {
+      out += c;
+    });
+    child.stderr.on('data', (c: Buffer) => {
+      err += c;
+    });
+    const timer = setTimeout(() => child.kill('SIGKILL'), quick ? LIMIT_MS.quick : LIMIT_MS.full);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      const lines: object[] = [];
+      for (const l of out.split('\n')) {
+        if (!l.startsWith('{')) continue;
+        try {
+          lines.push(JSON.parse(l) as object);
+        } catch {}
+      }
+      resolve({ lines, code, ms: Date.now() - t0, stderr: err.slice(-4000) });
+    });
+  });
+}
+
+async function main() {
+  const argv = process.argv.slice(2);
+  const { quick } = parseArgs(argv);
+  const onlyArg = argv.indexOf('--only');
+  const only = onlyArg >= 0 ? (argv[onlyArg + 1] ?? '').split(',') : null;
+  const outArg = argv.indexOf('--out');
+  const outFile = outArg >= 0 ? argv[outArg + 1] : undefined;
+  const m = machine();
+  process.stderr.write(`machine: ${JSON.stringify(m)}\n`);
+  const results: Array<Record<string, unknown>> = [];
+  let crashed = 0;
+  for (const name of BENCHMARKS) {
+    if (only && !only.includes(name)) continue;
+    process.stderr.write(`running ${name}${quick ? ' (quick)' : ''}...\n`);
+    const r = await runOne(name, quick);
+    if (r.code !== 0 || r.lines.length === 0) {
+      crashed++;
+      process.stderr.write(`${name} CRASHED (exit ${r.code}, ${r.ms} ms):\n${r.stderr}\n`);
+      results.push({ name, crashed: true, exit: r.code });
+      continue;
+    }
+    for (const l of r.lines) {
+      process.stdout.write(`${JSON.stringify(l)}\n`);
+      results.push({ ...(l as Record<string, unknown>), wall_ms: r.ms });
+    }
+  }
+  process.stderr.write('\nname               value      baseline   ratio   pass  unit\n');
+  for (const r of results) {
+    if (r.crashed) {
+      process.stderr.write(`${String(r.name).padEnd(18)} CRASHED\n`);
+      continue;
+    }
+    const f = (x: unknown) => String(x).padEnd(10);
+    process.stderr.write(
+      `${String(r.name).padEnd(18)} ${f(r.value)} ${f(r.baseline)} ${String(r.ratio).padEnd(7)} ${String(r.pass).padEnd(5)} ${r.unit}\n`,
+    );
+  }
+  const end = { ...m, loadavg_end: loadavg().map((l) => Math.round(l * 100) / 100) };
+  process.stderr.write(`load average at the end: ${end.loadavg_end.join(' ')}\n`);
+  if (outFile) writeFileSync(outFile, `${JSON.stringify({ machine: end, quick, results }, null, 2)}\n`);
+  process.exitCode = crashed > 0 ? 1 : 0;
+}
+
+await main();
