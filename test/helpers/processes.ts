@@ -204,6 +204,11 @@ export class BerthProcess {
     return this.exitPromise;
   }
 
+  /** Sends a signal to the process group without waiting (SIGSTOP / SIGCONT to freeze and thaw). */
+  signal(signal: NodeJS.Signals): void {
+    if (this.running && this.child?.pid) killGroup(this.child.pid, signal);
+  }
+
   /** A graceful stop (SIGTERM): the server drains as an operator's stop would. */
   stop(): Promise<{ code: number | null; signal: NodeJS.Signals | null }> {
     return this.kill('SIGTERM');

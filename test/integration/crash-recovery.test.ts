@@ -78,7 +78,7 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     agent = await agentProcess(sim, { scheduler: schedEndpoint });
     await agent.start();
     await waitForHost(client, HOST, DEMO_DEVICES);
-    for (const ctrl of ['nvme0', 'nvme1', 'nvme2'] as const) await createNvmeProfile(client, ctrl);
+    for (const ctrl of ['nvme0', 'nvme1', 'nvme2', 'nvme3'] as const) await createNvmeProfile(client, ctrl);
   }, 90_000);
 
   afterAll(async () => {
@@ -144,6 +144,39 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
     expect(clean.lastCleanup?.action).toBe('sanitize-crypto');
     expect(clean.reserved).toBe(0);
+    await listChecked(client, HOST);
+  }, 90_000);
+
+  it('a cleanup dispatched to a frozen agent that then dies is dispatched again, never failed, when the agent returns', async () => {
+    const address = nvmeAddress.nvme3!;
+    const bound = await createAndBind(client, 'pick-nvme3', 'vm-frozen-agent', HOST);
+    expect(bound.deviceAddress).toBe(address);
+    // The agent is frozen: it still holds its connections, so the scheduler
+    // dispatches the cleanup, but the agent never reads the request.
+    agent.signal('SIGSTOP');
+    try {
+      await client.arqs.deleteAcceleratorRequests({ uuids: [bound.uuid], instanceUuid: '' });
+      await new Promise((r) => setTimeout(r, 1_000));
+      const pending = await getDevice(client, HOST, address);
+      expect(stateName(pending.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
+      // nvme3 was never cleaned before: no cleanup has started on it.
+      expect(pending.lastCleanup).toBeUndefined();
+    } finally {
+      await agent.kill('SIGKILL');
+    }
+    const before = await getDevice(client, HOST, address);
+    expect(stateName(before.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
+    await agent.restart();
+    const clean = await eventually(
+      () => getDevice(client, HOST, address),
+      (d) =>
+        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
+      30_000,
+    );
+    expect(stateName(clean.deviceState), `${clean.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
+    expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
+    expect(clean.lastCleanup?.action).toBe('shred');
     await listChecked(client, HOST);
   }, 90_000);
 
