@@ -198,6 +198,26 @@ export function registerDeviceCommands(program: Command): void {
 
   clientOptions(
     device
+      .command('watch-cleanup')
+      .description(
+        "follow a device's current (or last) cleanup, e.g. the one an ARQ delete started; exits 1 unless it succeeds",
+      )
+      .argument('<device>')
+      .option('--job <id>', 'a specific cleanup job'),
+  ).action(
+    withClient(async (client, format, name: string, o: { job?: string }) => {
+      const out = await followCleanup(
+        client,
+        parseDeviceRef(name),
+        o.job ?? '',
+        defaultProgressStyle(format === 'json'),
+      );
+      if (!out.succeeded) throw new CommandFailed(`${name}: ${out.reason}`);
+    }),
+  );
+
+  clientOptions(
+    device
       .command('release')
       .description('release a burned one-time-use device back into the pool (admin)')
       .argument('<device>'),

@@ -1,0 +1,153 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CleanupPhase } from '../../gen/berth/agent/v1/agent.js';
+import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/device.js';
+import { LiveMigratable } from '../../gen/berth/scheduler/v1/profile.js';
+import { BerthClientError } from '../sdk.js';
+import { progressLine } from './cleanup-progress.js';
+import { errorLine, parseDeviceRef, parseEnum, shortEnum, UsageError } from './client-common.js';
+import { instanceDevicesFromFile } from './instance-commands.js';
+import { profileFromInput } from './profile-commands.js';
+
+/** A BerthClientError as the SDK builds it from a gRPC status (fields only). */
+function clientError(fields: Partial<BerthClientError>): BerthClientError {
+  return Object.assign(Object.create(BerthClientError.prototype) as BerthClientError, {
+    message: '',
+    codeName: 'UNKNOWN',
+    reason: undefined,
+    fieldViolations: [],
+    ...fields,
+  });
+}
+
+describe('CLI helpers', () => {
+  let dir: string;
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'berth-cli-unit-'));
+  });
+  afterAll(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('names a device by uuid or host/address, and refuses anything else as a usage error', () => {
+    expect(parseDeviceRef('1A109281-AA46-4CBE-9FF5-B598E6C95CCF')).toEqual({
+      ref: { $case: 'uuid', value: '1a109281-aa46-4cbe-9ff5-b598e6c95ccf' },
+    });
+    expect(parseDeviceRef('sim-host-1/0000:3d:00.0')).toEqual({
+      ref: { $case: 'hostAddress', value: { host: 'sim-host-1', address: '0000:3d:00.0' } },
+    });
+    for (const bad of ['0000:3d:00.0', 'sim-host-1/', '/0000:3d:00.0', 'not-a-uuid']) {
+      expect(() => parseDeviceRef(bad), bad).toThrow(UsageError);
+    }
+  });
+
+  it('shows enums by their short lower-case names and parses them back', () => {
+    expect(shortEnum('DEVICE_STATE_PENDING_CLEANING', 'DEVICE_STATE_')).toBe('pending_cleaning');
+    expect(shortEnum('DEVICE_STATE_UNSPECIFIED', 'DEVICE_STATE_')).toBe('');
+    const states = [DeviceState.DEVICE_STATE_AVAILABLE, DeviceState.DEVICE_STATE_PENDING_CLEANING];
+    expect(parseEnum('--state', 'pending-cleaning', 'DEVICE_STATE_', deviceStateToJSON, states)).toBe(
+      DeviceState.DEVICE_STATE_PENDING_CLEANING,
+    );
+    expect(parseEnum('--state', 'AVAILABLE', 'DEVICE_STATE_', deviceStateToJSON, states)).toBe(
+      DeviceState.DEVICE_STATE_AVAILABLE,
+    );
+    expect(() => parseEnum('--state', 'unspecified', 'DEVICE_STATE_', deviceStateToJSON, states)).toThrow(
+      /--state: expected one of available, pending_cleaning, got "unspecified"/,
+    );
+  });
+
+  it('formats an error as one line with its reason, adding only the field violations the message lacks', () => {
+    expect(
+      errorLine(
+        clientError({
+          codeName: 'FAILED_PRECONDITION',
+          message: 'is available',
+          reason: 'DEVICE_ALREADY_CLEAN',
+        }),
+      ),
+    ).toBe('berth: FAILED_PRECONDITION: is available [DEVICE_ALREADY_CLEAN]');
+    expect(
+      errorLine(
+        clientError({
+          codeName: 'INVALID_ARGUMENT',
+          message: 'nics[0].mac: "zz" is not a MAC',
+          fieldViolations: [
+            { field: 'nics[0].mac', description: '"zz" is not a MAC' },
+            { field: 'disks[0].bus', description: 'unknown bus "floppy"' },
+          ],
+        }),
+      ),
+    ).toBe('berth: INVALID_ARGUMENT: nics[0].mac: "zz" is not a MAC (disks[0].bus: unknown bus "floppy")');
+  });
+
+  it('prints a progress event as one key=value line', () => {
+    expect(
+      progressLine({
+        jobId: 'j',
+        address: '0000:3f:00.0',
+        action: 'write-zeroes',
+        phase: CleanupPhase.CLEANUP_PHASE_ZEROING,
+        step: 'write-zeroes',
+        percent: 41.6,
+        bytesDone: 6_979_321,
+        bytesTotal: 16_777_216,
+        message: '',
+        time: undefined,
+        sequence: 7,
+      }),
+    ).toBe('phase=zeroing percent=42 bytes=6979321/16777216 action=write-zeroes step=write-zeroes');
+  });
+
+  it('builds a profile from a file and flags; flags add a group and override the description', async () => {
+    const file = join(dir, 'p.yaml');
+    await writeFile(
+      file,
+      'name: gpu\ndescription: old\ngroups:\n  - {vendor_id: "10de", product_id: 25b6, live_migratable: no}\n',
+    );
+    const p = await profileFromInput(undefined, {
+      file,
+      description: 'new',
+      resourceClass: 'CUSTOM_PCI_8086_154C',
+      liveMigratable: 'yes',
+      count: '2',
+    });
+    expect(p.name).toBe('gpu');
+    expect(p.description).toBe('new');
+    expect(p.groups.map((g) => [g.vendorId, g.resourceClass, g.liveMigratable, g.count])).toEqual([
+      ['10de', '', LiveMigratable.LIVE_MIGRATABLE_NO, 1],
+      ['', 'CUSTOM_PCI_8086_154C', LiveMigratable.LIVE_MIGRATABLE_YES, 2],
+    ]);
+  });
+
+  it('refuses a profile without a name, without a group, with a misspelt key or a bad count', async () => {
+    await expect(profileFromInput(undefined, { resourceClass: 'X' })).rejects.toThrow(
+      /give the profile a name/,
+    );
+    await expect(profileFromInput('p', {})).rejects.toThrow(/needs a request group/);
+    await expect(profileFromInput('p', { count: '2' })).rejects.toThrow(/qualify a group/);
+    await expect(profileFromInput('p', { resourceClass: 'X', count: '0' })).rejects.toThrow(/--count/);
+    await expect(profileFromInput('p', { resourceClass: 'X', liveMigratable: 'maybe' })).rejects.toThrow(
+      /--live-migratable: expected one of yes, no/,
+    );
+    const file = join(dir, 'typo.yaml');
+    await writeFile(file, 'name: p\ngroups:\n  - {resource_clas: X}\n');
+    await expect(profileFromInput(undefined, { file })).rejects.toThrow(UsageError);
+  });
+
+  it('reads NICs and disks for set-devices and names a wrong field', async () => {
+    const file = join(dir, 'devices.yaml');
+    await writeFile(
+      file,
+      'nics:\n  - {mac: "52:54:00:00:00:01", address: "0000:00:03.0", tag: uplink, vlan: 100}\ndisks:\n  - {bus: scsi, address: "0:0:0:0", serial: S1}\n',
+    );
+    const d = await instanceDevicesFromFile(file);
+    expect(d.nics).toEqual([
+      { mac: '52:54:00:00:00:01', address: '0000:00:03.0', tag: 'uplink', vlan: 100, model: '' },
+    ]);
+    expect(d.disks).toEqual([{ serial: 'S1', bus: 'scsi', address: '0:0:0:0', path: '', tag: '' }]);
+    await writeFile(file, 'nics:\n  - {address: "0000:00:03.0"}\n');
+    await expect(instanceDevicesFromFile(file)).rejects.toThrow(/nics\.0\.mac/);
+  });
+});
