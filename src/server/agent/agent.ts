@@ -243,8 +243,10 @@ export class Agent {
 }
 
 /**
- * What an agent without an `auth` section (and no AgentOptions.auth) does.
- * Auth is off only when asked for (`auth: {mode: none}` / `--insecure-no-auth`).
+ * The one place that decides what an agent without an `auth` section (and no
+ * AgentOptions.auth) does. Today: auth off, with the warning logAuthMode
+ * prints; once every caller configures auth this becomes a ConfigError, so
+ * only `auth: {mode: none}` / `--insecure-no-auth` switch it off.
  */
 function requireAgentAuth(auth: AuthOptions | undefined): AuthOptions {
   return auth ?? { mode: 'none' };

@@ -135,10 +135,11 @@ export class Scheduler {
 }
 
 /**
- * Auth is never off by accident: without options the scheduler refuses to start.
- * (`{mode: 'none'}` is the explicit way to run without it.)
+ * The one place that decides what a scheduler started without `auth` does.
+ * Today: auth off, with the loud warning logAuthMode prints. Once every caller
+ * (CLI, `berth up`, test helpers) passes `auth`, this becomes a ConfigError so
+ * auth can be off only through an explicit `{mode: 'none'}`.
  */
 function requireAuthOptions(auth: AuthOptions | undefined): AuthOptions {
-  if (auth) return auth;
-  return { mode: 'none' };
+  return auth ?? { mode: 'none' };
 }
