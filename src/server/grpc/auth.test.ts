@@ -17,6 +17,7 @@ import {
   allowedRoles,
   generateStaticToken,
   isOpenMethod,
+  logAuthMode,
   METHOD_ROLES,
   parseStaticTokens,
   ROLES,
@@ -213,6 +214,18 @@ describe('Authenticator', () => {
       status.UNAUTHENTICATED,
     );
     expect((await failure(m.authorize(info, new Metadata(), undefined))).code).toBe(status.UNAUTHENTICATED);
+  });
+
+  it('logs a warning when auth is off, and only then', () => {
+    const lines: [string, unknown][] = [];
+    const logger = {
+      warn: (o: unknown, m: string) => lines.push([`warn ${m}`, o]),
+      info: (o: unknown, m: string) => lines.push([`info ${m}`, o]),
+    } as unknown as Parameters<typeof logAuthMode>[1];
+    logAuthMode(new Authenticator({ mode: 'none' }), logger, 'scheduler');
+    logAuthMode(auth, logger, 'agent');
+    expect(lines[0]![0]).toMatch(/^warn AUTHENTICATION IS OFF/);
+    expect(lines[1]![0]).toMatch(/^info authentication on/);
   });
 
   it('mode none lets everything through; token mode without any credential source is a config error', async () => {
