@@ -148,6 +148,7 @@ describe('agent ↔ scheduler, each with its own credential', () => {
   const schedulerToken = generateStaticToken();
   const adminToken = generateStaticToken();
   const serviceToken = generateStaticToken();
+  const readerToken = generateStaticToken();
 
   it('registers, is followed, and refuses callers without the scheduler or admin role', async () => {
     const c = await startCluster([demoHostDefinition('auth-host')], {
@@ -171,6 +172,7 @@ describe('agent ↔ scheduler, each with its own credential', () => {
             { token: schedulerToken, roles: ['scheduler'] },
             { token: adminToken, roles: ['admin'] },
             { token: serviceToken, roles: ['service'] },
+            { token: readerToken, roles: ['reader'] },
           ],
         },
       },
@@ -199,6 +201,34 @@ describe('agent ↔ scheduler, each with its own credential', () => {
       expect(await call(serviceToken)).toBe('PERMISSION_DENIED');
       expect(await call(adminToken)).toBe('OK');
       expect(await call(schedulerToken)).toBe('OK');
+
+      // Every agent RPC x every role the agent knows, against the table. Empty
+      // requests: CleanupDevice/PrepareMigration fail validation, never start work.
+      const raw = new Client(agentAddress, credentials.createInsecure());
+      try {
+        const tokens: [Role, string][] = [
+          ['scheduler', schedulerToken],
+          ['admin', adminToken],
+          ['service', serviceToken],
+          ['reader', readerToken],
+        ];
+        const failures: string[] = [];
+        const agentMethods = [...allMethods.values()].filter((m) => m.path.startsWith('/berth.agent.v1.'));
+        expect(agentMethods).toHaveLength(6);
+        for (const m of agentMethods) {
+          for (const [role, token] of tokens) {
+            const st = await rawCall(raw, m, Buffer.alloc(0), metadataWith(`Bearer ${token}`));
+            const allowed = allowedRoles(m.path)!.includes(role);
+            const refused = st.codeName === 'PERMISSION_DENIED' || st.codeName === 'UNAUTHENTICATED';
+            if (allowed === refused) failures.push(`${m.path} ${role}: ${st.codeName} ${st.message}`);
+          }
+          const none = await rawCall(raw, m, Buffer.alloc(0), metadataWith());
+          if (none.codeName !== 'UNAUTHENTICATED') failures.push(`${m.path} no token: ${none.codeName}`);
+        }
+        expect(failures).toEqual([]);
+      } finally {
+        raw.close();
+      }
     } finally {
       await c.stop();
     }
