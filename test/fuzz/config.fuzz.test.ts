@@ -79,85 +79,99 @@ const configDoc: fc.Arbitrary<unknown> = fc.oneof(
 );
 
 describe('fuzz: agent configuration', () => {
-  it('parseAgentConfig returns a config or a ConfigError naming a key, deterministically', () => {
-    fc.assert(
-      fc.property(configDoc, (doc) => {
-        let first: unknown;
-        try {
-          first = parseAgentConfig(doc, {}, '/base');
-        } catch (err) {
-          if (!(err instanceof ConfigError)) throw err;
-          expect(err.message.length).toBeGreaterThan(5);
-          // It names the offending key: the root of its key path (`tls.cert: …`) is a key
-          // of the document, or it is about the whole document.
-          const docKeys = doc && typeof doc === 'object' && !Array.isArray(doc) ? Object.keys(doc) : [];
-          const named = docKeys.some(
-            (k) => err.message.startsWith(`${k}:`) || err.message.startsWith(`${k}.`),
-          );
-          expect(named || err.message.startsWith('the configuration'), err.message).toBe(true);
-          return;
-        }
-        const again = parseAgentConfig(structuredClone(doc), {}, '/base');
-        expect(again).toEqual(first);
-        const cfg = first as ReturnType<typeof parseAgentConfig>;
-        // Security sections, when accepted, are well-formed.
-        if (cfg.tls) expect(cfg.tls.cert && cfg.tls.key).toBeTruthy();
-        if (cfg.auth && cfg.auth.mode !== 'none') {
-          const sources = [
-            cfg.auth.staticTokensFile,
-            cfg.auth.jwtSecretFile,
-            cfg.auth.jwtPublicKeyFile,
-            cfg.auth.jwksFile,
-            cfg.auth.certRoles,
-          ];
-          expect(sources.some((s) => s !== undefined)).toBe(true);
-        }
-      }),
-      { numRuns: propertyRuns(3_000) },
-    );
-  });
-
-  it('device_spec entries parse or fail with a ConfigError naming the entry', () => {
-    fc.assert(
-      fc.property(deviceSpecInput, fc.boolean(), (raw, cleanupKeys) => {
-        try {
-          parseDeviceSpecs(raw, { section: 'pci', cleanupKeys });
-        } catch (err) {
-          if (!(err instanceof ConfigError)) throw err;
-          expect(err.message).toMatch(/^pci\.device_spec\[\d+\]/);
-        }
-      }),
-      { numRuns: propertyRuns(3_000) },
-    );
-  });
-
-  it('static token files parse or fail with a ConfigError, and never accept a short token', () => {
-    fc.assert(
-      fc.property(
-        fc.oneof(
-          fc.string({ maxLength: 80 }),
-          fc
-            .array(
-              fc.tuple(
-                fc.string({ minLength: 0, maxLength: 30 }).filter((s) => !/[:#\n\r{}[\],&*!|>'"%@`]/.test(s)),
-                fc.constantFrom('admin', 'reader', 'root', '[service, agent]', '{role: agent}', ''),
-              ),
-              { maxLength: 4 },
-            )
-            .map((lines) => lines.map(([t, r]) => `${t}: ${r}`).join('\n')),
-        ),
-        (text) => {
+  it(
+    'parseAgentConfig returns a config or a ConfigError naming a key, deterministically',
+    () => {
+      fc.assert(
+        fc.property(configDoc, (doc) => {
+          let first: unknown;
           try {
-            for (const t of parseStaticTokens(text)) {
-              expect(t.token.length).toBeGreaterThanOrEqual(16);
-              expect(t.roles.length).toBeGreaterThan(0);
-            }
+            first = parseAgentConfig(doc, {}, '/base');
           } catch (err) {
             if (!(err instanceof ConfigError)) throw err;
+            expect(err.message.length).toBeGreaterThan(5);
+            // It names the offending key: the root of its key path (`tls.cert: …`) is a key
+            // of the document, or it is about the whole document.
+            const docKeys = doc && typeof doc === 'object' && !Array.isArray(doc) ? Object.keys(doc) : [];
+            const named = docKeys.some(
+              (k) => err.message.startsWith(`${k}:`) || err.message.startsWith(`${k}.`),
+            );
+            expect(named || err.message.startsWith('the configuration'), err.message).toBe(true);
+            return;
           }
-        },
-      ),
-      { numRuns: propertyRuns(3_000) },
-    );
-  });
+          const again = parseAgentConfig(structuredClone(doc), {}, '/base');
+          expect(again).toEqual(first);
+          const cfg = first as ReturnType<typeof parseAgentConfig>;
+          // Security sections, when accepted, are well-formed.
+          if (cfg.tls) expect(cfg.tls.cert && cfg.tls.key).toBeTruthy();
+          if (cfg.auth && cfg.auth.mode !== 'none') {
+            const sources = [
+              cfg.auth.staticTokensFile,
+              cfg.auth.jwtSecretFile,
+              cfg.auth.jwtPublicKeyFile,
+              cfg.auth.jwksFile,
+              cfg.auth.certRoles,
+            ];
+            expect(sources.some((s) => s !== undefined)).toBe(true);
+          }
+        }),
+        { numRuns: propertyRuns(3_000) },
+      );
+    },
+    Math.max(30_000, propertyRuns(3_000) * 5),
+  );
+
+  it(
+    'device_spec entries parse or fail with a ConfigError naming the entry',
+    () => {
+      fc.assert(
+        fc.property(deviceSpecInput, fc.boolean(), (raw, cleanupKeys) => {
+          try {
+            parseDeviceSpecs(raw, { section: 'pci', cleanupKeys });
+          } catch (err) {
+            if (!(err instanceof ConfigError)) throw err;
+            expect(err.message).toMatch(/^pci\.device_spec\[\d+\]/);
+          }
+        }),
+        { numRuns: propertyRuns(3_000) },
+      );
+    },
+    Math.max(30_000, propertyRuns(3_000) * 5),
+  );
+
+  it(
+    'static token files parse or fail with a ConfigError, and never accept a short token',
+    () => {
+      fc.assert(
+        fc.property(
+          fc.oneof(
+            fc.string({ maxLength: 80 }),
+            fc
+              .array(
+                fc.tuple(
+                  fc
+                    .string({ minLength: 0, maxLength: 30 })
+                    .filter((s) => !/[:#\n\r{}[\],&*!|>'"%@`]/.test(s)),
+                  fc.constantFrom('admin', 'reader', 'root', '[service, agent]', '{role: agent}', ''),
+                ),
+                { maxLength: 4 },
+              )
+              .map((lines) => lines.map(([t, r]) => `${t}: ${r}`).join('\n')),
+          ),
+          (text) => {
+            try {
+              for (const t of parseStaticTokens(text)) {
+                expect(t.token.length).toBeGreaterThanOrEqual(16);
+                expect(t.roles.length).toBeGreaterThan(0);
+              }
+            } catch (err) {
+              if (!(err instanceof ConfigError)) throw err;
+            }
+          },
+        ),
+        { numRuns: propertyRuns(3_000) },
+      );
+    },
+    Math.max(30_000, propertyRuns(3_000) * 5),
+  );
 });

@@ -23,6 +23,9 @@ import { eventually } from '../helpers/grpc.js';
 import { metadataWith, rawCall } from './raw-call.js';
 import { type GeneratedMethod, generatedMethods } from './services.js';
 
+/** Per-test timeout that grows with FUZZ_RUNS (about 10 ms a call, with headroom). */
+const TIMEOUT_MS = Math.max(120_000, propertyRuns(1_000) * 30);
+
 const GEN = fileURLToPath(new URL('../../src/gen/berth', import.meta.url));
 
 /** Every JSON field name the generated fromJSON functions read. */
@@ -137,50 +140,58 @@ describe('fuzz: every scheduler RPC', () => {
     }
   }
 
-  it('answers arbitrary well-typed requests with a proper status', async () => {
-    expect(methods.length).toBeGreaterThanOrEqual(20);
-    const keys = fieldNames();
-    const md = () => metadataWith(`Bearer ${admin}`);
-    let sent = 0;
-    const seen = new Map<string, number>();
-    await fc.assert(
-      fc.asyncProperty(fc.nat({ max: methods.length - 1 }), requestJson(keys), async (i, json) => {
-        const m = methods[i]!;
-        const body = encode(m, json);
-        if (!body) return;
-        sent++;
-        const st = await rawCall(client, m, body, md(), { streamIdleMs: 30 });
-        seen.set(st.codeName, (seen.get(st.codeName) ?? 0) + 1);
-        check(m, st);
-      }),
-      { numRuns: propertyRuns(1_000) },
-    );
-    expect(sent).toBeGreaterThan(propertyRuns(1_000) / 2);
-    // Not vacuous: requests got past validation as well as being refused by it.
-    expect(seen.get('INVALID_ARGUMENT') ?? 0, JSON.stringify([...seen])).toBeGreaterThan(0);
-    expect((seen.get('OK') ?? 0) + (seen.get('NOT_FOUND') ?? 0), JSON.stringify([...seen])).toBeGreaterThan(
-      0,
-    );
-  }, 120_000);
-
-  it('answers random bytes with INVALID_ARGUMENT naming the request, never INTERNAL', async () => {
-    const md = () => metadataWith(`Bearer ${admin}`);
-    await fc.assert(
-      fc.asyncProperty(
-        fc.nat({ max: methods.length - 1 }),
-        fc.uint8Array({ minLength: 1, maxLength: 64 }),
-        async (i, bytes) => {
+  it(
+    'answers arbitrary well-typed requests with a proper status',
+    async () => {
+      expect(methods.length).toBeGreaterThanOrEqual(20);
+      const keys = fieldNames();
+      const md = () => metadataWith(`Bearer ${admin}`);
+      let sent = 0;
+      const seen = new Map<string, number>();
+      await fc.assert(
+        fc.asyncProperty(fc.nat({ max: methods.length - 1 }), requestJson(keys), async (i, json) => {
           const m = methods[i]!;
-          check(m, await rawCall(client, m, Buffer.from(bytes), md(), { streamIdleMs: 30 }));
-        },
-      ),
-      { numRuns: propertyRuns(400) },
-    );
-    // One that certainly does not decode (a truncated length-delimited field).
-    const st = await rawCall(client, methods[0]!, Buffer.from([0x0a, 0x10, 0x41]), md());
-    expect(st.codeName).toBe('INVALID_ARGUMENT');
-    expect(st.fieldViolations[0]!.field).toBe('request');
-  }, 120_000);
+          const body = encode(m, json);
+          if (!body) return;
+          sent++;
+          const st = await rawCall(client, m, body, md(), { streamIdleMs: 30 });
+          seen.set(st.codeName, (seen.get(st.codeName) ?? 0) + 1);
+          check(m, st);
+        }),
+        { numRuns: propertyRuns(1_000) },
+      );
+      expect(sent).toBeGreaterThan(propertyRuns(1_000) / 2);
+      // Not vacuous: requests got past validation as well as being refused by it.
+      expect(seen.get('INVALID_ARGUMENT') ?? 0, JSON.stringify([...seen])).toBeGreaterThan(0);
+      expect((seen.get('OK') ?? 0) + (seen.get('NOT_FOUND') ?? 0), JSON.stringify([...seen])).toBeGreaterThan(
+        0,
+      );
+    },
+    TIMEOUT_MS,
+  );
+
+  it(
+    'answers random bytes with INVALID_ARGUMENT naming the request, never INTERNAL',
+    async () => {
+      const md = () => metadataWith(`Bearer ${admin}`);
+      await fc.assert(
+        fc.asyncProperty(
+          fc.nat({ max: methods.length - 1 }),
+          fc.uint8Array({ minLength: 1, maxLength: 64 }),
+          async (i, bytes) => {
+            const m = methods[i]!;
+            check(m, await rawCall(client, m, Buffer.from(bytes), md(), { streamIdleMs: 30 }));
+          },
+        ),
+        { numRuns: propertyRuns(400) },
+      );
+      // One that certainly does not decode (a truncated length-delimited field).
+      const st = await rawCall(client, methods[0]!, Buffer.from([0x0a, 0x10, 0x41]), md());
+      expect(st.codeName).toBe('INVALID_ARGUMENT');
+      expect(st.fieldViolations[0]!.field).toBe('request');
+    },
+    TIMEOUT_MS,
+  );
 
   it('is still serving', async () => {
     const st = await rawCall(
