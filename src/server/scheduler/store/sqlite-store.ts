@@ -128,28 +128,93 @@ export class SqliteStore implements Store {
     return this.db.transaction(fn).immediate();
   }
 
+  private readonly statements = new Map<string, Database.Statement>();
+
+  /** Prepared statements are cached by their SQL: preparing is a measurable share of a bind. */
+  private stmt(sql: string): Database.Statement {
+    let st = this.statements.get(sql);
+    if (!st) {
+      st = this.db.prepare(sql);
+      this.statements.set(sql, st);
+    }
+    return st;
+  }
+
+  private pending: Array<{ fn: () => unknown; resolve: (v: unknown) => void; reject: (e: unknown) => void }> =
+    [];
+  private flushScheduled = false;
+
+  /**
+   * Group commit. Every write is still one atomic read-check-write (a SAVEPOINT
+   * of its own, rolled back alone if it throws), but the writes that arrive in
+   * the same turn of the event loop share one IMMEDIATE transaction and so one
+   * fsync. Each promise resolves only after that COMMIT: nothing is
+   * acknowledged before it is durable.
+   */
+  private write<T>(fn: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.pending.push({ fn, resolve: resolve as (v: unknown) => void, reject });
+      if (!this.flushScheduled) {
+        this.flushScheduled = true;
+        setImmediate(() => this.flush());
+      }
+    });
+  }
+
+  private flush(): void {
+    this.flushScheduled = false;
+    const batch = this.pending;
+    this.pending = [];
+    if (batch.length === 0) return;
+    const outcomes: Array<{ ok: true; value: unknown } | { ok: false; error: unknown }> = [];
+    try {
+      this.tx(() => {
+        for (const item of batch) {
+          try {
+            // A nested better-sqlite3 transaction is a SAVEPOINT.
+            outcomes.push({ ok: true, value: this.db.transaction(item.fn)() });
+          } catch (error) {
+            outcomes.push({ ok: false, error });
+          }
+        }
+      });
+    } catch (error) {
+      for (const item of batch) item.reject(error);
+      return;
+    }
+    batch.forEach((item, i) => {
+      const o = outcomes[i]!;
+      if (o.ok) item.resolve(o.value);
+      else item.reject(o.error);
+    });
+  }
+
   private migrate(): void {
     this.db.exec(
       'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)',
     );
     for (const m of MIGRATIONS) {
       this.tx(() => {
-        const done = this.db.prepare('SELECT 1 FROM schema_migrations WHERE version = ?').get(m.version);
+        const done = this.stmt('SELECT 1 FROM schema_migrations WHERE version = ?').get(m.version);
         if (done) return;
         this.db.exec(m.sql);
-        this.db
-          .prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)')
-          .run(m.version, m.name, this.now());
+        this.stmt('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+          m.version,
+          m.name,
+          this.now(),
+        );
       });
     }
   }
 
   async close(): Promise<void> {
+    // Writes already accepted are committed (and answered) before the file closes.
+    if (this.db.open) this.flush();
     if (this.db.open) this.db.close();
   }
 
   async schemaVersion(): Promise<number> {
-    const row = this.db.prepare('SELECT MAX(version) AS v FROM schema_migrations').get() as {
+    const row = this.stmt('SELECT MAX(version) AS v FROM schema_migrations').get() as {
       v: number | null;
     };
     return row.v ?? 0;
@@ -158,7 +223,7 @@ export class SqliteStore implements Store {
   /** Returns the stored result for an idempotency key, or null; INVALID_ARGUMENT if reused differently. */
   private idempotent<T>(key: string | undefined, fingerprint: unknown): T | null {
     if (!key) return null;
-    const row = this.db.prepare('SELECT fingerprint, result FROM idempotency_keys WHERE key = ?').get(key) as
+    const row = this.stmt('SELECT fingerprint, result FROM idempotency_keys WHERE key = ?').get(key) as
       | { fingerprint: string; result: string }
       | undefined;
     if (!row) return null;
@@ -173,15 +238,18 @@ export class SqliteStore implements Store {
 
   private remember(key: string | undefined, fingerprint: unknown, result: unknown): void {
     if (!key) return;
-    this.db
-      .prepare('INSERT INTO idempotency_keys (key, fingerprint, result, created_at) VALUES (?, ?, ?, ?)')
-      .run(key, JSON.stringify(fingerprint), JSON.stringify(result), this.now());
+    this.stmt('INSERT INTO idempotency_keys (key, fingerprint, result, created_at) VALUES (?, ?, ?, ?)').run(
+      key,
+      JSON.stringify(fingerprint),
+      JSON.stringify(result),
+      this.now(),
+    );
   }
 
   // --- hosts -------------------------------------------------------------
 
   private readHost(name: string): HostRecord | undefined {
-    const row = this.db.prepare('SELECT record FROM hosts WHERE name = ?').get(name) as Row | undefined;
+    const row = this.stmt('SELECT record FROM hosts WHERE name = ?').get(name) as Row | undefined;
     return row ? (JSON.parse(row.record) as HostRecord) : undefined;
   }
 
@@ -192,16 +260,14 @@ export class SqliteStore implements Store {
   }
 
   private writeHost(h: HostRecord): HostRecord {
-    this.db
-      .prepare(
-        'INSERT INTO hosts (name, record) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET record = excluded.record',
-      )
-      .run(h.name, JSON.stringify(h));
+    this.stmt(
+      'INSERT INTO hosts (name, record) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET record = excluded.record',
+    ).run(h.name, JSON.stringify(h));
     return this.withCount(h);
   }
 
   private withCount(h: HostRecord): HostRecord {
-    const row = this.db.prepare('SELECT COUNT(*) AS n FROM devices WHERE host = ?').get(h.name) as {
+    const row = this.stmt('SELECT COUNT(*) AS n FROM devices WHERE host = ?').get(h.name) as {
       n: number;
     };
     return { ...h, deviceCount: row.n };
@@ -209,7 +275,7 @@ export class SqliteStore implements Store {
 
   async registerHost(reg: HostRegistration): Promise<HostRecord> {
     if (!reg.name) throw invalidArgument('host', 'a host name is required');
-    return this.tx(() => {
+    return this.write(() => {
       const now = this.now();
       const prev = this.readHost(reg.name);
       return this.writeHost({
@@ -230,7 +296,7 @@ export class SqliteStore implements Store {
   async reconcileAgentRestart(
     host: string,
   ): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }> {
-    return this.tx(() => {
+    return this.write(() => {
       this.mustHost(host);
       const now = this.now();
       const interrupted: DeviceRecord[] = [];
@@ -255,11 +321,11 @@ export class SqliteStore implements Store {
   }
 
   async touchHost(name: string): Promise<HostRecord> {
-    return this.tx(() => this.writeHost({ ...this.mustHost(name), lastSeen: this.now() }));
+    return this.write(() => this.writeHost({ ...this.mustHost(name), lastSeen: this.now() }));
   }
 
   async setHostConnected(host: string, connected: boolean): Promise<HostRecord> {
-    return this.tx(() => this.writeHost({ ...this.mustHost(host), connected, lastSeen: this.now() }));
+    return this.write(() => this.writeHost({ ...this.mustHost(host), connected, lastSeen: this.now() }));
   }
 
   async getHost(name: string): Promise<HostRecord> {
@@ -267,23 +333,23 @@ export class SqliteStore implements Store {
   }
 
   async listHosts(): Promise<HostRecord[]> {
-    const rows = this.db.prepare('SELECT record FROM hosts ORDER BY name').all() as Row[];
+    const rows = this.stmt('SELECT record FROM hosts ORDER BY name').all() as Row[];
     return rows.map((r) => this.withCount(JSON.parse(r.record) as HostRecord));
   }
 
   // --- devices -----------------------------------------------------------
 
   private devicesWhere(where: string, ...params: unknown[]): DeviceRecord[] {
-    const rows = this.db
-      .prepare(`SELECT record FROM devices WHERE ${where} ORDER BY host, address`)
-      .all(...params) as Row[];
+    const rows = this.stmt(`SELECT record FROM devices WHERE ${where} ORDER BY host, address`).all(
+      ...params,
+    ) as Row[];
     return rows.map((r) => JSON.parse(r.record) as DeviceRecord);
   }
 
   private findDevice(ref: DeviceRef): DeviceRecord | undefined {
     const row = (
       'uuid' in ref
-        ? this.db.prepare('SELECT record FROM devices WHERE uuid = ?').get(ref.uuid)
+        ? this.stmt('SELECT record FROM devices WHERE uuid = ?').get(ref.uuid)
         : this.db
             .prepare('SELECT record FROM devices WHERE host = ? AND address = ?')
             .get(ref.host, ref.address)
@@ -312,30 +378,30 @@ export class SqliteStore implements Store {
     const now = this.now();
     const rec: DeviceRecord = { ...next, generation: (prev?.generation ?? 0) + 1, updatedAt: now };
     const json = JSON.stringify(rec);
-    this.db
-      .prepare(
-        `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group, device_state, generation, record)
+    this.stmt(
+      `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group, device_state, generation, record)
          VALUES (@uuid, @host, @address, @type, @resourceClass, @vendorId, @productId, @iommuGroup, @deviceState, @generation, @record)
          ON CONFLICT (uuid) DO UPDATE SET type = excluded.type, resource_class = excluded.resource_class,
            vendor_id = excluded.vendor_id, product_id = excluded.product_id, iommu_group = excluded.iommu_group,
            device_state = excluded.device_state, generation = excluded.generation, record = excluded.record`,
-      )
-      .run({
-        uuid: rec.uuid,
-        host: rec.host,
-        address: rec.address,
-        type: rec.type,
-        resourceClass: rec.resourceClass,
-        vendorId: rec.vendorId,
-        productId: rec.productId,
-        iommuGroup: rec.iommuGroup,
-        deviceState: rec.deviceState,
-        generation: rec.generation,
-        record: json,
-      });
-    this.db
-      .prepare('INSERT INTO device_events (device_uuid, removed, record, at) VALUES (?, 0, ?, ?)')
-      .run(rec.uuid, json, now);
+    ).run({
+      uuid: rec.uuid,
+      host: rec.host,
+      address: rec.address,
+      type: rec.type,
+      resourceClass: rec.resourceClass,
+      vendorId: rec.vendorId,
+      productId: rec.productId,
+      iommuGroup: rec.iommuGroup,
+      deviceState: rec.deviceState,
+      generation: rec.generation,
+      record: json,
+    });
+    this.stmt('INSERT INTO device_events (device_uuid, removed, record, at) VALUES (?, 0, ?, ?)').run(
+      rec.uuid,
+      json,
+      now,
+    );
     return rec;
   }
 
@@ -372,11 +438,9 @@ export class SqliteStore implements Store {
       where.push('(host, address) > (?, ?)');
       params.push(after[0], after[1]);
     }
-    const rows = this.db
-      .prepare(
-        `SELECT record FROM devices ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY host, address LIMIT ?`,
-      )
-      .all(...params, size + 1) as Row[];
+    const rows = this.stmt(
+      `SELECT record FROM devices ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY host, address LIMIT ?`,
+    ).all(...params, size + 1) as Row[];
     const devices = rows.slice(0, size).map((r) => JSON.parse(r.record) as DeviceRecord);
     const last = devices[devices.length - 1];
     const nextPageToken =
@@ -394,7 +458,7 @@ export class SqliteStore implements Store {
     if (!DEVICE_STATUSES.includes(status)) {
       throw invalidArgument('status', `"${status}" is not enabled or maintaining`);
     }
-    return this.tx(() => {
+    return this.write(() => {
       const d = this.mustDevice(ref);
       this.checkGeneration(d, expectedGeneration);
       return this.writeDevice(d, setStatus(d, status));
@@ -402,7 +466,7 @@ export class SqliteStore implements Store {
   }
 
   async releaseDevice(ref: DeviceRef, expectedGeneration?: number): Promise<DeviceRecord> {
-    return this.tx(() => {
+    return this.write(() => {
       const d = this.mustDevice(ref);
       this.checkGeneration(d, expectedGeneration);
       return this.writeDevice(d, operatorRelease(d));
@@ -413,7 +477,7 @@ export class SqliteStore implements Store {
     ref: DeviceRef,
     opts: { requestId?: string; agentCanClean: boolean },
   ): Promise<{ device: DeviceRecord; job: CleanupJob }> {
-    return this.tx(() => {
+    return this.write(() => {
       const d = this.mustDevice(ref);
       const key = opts.requestId ? `clean:${opts.requestId}` : undefined;
       const seen = this.idempotent<{ jobId: string }>(key, { device: d.uuid });
@@ -435,7 +499,7 @@ export class SqliteStore implements Store {
         throw invalidArgument(`devices[${i}].address`, `"${f.address}" is not a lower-case PCI address`);
       }
     });
-    return this.tx(() => {
+    return this.write(() => {
       const h = this.mustHost(host);
       const result: InventoryResult = { added: [], changed: [], missing: [] };
       // A delta the scheduler already applied (a retried delivery) changes nothing.
@@ -474,9 +538,7 @@ export class SqliteStore implements Store {
   // --- cleanup jobs ------------------------------------------------------
 
   private readJob(jobId: string): CleanupJob | undefined {
-    const row = this.db.prepare('SELECT record FROM cleanup_jobs WHERE job_id = ?').get(jobId) as
-      | Row
-      | undefined;
+    const row = this.stmt('SELECT record FROM cleanup_jobs WHERE job_id = ?').get(jobId) as Row | undefined;
     return row ? (JSON.parse(row.record) as CleanupJob) : undefined;
   }
 
@@ -487,12 +549,10 @@ export class SqliteStore implements Store {
   }
 
   private writeJob(j: CleanupJob): CleanupJob {
-    this.db
-      .prepare(
-        `INSERT INTO cleanup_jobs (job_id, device_uuid, state, record) VALUES (?, ?, ?, ?)
+    this.stmt(
+      `INSERT INTO cleanup_jobs (job_id, device_uuid, state, record) VALUES (?, ?, ?, ?)
          ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, record = excluded.record`,
-      )
-      .run(j.jobId, j.deviceUuid, j.state, JSON.stringify(j));
+    ).run(j.jobId, j.deviceUuid, j.state, JSON.stringify(j));
     return j;
   }
 
@@ -543,7 +603,7 @@ export class SqliteStore implements Store {
   }
 
   async markCleanupDispatched(jobId: string): Promise<CleanupJob> {
-    return this.tx(() => {
+    return this.write(() => {
       const job = this.mustJob(jobId);
       cleanupDispatched(this.mustDevice({ uuid: job.deviceUuid }), jobId);
       if (job.state !== 'queued' && job.state !== 'dispatched') return job;
@@ -557,7 +617,7 @@ export class SqliteStore implements Store {
     if (!Number.isInteger(ev.sequence) || ev.sequence < 1) {
       throw invalidArgument('event.sequence', `${ev.sequence} is not a positive integer`);
     }
-    return this.tx(() => {
+    return this.write(() => {
       const job = this.mustJob(ev.jobId);
       const device = this.mustDevice({ uuid: job.deviceUuid });
       if (ev.address !== job.address) {
@@ -566,9 +626,9 @@ export class SqliteStore implements Store {
           `"${ev.address}" is not job ${job.jobId}'s device ${job.address}`,
         );
       }
-      const inserted = this.db
-        .prepare('INSERT OR IGNORE INTO cleanup_events (job_id, sequence, event) VALUES (?, ?, ?)')
-        .run(ev.jobId, ev.sequence, JSON.stringify(ev));
+      const inserted = this.stmt(
+        'INSERT OR IGNORE INTO cleanup_events (job_id, sequence, event) VALUES (?, ?, ?)',
+      ).run(ev.jobId, ev.sequence, JSON.stringify(ev));
       if (inserted.changes === 0) return { device, job, applied: false };
       let nextJob: CleanupJob = { ...job, lastSequence: Math.max(job.lastSequence, ev.sequence) };
       if (ev.phase === 'succeeded' || ev.phase === 'failed' || ev.phase === 'interrupted') {
@@ -597,7 +657,7 @@ export class SqliteStore implements Store {
   }
 
   async failCleanup(jobId: string, reason: string): Promise<{ device: DeviceRecord; job: CleanupJob }> {
-    return this.tx(() => {
+    return this.write(() => {
       const job = this.mustJob(jobId);
       const d = this.mustDevice({ uuid: job.deviceUuid });
       const device = this.writeDevice(d, cleanupImpossible(d, jobId, reason, this.now()));
@@ -610,30 +670,31 @@ export class SqliteStore implements Store {
   }
 
   async latestCleanupJob(deviceUuid: string): Promise<CleanupJob | null> {
-    const row = this.db
-      .prepare('SELECT record FROM cleanup_jobs WHERE device_uuid = ? ORDER BY rowid DESC LIMIT 1')
-      .get(deviceUuid) as Row | undefined;
+    const row = this.stmt(
+      'SELECT record FROM cleanup_jobs WHERE device_uuid = ? ORDER BY rowid DESC LIMIT 1',
+    ).get(deviceUuid) as Row | undefined;
     return row ? (JSON.parse(row.record) as CleanupJob) : null;
   }
 
   async cleanupEvents(jobId: string, afterSequence = 0): Promise<CleanupEvent[]> {
-    const rows = this.db
-      .prepare('SELECT event FROM cleanup_events WHERE job_id = ? AND sequence > ? ORDER BY sequence')
-      .all(jobId, afterSequence) as Array<{ event: string }>;
+    const rows = this.stmt(
+      'SELECT event FROM cleanup_events WHERE job_id = ? AND sequence > ? ORDER BY sequence',
+    ).all(jobId, afterSequence) as Array<{ event: string }>;
     return rows.map((r) => JSON.parse(r.event) as CleanupEvent);
   }
 
   // --- profiles ----------------------------------------------------------
 
   private findProfile(nameOrUuid: string): Profile | undefined {
-    const row = this.db
-      .prepare('SELECT record FROM profiles WHERE name = ? OR uuid = ?')
-      .get(nameOrUuid, nameOrUuid) as Row | undefined;
+    const row = this.stmt('SELECT record FROM profiles WHERE name = ? OR uuid = ?').get(
+      nameOrUuid,
+      nameOrUuid,
+    ) as Row | undefined;
     return row ? (JSON.parse(row.record) as Profile) : undefined;
   }
 
   async createProfile(spec: ProfileSpec): Promise<Profile> {
-    return this.tx(() => {
+    return this.write(() => {
       const prev = this.findProfile(spec.name);
       if (prev && prev.name === spec.name) {
         if (sameProfileSpec(prev, spec)) return prev;
@@ -646,9 +707,11 @@ export class SqliteStore implements Store {
         );
       }
       const p: Profile = { ...spec, uuid: randomUUID(), createdAt: this.now() };
-      this.db
-        .prepare('INSERT INTO profiles (name, uuid, record) VALUES (?, ?, ?)')
-        .run(p.name, p.uuid, JSON.stringify(p));
+      this.stmt('INSERT INTO profiles (name, uuid, record) VALUES (?, ?, ?)').run(
+        p.name,
+        p.uuid,
+        JSON.stringify(p),
+      );
       return p;
     });
   }
@@ -660,18 +723,18 @@ export class SqliteStore implements Store {
   }
 
   async listProfiles(): Promise<Profile[]> {
-    const rows = this.db.prepare('SELECT record FROM profiles ORDER BY name').all() as Row[];
+    const rows = this.stmt('SELECT record FROM profiles ORDER BY name').all() as Row[];
     return rows.map((r) => JSON.parse(r.record) as Profile);
   }
 
   async deleteProfile(name: string): Promise<boolean> {
-    return this.tx(() => this.db.prepare('DELETE FROM profiles WHERE name = ?').run(name).changes > 0);
+    return this.write(() => this.stmt('DELETE FROM profiles WHERE name = ?').run(name).changes > 0);
   }
 
   // --- ARQs --------------------------------------------------------------
 
   private readArq(uuid: string): Arq | undefined {
-    const row = this.db.prepare('SELECT record, guest_address FROM arqs WHERE uuid = ?').get(uuid) as
+    const row = this.stmt('SELECT record, guest_address FROM arqs WHERE uuid = ?').get(uuid) as
       | ArqRow
       | undefined;
     return row ? toArq(row) : undefined;
@@ -684,28 +747,26 @@ export class SqliteStore implements Store {
   }
 
   private writeArq(a: Arq): Arq {
-    this.db
-      .prepare(
-        `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, record) VALUES (?, ?, ?, ?, ?, ?)
+    this.stmt(
+      `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, record) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET instance_uuid = excluded.instance_uuid,
            device_uuid = excluded.device_uuid, state = excluded.state,
            guest_address = excluded.guest_address, record = excluded.record`,
-      )
-      .run(a.uuid, a.instanceUuid, a.deviceUuid, a.state, a.guestAddress ?? null, JSON.stringify(a));
+    ).run(a.uuid, a.instanceUuid, a.deviceUuid, a.state, a.guestAddress ?? null, JSON.stringify(a));
     return a;
   }
 
   private arqsOfInstance(instanceUuid: string): Arq[] {
-    const rows = this.db
-      .prepare('SELECT record, guest_address FROM arqs WHERE instance_uuid = ? ORDER BY rowid')
-      .all(instanceUuid) as ArqRow[];
+    const rows = this.stmt(
+      'SELECT record, guest_address FROM arqs WHERE instance_uuid = ? ORDER BY rowid',
+    ).all(instanceUuid) as ArqRow[];
     return rows.map(toArq);
   }
 
   async createArqs(req: CreateArqsRequest): Promise<Arq[]> {
     const tags = req.tags ?? [];
     for (const [i, t] of tags.entries()) validateTag(`tags[${i}]`, t);
-    return this.tx(() => {
+    return this.write(() => {
       const key = req.requestId ? `arqs:${req.requestId}` : undefined;
       const fingerprint = { profile: req.profileName, tags };
       const seen = this.idempotent<string[]>(key, fingerprint);
@@ -759,9 +820,7 @@ export class SqliteStore implements Store {
 
   async listArqs(instanceUuid?: string): Promise<Arq[]> {
     if (instanceUuid) return this.arqsOfInstance(instanceUuid);
-    return (this.db.prepare('SELECT record, guest_address FROM arqs ORDER BY rowid').all() as ArqRow[]).map(
-      toArq,
-    );
+    return (this.stmt('SELECT record, guest_address FROM arqs ORDER BY rowid').all() as ArqRow[]).map(toArq);
   }
 
   /** Read only what allocation needs: one host's candidates and its busy IOMMU groups. */
@@ -782,12 +841,10 @@ export class SqliteStore implements Store {
             q.productId,
             'available',
           );
-    const busy = this.db
-      .prepare(
-        `SELECT DISTINCT iommu_group AS g FROM devices WHERE host = ? AND iommu_group IS NOT NULL
+    const busy = this.stmt(
+      `SELECT DISTINCT iommu_group AS g FROM devices WHERE host = ? AND iommu_group IS NOT NULL
          AND device_state IN ('allocated', 'pending_cleaning', 'cleaning')`,
-      )
-      .all(host) as Array<{ g: number }>;
+    ).all(host) as Array<{ g: number }>;
     return {
       result: pick(group, candidates, { busyIommuGroups: new Set(busy.map((r) => r.g)) }),
       candidates,
@@ -807,7 +864,7 @@ export class SqliteStore implements Store {
       validateTag(`bindings[${i}].tag`, b.tag ?? '');
     });
     try {
-      return this.tx(() => {
+      return await this.write(() => {
         const arqs: Arq[] = [];
         const devices: DeviceRecord[] = [];
         bindings.forEach((b, i) => {
@@ -862,15 +919,15 @@ export class SqliteStore implements Store {
       });
     } catch (e) {
       if (e instanceof BerthError && e.code === 'FAILED_PRECONDITION' && e.reason !== 'ARQ_ALREADY_BOUND') {
-        this.markBindFailed(bindings, e.message);
+        await this.markBindFailed(bindings, e.message);
       }
       throw e;
     }
   }
 
   /** After a rolled-back bind, record why on the ARQs that could have been bound. */
-  private markBindFailed(bindings: ArqBinding[], message: string): void {
-    this.tx(() => {
+  private markBindFailed(bindings: ArqBinding[], message: string): Promise<void> {
+    return this.write(() => {
       for (const b of bindings) {
         const arq = this.readArq(b.arqUuid);
         if (!arq || (arq.state !== 'initial' && arq.state !== 'bind_failed')) continue;
@@ -884,7 +941,7 @@ export class SqliteStore implements Store {
     if (!selector.uuids?.length && !selector.instanceUuid) {
       throw invalidArgument('uuids', 'give ARQ uuids or an instance_uuid');
     }
-    return this.tx(() => {
+    return this.write(() => {
       const arqs = selector.uuids?.length
         ? selector.uuids.flatMap((u) => {
             const a = this.readArq(u);
@@ -900,7 +957,7 @@ export class SqliteStore implements Store {
             released.push(this.releaseHeld(d, { arqUuid: arq.uuid }));
           }
         }
-        this.db.prepare('DELETE FROM arqs WHERE uuid = ?').run(arq.uuid);
+        this.stmt('DELETE FROM arqs WHERE uuid = ?').run(arq.uuid);
       }
       return { deletedUuids: arqs.map((a) => a.uuid), released };
     });
@@ -909,7 +966,7 @@ export class SqliteStore implements Store {
   // --- migrations --------------------------------------------------------
 
   private readMigration(uuid: string): MigrationRecord | undefined {
-    const row = this.db.prepare('SELECT record FROM migrations WHERE uuid = ?').get(uuid) as Row | undefined;
+    const row = this.stmt('SELECT record FROM migrations WHERE uuid = ?').get(uuid) as Row | undefined;
     return row ? (JSON.parse(row.record) as MigrationRecord) : undefined;
   }
 
@@ -920,27 +977,25 @@ export class SqliteStore implements Store {
   }
 
   private writeMigration(m: MigrationRecord): MigrationRecord {
-    this.db
-      .prepare(
-        `INSERT INTO migrations (uuid, instance_uuid, state, record) VALUES (?, ?, ?, ?)
+    this.stmt(
+      `INSERT INTO migrations (uuid, instance_uuid, state, record) VALUES (?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET state = excluded.state, record = excluded.record`,
-      )
-      .run(m.uuid, m.instanceUuid, m.state, JSON.stringify(m));
+    ).run(m.uuid, m.instanceUuid, m.state, JSON.stringify(m));
     return m;
   }
 
   async planMigration(req: PlanMigrationRequest, pick: PickFn = pickDevice): Promise<MigrationRecord> {
     if (!req.instanceUuid) throw invalidArgument('instance_uuid', 'is required');
     if (!req.destinationHost) throw invalidArgument('destination_host', 'is required');
-    return this.tx(() => {
+    return this.write(() => {
       const key = req.requestId ? `migration:${req.requestId}` : undefined;
       const fingerprint = { instance: req.instanceUuid, destination: req.destinationHost };
       const seen = this.idempotent<{ uuid: string }>(key, fingerprint);
       if (seen) return this.mustMigration(seen.uuid);
       this.mustHost(req.destinationHost);
-      const open = this.db
-        .prepare("SELECT uuid FROM migrations WHERE instance_uuid = ? AND state = 'planned'")
-        .get(req.instanceUuid) as { uuid: string } | undefined;
+      const open = this.stmt("SELECT uuid FROM migrations WHERE instance_uuid = ? AND state = 'planned'").get(
+        req.instanceUuid,
+      ) as { uuid: string } | undefined;
       if (open) {
         throw failedPrecondition(
           'MIGRATION_IN_PROGRESS',
@@ -1011,7 +1066,7 @@ export class SqliteStore implements Store {
     uuid: string,
     details: { destinationXml?: string; readiness?: MigrationRecord['readiness'] },
   ): Promise<MigrationRecord> {
-    return this.tx(() => {
+    return this.write(() => {
       const m = this.mustMigration(uuid);
       return this.writeMigration({
         ...m,
@@ -1026,7 +1081,7 @@ export class SqliteStore implements Store {
   }
 
   async commitMigration(uuid: string): Promise<MigrationOutcome> {
-    return this.tx(() => {
+    return this.write(() => {
       const m = this.mustMigration(uuid);
       if (m.state === 'committed') return { migration: m, released: [] };
       if (m.state !== 'planned') {
@@ -1051,7 +1106,7 @@ export class SqliteStore implements Store {
   }
 
   async abortMigration(uuid: string): Promise<MigrationOutcome> {
-    return this.tx(() => {
+    return this.write(() => {
       const m = this.mustMigration(uuid);
       if (m.state === 'aborted') return { migration: m, released: [] };
       if (m.state !== 'planned') {
@@ -1072,13 +1127,11 @@ export class SqliteStore implements Store {
 
   async setInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<void> {
     if (!instanceUuid) throw invalidArgument('instance_uuid', 'is required');
-    this.tx(() => {
-      this.db
-        .prepare(
-          `INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)
+    await this.write(() => {
+      this.stmt(
+        `INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)
            ON CONFLICT (instance_uuid) DO UPDATE SET record = excluded.record`,
-        )
-        .run(instanceUuid, JSON.stringify(devices));
+      ).run(instanceUuid, JSON.stringify(devices));
     });
   }
 
@@ -1087,15 +1140,15 @@ export class SqliteStore implements Store {
   }
 
   private readInstanceDevices(instanceUuid: string): InstanceDevices {
-    const row = this.db
-      .prepare('SELECT record FROM instance_devices WHERE instance_uuid = ?')
-      .get(instanceUuid) as Row | undefined;
+    const row = this.stmt('SELECT record FROM instance_devices WHERE instance_uuid = ?').get(instanceUuid) as
+      | Row
+      | undefined;
     return row ? (JSON.parse(row.record) as InstanceDevices) : { nics: [], disks: [] };
   }
 
   async registerInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<InstanceDevices> {
     if (!instanceUuid) throw invalidArgument('instance_uuid', 'is required');
-    return this.tx(() => {
+    return this.write(() => {
       // Only addresses already handed out bind the NICs/disks; a hostdev still
       // without one will be placed around them.
       const hostdevs: TakenAddress[] = this.arqsOfInstance(instanceUuid).flatMap((a) =>
@@ -1120,19 +1173,17 @@ export class SqliteStore implements Store {
           tag: d.tag,
         })),
       };
-      this.db
-        .prepare(
-          `INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)
+      this.stmt(
+        `INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)
            ON CONFLICT (instance_uuid) DO UPDATE SET record = excluded.record`,
-        )
-        .run(instanceUuid, JSON.stringify(stored));
+      ).run(instanceUuid, JSON.stringify(stored));
       return stored;
     });
   }
 
   async assignGuestAddresses(instanceUuid: string): Promise<GuestBinding[]> {
     if (!instanceUuid) throw invalidArgument('instance_uuid', 'is required');
-    return this.tx(() => {
+    return this.write(() => {
       const bound = this.arqsOfInstance(instanceUuid).filter((a) => a.state === 'bound' && a.deviceUuid);
       const others = registeredAddresses(devicesInput(this.readInstanceDevices(instanceUuid)));
       const plan = planGuestAddresses(
@@ -1150,24 +1201,20 @@ export class SqliteStore implements Store {
   // --- event log ---------------------------------------------------------
 
   async deviceCounts(): Promise<Array<{ host: string; type: string; state: string; count: number }>> {
-    return this.db
-      .prepare(
-        'SELECT host, type, device_state AS state, COUNT(*) AS count FROM devices GROUP BY host, type, device_state',
-      )
-      .all() as Array<{ host: string; type: string; state: string; count: number }>;
+    return this.stmt(
+      'SELECT host, type, device_state AS state, COUNT(*) AS count FROM devices GROUP BY host, type, device_state',
+    ).all() as Array<{ host: string; type: string; state: string; count: number }>;
   }
 
   async currentRevision(): Promise<number> {
-    const row = this.db.prepare('SELECT MAX(revision) AS r FROM device_events').get() as { r: number | null };
+    const row = this.stmt('SELECT MAX(revision) AS r FROM device_events').get() as { r: number | null };
     return row.r ?? 0;
   }
 
   async eventsSince(revision: number, limit: number): Promise<DeviceEvent[]> {
-    const rows = this.db
-      .prepare(
-        'SELECT revision, removed, record FROM device_events WHERE revision > ? ORDER BY revision LIMIT ?',
-      )
-      .all(revision, Math.max(1, Math.trunc(limit))) as Array<{
+    const rows = this.stmt(
+      'SELECT revision, removed, record FROM device_events WHERE revision > ? ORDER BY revision LIMIT ?',
+    ).all(revision, Math.max(1, Math.trunc(limit))) as Array<{
       revision: number;
       removed: number;
       record: string;
@@ -1182,7 +1229,7 @@ export class SqliteStore implements Store {
   async snapshot(filter: DeviceFilter = {}): Promise<{ revision: number; devices: DeviceRecord[] }> {
     // One read transaction: the devices and the revision are from the same moment.
     return this.db.transaction(() => {
-      const row = this.db.prepare('SELECT MAX(revision) AS r FROM device_events').get() as {
+      const row = this.stmt('SELECT MAX(revision) AS r FROM device_events').get() as {
         r: number | null;
       };
       const { where, params } = filterSql(filter);
