@@ -5,6 +5,8 @@
  * the one-line errors and their exit codes, the non-TTY progress of a cleanup.
  * Independent invocations run concurrently: each start of bin/berth costs 1-2 s.
  */
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
@@ -14,7 +16,7 @@ import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
 import { freePort } from '../helpers/processes.js';
-import { berth, cliEnv, parseJson, type Result, type Running, start, stop } from './berth-cli.js';
+import { BERTH, berth, cliEnv, parseJson, type Result, type Running, start, stop } from './berth-cli.js';
 
 const H1 = 'sim-host-1';
 const H2 = 'sim-host-2';
@@ -379,6 +381,23 @@ describe('berth client commands', () => {
       const clean = parseJson<DeviceJson>(await b('device', 'show', dev.uuid, '-o', 'json'));
       expect(clean).toMatchObject({ device_state: 'available', reserved: 0 });
       expect(clean.last_cleanup).toMatchObject({ outcome: 'succeeded', action: 'sanitize-crypto' });
+
+      // On a terminal the same progress is a live bar (phase, percent, bytes, ETA), not lines.
+      // `script` gives the command a pseudo-terminal; watch-cleanup replays the finished job.
+      if (existsSync('/usr/bin/script')) {
+        const tty = await new Promise<Result>((resolve) =>
+          execFile(
+            '/usr/bin/script',
+            ['-qec', `${BERTH} device watch-cleanup ${H1}/${address} --endpoint ${up.endpoint}`, '/dev/null'],
+            { env, timeout: 60_000 },
+            (err, stdout, stderr) =>
+              resolve({ code: err ? Number((err as { code?: number }).code ?? -1) : 0, stdout, stderr }),
+          ),
+        );
+        expect(tty.code, tty.stdout + tty.stderr).toBe(0);
+        expect(tty.stdout).toMatch(/succeeded\s+\|[\u2588\u2591]+\| 100% \| - \| ETA/);
+        expect(tty.stdout).not.toMatch(/^phase=/m);
+      }
     },
     SLOW,
   );

@@ -85,7 +85,9 @@ export function errorLine(err: BerthClientError): string {
   const extra = err.fieldViolations
     .map((v) => `${v.field}: ${v.description}`)
     .filter((v) => !err.message.includes(v));
-  return `berth: ${err.codeName}: ${err.message}${err.reason ? ` [${err.reason}]` : ''}${
+  // grpc-js ends connection errors with an empty "Resolution note:"; drop it.
+  const message = err.message.replace(/\s*Resolution note:\s*$/, '').trim();
+  return `berth: ${err.codeName}: ${message}${err.reason ? ` [${err.reason}]` : ''}${
     extra.length ? ` (${extra.join('; ')})` : ''
   }`;
 }

@@ -1,9 +1,10 @@
 /**
- * `berth device list|show|clean|release|enable|disable|watch`: the operator's
+ * `berth device list|show|clean|watch-cleanup|release|enable|disable|watch`: the operator's
  * view of the inventory and the admin actions on one device. A device is named
  * by its uuid or as `host/address` (e.g. `sim-host-1/0000:3d:00.0`).
  */
 import type { Command } from 'commander';
+import { stringify as toYaml } from 'yaml';
 import {
   type Device,
   DeviceState,
@@ -266,7 +267,7 @@ export function registerDeviceCommands(program: Command): void {
       device
         .command('watch')
         .description(
-          'stream device changes as lines (JSON lines with -o json): the current state first, then every change; Ctrl-C stops',
+          'stream device changes as lines (JSON lines with -o json, YAML documents with -o yaml): the current state first, then every change; Ctrl-C stops',
         )
         .option('--from-revision <n>', 'resume after this revision (skips the initial state)', '0')
         .option('--max-events <n>', 'stop after this many change events (after the initial state)'),
@@ -282,15 +283,15 @@ export function registerDeviceCommands(program: Command): void {
       })) {
         const v = m.device ? deviceView(m.device) : null;
         if (format === 'json' || format === 'yaml') {
-          console.log(
-            JSON.stringify({
-              revision: m.revision,
-              initial: m.initial,
-              synced: m.synced,
-              removed: m.removed,
-              device: v,
-            }),
-          );
+          const event = {
+            revision: m.revision,
+            initial: m.initial,
+            synced: m.synced,
+            removed: m.removed,
+            device: v,
+          };
+          // JSON lines (one event per line, for jq); YAML as a stream of documents.
+          console.log(format === 'json' ? JSON.stringify(event) : `---\n${toYaml(event).trimEnd()}`);
         } else if (m.synced) {
           console.log(`rev=${m.revision} synced (initial state complete; changes follow)`);
         } else if (v) {
