@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
+import { repoPath } from './repo-path.js';
 
 /** Berth's version, from package.json (one source of truth). */
 export const BERTH_VERSION: string = (
-  JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }
+  JSON.parse(readFileSync(repoPath('package.json'), 'utf8')) as { version: string }
 ).version;

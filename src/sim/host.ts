@@ -7,13 +7,9 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
-import {
-  createNvmeSimState,
-  type SimControllerSpec,
-  type SimFault,
-  writeNvmeWrapper,
-} from './nvme-cli/index.js';
-import { withStateLock } from './nvme-cli/state.js';
+import { type SimFault, withStateLock } from './nvme-cli/state.js';
+import { createNvmeSimState, type SimControllerSpec } from './nvme-cli/state-file.js';
+import { writeNvmeWrapper } from './nvme-cli/wrapper.js';
 import { buildSysfs, type SimHostSpec, type SimNvmeSpec, type SysfsBuilder } from './sysfs/index.js';
 
 /** NVMe capability bits (id-ctrl) a simulated controller can have. */

@@ -5,7 +5,6 @@
  */
 
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import {
   type ChannelOptions,
   ServerCredentials as Creds,
@@ -18,11 +17,12 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
+import { repoPath } from '../../repo-path.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
 
-export const PROTO_ROOT = fileURLToPath(new URL('../../../proto', import.meta.url));
+export const PROTO_ROOT = repoPath('proto');
 /** `buf build` of proto/ (npm run gen): real per-file descriptors with their imports. */
-const DESCRIPTOR_SET = new URL('../../gen/berth.binpb', import.meta.url);
+const DESCRIPTOR_SET = repoPath('src/gen/berth.binpb');
 
 interface FileDescriptorLike {
   name: string;

@@ -10,7 +10,9 @@
  * data is gone even if nobody ever polls.
  */
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { repoPath } from '../../repo-path.js';
 import { fillWhole } from './media.js';
 import type { SimControllerState } from './state.js';
 
@@ -89,14 +91,16 @@ export function settleSanitize(ctrl: SimControllerState, now: number): boolean {
  * runs `sanitize-worker.ts` through the repository's tsx loader.
  */
 export function spawnSanitizeWorker(statePath: string, ctrlName: string, startedAt: number): void {
-  const here = fileURLToPath(import.meta.url);
-  const args = here.endsWith('.mjs')
-    ? [fileURLToPath(new URL('./sanitize-worker.mjs', import.meta.url))]
-    : [
-        '--import',
-        fileURLToPath(new URL('../../../node_modules/tsx/dist/esm/index.mjs', import.meta.url)),
-        fileURLToPath(new URL('./sanitize-worker.ts', import.meta.url)),
-      ];
+  // Next to the bundle bin/nvme-sim runs, if this is it; else from source via tsx.
+  const bundled = fileURLToPath(new URL('./sanitize-worker.mjs', import.meta.url));
+  const args =
+    fileURLToPath(import.meta.url).endsWith('/nvme-sim/main.mjs') && existsSync(bundled)
+      ? [bundled]
+      : [
+          '--import',
+          repoPath('node_modules/tsx/dist/esm/index.mjs'),
+          repoPath('src/sim/nvme-cli/sanitize-worker.ts'),
+        ];
   const child = spawn(process.execPath, [...args, statePath, ctrlName, String(startedAt)], {
     detached: true,
     stdio: 'ignore',

@@ -5,10 +5,10 @@
  */
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { repoPath } from '../../repo-path.js';
 
 /** Absolute path of bin/nvme-sim in this checkout. */
-export const NVME_SIM_BIN = fileURLToPath(new URL('../../../bin/nvme-sim', import.meta.url));
+export const NVME_SIM_BIN = repoPath('bin/nvme-sim');
 
 /** POSIX single-quoting for a path embedded in a shell script. */
 function shQuote(s: string): string {

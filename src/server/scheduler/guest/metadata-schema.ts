@@ -6,10 +6,12 @@
  */
 
 import { readFileSync } from 'node:fs';
+import { pathToFileURL } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
+import { repoPath } from '../../../repo-path.js';
 
 /** Where the schema lives in the repository (repo root /schema). */
-export const METADATA_SCHEMA_URL = new URL('../../../../schema/device-metadata.schema.json', import.meta.url);
+export const METADATA_SCHEMA_URL = pathToFileURL(repoPath('schema/device-metadata.schema.json'));
 
 /** The parsed schema document. */
 export const metadataSchema: Record<string, unknown> = JSON.parse(readFileSync(METADATA_SCHEMA_URL, 'utf8'));
