@@ -4,7 +4,7 @@
  * here the requests are validated and the store's atomic operations called.
  */
 
-import { invalidArgument, notFound } from '../../../errors.js';
+import { BerthError, invalidArgument, notFound } from '../../../errors.js';
 import { type CleanupEvent as CleanupEventPb, CleanupPhase } from '../../../gen/berth/agent/v1/agent.js';
 import {
   type CleanDeviceRequest,
@@ -35,6 +35,12 @@ import type { CleanupEvent, CleanupJob, DeviceFilter } from '../store/store.js';
 import { deviceRef, optionalHost, optionalRequestId } from './validate.js';
 
 const RC = /^[A-Z0-9_]{1,255}$/;
+
+/**
+ * A watch cut short by a scheduler shutdown ends UNAVAILABLE, not OK: an OK end
+ * tells the client the stream is complete, so it would not resume elsewhere.
+ */
+const shuttingDown = () => new BerthError('UNAVAILABLE', 'the scheduler is shutting down; resume the watch');
 
 export function filterFromProto(f: DeviceFilterPb | undefined): DeviceFilter {
   if (!f) return {};
@@ -208,6 +214,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
         if (events.length === 1000) continue;
         await hub.wait(ctx.signal);
       }
+      if (hub.isClosed) throw shuttingDown();
     }),
 
     watchCleanup: serverStream('WatchCleanup', logger, async function* (req: WatchCleanupRequest, ctx) {
@@ -239,6 +246,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
         }
         await hub.wait(ctx.signal);
       }
+      if (hub.isClosed) throw shuttingDown();
     }),
   };
   return { name: 'berth.scheduler.v1.DeviceService', definition: DeviceServiceService, implementation: impl };
