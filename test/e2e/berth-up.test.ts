@@ -10,7 +10,9 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
+import { SchedulerClient } from '../../src/client/sdk.js';
 import { tempDir } from '../helpers/agent.js';
+import { eventually } from '../helpers/grpc.js';
 import { freePort } from '../helpers/processes.js';
 import { berth, cliEnv, parseJson, type Running, start, stop } from './berth-cli.js';
 
@@ -39,6 +41,18 @@ describe('berth up (quick start)', () => {
     expect(written.state_dir).toBe(stateDir);
     expect(existsSync(join(stateDir, 'sim', 'sim-host-1', 'nvme-sim.json'))).toBe(true);
 
+    // "Berth is up" follows the agents' registration; the scheduler takes in
+    // their inventories a moment later.
+    const sdk = new SchedulerClient({ endpoint: `127.0.0.1:${port}` });
+    try {
+      await eventually(
+        () => sdk.devices.listDevices({ filter: undefined, pageSize: 0, pageToken: '' }),
+        (r) => r.devices.length === 18,
+        60_000,
+      );
+    } finally {
+      sdk.close();
+    }
     // No --endpoint: the CLI finds the scheduler through $BERTH_CONFIG.
     const list = await berth(['device', 'list', '-o', 'json'], env);
     expect(list.code, list.stderr).toBe(0);

@@ -15,6 +15,7 @@ import { startUp, type Up } from '../../src/client/up/berth-up.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
+import { eventually } from '../helpers/grpc.js';
 import { freePort } from '../helpers/processes.js';
 import { BERTH, berth, cliEnv, parseJson, type Result, type Running, start, stop } from './berth-cli.js';
 
@@ -82,6 +83,18 @@ describe('berth client commands', () => {
       logger: createLogger({ level: 'silent' }),
     });
     sdk = new SchedulerClient({ endpoint: up.endpoint });
+    // startUp returns once the agents registered; the scheduler follows their
+    // inventory streams a moment later. Start testing once both hosts are in.
+    await eventually(
+      () => sdk.devices.listDevices({ filter: undefined, pageSize: 0, pageToken: '' }),
+      (r) => r.devices.length === 18,
+      60_000,
+    );
+    await eventually(
+      () => sdk.hosts.listHosts({}),
+      (r) => r.hosts.length === 2 && r.hosts.every((h) => h.connected && h.deviceCount === 9),
+      60_000,
+    );
     env = cliEnv(join(dir.path, 'client-config.yaml'));
     ep = ['--endpoint', up.endpoint];
   }, SLOW);

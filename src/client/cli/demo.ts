@@ -131,7 +131,15 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
   try {
     // 1. Discovery
     step('Discovery: the hosts and their devices');
-    const hosts = (await client.hosts.listHosts({})).hosts.filter((h) => h.connected);
+    // A host registers before the scheduler has followed its inventory stream:
+    // give a freshly started `berth up` a moment until two hosts report devices.
+    const ready = async () =>
+      (await client.hosts.listHosts({})).hosts.filter((h) => h.connected && h.deviceCount > 0);
+    let hosts = await ready();
+    for (const until = Date.now() + 30_000; hosts.length < 2 && Date.now() < until; ) {
+      await sleep(200);
+      hosts = await ready();
+    }
     for (const h of hosts) {
       say(
         `   Host ${h.name}: agent ${h.agentVersion} at ${h.endpoint}, drivers ${h.drivers.join(', ')}, ${h.deviceCount} devices.`,
