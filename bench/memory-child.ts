@@ -8,12 +8,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { pino } from 'pino';
-import { AgentClient, SchedulerClient } from '../src/client/sdk.js';
-import { Agent } from '../src/server/agent/agent.js';
-import { parseAgentConfig } from '../src/server/agent/config.js';
-import { Scheduler } from '../src/server/scheduler/scheduler.js';
-import { dbFile, loadStore } from './bind-harness.js';
+import { createInterface } from 'node:readline';
 
 const MiB = 1024 * 1024;
 
@@ -34,12 +29,18 @@ async function settle(): Promise<number> {
 
 async function main() {
   const [role, a, b] = process.argv.slice(2);
+  // Role modules load lazily (the bundle is split), so each process holds only
+  // what that component needs, as it would in production.
+  const { pino } = await import('pino');
   const silent = pino({ level: 'silent' });
   if (role === 'bare') {
     process.stdout.write(`${JSON.stringify({ rss: await settle(), peak: vmHwmMiB() })}\n`);
     return;
   }
   if (role === 'scheduler') {
+    const { dbFile, loadStore } = await import('./bind-harness.js');
+    const { Scheduler } = await import('../src/server/scheduler/scheduler.js');
+    const { SchedulerClient } = await import('../src/client/sdk.js');
     const hosts = Number(b);
     const { store } = await loadStore(dbFile(a!), hosts);
     const scheduler = await Scheduler.start({ store, listen: '127.0.0.1:0', logger: silent });
@@ -63,6 +64,8 @@ async function main() {
     return;
   }
   if (role === 'agent') {
+    const { Agent } = await import('../src/server/agent/agent.js');
+    const { parseAgentConfig } = await import('../src/server/agent/config.js');
     const config = parseAgentConfig(
       {
         host: 'bench-agent',
@@ -84,13 +87,19 @@ async function main() {
       b!,
     );
     const agent = await Agent.start({ config, logger: silent });
-    const client = new AgentClient({ endpoint: agent.address, timeoutMs: 60_000 });
     try {
-      const listed = await client.agent.listDevices({});
+      // The client lives in the parent (bench/memory.ts): the agent's RSS is
+      // measured after it served ListDevices, without a client's decoded copy.
+      process.stdout.write(
+        `${JSON.stringify({ address: agent.address, devices: agent.inventory.list().length })}\n`,
+      );
+      const lines = createInterface({ input: process.stdin });
+      for await (const _ of lines) break;
       const rss = await settle();
-      process.stdout.write(`${JSON.stringify({ rss, peak: vmHwmMiB(), devices: listed.devices.length })}\n`);
+      process.stdout.write(
+        `${JSON.stringify({ rss, peak: vmHwmMiB(), devices: agent.inventory.list().length })}\n`,
+      );
     } finally {
-      client.close();
       await agent.stop();
     }
     return;

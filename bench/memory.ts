@@ -5,15 +5,16 @@
  * excluded) discovered and served. Each runs in its own child process with
  * --expose-gc: RSS after a full GC, and the peak from VmHWM. The baseline is
  * the limit (300 MiB scheduler, 100 MiB agent), so ratio = value / limit and
- * the goal is ratio ≤ 1; an idle Node process with the same loader is
- * measured too, for scale. One JSON line per process (memory-scheduler,
+ * the goal is ratio ≤ 1; an idle Node process is measured too, for scale. One JSON line per process (memory-scheduler,
  * memory-agent).
  */
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { AgentClient } from '../src/client/sdk.js';
 import { buildSysfs, largeHostSpec } from '../src/sim/sysfs/index.js';
 import { emit, parseArgs, round, tempDir } from './lib.js';
 
@@ -26,8 +27,59 @@ interface Measure {
   [k: string]: unknown;
 }
 
+/**
+ * The child runs as bin/berth does in production: an esbuild bundle with plain
+ * node (packages external), not through the tsx loader, whose hook worker
+ * alone is ~110 MiB of RSS.
+ */
+async function bundledChild(): Promise<string> {
+  const dir = join(process.cwd(), 'node_modules/.cache/berth/bench');
+  await run(
+    join(process.cwd(), 'node_modules/.bin/esbuild'),
+    [
+      CHILD,
+      '--bundle',
+      '--splitting',
+      '--platform=node',
+      '--format=esm',
+      '--target=node20',
+      '--packages=external',
+      `--outdir=${dir}`,
+      '--out-extension:.js=.mjs',
+      '--log-level=error',
+    ],
+    { timeout: 120_000 },
+  );
+  return join(dir, 'memory-child.mjs');
+}
+
+/** The agent child: start it, call ListDevices from here, then let it measure. */
+async function agentChild(sysfsRoot: string, dir: string): Promise<Measure> {
+  bundle ??= bundledChild();
+  const proc = spawn(process.execPath, ['--expose-gc', await bundle, 'agent', sysfsRoot, dir], {
+    stdio: ['pipe', 'pipe', 'inherit'],
+  });
+  const lines = createInterface({ input: proc.stdout! });
+  const it = lines[Symbol.asyncIterator]();
+  const first = JSON.parse((await it.next()).value as string) as { address: string };
+  const client = new AgentClient({ endpoint: first.address, timeoutMs: 120_000 });
+  try {
+    await client.agent.listDevices({});
+  } finally {
+    client.close();
+  }
+  proc.stdin!.write('measure\n');
+  const result = JSON.parse((await it.next()).value as string) as Measure;
+  proc.stdin!.end();
+  await new Promise((r) => proc.once('exit', r));
+  return result;
+}
+
+let bundle: Promise<string> | null = null;
+
 async function child(...args: string[]): Promise<Measure> {
-  const { stdout } = await run(process.execPath, ['--expose-gc', '--import', 'tsx', CHILD, ...args], {
+  bundle ??= bundledChild();
+  const { stdout } = await run(process.execPath, ['--expose-gc', await bundle, ...args], {
     timeout: 600_000,
     maxBuffer: 16 << 20,
   });
@@ -70,7 +122,7 @@ async function main() {
     const spec = quick ? largeHostSpec({ pfs: 4, vfsPerPf: 32, nvme: 16 }) : largeHostSpec();
     const sysfsRoot = join(adir.path, 'sys');
     await buildSysfs(sysfsRoot, spec);
-    const m = await child('agent', sysfsRoot, adir.path);
+    const m = await agentChild(sysfsRoot, adir.path);
     const limit = 100;
     emit({
       name: 'memory-agent',
@@ -84,7 +136,7 @@ async function main() {
       peak_pass: m.peak <= limit,
       bare_node_rss_mib: round(bare.rss, 1),
       devices: m.devices,
-      note: 'pci driver only (NVMe functions offered as PCI functions, no nvme-cli); process runs TypeScript through tsx, whose loader is part of the RSS',
+      note: 'pci driver only (NVMe functions offered as PCI functions, no nvme-cli); process runs the esbuild bundle with plain node, as bin/berth does',
       quick,
     });
   } finally {
