@@ -65,6 +65,13 @@ export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBindin
         if (resumable) {
           for (const e of resumable) yield eventToProto(inv.epoch, e);
           sent = resumable.length > 0 ? resumable[resumable.length - 1]!.revision : req.fromRevision;
+          if (resumable.length === 0) {
+            // Nothing was missed: say so at once with an event-less message. The
+            // scheduler counts the link as up (and re-attaches the cleanups it
+            // lost) only on a first message; without this, a resume after a
+            // network cut stays silent until the inventory next changes.
+            yield { epoch: inv.epoch, revision: sent, event: undefined };
+          }
         } else {
           sent = inv.revision;
           yield {
