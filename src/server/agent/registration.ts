@@ -39,6 +39,11 @@ export class RegistrationLoop {
       {
         'grpc.keepalive_time_ms': 20_000,
         'grpc.keepalive_timeout_ms': 10_000,
+        // gRPC's default reconnect backoff grows to 120 s: after a long outage
+        // the agent would wait that long between attempts, far beyond a
+        // heartbeat. Same bounds as the scheduler's AgentLink (CLIENT_OPTIONS).
+        'grpc.initial_reconnect_backoff_ms': 200,
+        'grpc.max_reconnect_backoff_ms': 5_000,
       },
     );
     this.registered = new Promise((resolve) => {
