@@ -231,7 +231,7 @@ export async function schedulerProcess(db: string, port?: number): Promise<Berth
   const p = port ?? (await freePort());
   return new BerthProcess({
     name: 'scheduler',
-    args: ['scheduler', 'serve', '--db', db, '--listen', `127.0.0.1:${p}`],
+    args: ['scheduler', 'serve', '--db', db, '--listen', `127.0.0.1:${p}`, '--insecure-no-auth'],
   });
 }
 

@@ -1,19 +1,91 @@
 /** `berth scheduler serve`. */
+import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
+import { ConfigError } from '../../errors.js';
+import { type AuthOptions, loadAuthOptions } from '../../server/grpc/auth.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
+
+interface ServeFlags {
+  db: string;
+  listen: string;
+  metricsListen?: string;
+  staticTokens?: string;
+  jwtSecretFile?: string;
+  jwtPublicKeyFile?: string;
+  jwksFile?: string;
+  jwtIssuer?: string;
+  jwtAudience?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsCa?: string;
+  agentTokenFile?: string;
+  insecureNoAuth?: boolean;
+}
+
+/** Authentication from flags; with none given and no --insecure-no-auth, the scheduler refuses to start. */
+export async function authFromFlags(o: ServeFlags): Promise<AuthOptions> {
+  const any = o.staticTokens || o.jwtSecretFile || o.jwtPublicKeyFile || o.jwksFile || o.tlsCa;
+  if (o.insecureNoAuth) {
+    if (any)
+      throw new ConfigError(
+        '--insecure-no-auth cannot be combined with token, JWT or client-certificate options',
+      );
+    return { mode: 'none' };
+  }
+  if (!any) {
+    throw new ConfigError(
+      'no authentication configured: give --static-tokens FILE, a JWT key (--jwt-secret-file, --jwt-public-key-file, ' +
+        '--jwks-file) or mutual TLS (--tls-ca), or switch it off explicitly with --insecure-no-auth',
+    );
+  }
+  return loadAuthOptions({
+    mode: 'token',
+    staticTokensFile: o.staticTokens,
+    jwtSecretFile: o.jwtSecretFile,
+    jwtPublicKeyFile: o.jwtPublicKeyFile,
+    jwksFile: o.jwksFile,
+    jwtIssuer: o.jwtIssuer,
+    jwtAudience: o.jwtAudience,
+  });
+}
 
 export function registerSchedulerCommands(program: Command): void {
   const scheduler = program.command('scheduler').description('the central scheduler');
   scheduler
     .command('serve')
-    .description('run the scheduler (SQLite store, one file)')
+    .description('run the scheduler (SQLite store, one file); see docs/security.md for authentication')
     .requiredOption('--db <file>', 'SQLite database file (created if missing)')
     .option('--listen <addr>', 'listen address host:port', '127.0.0.1:7070')
-    .action(async (o: { db: string; listen: string }) => {
-      const s = await Scheduler.start({ db: o.db, listen: o.listen });
+    .option('--metrics-listen <addr>', 'serve Prometheus /metrics on host:port')
+    .option('--static-tokens <file>', 'static bearer tokens (YAML: token: role)')
+    .option('--jwt-secret-file <file>', 'HS256 secret for JWT bearer tokens')
+    .option('--jwt-public-key-file <file>', 'RSA/EC/Ed25519 public key (PEM) for JWT bearer tokens')
+    .option('--jwks-file <file>', 'JWKS (JSON) for JWT bearer tokens')
+    .option('--jwt-issuer <iss>', 'required JWT issuer')
+    .option('--jwt-audience <aud>', 'required JWT audience')
+    .option('--tls-cert <file>', 'serve TLS with this certificate (PEM)')
+    .option('--tls-key <file>', 'private key of --tls-cert')
+    .option('--tls-ca <file>', 'CA bundle: require client certificates from it (mutual TLS)')
+    .option('--agent-token-file <file>', 'bearer token (role scheduler) the scheduler presents to agents')
+    .option('--insecure-no-auth', 'switch authentication off (anyone who reaches the port is admin)')
+    .action(async (o: ServeFlags) => {
+      const auth = await authFromFlags(o);
+      const tls =
+        o.tlsCert || o.tlsKey || o.tlsCa ? { cert: o.tlsCert, key: o.tlsKey, ca: o.tlsCa } : undefined;
+      const agentToken = o.agentTokenFile ? (await readFile(o.agentTokenFile, 'utf8')).trim() : undefined;
+      const s = await Scheduler.start({
+        db: o.db,
+        listen: o.listen,
+        auth,
+        ...(tls ? { tls } : {}),
+        ...(agentToken ? { agentToken } : {}),
+        ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
+      });
       const stop = () => void s.stop().then(() => process.exit(0));
       process.once('SIGTERM', stop);
       process.once('SIGINT', stop);
-      console.log(JSON.stringify({ event: 'listening', endpoint: s.address }));
+      console.log(
+        JSON.stringify({ event: 'listening', endpoint: s.address, metrics: s.metricsAddress || undefined }),
+      );
     });
 }

@@ -6,6 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
+import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import type { GetAgentInfoResponse } from '../../gen/berth/agent/v1/agent.js';
 import { createLogger } from '../../logging.js';
@@ -22,6 +23,7 @@ import {
 } from '../grpc/auth.js';
 import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
+import { Metrics, serveMetrics } from '../metrics.js';
 import { agentServiceBinding } from './agent-service.js';
 import { CleanupJournal } from './cleanup-journal.js';
 import { CleanupRunner } from './cleanup-runner.js';
@@ -59,6 +61,9 @@ export class Agent {
   readonly inventory = new Inventory();
   readonly startedAt = new Date();
   private server: GrpcServer | null = null;
+  private metricsServer: Server | null = null;
+  /** host:port of /metrics, '' when not served. */
+  metricsAddress = '';
   private registration: RegistrationLoop | null = null;
   private timer: NodeJS.Timeout | null = null;
   private discovering: Promise<InventoryDiff> | null = null;
@@ -77,6 +82,7 @@ export class Agent {
     private readonly journal: CleanupJournal,
     readonly bootId: string,
     readonly features: string[],
+    readonly metrics: Metrics,
   ) {}
 
   get isStopping(): boolean {
@@ -105,13 +111,38 @@ export class Agent {
     const journal = new CleanupJournal(config.stateDir);
     const bootId = await readBootId(options.bootIdFile ?? '/proc/sys/kernel/random/boot_id');
     let agent: Agent | null = null;
+    const metrics = new Metrics('agent');
     const cleanups = new CleanupRunner(
       journal,
       host,
       (a) => agent?.inventory.get(a),
       logger.child({ component: 'cleanup' }),
+      {
+        defaultTimeoutMs: 900_000,
+        onOutcome: (action, outcome, seconds) => metrics.observeCleanup(action, outcome, seconds),
+      },
     );
-    agent = new Agent(config, logger, host, cleanups, journal, bootId, options.features ?? AGENT_FEATURES);
+    agent = new Agent(
+      config,
+      logger,
+      host,
+      cleanups,
+      journal,
+      bootId,
+      options.features ?? AGENT_FEATURES,
+      metrics,
+    );
+    const inventory = agent.inventory;
+    metrics.devicesGauge(() => {
+      const counts = new Map<string, { host: string; type: string; state: string; count: number }>();
+      for (const d of inventory.list()) {
+        const key = `${d.type}/${d.health}`;
+        const c = counts.get(key) ?? { host: config.host, type: d.type, state: d.health, count: 0 };
+        c.count++;
+        counts.set(key, c);
+      }
+      return [...counts.values()];
+    });
     agent.inventory.apply(first.devices);
     for (const ex of first.excluded) logger.warn(ex, 'device excluded');
     cleanups.recover();
@@ -136,11 +167,17 @@ export class Agent {
     this.server = new GrpcServer({
       services: [agentServiceBinding(this, this.logger)],
       protoPackages: ['berth.agent.v1'],
-      interceptors: [authInterceptor(auth, this.logger)],
+      interceptors: [this.metrics.interceptor(), authInterceptor(auth, this.logger)],
       ...(tls ? { credentials: serverCredentials(tls) } : {}),
     });
     logAuthMode(auth, this.logger, 'agent');
     const bound = await this.server.listen(this.config.listen);
+    if (cfg.metricsListen) {
+      const m = await serveMetrics(cfg.metricsListen, this.metrics.registry);
+      this.metricsServer = m.server;
+      this.metricsAddress = m.address;
+      this.logger.info({ metrics: `http://${m.address}/metrics` }, 'serving metrics');
+    }
     this.endpoint = this.config.advertise ?? bound;
     this.logger.info(
       {
@@ -237,6 +274,7 @@ export class Agent {
     await this.cleanups.stop();
     this.resolveStopped();
     await this.server?.stop(2_000);
+    this.metricsServer?.close();
     this.journal.close();
     this.logger.info('agent stopped');
   }

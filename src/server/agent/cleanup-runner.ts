@@ -33,6 +33,8 @@ function abortedAfterGrace(signal: AbortSignal, graceMs: number): Promise<never>
 export interface CleanupRunnerOptions {
   /** Used when the driver does not say (`cleanupTimeoutMs`); 900 s. */
   defaultTimeoutMs: number;
+  /** Told of every job that ends: action, outcome, seconds. */
+  onOutcome?: (action: string, outcome: 'succeeded' | 'failed' | 'interrupted', seconds: number) => void;
 }
 
 export class CleanupRunner {
@@ -176,12 +178,18 @@ export class CleanupRunner {
         true,
       );
       log.info('cleanup succeeded');
+      this.options.onOutcome?.(
+        job.action,
+        'succeeded',
+        (Date.now() - (job.events[0]?.time ?? Date.now())) / 1000,
+      );
     } catch (err) {
       const reason = abort.signal.aborted ? (abort.signal.reason as Error | undefined) : undefined;
       const message = reason?.message ?? (err as Error).message ?? String(err);
       const phase = this.stopping ? 'interrupted' : 'failed';
       this.record(job, { phase, step: job.last?.step ?? '', ...last, message }, true);
       log.error({ err }, `cleanup ${phase}: ${message}`);
+      this.options.onOutcome?.(job.action, phase, (Date.now() - (job.events[0]?.time ?? Date.now())) / 1000);
     } finally {
       clearTimeout(timer);
       this.lastJournaled.delete(job.jobId);

@@ -36,6 +36,8 @@ export interface AgentConfig {
   discoveryInterval: number;
   /** Seconds between re-registrations with the scheduler (heartbeat). */
   registerInterval: number;
+  /** host:port serving Prometheus /metrics; null = not served. */
+  metricsListen: string | null;
   enabledDrivers: string[];
   /** Each driver's section by driver key (the enabled_drivers entry's key). */
   driverSections: Record<string, Record<string, unknown>>;
@@ -59,6 +61,7 @@ const TOP_LEVEL_KEYS = new Set([
   'state_dir',
   'discovery_interval',
   'register_interval',
+  'metrics_listen',
   'enabled_drivers',
   'auth',
   'tls',
@@ -262,6 +265,8 @@ export function parseAgentConfig(
     stateDir: resolve(baseDir, overrides.stateDir ?? str(raw, 'state_dir', '/var/lib/berth')),
     discoveryInterval: overrides.discoveryInterval ?? positiveNumber(raw, 'discovery_interval', 10),
     registerInterval: positiveNumber(raw, 'register_interval', 15),
+    metricsListen:
+      raw.metrics_listen == null ? null : checkAddress('metrics_listen', str(raw, 'metrics_listen', '')),
     enabledDrivers: enabled,
     driverSections,
     baseDir,

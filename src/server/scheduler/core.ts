@@ -1,5 +1,6 @@
 /** What every scheduler service handler needs: the store, the hub, the agent links, the dispatcher. */
 import type { Logger } from 'pino';
+import type { Metrics } from '../metrics.js';
 import type { AgentLink } from './runtime/agent-link.js';
 import type { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
 import type { EventHub } from './runtime/event-hub.js';
@@ -11,6 +12,7 @@ export interface SchedulerCore {
   links: Map<string, AgentLink>;
   dispatcher: CleanupDispatcher;
   logger: Logger;
+  metrics: Metrics;
   /** Identifies this scheduler in logs and RegisterResponse. */
   schedulerId: string;
   /** Seconds between agent re-registrations we ask for. */

@@ -4,11 +4,13 @@
  * open store → serve → (agents register) → stop (streams end, links close).
  */
 import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { createLogger } from '../../logging.js';
 import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
+import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
@@ -44,6 +46,8 @@ export interface SchedulerOptions {
   tls?: TlsFiles;
   /** Bearer token the scheduler sends to agents (role `scheduler`); omit with mTLS cert roles. */
   agentToken?: string;
+  /** host:port serving Prometheus /metrics; omitted = not served. */
+  metricsListen?: string;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -61,12 +65,15 @@ export class Scheduler {
     const agentCredentials = channelCredentials(tls);
     const store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
     const hub = new EventHub();
+    const metrics = new Metrics('scheduler');
+    metrics.devicesGauge(() => store.deviceCounts());
     const links = new Map<string, AgentLink>();
     const dispatcher = new CleanupDispatcher(
       store,
       hub,
       (h) => links.get(h),
       logger.child({ component: 'cleanup' }),
+      metrics,
     );
     const core: SchedulerCore = {
       store,
@@ -74,6 +81,7 @@ export class Scheduler {
       links,
       dispatcher,
       logger,
+      metrics,
       schedulerId: randomUUID(),
       heartbeatSeconds: options.heartbeatSeconds ?? 15,
       connectAgent(host, endpoint, features) {
@@ -103,7 +111,7 @@ export class Scheduler {
     const server = new GrpcServer({
       services,
       protoPackages: ['berth.scheduler.v1', 'berth.agent.v1'],
-      interceptors: [authInterceptor(auth, logger)],
+      interceptors: [metrics.interceptor(), authInterceptor(auth, logger)],
       ...(tls ? { credentials: serverCredentials(tls) } : {}),
     });
     logAuthMode(auth, logger, 'scheduler');
@@ -114,8 +122,19 @@ export class Scheduler {
       if (h.connected) await store.setHostConnected(h.name, false);
     }
     logger.info({ address: server.address }, 'scheduler serving');
-    return new Scheduler(core, server);
+    const scheduler = new Scheduler(core, server);
+    if (options.metricsListen) {
+      const m = await serveMetrics(options.metricsListen, metrics.registry);
+      scheduler.metricsServer = m.server;
+      scheduler.metricsAddress = m.address;
+      logger.info({ metrics: `http://${m.address}/metrics` }, 'serving metrics');
+    }
+    return scheduler;
   }
+
+  metricsServer: Server | null = null;
+  /** host:port of /metrics, '' when not served. */
+  metricsAddress = '';
 
   get address(): string {
     return this.server.address;
@@ -130,6 +149,7 @@ export class Scheduler {
     this.core.hub.close();
     for (const l of this.core.links.values()) l.stop();
     await this.server.stop(2_000);
+    this.metricsServer?.close();
     await this.core.store.close();
   }
 }

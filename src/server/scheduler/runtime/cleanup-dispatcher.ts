@@ -14,6 +14,7 @@ import {
   type CleanupDeviceResponse,
   CleanupPhase,
 } from '../../../gen/berth/agent/v1/agent.js';
+import type { Metrics } from '../../metrics.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { CleanupEvent, CleanupJob, Store } from '../store/store.js';
 import type { AgentLink } from './agent-link.js';
@@ -61,6 +62,7 @@ export class CleanupDispatcher {
     private readonly hub: EventHub,
     private readonly links: (host: string) => AgentLink | undefined,
     private readonly logger: Logger,
+    private readonly metrics?: Metrics,
   ) {}
 
   /** Dispatches every pending job of a host (or of all hosts). */
@@ -99,7 +101,18 @@ export class CleanupDispatcher {
         if (!msg.event) continue;
         const ev = eventFromAgent(msg.event);
         if (!ev) continue;
-        await this.store.applyCleanupEvent(ev);
+        const applied = await this.store.applyCleanupEvent(ev);
+        if (
+          applied.applied &&
+          (ev.phase === 'succeeded' || ev.phase === 'failed' || ev.phase === 'interrupted')
+        ) {
+          const started = Date.parse(applied.job.dispatchedAt ?? applied.job.createdAt);
+          this.metrics?.observeCleanup(
+            ev.action,
+            ev.phase,
+            Math.max(0, Date.parse(ev.time) - started) / 1000,
+          );
+        }
         this.hub.notify();
         if (ev.phase === 'succeeded' || ev.phase === 'failed' || ev.phase === 'interrupted') terminal = true;
       }
@@ -115,6 +128,7 @@ export class CleanupDispatcher {
         // The agent refused the job (device gone, cannot clean): fail closed.
         const message = (err as { details?: string; message?: string }).details ?? (err as Error).message;
         log.error({ err: message }, 'agent refused the cleanup');
+        this.metrics?.observeCleanup(job.action, 'failed', 0);
         await this.store
           .failCleanup(job.jobId, `the agent refused the cleanup: ${message}`)
           .catch((e) => log.error({ err: e }, 'cannot record the cleanup failure'));
