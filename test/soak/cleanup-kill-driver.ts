@@ -69,7 +69,7 @@ export interface SoakReport {
   restartMs: number;
   /** Watcher observations (every device message). */
   observations: number;
-  /** Times the watcher had to re-open WatchDevices (scheduler restarts). */
+  /** Attempts to re-open WatchDevices (every 200 ms while a killed scheduler restarts). */
   watchResumes: number;
   violations: string[];
   /** Problems found by the final accounting (lost devices, double binds). */
