@@ -7,35 +7,47 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
-import { registerAgentCommands } from './agent-commands.js';
-import { registerArqCommands } from './arq-commands.js';
-import { registerDemoCommands } from './demo-commands.js';
-import { registerDeviceCommands } from './device-commands.js';
-import { registerHostCommands } from './host-commands.js';
-import { registerInstanceCommands } from './instance-commands.js';
-import { registerMigrationCommands } from './migration-commands.js';
-import { registerProfileCommands } from './profile-commands.js';
-import { registerSchedulerCommands } from './scheduler-commands.js';
-import { registerUpCommands } from './up-commands.js';
 
 export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
-export function buildProgram(): Command {
+type Register = (program: Command) => void;
+
+/**
+ * Command modules load on demand: `berth agent serve` loads the agent, not the
+ * scheduler, the demo or the SDK (start-up time, and the agent's memory).
+ * Without a known command (`berth`, `berth --help`) every module loads.
+ */
+const COMMANDS: Record<string, () => Promise<Register>> = {
+  agent: async () => (await import('./agent-commands.js')).registerAgentCommands,
+  scheduler: async () => (await import('./scheduler-commands.js')).registerSchedulerCommands,
+  up: async () => (await import('./up-commands.js')).registerUpCommands,
+  device: async () => (await import('./device-commands.js')).registerDeviceCommands,
+  host: async () => (await import('./host-commands.js')).registerHostCommands,
+  profile: async () => (await import('./profile-commands.js')).registerProfileCommands,
+  arq: async () => (await import('./arq-commands.js')).registerArqCommands,
+  instance: async () => (await import('./instance-commands.js')).registerInstanceCommands,
+  migration: async () => (await import('./migration-commands.js')).registerMigrationCommands,
+  demo: async () => (await import('./demo-commands.js')).registerDemoCommands,
+};
+// `sim` lives with `up`.
+COMMANDS.sim = COMMANDS.up!;
+
+export async function buildProgram(argv: readonly string[] = process.argv): Promise<Command> {
   const program = new Command('berth')
     .description('Berth: PCI passthrough devices for virtual machines, scrubbed between tenants')
     .version(BERTH_VERSION)
     .showHelpAfterError()
     .exitOverride();
-  registerAgentCommands(program);
-  registerSchedulerCommands(program);
-  registerUpCommands(program);
-  registerDeviceCommands(program);
-  registerHostCommands(program);
-  registerProfileCommands(program);
-  registerArqCommands(program);
-  registerInstanceCommands(program);
-  registerMigrationCommands(program);
-  registerDemoCommands(program);
+  const first = argv[2];
+  const load = first !== undefined ? COMMANDS[first] : undefined;
+  const registers = load
+    ? [await load()]
+    : await Promise.all(
+        Object.entries(COMMANDS)
+          .filter(([k]) => k !== 'sim')
+          .map(([, l]) => l()),
+      );
+  for (const register of registers) register(program);
   return program;
 }
 
@@ -57,7 +69,7 @@ export function errorExit(err: unknown): number {
 
 export async function main(argv: string[]): Promise<void> {
   try {
-    await buildProgram().parseAsync(argv);
+    await (await buildProgram(argv)).parseAsync(argv);
   } catch (err) {
     process.exitCode = errorExit(err);
   }

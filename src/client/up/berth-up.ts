@@ -33,6 +33,18 @@ export interface Up {
   stop(): Promise<void>;
 }
 
+async function followed(scheduler: Scheduler, host: string, devices: number, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const h = await scheduler.store.getHost(host).catch(() => null);
+    if (h?.connected && h.deviceCount >= devices) return;
+    if (Date.now() > deadline) {
+      throw new Error(`the scheduler did not receive ${host}'s inventory within ${timeoutMs / 1000} s`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
 export async function startUp(options: UpOptions): Promise<Up> {
   const logger = options.logger ?? createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'warn' });
   const stateDir = resolve(options.stateDir);
@@ -83,6 +95,9 @@ export async function startUp(options: UpOptions): Promise<Up> {
       }
     }
     await Promise.all(agents.map((a) => a.registered));
+    // Registered is not followed: wait until the scheduler holds every host's
+    // inventory, so "Berth is up" means the devices are there to be bound.
+    await Promise.all(agents.map((a) => followed(scheduler, a.config.host, a.inventory.list().length)));
   } catch (err) {
     for (const a of agents) await a.stop();
     await scheduler.stop();
