@@ -20,6 +20,7 @@ import {
 import Database from 'better-sqlite3';
 import { pino } from 'pino';
 import { SchedulerClient } from '../src/client/sdk.js';
+import { generateStaticToken } from '../src/server/grpc/auth.js';
 import { SERVER_OPTIONS } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
 import { Scheduler } from '../src/server/scheduler/scheduler.js';
@@ -296,14 +297,17 @@ export async function raceAndCount(
 
 export async function startScheduler(
   store: SqliteStore,
-): Promise<{ scheduler: Scheduler; client: SchedulerClient }> {
+): Promise<{ scheduler: Scheduler; client: SchedulerClient; token: string }> {
+  // Authenticated as in production: a static service token checked on every call.
+  const token = generateStaticToken();
   const scheduler = await Scheduler.start({
     store,
     listen: '127.0.0.1:0',
     logger: pino({ level: 'silent' }),
+    auth: { mode: 'token', staticTokens: [{ token, roles: ['admin'] }] },
   });
-  const client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 30_000, retries: 1 });
-  return { scheduler, client };
+  const client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 30_000, retries: 1, token });
+  return { scheduler, client, token };
 }
 
 // ---- baseline: an empty unary RPC -------------------------------------------

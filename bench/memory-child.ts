@@ -43,7 +43,12 @@ async function main() {
     const { SchedulerClient } = await import('../src/client/sdk.js');
     const hosts = Number(b);
     const { store } = await loadStore(dbFile(a!), hosts);
-    const scheduler = await Scheduler.start({ store, listen: '127.0.0.1:0', logger: silent });
+    const scheduler = await Scheduler.start({
+      store,
+      listen: '127.0.0.1:0',
+      logger: silent,
+      auth: { mode: 'none' },
+    });
     const client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 60_000 });
     try {
       // Serve something: one full page of devices, and the host list.
@@ -86,7 +91,7 @@ async function main() {
       {},
       b!,
     );
-    const agent = await Agent.start({ config, logger: silent });
+    const agent = await Agent.start({ config, logger: silent, auth: { mode: 'none' } });
     try {
       // The client lives in the parent (bench/memory.ts): the agent's RSS is
       // measured after it served ListDevices, without a client's decoded copy.

@@ -14,6 +14,7 @@ import {
   type ChannelOptions,
   type ClientReadableStream,
   credentials,
+  Metadata,
   makeGenericClientConstructor,
   Server,
   ServerCredentials,
@@ -45,7 +46,9 @@ async function until(pred: () => boolean, timeoutMs: number): Promise<boolean> {
 async function berthSide(subscribers: number, channels: number, changes: number) {
   const dir = await tempDir('/dev/shm', 'berth-bench-watch-');
   const { store } = await loadStore(dbFile(dir.path), 4);
-  const { scheduler, client } = await startScheduler(store);
+  const { scheduler, client, token } = await startScheduler(store);
+  const auth = new Metadata();
+  auth.set('authorization', `Bearer ${token}`);
   const clients = Array.from(
     { length: channels },
     () => new DeviceServiceClient(scheduler.address, credentials.createInsecure(), OWN_CONNECTION),
@@ -58,10 +61,10 @@ async function berthSide(subscribers: number, channels: number, changes: number)
     const seen = new Float64Array(subscribers);
     let synced = 0;
     for (let i = 0; i < subscribers; i++) {
-      const s = clients[i % channels]!.watchDevices({
-        filter: { host, type: 0, state: 0, resourceClass: '' },
-        fromRevision: 0,
-      });
+      const s = clients[i % channels]!.watchDevices(
+        { filter: { host, type: 0, state: 0, resourceClass: '' }, fromRevision: 0 },
+        auth,
+      );
       s.on('data', (m: WatchDevicesResponse) => {
         if (m.synced) synced++;
         else if (!m.initial && m.device?.uuid === target.uuid) seen[i] = m.revision;

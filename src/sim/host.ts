@@ -116,6 +116,9 @@ export async function buildSimHost(
     dev_root: devRoot,
     state_dir: stateDir,
     discovery_interval: 5,
+    // A simulated host is a test bench: authentication is off, explicitly.
+    // berth up replaces this with generated tokens.
+    auth: { mode: 'none' },
     enabled_drivers: def.nvme.length > 0 ? ['pci', 'nvme'] : ['pci'],
     pci: { device_spec: def.pciDeviceSpec },
     ...(def.nvme.length > 0

@@ -39,7 +39,7 @@ describe('docs/api.md examples', () => {
     const prelude = [
       'set -eo pipefail',
       `export ENDPOINT=${up.endpoint}`,
-      `export BERTH_TOKEN=${process.env.BERTH_TEST_TOKEN ?? 'no-auth'}`,
+      `export BERTH_TOKEN=${up.adminToken}`,
       'bcurl() { buf curl --protocol grpc --http2-prior-knowledge -H "authorization: Bearer $BERTH_TOKEN" "$@"; }',
     ].join('\n');
     let env = '';

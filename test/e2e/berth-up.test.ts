@@ -36,14 +36,24 @@ describe('berth up (quick start)', () => {
     up = start(['up', '--listen', `127.0.0.1:${port}`, '--state-dir', stateDir], env);
     await up.waitFor(/Berth is up/, 90_000);
     expect(up.stdout()).toContain(`scheduler  127.0.0.1:${port}`);
-    const written = parseYaml(await readFile(config, 'utf8')) as { endpoint: string; state_dir: string };
+    const written = parseYaml(await readFile(config, 'utf8')) as {
+      endpoint: string;
+      token: string;
+      state_dir: string;
+    };
     expect(written.endpoint).toBe(`127.0.0.1:${port}`);
+    // Every RPC stays authenticated: berth up generated an admin token for the CLI.
+    expect(written.token).toMatch(/^berth_/);
     expect(written.state_dir).toBe(stateDir);
     expect(existsSync(join(stateDir, 'sim', 'sim-host-1', 'nvme-sim.json'))).toBe(true);
 
     // "Berth is up" follows the agents' registration; the scheduler takes in
     // their inventories a moment later.
-    const sdk = new SchedulerClient({ endpoint: `127.0.0.1:${port}` });
+    const anonymous = new SchedulerClient({ endpoint: `127.0.0.1:${port}`, retries: 1 });
+    const refused = await anonymous.hosts.listHosts({}).catch((e: { codeName?: string }) => e.codeName);
+    anonymous.close();
+    expect(refused).toBe('UNAUTHENTICATED');
+    const sdk = new SchedulerClient({ endpoint: `127.0.0.1:${port}`, token: written.token });
     try {
       await eventually(
         () => sdk.devices.listDevices({ filter: undefined, pageSize: 0, pageToken: '' }),

@@ -82,7 +82,7 @@ describe('berth client commands', () => {
       stateDir: join(dir.path, 'state'),
       logger: createLogger({ level: 'silent' }),
     });
-    sdk = new SchedulerClient({ endpoint: up.endpoint });
+    sdk = new SchedulerClient({ endpoint: up.endpoint, token: up.adminToken });
     // startUp returns once the agents registered; the scheduler follows their
     // inventory streams a moment later. Start testing once both hosts are in.
     await eventually(
@@ -95,7 +95,7 @@ describe('berth client commands', () => {
       (r) => r.hosts.length === 2 && r.hosts.every((h) => h.connected && h.deviceCount === 9),
       60_000,
     );
-    env = cliEnv(join(dir.path, 'client-config.yaml'));
+    env = cliEnv(join(dir.path, 'client-config.yaml'), { BERTH_TOKEN: up.adminToken });
     ep = ['--endpoint', up.endpoint];
   }, SLOW);
   afterAll(async () => {

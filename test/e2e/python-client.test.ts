@@ -74,13 +74,7 @@ describe.skipIf(!available)('a Python client generated from proto/', () => {
   it('binds, deletes, follows the cleanup stream and sees the device clean again', async () => {
     const { stdout } = await run(
       PYTHON,
-      [
-        join(process.cwd(), 'test/e2e/python/lifecycle.py'),
-        gen,
-        up.endpoint,
-        'sim-host-1',
-        process.env.BERTH_TEST_TOKEN ?? '',
-      ],
+      [join(process.cwd(), 'test/e2e/python/lifecycle.py'), gen, up.endpoint, 'sim-host-1', up.adminToken],
       { timeout: 90_000 },
     );
     const out = JSON.parse(stdout) as {

@@ -36,6 +36,7 @@ export async function startSimAgent(
       dev_root: join(dir.path, 'dev'),
       state_dir: join(dir.path, 'state'),
       discovery_interval: 3600,
+      auth: { mode: 'none' },
       ...config,
     },
     {},

@@ -38,6 +38,9 @@ export async function startCluster(
     db: dbPath,
     listen: '127.0.0.1:0',
     heartbeatSeconds: 1,
+    // Integration tests of other concerns run without authentication, explicitly
+    // (auth has its own tests: test/integration/auth.test.ts).
+    auth: { mode: 'none' },
     ...options.scheduler,
   });
   let client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000 });
@@ -110,6 +113,7 @@ export async function startCluster(
         db: dbPath,
         listen: address,
         heartbeatSeconds: 1,
+        auth: { mode: 'none' },
         ...options.scheduler,
         ...extra,
       });

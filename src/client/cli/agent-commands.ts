@@ -17,6 +17,7 @@ interface AgentFlags {
   listen?: string;
   scheduler?: string;
   host?: string;
+  insecureNoAuth?: boolean;
   output: string;
 }
 
@@ -29,6 +30,7 @@ function overrides(o: AgentFlags): ConfigOverrides {
     listen: o.listen,
     scheduler: o.scheduler,
     host: o.host,
+    insecureNoAuth: o.insecureNoAuth,
   };
 }
 
@@ -123,6 +125,10 @@ export function registerAgentCommands(program: Command): void {
     .description('run the host agent')
     .option('--listen <addr>', 'listen address host:port (overrides listen)')
     .option('--scheduler <addr>', 'scheduler address (overrides scheduler)')
+    .option(
+      '--insecure-no-auth',
+      'serve without authentication (overrides auth; anyone who reaches the port may clean devices)',
+    )
     .action(async (o: AgentFlags) => {
       const config = await loadAgentConfig(o.config!, overrides(o));
       const a = await Agent.start({ config });

@@ -98,7 +98,7 @@ export function registerDemoCommands(program: Command): void {
             await sim.setFault(controller, command, fault);
           };
         }
-        client = new SchedulerClient({ endpoint, token: up ? undefined : resolved.token });
+        client = new SchedulerClient({ endpoint, token: up ? up.adminToken : resolved.token });
         const ok = await runDemo({ client, injectFault, noFaultReason });
         process.exitCode = ok ? EXIT_CODE.ok : EXIT_CODE.failed;
       } catch (err) {

@@ -30,14 +30,18 @@ export function registerUpCommands(program: Command): void {
         sysfsRoot: o.sysfsRoot,
         agentConfig,
       });
-      const configPath = await writeClientConfig({ endpoint: up.endpoint, state_dir: up.stateDir });
+      const configPath = await writeClientConfig({
+        endpoint: up.endpoint,
+        token: up.adminToken,
+        state_dir: up.stateDir,
+      });
       const lines = [
         `Berth is up.`,
         `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
         ...up.agents.map(
           (a) => `  agent      ${a.address}   host ${a.config.host}, ${a.inventory.list().length} devices`,
         ),
-        `  client configuration written to ${configPath}`,
+        `  client configuration (endpoint, admin token) written to ${configPath}`,
         '',
         'Try, in another terminal:',
         '  bin/berth demo                       # the whole lifecycle, narrated',

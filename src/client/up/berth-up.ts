@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { createLogger } from '../../logging.js';
 import { Agent } from '../../server/agent/agent.js';
 import { parseAgentConfig } from '../../server/agent/config.js';
+import { type AuthOptions, generateStaticToken } from '../../server/grpc/auth.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../sim/host.js';
 
@@ -25,6 +26,8 @@ export interface UpOptions {
 }
 
 export interface Up {
+  /** The admin bearer token berth up generated (written to the client config by the CLI). */
+  adminToken: string;
   scheduler: Scheduler;
   agents: Agent[];
   sims: SimHost[];
@@ -33,7 +36,12 @@ export interface Up {
   stop(): Promise<void>;
 }
 
-async function followed(scheduler: Scheduler, host: string, devices: number, timeoutMs = 30_000): Promise<void> {
+async function followed(
+  scheduler: Scheduler,
+  host: string,
+  devices: number,
+  timeoutMs = 30_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const h = await scheduler.store.getHost(host).catch(() => null);
@@ -49,7 +57,26 @@ export async function startUp(options: UpOptions): Promise<Up> {
   const logger = options.logger ?? createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'warn' });
   const stateDir = resolve(options.stateDir);
   await mkdir(stateDir, { recursive: true });
+  // Every RPC stays authenticated: fresh tokens at every start, one per role.
+  const adminToken = generateStaticToken();
+  const agentToken = generateStaticToken();
+  const schedulerToken = generateStaticToken();
+  const agentAuth: AuthOptions = {
+    mode: 'token',
+    staticTokens: [
+      { token: schedulerToken, roles: ['scheduler'], subject: 'berth-up-scheduler' },
+      { token: adminToken, roles: ['admin'], subject: 'berth-up-admin' },
+    ],
+  };
   const scheduler = await Scheduler.start({
+    auth: {
+      mode: 'token',
+      staticTokens: [
+        { token: adminToken, roles: ['admin'], subject: 'berth-up-admin' },
+        { token: agentToken, roles: ['agent'], subject: 'berth-up-agents' },
+      ],
+    },
+    agentToken: schedulerToken,
     db: join(stateDir, 'scheduler.db'),
     listen: options.listen,
     logger,
@@ -70,7 +97,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
         {},
         process.cwd(),
       );
-      agents.push(await Agent.start({ config, logger }));
+      agents.push(await Agent.start({ config, logger, auth: agentAuth, schedulerToken: agentToken }));
     } else {
       const n = options.hosts ?? 2;
       for (let i = 1; i <= n; i++) {
@@ -91,7 +118,15 @@ export async function startUp(options: UpOptions): Promise<Up> {
           {},
           process.cwd(),
         );
-        agents.push(await Agent.start({ config, logger, bootIdFile: sim.bootIdFile }));
+        agents.push(
+          await Agent.start({
+            config,
+            logger,
+            bootIdFile: sim.bootIdFile,
+            auth: agentAuth,
+            schedulerToken: agentToken,
+          }),
+        );
       }
     }
     await Promise.all(agents.map((a) => a.registered));
@@ -104,6 +139,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
     throw err;
   }
   return {
+    adminToken,
     scheduler,
     agents,
     sims,

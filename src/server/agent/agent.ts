@@ -8,6 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
+import { ConfigError } from '../../errors.js';
 import type { GetAgentInfoResponse } from '../../gen/berth/agent/v1/agent.js';
 import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
@@ -282,10 +283,13 @@ export class Agent {
 
 /**
  * The one place that decides what an agent without an `auth` section (and no
- * AgentOptions.auth) does. Today: auth off, with the warning logAuthMode
- * prints; once every caller configures auth this becomes a ConfigError, so
- * only `auth: {mode: none}` / `--insecure-no-auth` switch it off.
+ * AgentOptions.auth) does: it refuses to serve. Only `auth: {mode: none}` /
+ * `--insecure-no-auth` switch authentication off.
  */
 function requireAgentAuth(auth: AuthOptions | undefined): AuthOptions {
-  return auth ?? { mode: 'none' };
+  if (auth) return auth;
+  throw new ConfigError(
+    'auth: no authentication configured: give auth.static_tokens_file, a jwt_* key or cert_roles, ' +
+      'or switch it off explicitly with auth: {mode: none} / --insecure-no-auth',
+  );
 }

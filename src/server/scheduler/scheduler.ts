@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
+import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
 import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
@@ -155,11 +156,14 @@ export class Scheduler {
 }
 
 /**
- * The one place that decides what a scheduler started without `auth` does.
- * Today: auth off, with the loud warning logAuthMode prints. Once every caller
- * (CLI, `berth up`, test helpers) passes `auth`, this becomes a ConfigError so
- * auth can be off only through an explicit `{mode: 'none'}`.
+ * The one place that decides what a scheduler started without `auth` does: it
+ * refuses to start. Only an explicit `{mode: 'none'}` (`--insecure-no-auth`)
+ * switches authentication off.
  */
 function requireAuthOptions(auth: AuthOptions | undefined): AuthOptions {
-  return auth ?? { mode: 'none' };
+  if (auth) return auth;
+  throw new ConfigError(
+    'no authentication configured: give auth (static tokens, a JWT key or client-certificate roles), ' +
+      "or switch it off explicitly with {mode: 'none'} / --insecure-no-auth",
+  );
 }

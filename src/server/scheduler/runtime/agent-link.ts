@@ -98,8 +98,20 @@ export class AgentLink {
         await this.deps.store.setHostConnected(this.host, false).catch(() => {});
         this.deps.hub.notify();
       }
-      await sleep(backoff.next(), this.abort.signal);
+      this.wake = new AbortController();
+      await sleep(backoff.next(), AbortSignal.any([this.abort.signal, this.wake.signal]));
     }
+  }
+
+  private wake: AbortController | null = null;
+
+  /**
+   * The agent is alive (it just sent a heartbeat): retry the inventory stream
+   * now instead of at the end of the backoff, so a link cut for long is back
+   * within one heartbeat of the network healing.
+   */
+  poke(): void {
+    this.wake?.abort();
   }
 
   private async followOnce(onMessage: () => void): Promise<void> {

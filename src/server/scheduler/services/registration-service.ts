@@ -53,6 +53,8 @@ export async function register(
     existing.endpoint !== req.endpoint ||
     !core.links.has(req.host);
   if (!fresh) {
+    const link = core.links.get(req.host);
+    if (link && !link.isConnected) link.poke();
     await store.touchHost(req.host);
     return { schedulerId: core.schedulerId, heartbeatIntervalSeconds: core.heartbeatSeconds };
   }
