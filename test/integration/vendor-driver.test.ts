@@ -1,0 +1,89 @@
+/**
+ * The vendor driver template loads by name like the built-in drivers, takes the
+ * devices moved into its own section, and scrubs them through the agent's
+ * CleanupDevice stream: tenant data written before, none left after.
+ */
+import { join } from 'node:path';
+import { credentials } from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  AgentServiceClient,
+  type CleanupDeviceResponse,
+  CleanupPhase,
+} from '../../src/gen/berth/agent/v1/agent.js';
+import { holdsTenantData, isAllZero, writeTenantData } from '../../src/plugins/nvme/test-host.js';
+import { Agent } from '../../src/server/agent/agent.js';
+import { parseAgentConfig } from '../../src/server/agent/config.js';
+import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
+import { tempDir } from '../helpers/agent.js';
+import { collect } from '../helpers/grpc.js';
+
+const NVME0 = '0000:3d:00.0';
+
+describe('the vendor example driver, loaded by name', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let sim: SimHost;
+  let agent: Agent;
+  let client: AgentServiceClient;
+
+  beforeAll(async () => {
+    dir = await tempDir('berth-vendor-');
+    sim = await buildSimHost(join(dir.path, 'host'), demoHostDefinition('vendor-host'));
+    const nvme = sim.agentConfig.nvme as Record<string, unknown>;
+    agent = await Agent.start({
+      config: parseAgentConfig(
+        {
+          ...sim.agentConfig,
+          listen: '127.0.0.1:0',
+          enabled_drivers: ['pci', 'nvme', 'nvme-vendor-example'],
+          // nvme0 moves to the vendor driver; the generic driver keeps the others.
+          nvme: {
+            ...nvme,
+            device_spec: [
+              { vendor_id: '144d', address: '*:3e:00.0' },
+              { address: '*:3f:00.0' },
+              { address: '*:40:00.0' },
+            ],
+          },
+          'nvme-vendor-example': { ...nvme, device_spec: [{ address: NVME0 }] },
+        },
+        {},
+        dir.path,
+      ),
+    });
+    client = new AgentServiceClient(agent.address, credentials.createInsecure());
+  });
+  afterAll(async () => {
+    client?.close();
+    await agent?.stop();
+    await dir?.cleanup();
+  });
+
+  it('reports the devices of its section under its own name, next to the generic driver', async () => {
+    const info = await new Promise<{ drivers: { name: string; source: string }[] }>((resolve, reject) =>
+      client.getAgentInfo({}, (e, r) => (e ? reject(e) : resolve(r))),
+    );
+    expect(info.drivers.map((d) => [d.name, d.source])).toEqual([
+      ['pci', 'builtin'],
+      ['nvme', 'builtin'],
+      ['nvme-vendor-example', 'builtin'],
+    ]);
+    const owners = Object.fromEntries(agent.inventory.list().map((d) => [d.address, d.driver]));
+    expect(owners[NVME0]).toBe('nvme-vendor-example');
+    expect(owners['0000:3e:00.0']).toBe('nvme');
+  });
+
+  it('scrubs through CleanupDevice: tenant data gone, the stream ends in success', async () => {
+    const ns = join(sim.devRoot, 'nvme0n1');
+    await writeTenantData(ns, 16 * 1024 * 1024);
+    expect(await holdsTenantData(ns)).toBe(true);
+    const msgs = await collect<CleanupDeviceResponse>(
+      client.cleanupDevice({ address: NVME0, jobId: 'vendor-1' }),
+      () => false,
+      60_000,
+    );
+    expect(msgs.at(-1)!.event!.phase).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);
+    expect(await holdsTenantData(ns)).toBe(false);
+    expect(await isAllZero(ns)).toBe(true);
+  });
+});
