@@ -18,6 +18,7 @@ import type { ServiceBinding } from '../../grpc/server.js';
 import { arqToProto } from '../convert.js';
 import type { SchedulerCore } from '../core.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import { PROFILE_NAME } from '../domain/profile.js';
 import { validateTag } from '../domain/tags.js';
 import { maxItems, optionalRequestId, requireHost, requireInstance, requireUuid } from './validate.js';
 
@@ -34,7 +35,14 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
       'CreateAcceleratorRequests',
       logger,
       async (req: CreateAcceleratorRequestsRequest) => {
-        if (req.profileName === '') throw invalidArgument('profile_name', 'is required');
+        if (!PROFILE_NAME.test(req.profileName)) {
+          throw invalidArgument(
+            'profile_name',
+            req.profileName === ''
+              ? 'is required'
+              : `${JSON.stringify(req.profileName.slice(0, 80))} is not a profile name ([A-Za-z0-9_.-], 1-255)`,
+          );
+        }
         maxItems('tags', req.tags, 64);
         const tags = req.tags.map((t, i) => (t === '' ? '' : validateTag(`tags[${i}]`, t)));
         const arqs = await store.createArqs({

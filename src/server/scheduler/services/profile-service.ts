@@ -12,12 +12,10 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import { profileInputFromProto, profileToProto } from '../convert.js';
 import type { SchedulerCore } from '../core.js';
-import { validateProfile } from '../domain/profile.js';
-
-const NAME = /^[A-Za-z0-9_.-]{1,255}$/;
+import { PROFILE_NAME, validateProfile } from '../domain/profile.js';
 
 function requireName(field: string, v: string): string {
-  if (!NAME.test(v))
+  if (!PROFILE_NAME.test(v))
     throw invalidArgument(field, `${JSON.stringify(v)} is not a profile name ([A-Za-z0-9_.-], 1-255)`);
   return v;
 }

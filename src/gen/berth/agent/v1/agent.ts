@@ -2093,7 +2093,9 @@ export const AgentServiceService = {
   /**
    * WatchInventory sends a snapshot, then added/changed/removed events with
    * increasing revisions. A watcher that knows the epoch and a revision resumes
-   * from it without a new snapshot while the agent still holds the events.
+   * from it without a new snapshot while the agent still holds the events; a
+   * resume with nothing missed is answered at once with a message that carries
+   * the current epoch and revision and no event, so the watcher knows it is live.
    */
   watchInventory: {
     path: "/berth.agent.v1.AgentService/WatchInventory" as const,
@@ -2156,7 +2158,9 @@ export interface AgentServiceServer extends UntypedServiceImplementation {
   /**
    * WatchInventory sends a snapshot, then added/changed/removed events with
    * increasing revisions. A watcher that knows the epoch and a revision resumes
-   * from it without a new snapshot while the agent still holds the events.
+   * from it without a new snapshot while the agent still holds the events; a
+   * resume with nothing missed is answered at once with a message that carries
+   * the current epoch and revision and no event, so the watcher knows it is live.
    */
   watchInventory: handleServerStreamingCall<WatchInventoryRequest, WatchInventoryResponse>;
   /** Rediscover runs discovery now and returns what changed. */
@@ -2210,7 +2214,9 @@ export interface AgentServiceClient extends Client {
   /**
    * WatchInventory sends a snapshot, then added/changed/removed events with
    * increasing revisions. A watcher that knows the epoch and a revision resumes
-   * from it without a new snapshot while the agent still holds the events.
+   * from it without a new snapshot while the agent still holds the events; a
+   * resume with nothing missed is answered at once with a message that carries
+   * the current epoch and revision and no event, so the watcher knows it is live.
    */
   watchInventory(
     request: WatchInventoryRequest,
