@@ -3,12 +3,15 @@ import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
 import type { AgentLink } from './runtime/agent-link.js';
 import type { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
+import type { DeviceFeed } from './runtime/device-feed.js';
 import type { EventHub } from './runtime/event-hub.js';
 import type { Store } from './store/store.js';
 
 export interface SchedulerCore {
   store: Store;
   hub: EventHub;
+  /** Recent device events, read once for all WatchDevices streams. */
+  feed: DeviceFeed;
   links: Map<string, AgentLink>;
   dispatcher: CleanupDispatcher;
   logger: Logger;

@@ -15,6 +15,7 @@ import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
+import { DeviceFeed } from './runtime/device-feed.js';
 import { EventHub } from './runtime/event-hub.js';
 import { arqServiceBinding } from './services/arq-service.js';
 import { deviceServiceBinding } from './services/device-service.js';
@@ -79,6 +80,7 @@ export class Scheduler {
     const core: SchedulerCore = {
       store,
       hub,
+      feed: new DeviceFeed(store),
       links,
       dispatcher,
       logger,

@@ -1,22 +1,34 @@
 /**
  * Wakes stream handlers (WatchDevices, WatchCleanup) when the store changed.
- * The store's event log is the source of truth; the hub only says "look again",
- * so a missed or coalesced wake-up loses nothing. (With several scheduler
- * replicas on PostgreSQL, a LISTEN/NOTIFY or a poll feeds the same hub.)
+ * The store's event log is the source of truth; the hub only says "look again".
+ * Every notify bumps a version: a handler reads the version before it reads the
+ * store and waits for a version after it, so a change committed between its
+ * read and its wait is never slept through. (With several scheduler replicas
+ * on PostgreSQL, a LISTEN/NOTIFY or a poll feeds the same hub.)
  */
 export class EventHub {
   private waiters = new Set<() => void>();
   private closed = false;
+  private v = 0;
+
+  /** Increases at every notify. */
+  get version(): number {
+    return this.v;
+  }
 
   notify(): void {
+    this.v++;
     const ws = this.waiters;
     this.waiters = new Set();
     for (const w of ws) w();
   }
 
-  /** Resolves at the next notify, when the signal fires, after `maxWaitMs`, or at close. */
-  wait(signal?: AbortSignal, maxWaitMs = 30_000): Promise<void> {
-    if (this.closed || signal?.aborted) return Promise.resolve();
+  /**
+   * Resolves once the version is past `seen` (at once if it already is), when
+   * the signal fires, after `maxWaitMs`, or at close.
+   */
+  wait(signal?: AbortSignal, seen = this.v, maxWaitMs = 30_000): Promise<void> {
+    if (this.closed || signal?.aborted || this.v > seen) return Promise.resolve();
     return new Promise((resolve) => {
       const done = () => {
         clearTimeout(timer);

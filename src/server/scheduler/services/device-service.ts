@@ -196,7 +196,8 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
         throw invalidArgument('from_revision', `${revision} is ahead of the scheduler's revision`);
       }
       while (!ctx.signal.aborted && !hub.isClosed) {
-        const events = await store.eventsSince(revision, 1000);
+        const seen = hub.version;
+        const events = await core.feed.since(revision, 1000);
         for (const e of events) {
           revision = e.revision;
           const match = matchesFilter(e.device, filter);
@@ -206,13 +207,13 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
           yield {
             revision,
             initial: false,
-            device: deviceToProto(e.device),
+            device: e.proto,
             removed: e.removed,
             synced: false,
           };
         }
         if (events.length === 1000) continue;
-        await hub.wait(ctx.signal);
+        await hub.wait(ctx.signal, seen);
       }
       if (hub.isClosed) throw shuttingDown();
     }),
@@ -226,6 +227,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
       }
       let after = req.fromSequence;
       while (!ctx.signal.aborted && !hub.isClosed) {
+        const seen = hub.version;
         for (const e of await store.cleanupEvents(job.jobId, after)) {
           after = e.sequence;
           yield { event: cleanupEventToProto(e), deviceUuid: device.uuid } satisfies WatchCleanupResponse;
@@ -244,7 +246,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
           yield { event: cleanupEventToProto({ ...end, sequence: after + 1 }), deviceUuid: device.uuid };
           return;
         }
-        await hub.wait(ctx.signal);
+        await hub.wait(ctx.signal, seen);
       }
       if (hub.isClosed) throw shuttingDown();
     }),

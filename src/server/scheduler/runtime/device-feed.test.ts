@@ -1,0 +1,79 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { facts } from '../domain/test-fixtures.js';
+import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
+import { DeviceFeed } from './device-feed.js';
+import { EventHub } from './event-hub.js';
+
+describe('DeviceFeed', () => {
+  let dir: string;
+  let store: SqliteStore;
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'berth-feed-'));
+    store = await openSqliteStore(join(dir, 's.db'));
+    await store.registerHost({
+      name: 'h1',
+      endpoint: '127.0.0.1:1',
+      bootId: 'b',
+      agentEpoch: 'e',
+      agentVersion: '0',
+      features: [],
+      drivers: [],
+    });
+  });
+  afterEach(async () => {
+    await store.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('serves what the store has, to many readers with one read, and older history from the store', async () => {
+    await store.upsertInventory('h1', { kind: 'snapshot', revision: 1, devices: [facts({ index: 0 })] });
+    const before = await store.currentRevision();
+    const feed = new DeviceFeed(store);
+    expect(await feed.since(before, 100)).toEqual([]);
+    await store.upsertInventory('h1', {
+      kind: 'delta',
+      revision: 2,
+      added: [facts({ index: 1 }), facts({ index: 2 })],
+      changed: [],
+      removed: [],
+    });
+    const reads = await Promise.all(Array.from({ length: 50 }, () => feed.since(before, 100)));
+    const fromStore = await store.eventsSince(before, 100);
+    for (const r of reads) expect(r.map((e) => e.revision)).toEqual(fromStore.map((e) => e.revision));
+    expect(reads[0]![0]!.proto.address).toBe(fromStore[0]!.device.address);
+    // From before the feed started: the store answers.
+    expect((await feed.since(0, 100)).map((e) => e.revision)).toEqual(
+      (await store.eventsSince(0, 100)).map((e) => e.revision),
+    );
+    // The limit and a revision in the middle.
+    const mid = fromStore[0]!.revision;
+    expect((await feed.since(mid, 1)).map((e) => e.revision)).toEqual([fromStore[1]!.revision]);
+  });
+});
+
+describe('EventHub', () => {
+  it('a wait after a missed notify returns at once (no lost wake-up)', async () => {
+    const hub = new EventHub();
+    const seen = hub.version;
+    hub.notify(); // lands between a reader's store read and its wait
+    const t0 = Date.now();
+    await hub.wait(undefined, seen, 5_000);
+    expect(Date.now() - t0).toBeLessThan(1_000);
+  });
+
+  it('a wait with nothing new blocks until the next notify', async () => {
+    const hub = new EventHub();
+    let woke = false;
+    const p = hub.wait(undefined, hub.version, 5_000).then(() => {
+      woke = true;
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    expect(woke).toBe(false);
+    hub.notify();
+    await p;
+    expect(woke).toBe(true);
+  });
+});

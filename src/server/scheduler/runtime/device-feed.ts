@@ -1,0 +1,77 @@
+/**
+ * The recent device events, read from the store once for every WatchDevices
+ * stream: with a thousand watchers, a change is one query, not a thousand.
+ * Events keep their proto form once converted, so each is encoded for the wire
+ * but converted once. A watcher resuming from further back than the feed holds
+ * reads the store itself.
+ */
+import type { Device } from '../../../gen/berth/scheduler/v1/device.js';
+import { deviceToProto } from '../convert.js';
+import type { DeviceEvent, Store } from '../store/store.js';
+
+export interface FeedEvent extends DeviceEvent {
+  proto: Device;
+}
+
+const PAGE = 1000;
+
+export class DeviceFeed {
+  private events: FeedEvent[] = [];
+  private head = -1;
+  private refreshing: Promise<void> | null = null;
+  private again = false;
+
+  constructor(
+    private readonly store: Store,
+    private readonly keep = 20_000,
+  ) {}
+
+  private static wrap(e: DeviceEvent): FeedEvent {
+    return { ...e, proto: deviceToProto(e.device) };
+  }
+
+  /** Brings the feed up to the store's latest committed event (one reader at a time). */
+  private refresh(): Promise<void> {
+    if (this.refreshing) {
+      // A change may have committed after the running read started: read again after it.
+      this.again = true;
+      return this.refreshing;
+    }
+    this.refreshing = (async () => {
+      try {
+        do {
+          this.again = false;
+          if (this.head < 0) this.head = await this.store.currentRevision();
+          for (;;) {
+            const page = await this.store.eventsSince(this.head, PAGE);
+            for (const e of page) this.events.push(DeviceFeed.wrap(e));
+            if (page.length > 0) this.head = page[page.length - 1]!.revision;
+            if (page.length < PAGE) break;
+          }
+          if (this.events.length > this.keep) this.events.splice(0, this.events.length - this.keep);
+        } while (this.again);
+      } finally {
+        this.refreshing = null;
+      }
+    })();
+    return this.refreshing;
+  }
+
+  /** Events with revision > `revision`, oldest first, at most `limit`. */
+  async since(revision: number, limit: number): Promise<FeedEvent[]> {
+    await this.refresh();
+    const first = this.events[0];
+    const held = first ? first.revision <= revision + 1 : revision >= this.head;
+    if (!held) {
+      return (await this.store.eventsSince(revision, limit)).map(DeviceFeed.wrap);
+    }
+    let lo = 0;
+    let hi = this.events.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if (this.events[mid]!.revision <= revision) lo = mid + 1;
+      else hi = mid;
+    }
+    return this.events.slice(lo, lo + limit);
+  }
+}
