@@ -1,7 +1,8 @@
 /** Conversions between the agent's domain types and berth.agent.v1 messages. */
-import { type CleanupEvent, CleanupPhase } from '../../gen/berth/agent/v1/agent.js';
+import type { CleanupEvent } from '../../gen/berth/agent/v1/agent.js';
 import { type Device, DeviceType, FunctionKind, Health } from '../../gen/berth/agent/v1/device.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
+import { cleanupEventToProto } from '../cleanup-event-proto.js';
 import type { JobEvent } from './cleanup-job.js';
 
 const TYPES: Record<string, DeviceType> = {
@@ -42,30 +43,5 @@ export function deviceToProto(d: DiscoveredDevice): Device {
   };
 }
 
-const PHASES: Record<JobEvent['phase'], CleanupPhase> = {
-  queued: CleanupPhase.CLEANUP_PHASE_QUEUED,
-  preparing: CleanupPhase.CLEANUP_PHASE_PREPARING,
-  sanitizing: CleanupPhase.CLEANUP_PHASE_SANITIZING,
-  namespace_reset: CleanupPhase.CLEANUP_PHASE_NAMESPACE_RESET,
-  zeroing: CleanupPhase.CLEANUP_PHASE_ZEROING,
-  verifying: CleanupPhase.CLEANUP_PHASE_VERIFYING,
-  succeeded: CleanupPhase.CLEANUP_PHASE_SUCCEEDED,
-  failed: CleanupPhase.CLEANUP_PHASE_FAILED,
-  interrupted: CleanupPhase.CLEANUP_PHASE_INTERRUPTED,
-};
-
-export function jobEventToProto(e: JobEvent): CleanupEvent {
-  return {
-    jobId: e.jobId,
-    address: e.address,
-    action: e.action,
-    phase: PHASES[e.phase],
-    step: e.step,
-    percent: e.percent,
-    bytesDone: e.bytesDone,
-    bytesTotal: e.bytesTotal,
-    message: e.message,
-    time: new Date(e.time),
-    sequence: e.sequence,
-  };
-}
+/** A job event on the wire. */
+export const jobEventToProto = (e: JobEvent): CleanupEvent => cleanupEventToProto(e);

@@ -9,11 +9,8 @@
  * device goes to error with AGENT_CANNOT_CLEAN.
  */
 import type { Logger } from 'pino';
-import {
-  type CleanupEvent as AgentEvent,
-  type CleanupDeviceResponse,
-  CleanupPhase,
-} from '../../../gen/berth/agent/v1/agent.js';
+import type { CleanupEvent as AgentEvent, CleanupDeviceResponse } from '../../../gen/berth/agent/v1/agent.js';
+import { cleanupPhaseFromProto } from '../../cleanup-event-proto.js';
 import type { Metrics } from '../../metrics.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { CleanupEvent, CleanupJob, Store } from '../store/store.js';
@@ -23,20 +20,8 @@ import type { EventHub } from './event-hub.js';
 
 export const CLEANUP_FEATURE = 'cleanup.v1';
 
-const PHASES: Record<number, CleanupEvent['phase']> = {
-  [CleanupPhase.CLEANUP_PHASE_QUEUED]: 'queued',
-  [CleanupPhase.CLEANUP_PHASE_PREPARING]: 'preparing',
-  [CleanupPhase.CLEANUP_PHASE_SANITIZING]: 'sanitizing',
-  [CleanupPhase.CLEANUP_PHASE_NAMESPACE_RESET]: 'namespace_reset',
-  [CleanupPhase.CLEANUP_PHASE_ZEROING]: 'zeroing',
-  [CleanupPhase.CLEANUP_PHASE_VERIFYING]: 'verifying',
-  [CleanupPhase.CLEANUP_PHASE_SUCCEEDED]: 'succeeded',
-  [CleanupPhase.CLEANUP_PHASE_FAILED]: 'failed',
-  [CleanupPhase.CLEANUP_PHASE_INTERRUPTED]: 'interrupted',
-};
-
 export function eventFromAgent(e: AgentEvent): CleanupEvent | null {
-  const phase = PHASES[e.phase];
+  const phase = cleanupPhaseFromProto(e.phase);
   if (!phase) return null;
   return {
     jobId: e.jobId,

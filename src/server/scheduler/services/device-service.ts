@@ -5,7 +5,6 @@
  */
 
 import { BerthError, invalidArgument, notFound } from '../../../errors.js';
-import { type CleanupEvent as CleanupEventPb, CleanupPhase } from '../../../gen/berth/agent/v1/agent.js';
 import {
   type CleanDeviceRequest,
   type DeviceFilter as DeviceFilterPb,
@@ -20,6 +19,7 @@ import {
   type WatchDevicesRequest,
   type WatchDevicesResponse,
 } from '../../../gen/berth/scheduler/v1/device_service.js';
+import { cleanupEventToProto } from '../../cleanup-event-proto.js';
 import { serverStream, unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import {
@@ -72,34 +72,7 @@ export function matchesFilter(d: DeviceRecord, f: DeviceFilter): boolean {
   );
 }
 
-const PHASES: Record<CleanupEvent['phase'], CleanupPhase> = {
-  queued: CleanupPhase.CLEANUP_PHASE_QUEUED,
-  preparing: CleanupPhase.CLEANUP_PHASE_PREPARING,
-  sanitizing: CleanupPhase.CLEANUP_PHASE_SANITIZING,
-  namespace_reset: CleanupPhase.CLEANUP_PHASE_NAMESPACE_RESET,
-  zeroing: CleanupPhase.CLEANUP_PHASE_ZEROING,
-  verifying: CleanupPhase.CLEANUP_PHASE_VERIFYING,
-  succeeded: CleanupPhase.CLEANUP_PHASE_SUCCEEDED,
-  failed: CleanupPhase.CLEANUP_PHASE_FAILED,
-  interrupted: CleanupPhase.CLEANUP_PHASE_INTERRUPTED,
-};
 const TERMINAL = new Set(['succeeded', 'failed', 'interrupted']);
-
-export function cleanupEventToProto(e: CleanupEvent): CleanupEventPb {
-  return {
-    jobId: e.jobId,
-    address: e.address,
-    action: e.action,
-    phase: PHASES[e.phase],
-    step: e.step,
-    percent: e.percent,
-    bytesDone: e.bytesDone,
-    bytesTotal: e.bytesTotal,
-    message: e.message,
-    time: new Date(e.time),
-    sequence: e.sequence,
-  };
-}
 
 /** A job that ended without an agent event (e.g. AGENT_CANNOT_CLEAN) still ends its watchers' streams. */
 function syntheticEnd(job: CleanupJob, lastSequence: number): CleanupEvent | null {
