@@ -7,8 +7,7 @@
 import { Command, CommanderError } from 'commander';
 import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
-
-export const EXIT = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
+import { EXIT_CODE, reportError } from './client-common.js';
 
 type Register = (program: Command) => void;
 
@@ -51,20 +50,23 @@ export async function buildProgram(argv: readonly string[] = process.argv): Prom
   return program;
 }
 
+/** Every error a command can end with, as one line on stderr and an exit code. */
 export function errorExit(err: unknown): number {
   if (err instanceof CommanderError) {
-    return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    return err.exitCode === 0 ? EXIT_CODE.ok : EXIT_CODE.usage;
   }
   if (err instanceof ConfigError) {
     console.error(`berth: configuration error: ${err.message}`);
-    return EXIT.usage;
+    return EXIT_CODE.usage;
   }
   if (isBerthError(err)) {
     console.error(`berth: ${err.code}: ${err.message}${err.reason ? ` [${err.reason}]` : ''}`);
-    return err.code === 'UNAVAILABLE' || err.code === 'DEADLINE_EXCEEDED' ? EXIT.unavailable : EXIT.failed;
+    return err.code === 'UNAVAILABLE' || err.code === 'DEADLINE_EXCEEDED'
+      ? EXIT_CODE.unavailable
+      : EXIT_CODE.failed;
   }
-  console.error(`berth: ${(err as Error).message ?? String(err)}`);
-  return EXIT.failed;
+  // The SDK's errors (client commands), usage errors, anything else.
+  return reportError(err);
 }
 
 export async function main(argv: string[]): Promise<void> {
