@@ -17,8 +17,8 @@
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
-import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
+import { parseStrictYaml } from '../../strict-yaml.js';
 import type { AuthFileOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
 
@@ -289,7 +289,7 @@ export async function loadAgentConfig(path: string, overrides: ConfigOverrides =
   }
   let doc: unknown;
   try {
-    doc = parseYaml(text);
+    doc = parseStrictYaml(text);
   } catch (err) {
     throw new ConfigError(`${path} is not valid YAML/JSON: ${(err as Error).message}`, { cause: err });
   }

@@ -31,8 +31,9 @@ import {
 } from '@grpc/grpc-js';
 import { createLocalJWKSet, type JWTPayload, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import type { Logger } from 'pino';
-import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { stringify as stringifyYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
+import { parseStrictYaml } from '../../strict-yaml.js';
 
 /**
  * - admin: operators. Everything, including the destructive or
@@ -186,7 +187,7 @@ const MIN_STATIC_TOKEN = 16;
 export function parseStaticTokens(text: string, source = 'static tokens'): StaticToken[] {
   let doc: unknown;
   try {
-    doc = parseYaml(text);
+    doc = parseStrictYaml(text);
   } catch (err) {
     throw new ConfigError(`${source}: not valid YAML: ${(err as Error).message}`);
   }

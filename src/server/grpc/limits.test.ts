@@ -13,6 +13,7 @@ import {
   CreateAcceleratorRequestsRequest,
   DeleteAcceleratorRequestsRequest,
 } from '../../gen/berth/scheduler/v1/accelerator_request.js';
+import { GetProfileRequest } from '../../gen/berth/scheduler/v1/profile.js';
 import { RegisterRequest } from '../../gen/berth/scheduler/v1/registration.js';
 import { CLIENT_OPTIONS } from '../scheduler/runtime/agent-link.js';
 import { Scheduler } from '../scheduler/scheduler.js';
@@ -56,18 +57,16 @@ describe('transport limits', () => {
     expect(st.codeName).toBe('RESOURCE_EXHAUSTED');
     // Just under the limit is parsed (and refused for what it says, not its size).
     const under = Buffer.from(
-      CreateAcceleratorRequestsRequest.encode(
-        CreateAcceleratorRequestsRequest.fromPartial({ profileName: 'x'.repeat(3 * 1024 * 1024) }),
-      ).finish(),
+      GetProfileRequest.encode(GetProfileRequest.fromPartial({ name: 'x'.repeat(3 * 1024 * 1024) })).finish(),
     );
     const st2 = await rawCall(
       client,
-      { path: `${ARQ}/CreateAcceleratorRequests`, responseStream: false },
+      { path: '/berth.scheduler.v1.ProfileService/GetProfile', responseStream: false },
       under,
       md(),
     );
-    // The error quotes the name; its status is cut to a size HTTP/2 trailers carry
-    // (uncapped, the 3 MiB echo made the call hang until its deadline).
+    // The NOT_FOUND quotes the name; its status is cut to a size HTTP/2 trailers
+    // carry (uncapped, the 3 MiB echo made the call hang until its deadline).
     expect(st2.codeName, st2.message).toBe('NOT_FOUND');
     expect(st2.message.length).toBeLessThan(2048);
   });
