@@ -959,6 +959,16 @@ export class SqliteStore implements Store {
         }
         this.stmt('DELETE FROM arqs WHERE uuid = ?').run(arq.uuid);
       }
+      // A planned migration no longer matches an instance that lost ARQs: abort
+      // it, or its destination claims would stay allocated to nobody.
+      const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
+      for (const instance of instances) {
+        const planned = this.stmt(
+          "SELECT record FROM migrations WHERE instance_uuid = ? AND state = 'planned'",
+        ).all(instance) as Row[];
+        for (const row of planned)
+          released.push(...this.abortPlanned(JSON.parse(row.record) as MigrationRecord).released);
+      }
       return { deletedUuids: arqs.map((a) => a.uuid), released };
     });
   }
@@ -1114,13 +1124,18 @@ export class SqliteStore implements Store {
           migration_uuid: uuid,
         });
       }
-      const released: DeviceRecord[] = [];
-      for (const destUuid of Object.values(m.claims)) {
-        const d = this.findDevice({ uuid: destUuid });
-        if (d && d.migrationUuid === uuid) released.push(this.releaseHeld(d, { migrationUuid: uuid }));
-      }
-      return { migration: this.writeMigration({ ...m, state: 'aborted' }), released };
+      return this.abortPlanned(m);
     });
+  }
+
+  /** Releases a planned migration's destination claims and marks it aborted (inside a write). */
+  private abortPlanned(m: MigrationRecord): MigrationOutcome {
+    const released: DeviceRecord[] = [];
+    for (const destUuid of Object.values(m.claims)) {
+      const d = this.findDevice({ uuid: destUuid });
+      if (d && d.migrationUuid === m.uuid) released.push(this.releaseHeld(d, { migrationUuid: m.uuid }));
+    }
+    return { migration: this.writeMigration({ ...m, state: 'aborted' }), released };
   }
 
   // --- instances ---------------------------------------------------------

@@ -437,6 +437,30 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect([dest.arqUuid, dest.migrationUuid, dest.instanceUuid]).toEqual([arq.uuid, null, 'i1']);
     });
 
+    it('deleting an instance with a planned migration aborts it and frees the destination claims', async () => {
+      const mig = (i: number) => pciFacts({ index: i, liveMigratable: true });
+      await host('src', [mig(0)]);
+      await host('dst', [mig(0)]);
+      await store.createProfile(
+        validateProfile({
+          name: 'lm',
+          groups: [{ vendorId: '10de', productId: '25b6', liveMigratable: 'yes' }],
+        }),
+      );
+      await bindOne('i1', 'src', 'lm');
+      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst' });
+      const claimed = await store.getDevice({ uuid: Object.values(plan.claims)[0]! });
+      expect(claimed.deviceState).toBe('allocated');
+      const deleted = await store.deleteArqs({ instanceUuid: 'i1' });
+      expect(deleted.released.map((d) => [d.host, d.deviceState]).sort()).toEqual([
+        ['dst', 'available'],
+        ['src', 'available'],
+      ]);
+      expect((await store.getMigration(plan.uuid)).state).toBe('aborted');
+      const freed = await store.getDevice({ uuid: claimed.uuid });
+      expect([freed.deviceState, freed.reserved, freed.migrationUuid]).toEqual(['available', 0, null]);
+    });
+
     it('guest addresses: assigned around the NICs/disks, stable across reads, reopen and migration, freed on delete', async () => {
       const mig = (i: number) => pciFacts({ index: i, liveMigratable: true });
       await host('src', [mig(0), mig(1), mig(2)]);
