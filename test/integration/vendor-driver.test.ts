@@ -70,6 +70,9 @@ describe('the vendor example driver, loaded by name', () => {
     ]);
     const owners = Object.fromEntries(agent.inventory.list().map((d) => [d.address, d.driver]));
     expect(owners[NVME0]).toBe('nvme-vendor-example');
+    // The locked-in action says what the vendor driver really runs.
+    expect(agent.inventory.get(NVME0)?.cleanupAction).toBe('vendor-format-ses1');
+    expect(agent.inventory.get('0000:3e:00.0')?.cleanupAction).toBe('sanitize-block');
     expect(owners['0000:3e:00.0']).toBe('nvme');
   });
 
@@ -83,6 +86,7 @@ describe('the vendor example driver, loaded by name', () => {
       60_000,
     );
     expect(msgs.at(-1)!.event!.phase).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);
+    expect(msgs.every((m) => m.event!.action === 'vendor-format-ses1')).toBe(true);
     expect(await holdsTenantData(ns)).toBe(false);
     expect(await isAllZero(ns)).toBe(true);
   });

@@ -28,8 +28,9 @@
  *
  * This example scrubs with Format NVM, Secure Erase Setting 1 (user data
  * erase), on every namespace, then reads every namespace back. It ignores the
- * device's locked-in action on purpose: a vendor driver *is* the policy for the
- * devices an operator hands it.
+ * policy matrix on purpose — a vendor driver *is* the policy for the devices an
+ * operator hands it — and says so: `cleanupActionName` is what discovery reports
+ * as the devices' locked-in action (it is the one other member it sets).
  */
 
 import type { CleanupContext } from '../driver.js';
@@ -46,6 +47,8 @@ const FORMAT_TIMEOUT_MS = 3_600_000;
 export class VendorExampleNvmeDriver extends NvmeDriver {
   protected static override readonly section: string = 'nvme-vendor-example';
   override readonly name: string = 'nvme-vendor-example';
+  /** What this driver's cleanup does, reported as the devices' locked-in action. */
+  protected override readonly cleanupActionName: string = 'vendor-format-ses1';
 
   override async cleanup(device: DiscoveredDevice, ctx: CleanupContext): Promise<void> {
     await this.withCleanupGuard(device, ctx, async (ctx) => {

@@ -120,6 +120,13 @@ export class NvmeDriver extends GenericDriver {
 
   readonly name: string = 'nvme';
   override readonly supportsCleaning: boolean = true;
+  /**
+   * A vendor driver whose cleanup is its own method, not the policy matrix's,
+   * names that method here; discovery then reports it as the devices' locked-in
+   * action, so jobs, metrics and operators see what really runs. The policy is
+   * still resolved (a device the policy cannot serve stays excluded).
+   */
+  protected readonly cleanupActionName: string | null = null;
   readonly entries: DeviceSpecEntry[];
   /** cleanup_timeout in ms: the agent fires ctx.signal at this timeout; the driver also enforces it. */
   readonly cleanupTimeoutMs: number;
@@ -288,7 +295,7 @@ export class NvmeDriver extends GenericDriver {
     });
     device.driver = this.name;
     device.supportsCleaning = true;
-    device.cleanupAction = action;
+    device.cleanupAction = action && this.cleanupActionName ? this.cleanupActionName : action;
     if (opts.unhealthy) {
       device.health = 'unhealthy';
       device.healthReason = opts.unhealthy;
