@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { readFile, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
@@ -198,9 +199,20 @@ describe('NvmeDriver on the simulator', () => {
         cleanupAction: 'sanitize-crypto',
         kernelDriver: 'vfio-pci',
       });
+      // An agent restart while the guest holds it: the identity kept in the state dir answers.
+      const restarted = new NvmeDriver({
+        config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli },
+      });
+      expect(await discoverOne(restarted, h)).toMatchObject({
+        health: 'healthy',
+        cleanupAction: 'sanitize-crypto',
+      });
+      // Nothing kept (a new state dir): unknown, so unhealthy and without an action.
+      const empty = await mkdtemp(join(tmpdir(), 'berth-nvme-state-'));
       const fresh = new NvmeDriver({ config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli } });
-      const unknown = await discoverOne(fresh, h);
+      const unknown = (await fresh.discover({ ...h.ctx, stateDir: empty })).devices[0];
       expect(unknown).toMatchObject({ health: 'unhealthy', cleanupAction: null });
+      await rm(empty, { recursive: true, force: true });
     });
   });
 

@@ -9,11 +9,12 @@
  * Every host effect goes through `ctx` (runner, sysfs root, /dev root) so the
  * same code runs on a real host and on the simulator.
  */
-import { open } from 'node:fs/promises';
+import { open, readFile, rename, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { BerthError, failedPrecondition } from '../../errors.js';
 import type { CommandResult, RunOptions } from '../command-runner.js';
-import { type DeviceSpecEntry, matchDevice } from '../device-spec/index.js';
+import { type DeviceSpecEntry, isValidPciAddress, matchDevice } from '../device-spec/index.js';
 import { type CleanupContext, type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
 import {
   baseTraits,
@@ -144,6 +145,53 @@ export class NvmeDriver extends GenericDriver {
    * with its locked-in action, so discovery reports it from here.
    */
   private readonly identities = new Map<string, CachedIdentity>();
+  /** Whether the identities kept in the state dir were read (once, at the first discovery). */
+  private identitiesLoaded = false;
+
+  /** Where identities survive an agent restart: a guest may hold the device across it. */
+  private identitiesFile(ctx: HostContext): string {
+    return join(ctx.stateDir, `${this.name}-identities.json`);
+  }
+
+  private async loadIdentities(ctx: HostContext): Promise<void> {
+    if (this.identitiesLoaded) return;
+    this.identitiesLoaded = true;
+    try {
+      const raw = JSON.parse(await readFile(this.identitiesFile(ctx), 'utf8')) as Record<
+        string,
+        Omit<CachedIdentity, 'id'> & { id: Omit<IdCtrl, 'tnvmcap'> & { tnvmcap: string } }
+      >;
+      for (const [address, c] of Object.entries(raw)) {
+        if (!isValidPciAddress(address) || this.identities.has(address)) continue;
+        this.identities.set(address, { ...c, id: { ...c.id, tnvmcap: BigInt(c.id.tnvmcap) } });
+      }
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        ctx.logger.warn(
+          { err },
+          'cannot read the NVMe identities kept in the state dir; starting without them',
+        );
+      }
+    }
+  }
+
+  private serializeIdentities(): string {
+    const out: Record<string, unknown> = {};
+    for (const [address, c] of [...this.identities].sort(([a], [b]) => a.localeCompare(b))) {
+      out[address] = { ...c, id: { ...c.id, tnvmcap: c.id.tnvmcap.toString() } };
+    }
+    return JSON.stringify(out);
+  }
+
+  private async saveIdentities(ctx: HostContext, text: string): Promise<void> {
+    const path = this.identitiesFile(ctx);
+    try {
+      await writeFile(`${path}.tmp`, text);
+      await rename(`${path}.tmp`, path);
+    } catch (err) {
+      ctx.logger.warn({ err }, 'cannot keep the NVMe identities in the state dir');
+    }
+  }
 
   constructor(options: DriverOptions) {
     super(options);
@@ -184,6 +232,8 @@ export class NvmeDriver extends GenericDriver {
   // ---- discovery -----------------------------------------------------------
 
   async discover(ctx: HostContext): Promise<DiscoveryResult> {
+    await this.loadIdentities(ctx);
+    const known = this.serializeIdentities();
     const host = await readHostFunctions(ctx, this.entries);
     const devices: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
@@ -209,6 +259,8 @@ export class NvmeDriver extends GenericDriver {
       );
     }
     await Promise.all(work);
+    const now = this.serializeIdentities();
+    if (now !== known) await this.saveIdentities(ctx, now);
     devices.sort((a, b) => a.address.localeCompare(b.address));
     excluded.sort((a, b) => a.address.localeCompare(b.address));
     return { devices, excluded };
