@@ -10,6 +10,7 @@ import type { Device } from '../../src/gen/berth/scheduler/v1/device.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import type { SimHostDefinition } from '../../src/sim/host.js';
+import { eventually } from './grpc.js';
 
 export const noFilter = { host: '', type: 0, state: 0, resourceClass: '' };
 
@@ -47,6 +48,25 @@ export async function getDevice(client: SchedulerClient, host: string, address: 
   if (!device) throw new Error(`GetDevice ${host} ${address} returned no device`);
   expectInvariant1(device);
   return device;
+}
+
+/**
+ * Waits until a device's cleanup has settled — available or error — and
+ * returns it (checked against invariant 1 on every read).
+ */
+export function settledDevice(
+  client: SchedulerClient,
+  host: string,
+  address: string,
+  timeoutMs = 30_000,
+): Promise<Device> {
+  return eventually(
+    () => getDevice(client, host, address),
+    (d) =>
+      d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+      d.deviceState === DeviceState.DEVICE_STATE_ERROR,
+    timeoutMs,
+  );
 }
 
 export const uuidRef = (uuid: string) => ({ ref: { $case: 'uuid' as const, value: uuid } });

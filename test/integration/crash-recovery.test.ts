@@ -25,6 +25,7 @@ import {
   expectInvariant1,
   getDevice,
   listChecked,
+  settledDevice,
   stateName,
   uuidRef,
   VF_CLASS,
@@ -132,13 +133,7 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
       requestId: '',
     });
     expect(operatorJob).not.toBe(jobId);
-    const clean = await eventually(
-      () => getDevice(client, HOST, address),
-      (d) =>
-        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
-        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
-      20_000,
-    );
+    const clean = await settledDevice(client, HOST, address, 20_000);
     expect(stateName(clean.deviceState), clean.errorReason).toBe('DEVICE_STATE_AVAILABLE');
     expect(clean.lastCleanup?.jobId).toBe(operatorJob);
     expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
@@ -167,13 +162,7 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     const before = await getDevice(client, HOST, address);
     expect(stateName(before.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
     await agent.restart();
-    const clean = await eventually(
-      () => getDevice(client, HOST, address),
-      (d) =>
-        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
-        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
-      30_000,
-    );
+    const clean = await settledDevice(client, HOST, address, 30_000);
     expect(stateName(clean.deviceState), `${clean.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
     expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
     expect(clean.lastCleanup?.action).toBe('shred');
@@ -217,13 +206,7 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     await client.arqs.deleteAcceleratorRequests({ uuids: [arq!.uuid], instanceUuid: '' });
 
     await agent.restart();
-    const clean = await eventually(
-      () => getDevice(client, HOST, address),
-      (d) =>
-        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
-        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
-      30_000,
-    );
+    const clean = await settledDevice(client, HOST, address, 30_000);
     expect(stateName(clean.deviceState), `${clean.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
     expect(clean.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
     expect(clean.lastCleanup?.action).toBe('write-zeroes');
@@ -261,13 +244,7 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     client.close();
     client = new SchedulerClient({ endpoint: scheduler.endpoint, timeoutMs: 10_000 });
     // Before the agent re-registers the scheduler only knows the job was running.
-    const done = await eventually(
-      () => getDevice(client, HOST, address),
-      (d) =>
-        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
-        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
-      20_000,
-    );
+    const done = await settledDevice(client, HOST, address, 20_000);
     expect(stateName(done.deviceState), `${done.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
     // The same job delivered its outcome: no second cleanup was started.
     expect(done.lastCleanup?.jobId).toBe(jobId);

@@ -28,6 +28,7 @@ import {
   createNvmeProfile,
   getDevice,
   listChecked,
+  settledDevice,
   stateName,
 } from '../helpers/invariants.js';
 import {
@@ -144,13 +145,7 @@ describe('network cuts between the scheduler and an agent (TCP proxy, child proc
     }
     proxyA.restore();
 
-    const done = await eventually(
-      () => getDevice(client, HOST_A, address),
-      (d) =>
-        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
-        d.deviceState === DeviceState.DEVICE_STATE_ERROR,
-      30_000,
-    );
+    const done = await settledDevice(client, HOST_A, address, 30_000);
     expect(stateName(done.deviceState), `${done.errorReason}\n${explain()}`).toBe('DEVICE_STATE_AVAILABLE');
     // The same job: re-attached by job id, not cleaned a second time.
     expect(done.lastCleanup?.jobId).toBe(jobId);

@@ -51,7 +51,8 @@ export interface AgentConfig {
   schedulerTokenFile: string | null;
 }
 
-const TOP_LEVEL_KEYS = new Set([
+/** Every top-level key the agent configuration knows (besides enabled drivers' sections). */
+export const TOP_LEVEL_KEYS: ReadonlySet<string> = new Set([
   'host',
   'listen',
   'advertise',
