@@ -112,9 +112,9 @@ export async function loadStore(
   return { store, loadMs: nowMs() - t0 };
 }
 
-/** The store's connection (private field): only for pragmas during the untimed load. */
+/** The store's connection: only for pragmas during the untimed load. */
 function rawDb(store: SqliteStore): Database.Database {
-  return (store as unknown as { db: Database.Database }).db;
+  return store.db.connection;
 }
 
 export function synchronousMode(store: SqliteStore): number {

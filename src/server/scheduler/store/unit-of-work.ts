@@ -1,0 +1,183 @@
+/**
+ * The unit-of-work port: the only thing a store backend implements.
+ *
+ * Every atomic operation of the scheduler (bind, release, inventory upsert,
+ * cleanup events, migrations…) is written ONCE, in ../usecases, against this
+ * port; a backend (SQLite today, PostgreSQL next) provides rows, locks and one
+ * transaction per unit, and nothing else — no validation, no decisions.
+ *
+ * Rules a backend must keep (docs/decisions.md, "The unit-of-work port"):
+ *
+ * - `run(fn)` gives `fn` a UnitOfWork inside ONE transaction and resolves only
+ *   after that transaction committed durably; if `fn` throws, nothing it wrote
+ *   stays. A unit awaits only this port (no timers, no RPCs), so a backend may
+ *   hold locks for the whole unit. A backend may run `fn` again after a
+ *   transient conflict (deadlock, serialization failure, a racing insert of the
+ *   same key): units have no effect outside the port until they resolve.
+ * - Reads given `FOR_UPDATE` lock what they return until the unit ends
+ *   (PostgreSQL: `SELECT … FOR UPDATE`). A unit reads with `FOR_UPDATE` every
+ *   row it may write from what it read; it locks a host before it allocates on
+ *   that host (allocation reads the host's other devices and IOMMU groups) and
+ *   takes `lockInstance` before a decision over an instance's set of ARQs (tag
+ *   uniqueness, an open migration, guest addresses). Locks are taken in the
+ *   order instance → migration → ARQ → host → device → cleanup job where a use
+ *   case can; a backend that can deadlock detects it and re-runs the unit.
+ * - `putDevice` is a compare-and-set on the device generation: a row that is
+ *   not at `previousGeneration` is refused with ABORTED (reason
+ *   CONCURRENT_UPDATE), nothing written. Allocation candidates are read
+ *   without row locks (under the host lock) and rely on it.
+ * - `appendDeviceEvent` assigns the revision itself, in COMMIT order: a watcher
+ *   that read every event up to revision R never later finds a committed event
+ *   with a revision ≤ R. The unit never learns the revision.
+ * - Reads return copies: mutating a returned record changes nothing stored.
+ * - Errors are BerthErrors with codes (../../../errors.ts); a unit's own
+ *   BerthError passes through unchanged.
+ */
+
+import type { CandidateQuery } from '../domain/allocation.js';
+import type { Arq } from '../domain/arq.js';
+import type { DeviceRecord, DeviceState } from '../domain/device-state.js';
+import type { Profile } from '../domain/profile.js';
+import type {
+  CleanupEvent,
+  CleanupJob,
+  DeviceEvent,
+  DeviceFilter,
+  DeviceRef,
+  HostRecord,
+  InstanceDevices,
+  MigrationRecord,
+} from './store.js';
+
+/** How a read locks what it returns (nothing, unless `forUpdate`). */
+export interface ReadOptions {
+  /** Lock the rows returned until the unit ends: they are about to be written. */
+  forUpdate?: boolean;
+}
+
+export const FOR_UPDATE: ReadOptions = Object.freeze({ forUpdate: true });
+
+/** Devices of a query, always ordered by (host, address). */
+export interface DeviceQuery extends DeviceFilter {
+  /** device_state IN states (with `state`, both must hold). */
+  states?: readonly DeviceState[];
+  /** Keyset paging: only devices after this (host, address). */
+  after?: { host: string; address: string };
+  limit?: number;
+}
+
+export interface DeviceCount {
+  host: string;
+  type: string;
+  state: string;
+  count: number;
+}
+
+/** A stored idempotency key: what the request looked like and what it returned (both JSON). */
+export interface IdempotencyRecord {
+  fingerprint: string;
+  result: string;
+}
+
+/** What a read-only unit may do: read a consistent view, lock nothing. */
+export interface ReadUnit {
+  // hosts
+  /** The stored host; its `deviceCount` is not maintained by the backend (see `deviceCount`). */
+  host(name: string, opts?: ReadOptions): Promise<HostRecord | null>;
+  /** Every host, by name. */
+  hosts(): Promise<HostRecord[]>;
+  deviceCount(host: string): Promise<number>;
+
+  // devices
+  device(ref: DeviceRef, opts?: ReadOptions): Promise<DeviceRecord | null>;
+  devices(query: DeviceQuery, opts?: ReadOptions): Promise<DeviceRecord[]>;
+  /** The host's `available` devices of one resource class (or vendor/product), by address. */
+  allocationCandidates(query: CandidateQuery, opts?: ReadOptions): Promise<DeviceRecord[]>;
+  /** IOMMU groups of the host with a device allocated, pending_cleaning or cleaning. */
+  busyIommuGroups(host: string): Promise<number[]>;
+  deviceCounts(): Promise<DeviceCount[]>;
+
+  // cleanup
+  cleanupJob(jobId: string, opts?: ReadOptions): Promise<CleanupJob | null>;
+  /** The device's most recently created job. */
+  latestCleanupJob(deviceUuid: string): Promise<CleanupJob | null>;
+  /** Events with sequence > afterSequence, by sequence. */
+  cleanupEvents(jobId: string, afterSequence: number): Promise<CleanupEvent[]>;
+
+  // profiles
+  /** By name or uuid. */
+  profile(nameOrUuid: string, opts?: ReadOptions): Promise<Profile | null>;
+  /** By name. */
+  profiles(): Promise<Profile[]>;
+
+  // accelerator requests
+  arq(uuid: string, opts?: ReadOptions): Promise<Arq | null>;
+  /** All ARQs, or one instance's, in creation order. */
+  arqs(filter: { instanceUuid?: string }, opts?: ReadOptions): Promise<Arq[]>;
+
+  // migrations
+  migration(uuid: string, opts?: ReadOptions): Promise<MigrationRecord | null>;
+  /** The instance's migrations in state `planned`. */
+  plannedMigrations(instanceUuid: string, opts?: ReadOptions): Promise<MigrationRecord[]>;
+
+  // instances
+  instanceDevices(instanceUuid: string, opts?: ReadOptions): Promise<InstanceDevices | null>;
+
+  // idempotency keys
+  idempotencyKey(key: string, opts?: ReadOptions): Promise<IdempotencyRecord | null>;
+
+  // device event log
+  /** The highest committed revision (0 when the log is empty). */
+  currentRevision(): Promise<number>;
+  /** Events with revision > `revision`, oldest first, at most `limit`. */
+  eventsSince(revision: number, limit: number): Promise<DeviceEvent[]>;
+}
+
+/** One transaction's reads and writes. */
+export interface UnitOfWork extends ReadUnit {
+  /**
+   * Serialise this unit with every other unit that locks the same instance, until
+   * it ends (PostgreSQL: `pg_advisory_xact_lock`). A lock on rows cannot do it:
+   * the rows a decision must see may not exist yet (an ARQ being bound to it).
+   */
+  lockInstance(instanceUuid: string): Promise<void>;
+  putHost(host: HostRecord): Promise<void>;
+  /**
+   * Insert (`previousGeneration` null) or replace a device. ABORTED when the
+   * stored row is not at `previousGeneration` (or exists, for an insert).
+   */
+  putDevice(device: DeviceRecord, previousGeneration: number | null): Promise<void>;
+  /** Log the device as it now is; the backend numbers it in commit order. */
+  appendDeviceEvent(device: DeviceRecord): Promise<void>;
+
+  putCleanupJob(job: CleanupJob): Promise<void>;
+  /** false when the job already has an event with this sequence (nothing written). */
+  addCleanupEvent(event: CleanupEvent): Promise<boolean>;
+
+  /** A new profile; its name and uuid are free (the unit checked under lock). */
+  insertProfile(profile: Profile): Promise<void>;
+  /** false when there was none. */
+  deleteProfile(name: string): Promise<boolean>;
+
+  putArq(arq: Arq): Promise<void>;
+  deleteArq(uuid: string): Promise<void>;
+
+  putMigration(migration: MigrationRecord): Promise<void>;
+
+  putInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<void>;
+
+  /** A new key (a racing insert of the same key is a transient conflict). */
+  putIdempotencyKey(key: string, record: IdempotencyRecord, createdAt: string): Promise<void>;
+}
+
+/** Runs units of work; one per backend connection (pool). */
+export interface TransactionRunner {
+  /** A read-write unit in one transaction; resolves after COMMIT. */
+  run<T>(fn: (uow: UnitOfWork) => Promise<T>): Promise<T>;
+  /** A read-only unit: one consistent snapshot, no locks, no writes. */
+  read<T>(fn: (uow: ReadUnit) => Promise<T>): Promise<T>;
+  /** Highest schema migration applied. */
+  schemaVersion(): Promise<number>;
+  /** Units already accepted finish (and commit) first; later ones are refused. */
+  close(): Promise<void>;
+}

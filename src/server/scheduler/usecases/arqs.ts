@@ -1,0 +1,232 @@
+/** Use cases: accelerator requests — created from a profile, bound to devices, deleted into release. */
+
+import { randomUUID } from 'node:crypto';
+import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
+import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
+import { type Arq, arqBound, sameBinding, transitionArq } from '../domain/arq.js';
+import { bind, type DeviceRecord } from '../domain/device-state.js';
+import type { RequestGroup } from '../domain/profile.js';
+import { duplicateTags, validateTag } from '../domain/tags.js';
+import type { ArqBinding, BindResult, CreateArqsRequest, DeleteArqsResult } from '../store/store.js';
+import { FOR_UPDATE } from '../store/unit-of-work.js';
+import { pickOnHost } from './allocate.js';
+import { read, type UseCaseDeps, write } from './context.js';
+import { abortPlanned } from './live-migrations.js';
+import {
+  idempotent,
+  mustArq,
+  mustDevice,
+  mustHost,
+  releaseHeld,
+  remember,
+  writeArq,
+  writeDevice,
+} from './records.js';
+
+export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Promise<Arq[]> {
+  const tags = req.tags ?? [];
+  for (const [i, t] of tags.entries()) validateTag(`tags[${i}]`, t);
+  return write(deps, async (tx) => {
+    const key = req.requestId ? `arqs:${req.requestId}` : undefined;
+    const fingerprint = { profile: req.profileName, tags };
+    const seen = await idempotent<string[]>(tx.uow, key, fingerprint);
+    if (seen) {
+      const again: Arq[] = [];
+      for (const u of seen) again.push(await mustArq(tx.uow, u));
+      return again;
+    }
+    const profile = await tx.uow.profile(req.profileName);
+    if (!profile) throw notFound('profile', req.profileName);
+    const total = profile.groups.reduce((n, g) => n + g.count, 0);
+    if (tags.length > total) {
+      throw invalidArgument(
+        'tags',
+        `${tags.length} tags for profile "${profile.name}" which makes ${total} ARQs`,
+      );
+    }
+    const now = tx.now();
+    const out: Arq[] = [];
+    for (const [groupId, group] of profile.groups.entries()) {
+      for (let k = 0; k < group.count; k++) {
+        out.push(
+          await writeArq(tx, {
+            uuid: randomUUID(),
+            profileName: profile.name,
+            groupId,
+            group,
+            state: 'initial',
+            instanceUuid: null,
+            host: null,
+            deviceUuid: null,
+            deviceAddress: null,
+            attachHandle: null,
+            tag: tags[out.length] ?? '',
+            error: '',
+            createdAt: now,
+            deviceType: '',
+            guestAddress: null,
+          }),
+        );
+      }
+    }
+    await remember(
+      tx,
+      key,
+      fingerprint,
+      out.map((a) => a.uuid),
+    );
+    return out;
+  });
+}
+
+export async function getArq(deps: UseCaseDeps, uuid: string): Promise<Arq> {
+  return read(deps, (r) => mustArq(r, uuid));
+}
+
+export async function listArqs(deps: UseCaseDeps, instanceUuid?: string): Promise<Arq[]> {
+  return read(deps, (r) => r.arqs(instanceUuid ? { instanceUuid } : {}));
+}
+
+/**
+ * Bind every ARQ to an allocatable device on its host, all or nothing, in one
+ * unit: lock the host, pick among its candidates, bind, update the ARQ. A
+ * retried identical binding returns the same devices. On failure nothing is
+ * bound and the ARQs are marked bind_failed with the error (a second unit).
+ */
+export async function bindArqs(
+  deps: UseCaseDeps,
+  bindings: ArqBinding[],
+  pick: PickFn = pickDevice,
+): Promise<BindResult> {
+  const seenUuids = new Set<string>();
+  bindings.forEach((b, i) => {
+    for (const key of ['arqUuid', 'instanceUuid', 'host'] as const) {
+      if (!b[key]) throw invalidArgument(`bindings[${i}].${snake(key)}`, 'is required');
+    }
+    if (seenUuids.has(b.arqUuid)) {
+      throw invalidArgument(`bindings[${i}].arq_uuid`, `ARQ ${b.arqUuid} appears twice in one request`);
+    }
+    seenUuids.add(b.arqUuid);
+    validateTag(`bindings[${i}].tag`, b.tag ?? '');
+  });
+  try {
+    return await write(deps, async (tx) => {
+      const arqs: Arq[] = [];
+      const devices: DeviceRecord[] = [];
+      for (const [i, b] of bindings.entries()) {
+        await tx.uow.lockInstance(b.instanceUuid);
+        const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
+        if (sameBinding(arq, b)) {
+          arqs.push(arq);
+          devices.push(await mustDevice(tx.uow, { uuid: arq.deviceUuid! }));
+          continue;
+        }
+        if (arq.state === 'bound') {
+          throw failedPrecondition(
+            'ARQ_ALREADY_BOUND',
+            `ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid} on host ${arq.host}`,
+            { arq_uuid: arq.uuid },
+          );
+        }
+        await mustHost(tx.uow, b.host, FOR_UPDATE);
+        const started = transitionArq(arq, 'bind_started');
+        const { result, candidates } = await pickOnHost(tx.uow, b.host, arq.group, pick);
+        if (!result.device) {
+          throw failedPrecondition(
+            'NO_ALLOCATABLE_DEVICE',
+            `no allocatable device on host ${b.host} for ARQ ${arq.uuid} (${describeGroup(arq.group)}): ${
+              candidates.length === 0 ? 'no available candidates' : describeRejections(result.rejected)
+            }`,
+            { arq_uuid: arq.uuid, host: b.host },
+          );
+        }
+        const device = await writeDevice(
+          tx,
+          result.device,
+          bind(result.device, { arqUuid: arq.uuid, instanceUuid: b.instanceUuid }),
+        );
+        const bound = arqBound(started, device, b.instanceUuid, b.tag || arq.tag);
+        const others = (await tx.uow.arqs({ instanceUuid: b.instanceUuid })).filter(
+          (a) => a.uuid !== arq.uuid && a.state === 'bound',
+        );
+        const dups = duplicateTags(
+          [...others, bound].map((a) => ({
+            field: a.uuid === arq.uuid ? `bindings[${i}].tag` : `ARQ ${a.uuid}`,
+            deviceType: a.deviceType,
+            tag: a.tag,
+          })),
+        );
+        if (dups[0]) throw invalidArgument(dups[0].field, dups[0].description);
+        arqs.push(await writeArq(tx, bound));
+        devices.push(device);
+      }
+      return { arqs, devices };
+    });
+  } catch (e) {
+    if (e instanceof BerthError && e.code === 'FAILED_PRECONDITION' && e.reason !== 'ARQ_ALREADY_BOUND') {
+      await markBindFailed(deps, bindings, e.message);
+    }
+    throw e;
+  }
+}
+
+/** After a rolled-back bind, record why on the ARQs that could have been bound. */
+async function markBindFailed(deps: UseCaseDeps, bindings: ArqBinding[], message: string): Promise<void> {
+  await write(deps, async (tx) => {
+    for (const b of bindings) {
+      const arq = await tx.uow.arq(b.arqUuid, FOR_UPDATE);
+      if (!arq || (arq.state !== 'initial' && arq.state !== 'bind_failed')) continue;
+      const started = transitionArq(arq, 'bind_started');
+      await writeArq(tx, transitionArq(started, 'bind_failed', { error: message }));
+    }
+  });
+}
+
+/** By uuids or instance; devices go through release. Deleting what is gone is a no-op. */
+export async function deleteArqs(
+  deps: UseCaseDeps,
+  selector: { uuids?: string[]; instanceUuid?: string },
+): Promise<DeleteArqsResult> {
+  if (!selector.uuids?.length && !selector.instanceUuid) {
+    throw invalidArgument('uuids', 'give ARQ uuids or an instance_uuid');
+  }
+  return write(deps, async (tx) => {
+    const arqs: Arq[] = [];
+    if (selector.uuids?.length) {
+      for (const u of selector.uuids) {
+        const a = await tx.uow.arq(u, FOR_UPDATE);
+        if (a) arqs.push(a);
+      }
+    } else {
+      await tx.uow.lockInstance(selector.instanceUuid!);
+      arqs.push(...(await tx.uow.arqs({ instanceUuid: selector.instanceUuid! }, FOR_UPDATE)));
+    }
+    const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
+    // By uuids, the instances are known only now (the one exception to the lock order).
+    if (selector.uuids?.length) for (const instance of instances) await tx.uow.lockInstance(instance);
+    const released: DeviceRecord[] = [];
+    for (const arq of arqs) {
+      transitionArq(arq, 'deleting');
+      if (arq.deviceUuid) {
+        const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
+        if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
+          released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
+        }
+      }
+      await tx.uow.deleteArq(arq.uuid);
+    }
+    // A planned migration no longer matches an instance that lost ARQs: abort
+    // it, or its destination claims would stay allocated to nobody.
+    for (const instance of instances) {
+      for (const m of await tx.uow.plannedMigrations(instance, FOR_UPDATE)) {
+        released.push(...(await abortPlanned(tx, m)).released);
+      }
+    }
+    return { deletedUuids: arqs.map((a) => a.uuid), released };
+  });
+}
+
+const snake = (s: string) => s.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+const describeGroup = (g: RequestGroup) =>
+  g.resourceClass ? `resource class ${g.resourceClass}` : `vendor ${g.vendorId} product ${g.productId}`;

@@ -1,0 +1,163 @@
+/** Use cases: cleanup jobs, from an operator's request to the agent's last progress event. */
+
+import { randomUUID } from 'node:crypto';
+import { invalidArgument } from '../../../errors.js';
+import {
+  cleanupDispatched,
+  cleanupFailed,
+  cleanupImpossible,
+  cleanupInterrupted,
+  cleanupStarted,
+  cleanupSucceeded,
+  type DeviceRecord,
+  operatorClean,
+} from '../domain/device-state.js';
+import type { CleanupEvent, CleanupJob, DeviceRef } from '../store/store.js';
+import { FOR_UPDATE } from '../store/unit-of-work.js';
+import { read, type UseCaseDeps, write } from './context.js';
+import {
+  createJob,
+  finishJob,
+  idempotent,
+  mustDevice,
+  mustJob,
+  remember,
+  writeDevice,
+  writeJob,
+} from './records.js';
+
+const WORKING_PHASES = new Set(['preparing', 'sanitizing', 'namespace_reset', 'zeroing', 'verifying']);
+const FINAL_PHASES = new Set(['succeeded', 'failed', 'interrupted']);
+
+/**
+ * Operator CleanDevice: error → pending_cleaning under a new queued job.
+ * A retry with the same requestId returns the same job.
+ */
+export async function requestClean(
+  deps: UseCaseDeps,
+  ref: DeviceRef,
+  opts: { requestId?: string; agentCanClean: boolean },
+): Promise<{ device: DeviceRecord; job: CleanupJob }> {
+  return write(deps, async (tx) => {
+    const d = await mustDevice(tx.uow, ref, FOR_UPDATE);
+    const key = opts.requestId ? `clean:${opts.requestId}` : undefined;
+    const seen = await idempotent<{ jobId: string }>(tx.uow, key, { device: d.uuid });
+    if (seen) return { device: d, job: await mustJob(tx.uow, seen.jobId) };
+    const jobId = randomUUID();
+    const next = await writeDevice(tx, d, operatorClean(d, jobId, opts.agentCanClean));
+    const job = await createJob(tx, next, jobId, 'operator');
+    await remember(tx, key, { device: d.uuid }, { jobId });
+    return { device: next, job };
+  });
+}
+
+/** pending_cleaning and cleaning devices (of one host, or all) with their jobs. */
+export async function cleanupBacklog(
+  deps: UseCaseDeps,
+  host?: string,
+): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>> {
+  return read(deps, async (r) => {
+    // cleaning devices too: a broken progress stream is re-attached by job id
+    // (after an agent restart, reconcileAgentRestart has already moved them to error).
+    const devices = await r.devices({
+      ...(host ? { host } : {}),
+      states: ['pending_cleaning', 'cleaning'],
+    });
+    const out: Array<{ device: DeviceRecord; job: CleanupJob }> = [];
+    for (const device of devices) {
+      const job = device.cleanupJobId ? await r.cleanupJob(device.cleanupJobId) : null;
+      if (job) out.push({ device, job });
+    }
+    return out;
+  });
+}
+
+export async function markCleanupDispatched(deps: UseCaseDeps, jobId: string): Promise<CleanupJob> {
+  return write(deps, async (tx) => {
+    const job = await mustJob(tx.uow, jobId, FOR_UPDATE);
+    cleanupDispatched(await mustDevice(tx.uow, { uuid: job.deviceUuid }), jobId);
+    if (job.state !== 'queued' && job.state !== 'dispatched') return job;
+    return writeJob(tx, { ...job, state: 'dispatched', dispatchedAt: tx.now() });
+  });
+}
+
+/**
+ * Record one progress event and apply it to the device: the first working
+ * phase → cleaning, succeeded/failed/interrupted → available/error. A repeated
+ * sequence is ignored (applied: false); an event of a job that is no longer the
+ * device's is recorded but changes no device.
+ */
+export async function applyCleanupEvent(
+  deps: UseCaseDeps,
+  ev: CleanupEvent,
+): Promise<{ device: DeviceRecord; job: CleanupJob; applied: boolean }> {
+  if (!Number.isInteger(ev.sequence) || ev.sequence < 1) {
+    throw invalidArgument('event.sequence', `${ev.sequence} is not a positive integer`);
+  }
+  return write(deps, async (tx) => {
+    const job = await mustJob(tx.uow, ev.jobId, FOR_UPDATE);
+    const device = await mustDevice(tx.uow, { uuid: job.deviceUuid }, FOR_UPDATE);
+    if (ev.address !== job.address) {
+      throw invalidArgument(
+        'event.address',
+        `"${ev.address}" is not job ${job.jobId}'s device ${job.address}`,
+      );
+    }
+    if (!(await tx.uow.addCleanupEvent(ev))) return { device, job, applied: false };
+    let nextJob: CleanupJob = { ...job, lastSequence: Math.max(job.lastSequence, ev.sequence) };
+    if (FINAL_PHASES.has(ev.phase)) {
+      nextJob = {
+        ...nextJob,
+        state: ev.phase as CleanupJob['state'],
+        message: ev.message,
+        finishedAt: ev.time,
+      };
+    } else if (WORKING_PHASES.has(ev.phase) && !FINAL_PHASES.has(job.state)) {
+      nextJob = { ...nextJob, state: 'running' };
+    }
+    let next = device;
+    // Only the device's current job may move it; a late event of an old job is history.
+    if (device.cleanupJobId === ev.jobId) {
+      const now = tx.now();
+      if (ev.phase === 'succeeded') next = cleanupSucceeded(device, ev.jobId, ev.action, now);
+      else if (ev.phase === 'failed') next = cleanupFailed(device, ev.jobId, ev.message, now);
+      else if (ev.phase === 'interrupted') next = cleanupInterrupted(device, ev.jobId, ev.message, now);
+      else if (WORKING_PHASES.has(ev.phase)) next = cleanupStarted(device, ev.jobId, now);
+      next = await writeDevice(tx, device, next);
+      if (ev.phase === 'succeeded' && next.deviceState === 'error') {
+        nextJob = { ...nextJob, state: 'failed', message: next.errorReason };
+      }
+    }
+    return { device: next, job: await writeJob(tx, nextJob), applied: true };
+  });
+}
+
+/** The job cannot run (agent cannot clean): pending_cleaning → error. */
+export async function failCleanup(
+  deps: UseCaseDeps,
+  jobId: string,
+  reason: string,
+): Promise<{ device: DeviceRecord; job: CleanupJob }> {
+  return write(deps, async (tx) => {
+    const job = await mustJob(tx.uow, jobId, FOR_UPDATE);
+    const d = await mustDevice(tx.uow, { uuid: job.deviceUuid }, FOR_UPDATE);
+    const device = await writeDevice(tx, d, cleanupImpossible(d, jobId, reason, tx.now()));
+    return { device, job: (await finishJob(tx, jobId, 'failed', reason))! };
+  });
+}
+
+export async function getCleanupJob(deps: UseCaseDeps, jobId: string): Promise<CleanupJob> {
+  return read(deps, (r) => mustJob(r, jobId));
+}
+
+export async function latestCleanupJob(deps: UseCaseDeps, deviceUuid: string): Promise<CleanupJob | null> {
+  return read(deps, (r) => r.latestCleanupJob(deviceUuid));
+}
+
+export async function cleanupEvents(
+  deps: UseCaseDeps,
+  jobId: string,
+  afterSequence = 0,
+): Promise<CleanupEvent[]> {
+  return read(deps, (r) => r.cleanupEvents(jobId, afterSequence));
+}

@@ -1,0 +1,153 @@
+/** Use cases: inventory from the agents, and devices as clients and operators see them. */
+
+import { randomUUID } from 'node:crypto';
+import { invalidArgument } from '../../../errors.js';
+import {
+  DEVICE_STATUSES,
+  type DeviceFacts,
+  type DeviceRecord,
+  type DeviceStatus,
+  newDevice,
+  operatorRelease,
+  rediscovered,
+  setStatus,
+  vanished,
+} from '../domain/device-state.js';
+import type {
+  DeviceFilter,
+  DevicePage,
+  DeviceRef,
+  InventoryResult,
+  InventoryUpdate,
+  PageRequest,
+} from '../store/store.js';
+import { type DeviceQuery, FOR_UPDATE } from '../store/unit-of-work.js';
+import { read, type UseCaseDeps, write } from './context.js';
+import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from './records.js';
+
+const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
+const DEFAULT_PAGE = 500;
+const MAX_PAGE = 5000;
+
+/**
+ * Apply an agent snapshot or delta: insert new devices, update changed ones
+ * (rediscovery, invariant 6), mark missing ones unhealthy. Never deletes.
+ */
+export async function upsertInventory(
+  deps: UseCaseDeps,
+  host: string,
+  update: InventoryUpdate,
+): Promise<InventoryResult> {
+  const incoming = update.kind === 'snapshot' ? update.devices : [...update.added, ...update.changed];
+  incoming.forEach((f, i) => {
+    if (!PCI_ADDRESS.test(f.address)) {
+      throw invalidArgument(`devices[${i}].address`, `"${f.address}" is not a lower-case PCI address`);
+    }
+  });
+  return write(deps, async (tx) => {
+    const h = await mustHost(tx.uow, host, FOR_UPDATE);
+    const result: InventoryResult = { added: [], changed: [], missing: [] };
+    // A delta the scheduler already applied (a retried delivery) changes nothing.
+    if (update.kind === 'delta' && update.revision <= h.inventoryRevision) return result;
+    const now = tx.now();
+    const existing = new Map((await tx.uow.devices({ host }, FOR_UPDATE)).map((d) => [d.address, d]));
+    const upsert = async (f: DeviceFacts) => {
+      const prev = existing.get(f.address);
+      if (!prev) {
+        result.added.push(await writeDevice(tx, null, newDevice(host, f, randomUUID(), now)));
+        return;
+      }
+      const next = await writeDevice(tx, prev, rediscovered(prev, f));
+      if (next !== prev) result.changed.push(next);
+    };
+    const gone = async (d: DeviceRecord) => {
+      if (!d.present) return;
+      result.missing.push(await writeDevice(tx, d, vanished(d, 'no longer reported by the host agent')));
+    };
+    if (update.kind === 'snapshot') {
+      const seen = new Set(update.devices.map((f) => f.address));
+      for (const f of update.devices) await upsert(f);
+      for (const d of existing.values()) if (!seen.has(d.address)) await gone(d);
+    } else {
+      for (const f of [...update.added, ...update.changed]) await upsert(f);
+      for (const address of update.removed) {
+        const d = existing.get(address);
+        if (d) await gone(d);
+      }
+    }
+    await writeHost(tx, { ...h, inventoryRevision: update.revision, lastSeen: now });
+    return result;
+  });
+}
+
+export async function getDevice(deps: UseCaseDeps, ref: DeviceRef): Promise<DeviceRecord> {
+  return read(deps, (r) => mustDevice(r, ref));
+}
+
+export async function listDevices(
+  deps: UseCaseDeps,
+  filter: DeviceFilter = {},
+  page: PageRequest = {},
+): Promise<DevicePage> {
+  const size = page.pageSize ? Math.min(Math.max(1, Math.trunc(page.pageSize)), MAX_PAGE) : DEFAULT_PAGE;
+  const query: DeviceQuery = { ...filter, limit: size + 1 };
+  if (page.pageToken) query.after = parsePageToken(page.pageToken);
+  return read(deps, async (r) => {
+    const rows = await r.devices(query);
+    const devices = rows.slice(0, size);
+    const last = devices[devices.length - 1];
+    const nextPageToken =
+      rows.length > size && last
+        ? Buffer.from(JSON.stringify([last.host, last.address])).toString('base64url')
+        : '';
+    return { devices, nextPageToken };
+  });
+}
+
+function parsePageToken(token: string): { host: string; address: string } {
+  let after: unknown;
+  try {
+    after = JSON.parse(Buffer.from(token, 'base64url').toString('utf8'));
+  } catch {
+    after = null;
+  }
+  if (!Array.isArray(after) || after.length !== 2 || after.some((x) => typeof x !== 'string')) {
+    throw invalidArgument('page_token', `"${token}" is not a page token this server issued`);
+  }
+  return { host: after[0] as string, address: after[1] as string };
+}
+
+/** ABORTED (nothing changed) when expectedGeneration is given and stale. */
+export async function setDeviceStatus(
+  deps: UseCaseDeps,
+  ref: DeviceRef,
+  status: DeviceStatus,
+  expectedGeneration?: number,
+): Promise<DeviceRecord> {
+  if (!DEVICE_STATUSES.includes(status)) {
+    throw invalidArgument('status', `"${status}" is not enabled or maintaining`);
+  }
+  return transitionDevice(deps, ref, expectedGeneration, (d) => setStatus(d, status));
+}
+
+/** Operator un-burn (ReleaseDevice). */
+export async function releaseDevice(
+  deps: UseCaseDeps,
+  ref: DeviceRef,
+  expectedGeneration?: number,
+): Promise<DeviceRecord> {
+  return transitionDevice(deps, ref, expectedGeneration, operatorRelease);
+}
+
+async function transitionDevice(
+  deps: UseCaseDeps,
+  ref: DeviceRef,
+  expectedGeneration: number | undefined,
+  transition: (d: DeviceRecord) => DeviceRecord,
+): Promise<DeviceRecord> {
+  return write(deps, async (tx) => {
+    const d = await mustDevice(tx.uow, ref, FOR_UPDATE);
+    checkGeneration(d, expectedGeneration);
+    return writeDevice(tx, d, transition(d));
+  });
+}

@@ -1,0 +1,32 @@
+/** Use cases: the device event log (WatchDevices) and device counts (metrics). */
+
+import type { DeviceRecord } from '../domain/device-state.js';
+import type { DeviceEvent, DeviceFilter } from '../store/store.js';
+import type { DeviceCount } from '../store/unit-of-work.js';
+import { read, type UseCaseDeps } from './context.js';
+
+export async function currentRevision(deps: UseCaseDeps): Promise<number> {
+  return read(deps, (r) => r.currentRevision());
+}
+
+/** Events with revision > `revision`, oldest first, at most `limit`. */
+export async function eventsSince(
+  deps: UseCaseDeps,
+  revision: number,
+  limit: number,
+): Promise<DeviceEvent[]> {
+  return read(deps, (r) => r.eventsSince(revision, Math.max(1, Math.trunc(limit))));
+}
+
+/** Matching devices and the revision they are consistent with, read in one unit. */
+export async function snapshot(
+  deps: UseCaseDeps,
+  filter: DeviceFilter = {},
+): Promise<{ revision: number; devices: DeviceRecord[] }> {
+  return read(deps, async (r) => ({ revision: await r.currentRevision(), devices: await r.devices(filter) }));
+}
+
+/** Devices counted by host, type and state. */
+export async function deviceCounts(deps: UseCaseDeps): Promise<DeviceCount[]> {
+  return read(deps, (r) => r.deviceCounts());
+}

@@ -1,0 +1,186 @@
+/**
+ * The steps the use cases share inside a unit of work: look a row up or fail
+ * with NOT_FOUND, write a device (generation, time, event log), idempotency
+ * keys, cleanup jobs and the release path of a held device.
+ */
+
+import { randomUUID } from 'node:crypto';
+import { BerthError, invalidArgument, notFound } from '../../../errors.js';
+import type { Arq } from '../domain/arq.js';
+import { type DeviceRecord, release } from '../domain/device-state.js';
+import type { CleanupJob, DeviceRef, HostRecord, MigrationRecord } from '../store/store.js';
+import { FOR_UPDATE, type ReadOptions, type ReadUnit } from '../store/unit-of-work.js';
+import type { Tx } from './context.js';
+
+// --- hosts -----------------------------------------------------------------
+
+export async function mustHost(r: ReadUnit, name: string, opts?: ReadOptions): Promise<HostRecord> {
+  const h = await r.host(name, opts);
+  if (!h) throw notFound('host', name);
+  return h;
+}
+
+/** The host as the API shows it: with the number of its devices. */
+export async function withCount(r: ReadUnit, h: HostRecord): Promise<HostRecord> {
+  return { ...h, deviceCount: await r.deviceCount(h.name) };
+}
+
+export async function writeHost(tx: Tx, h: HostRecord): Promise<HostRecord> {
+  await tx.uow.putHost(h);
+  return withCount(tx.uow, h);
+}
+
+// --- devices ---------------------------------------------------------------
+
+export async function mustDevice(r: ReadUnit, ref: DeviceRef, opts?: ReadOptions): Promise<DeviceRecord> {
+  const d = await r.device(ref, opts);
+  if (!d) throw notFound('device', 'uuid' in ref ? ref.uuid : `${ref.host} ${ref.address}`);
+  return d;
+}
+
+/**
+ * The one place a device is written: bumps the generation, stamps the time
+ * and appends to the event log. A transition that changed nothing writes nothing.
+ */
+export async function writeDevice(
+  tx: Tx,
+  prev: DeviceRecord | null,
+  next: DeviceRecord,
+): Promise<DeviceRecord> {
+  if (
+    prev &&
+    JSON.stringify({ ...next, generation: prev.generation, updatedAt: prev.updatedAt }) ===
+      JSON.stringify(prev)
+  ) {
+    return prev;
+  }
+  const rec: DeviceRecord = { ...next, generation: (prev?.generation ?? 0) + 1, updatedAt: tx.now() };
+  await tx.uow.putDevice(rec, prev ? prev.generation : null);
+  await tx.uow.appendDeviceEvent(rec);
+  return rec;
+}
+
+/** ABORTED (nothing changed) when the caller's expected generation is stale. */
+export function checkGeneration(d: DeviceRecord, expected: number | undefined): void {
+  if (expected !== undefined && expected !== d.generation) {
+    throw new BerthError(
+      'ABORTED',
+      `device ${d.uuid} is at generation ${d.generation}, not ${expected}; re-read and retry`,
+      {
+        reason: 'GENERATION_CONFLICT',
+        metadata: { device_uuid: d.uuid, generation: String(d.generation) },
+      },
+    );
+  }
+}
+
+// --- idempotency keys ------------------------------------------------------
+
+/** The stored result for an idempotency key, or null; INVALID_ARGUMENT if reused differently. */
+export async function idempotent<T>(
+  r: ReadUnit,
+  key: string | undefined,
+  fingerprint: unknown,
+): Promise<T | null> {
+  if (!key) return null;
+  const row = await r.idempotencyKey(key);
+  if (!row) return null;
+  if (row.fingerprint !== JSON.stringify(fingerprint)) {
+    throw invalidArgument(
+      'request_id',
+      `request id "${key.split(':').slice(1).join(':')}" was used for a different request`,
+    );
+  }
+  return JSON.parse(row.result) as T;
+}
+
+export async function remember(
+  tx: Tx,
+  key: string | undefined,
+  fingerprint: unknown,
+  result: unknown,
+): Promise<void> {
+  if (!key) return;
+  await tx.uow.putIdempotencyKey(
+    key,
+    { fingerprint: JSON.stringify(fingerprint), result: JSON.stringify(result) },
+    tx.now(),
+  );
+}
+
+// --- cleanup jobs ----------------------------------------------------------
+
+export async function mustJob(r: ReadUnit, jobId: string, opts?: ReadOptions): Promise<CleanupJob> {
+  const j = await r.cleanupJob(jobId, opts);
+  if (!j) throw notFound('cleanup job', jobId);
+  return j;
+}
+
+export async function writeJob(tx: Tx, j: CleanupJob): Promise<CleanupJob> {
+  await tx.uow.putCleanupJob(j);
+  return j;
+}
+
+export function createJob(tx: Tx, d: DeviceRecord, jobId: string, origin: CleanupJob['origin']) {
+  return writeJob(tx, {
+    jobId,
+    deviceUuid: d.uuid,
+    host: d.host,
+    address: d.address,
+    action: d.cleanupAction ?? '',
+    state: 'queued',
+    origin,
+    message: '',
+    lastSequence: 0,
+    createdAt: tx.now(),
+    dispatchedAt: null,
+    finishedAt: null,
+  });
+}
+
+export async function finishJob(
+  tx: Tx,
+  jobId: string,
+  state: CleanupJob['state'],
+  message: string,
+): Promise<CleanupJob | undefined> {
+  const j = await tx.uow.cleanupJob(jobId, FOR_UPDATE);
+  if (!j) return undefined;
+  return writeJob(tx, { ...j, state, message, finishedAt: tx.now() });
+}
+
+/** Release a held device; a device that now needs cleaning gets a queued job. */
+export async function releaseHeld(
+  tx: Tx,
+  d: DeviceRecord,
+  holder: { arqUuid: string } | { migrationUuid: string },
+): Promise<DeviceRecord> {
+  const jobId = randomUUID();
+  const next = await writeDevice(tx, d, release(d, holder, jobId));
+  if (next.deviceState === 'pending_cleaning') await createJob(tx, next, jobId, 'release');
+  return next;
+}
+
+// --- ARQs and migrations ---------------------------------------------------
+
+export async function mustArq(r: ReadUnit, uuid: string, opts?: ReadOptions): Promise<Arq> {
+  const a = await r.arq(uuid, opts);
+  if (!a) throw notFound('accelerator request', uuid);
+  return a;
+}
+
+export async function writeArq(tx: Tx, a: Arq): Promise<Arq> {
+  await tx.uow.putArq(a);
+  return a;
+}
+
+export async function mustMigration(r: ReadUnit, uuid: string, opts?: ReadOptions): Promise<MigrationRecord> {
+  const m = await r.migration(uuid, opts);
+  if (!m) throw notFound('migration', uuid);
+  return m;
+}
+
+export async function writeMigration(tx: Tx, m: MigrationRecord): Promise<MigrationRecord> {
+  await tx.uow.putMigration(m);
+  return m;
+}

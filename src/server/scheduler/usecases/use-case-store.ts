@@ -1,0 +1,256 @@
+/**
+ * The Store every service uses, for any backend: each method is one use case
+ * (this directory) run over the backend's transaction runner. Nothing here
+ * knows SQL; nothing in a backend knows a use case.
+ */
+
+import type { PickFn } from '../domain/allocation.js';
+import type { Arq } from '../domain/arq.js';
+import type { DeviceRecord, DeviceStatus } from '../domain/device-state.js';
+import type { Profile, ProfileSpec } from '../domain/profile.js';
+import type {
+  ArqBinding,
+  BindResult,
+  CleanupEvent,
+  CleanupJob,
+  CreateArqsRequest,
+  DeleteArqsResult,
+  DeviceEvent,
+  DeviceFilter,
+  DevicePage,
+  DeviceRef,
+  GuestBinding,
+  HostRecord,
+  HostRegistration,
+  InstanceDevices,
+  InventoryResult,
+  InventoryUpdate,
+  MigrationOutcome,
+  MigrationRecord,
+  PageRequest,
+  PlanMigrationRequest,
+  Store,
+} from '../store/store.js';
+import type { DeviceCount, TransactionRunner } from '../store/unit-of-work.js';
+import * as arqs from './arqs.js';
+import * as cleanup from './cleanup.js';
+import type { UseCaseDeps } from './context.js';
+import * as devices from './devices.js';
+import * as events from './events.js';
+import * as hosts from './hosts.js';
+import * as instances from './instances.js';
+import * as migrations from './live-migrations.js';
+import * as profiles from './profiles.js';
+
+export interface UseCaseStoreOptions {
+  /** Clock, for tests. */
+  now?: () => Date;
+}
+
+export class UseCaseStore<R extends TransactionRunner = TransactionRunner> implements Store {
+  private readonly deps: UseCaseDeps;
+
+  constructor(
+    /** The backend; exposed for tools that need it (benchmarks set pragmas during a load). */
+    readonly db: R,
+    options: UseCaseStoreOptions = {},
+  ) {
+    this.deps = { db, clock: options.now ?? (() => new Date()) };
+  }
+
+  close(): Promise<void> {
+    return this.db.close();
+  }
+
+  schemaVersion(): Promise<number> {
+    return this.db.schemaVersion();
+  }
+
+  // --- hosts -------------------------------------------------------------
+
+  registerHost(reg: HostRegistration): Promise<HostRecord> {
+    return hosts.registerHost(this.deps, reg);
+  }
+
+  touchHost(name: string): Promise<HostRecord> {
+    return hosts.touchHost(this.deps, name);
+  }
+
+  reconcileAgentRestart(host: string): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }> {
+    return hosts.reconcileAgentRestart(this.deps, host);
+  }
+
+  setHostConnected(host: string, connected: boolean): Promise<HostRecord> {
+    return hosts.touchHost(this.deps, host, { connected });
+  }
+
+  getHost(name: string): Promise<HostRecord> {
+    return hosts.getHost(this.deps, name);
+  }
+
+  listHosts(): Promise<HostRecord[]> {
+    return hosts.listHosts(this.deps);
+  }
+
+  // --- inventory and devices --------------------------------------------
+
+  upsertInventory(host: string, update: InventoryUpdate): Promise<InventoryResult> {
+    return devices.upsertInventory(this.deps, host, update);
+  }
+
+  getDevice(ref: DeviceRef): Promise<DeviceRecord> {
+    return devices.getDevice(this.deps, ref);
+  }
+
+  listDevices(filter?: DeviceFilter, page?: PageRequest): Promise<DevicePage> {
+    return devices.listDevices(this.deps, filter, page);
+  }
+
+  setDeviceStatus(ref: DeviceRef, status: DeviceStatus, expectedGeneration?: number): Promise<DeviceRecord> {
+    return devices.setDeviceStatus(this.deps, ref, status, expectedGeneration);
+  }
+
+  releaseDevice(ref: DeviceRef, expectedGeneration?: number): Promise<DeviceRecord> {
+    return devices.releaseDevice(this.deps, ref, expectedGeneration);
+  }
+
+  requestClean(
+    ref: DeviceRef,
+    opts: { requestId?: string; agentCanClean: boolean },
+  ): Promise<{ device: DeviceRecord; job: CleanupJob }> {
+    return cleanup.requestClean(this.deps, ref, opts);
+  }
+
+  // --- cleanup -----------------------------------------------------------
+
+  cleanupBacklog(host?: string): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>> {
+    return cleanup.cleanupBacklog(this.deps, host);
+  }
+
+  markCleanupDispatched(jobId: string): Promise<CleanupJob> {
+    return cleanup.markCleanupDispatched(this.deps, jobId);
+  }
+
+  applyCleanupEvent(
+    event: CleanupEvent,
+  ): Promise<{ device: DeviceRecord; job: CleanupJob; applied: boolean }> {
+    return cleanup.applyCleanupEvent(this.deps, event);
+  }
+
+  failCleanup(jobId: string, reason: string): Promise<{ device: DeviceRecord; job: CleanupJob }> {
+    return cleanup.failCleanup(this.deps, jobId, reason);
+  }
+
+  getCleanupJob(jobId: string): Promise<CleanupJob> {
+    return cleanup.getCleanupJob(this.deps, jobId);
+  }
+
+  latestCleanupJob(deviceUuid: string): Promise<CleanupJob | null> {
+    return cleanup.latestCleanupJob(this.deps, deviceUuid);
+  }
+
+  cleanupEvents(jobId: string, afterSequence?: number): Promise<CleanupEvent[]> {
+    return cleanup.cleanupEvents(this.deps, jobId, afterSequence);
+  }
+
+  // --- profiles ----------------------------------------------------------
+
+  createProfile(spec: ProfileSpec): Promise<Profile> {
+    return profiles.createProfile(this.deps, spec);
+  }
+
+  getProfile(nameOrUuid: string): Promise<Profile> {
+    return profiles.getProfile(this.deps, nameOrUuid);
+  }
+
+  listProfiles(): Promise<Profile[]> {
+    return profiles.listProfiles(this.deps);
+  }
+
+  deleteProfile(name: string): Promise<boolean> {
+    return profiles.deleteProfile(this.deps, name);
+  }
+
+  // --- accelerator requests ---------------------------------------------
+
+  createArqs(req: CreateArqsRequest): Promise<Arq[]> {
+    return arqs.createArqs(this.deps, req);
+  }
+
+  getArq(uuid: string): Promise<Arq> {
+    return arqs.getArq(this.deps, uuid);
+  }
+
+  listArqs(instanceUuid?: string): Promise<Arq[]> {
+    return arqs.listArqs(this.deps, instanceUuid);
+  }
+
+  bindArqs(bindings: ArqBinding[], pick?: PickFn): Promise<BindResult> {
+    return arqs.bindArqs(this.deps, bindings, pick);
+  }
+
+  deleteArqs(selector: { uuids?: string[]; instanceUuid?: string }): Promise<DeleteArqsResult> {
+    return arqs.deleteArqs(this.deps, selector);
+  }
+
+  // --- migrations --------------------------------------------------------
+
+  planMigration(req: PlanMigrationRequest, pick?: PickFn): Promise<MigrationRecord> {
+    return migrations.planMigration(this.deps, req, pick);
+  }
+
+  setMigrationDetails(
+    uuid: string,
+    details: { destinationXml?: string; readiness?: MigrationRecord['readiness'] },
+  ): Promise<MigrationRecord> {
+    return migrations.setMigrationDetails(this.deps, uuid, details);
+  }
+
+  getMigration(uuid: string): Promise<MigrationRecord> {
+    return migrations.getMigration(this.deps, uuid);
+  }
+
+  commitMigration(uuid: string): Promise<MigrationOutcome> {
+    return migrations.commitMigration(this.deps, uuid);
+  }
+
+  abortMigration(uuid: string): Promise<MigrationOutcome> {
+    return migrations.abortMigration(this.deps, uuid);
+  }
+
+  // --- instances ---------------------------------------------------------
+
+  setInstanceDevices(instanceUuid: string, devs: InstanceDevices): Promise<void> {
+    return instances.setInstanceDevices(this.deps, instanceUuid, devs);
+  }
+
+  getInstanceDevices(instanceUuid: string): Promise<InstanceDevices> {
+    return instances.getInstanceDevices(this.deps, instanceUuid);
+  }
+
+  registerInstanceDevices(instanceUuid: string, devs: InstanceDevices): Promise<InstanceDevices> {
+    return instances.registerInstanceDevices(this.deps, instanceUuid, devs);
+  }
+
+  assignGuestAddresses(instanceUuid: string): Promise<GuestBinding[]> {
+    return instances.assignGuestAddresses(this.deps, instanceUuid);
+  }
+
+  // --- event log ---------------------------------------------------------
+
+  currentRevision(): Promise<number> {
+    return events.currentRevision(this.deps);
+  }
+
+  deviceCounts(): Promise<DeviceCount[]> {
+    return events.deviceCounts(this.deps);
+  }
+
+  eventsSince(revision: number, limit: number): Promise<DeviceEvent[]> {
+    return events.eventsSince(this.deps, revision, limit);
+  }
+
+  snapshot(filter?: DeviceFilter): Promise<{ revision: number; devices: DeviceRecord[] }> {
+    return events.snapshot(this.deps, filter);
+  }
+}
