@@ -2,12 +2,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { BerthError } from '../../../errors.js';
 import { facts } from '../domain/test-fixtures.js';
-import { openSqliteStore } from './sqlite-store.js';
+import { openSqliteStore, SqliteDatabase } from './sqlite-store.js';
 import { runStoreContract } from './store-contract.js';
+import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.js';
 
 runStoreContract('sqlite', (path) => openSqliteStore(path));
+runUnitOfWorkContract('sqlite', async (path) => new SqliteDatabase(path));
 
 describe('SqliteStore specifics', () => {
   it('uses WAL, records each migration once, and allocation reads through the host index', async () => {
@@ -48,5 +51,87 @@ describe('SqliteStore specifics', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('SqliteDatabase: group commit and serialised units', () => {
+  let dir: string;
+  let db: SqliteDatabase;
+  /** A second connection on the same file: it sees only what was committed. */
+  let other: Database.Database;
+  const committed = (name: string) =>
+    other.prepare('SELECT 1 FROM hosts WHERE name = ?').get(name) !== undefined;
+
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'berth-sqlite-gc-'));
+    db = new SqliteDatabase(join(dir, 's.db'));
+    other = new Database(join(dir, 's.db'), { readonly: true });
+  });
+  afterEach(async () => {
+    other.close();
+    await db.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('units of one turn share one transaction, each acknowledged only after its COMMIT', async () => {
+    const seenByOthers: boolean[] = [];
+    const answered: boolean[] = [];
+    const units = ['a', 'b', 'c'].map((name, i) =>
+      db
+        .run(async (uow) => {
+          await uow.putHost(hostRecord(name));
+          // While the third unit runs, the first two are written but not committed.
+          if (i === 2) seenByOthers.push(committed('a'), committed('b'), committed('c'));
+          return name;
+        })
+        .then((v) => {
+          answered.push(committed(v));
+          return v;
+        }),
+    );
+    expect(await Promise.all(units)).toEqual(['a', 'b', 'c']);
+    expect(seenByOthers).toEqual([false, false, false]);
+    expect(answered).toEqual([true, true, true]);
+  });
+
+  it('a unit that throws rolls back alone; the others of its batch commit', async () => {
+    const results = await Promise.allSettled([
+      db.run((uow) => uow.putHost(hostRecord('a'))),
+      db.run(async (uow) => {
+        await uow.putHost(hostRecord('b'));
+        throw new BerthError('FAILED_PRECONDITION', 'no');
+      }),
+      db.run((uow) => uow.putHost(hostRecord('c'))),
+    ]);
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+    expect(['a', 'b', 'c'].map(committed)).toEqual([true, false, true]);
+  });
+
+  it('two units never interleave on the connection, and a read waits for the batch to end', async () => {
+    const trace: string[] = [];
+    let readDuringBatch: Promise<unknown> | undefined;
+    const unit = (name: string) =>
+      db.run(async (uow) => {
+        for (let step = 0; step < 3; step++) {
+          trace.push(`${name}${step}`);
+          await uow.host(name);
+        }
+        await uow.putHost(hostRecord(name));
+        // Asked for mid-batch, answered after it: never an uncommitted (here rolled-back) row.
+        readDuringBatch ??= db.read((r) => r.host('x'));
+        if (name === 'x') throw new BerthError('ABORTED', 'roll x back');
+      });
+    const settled = await Promise.allSettled([unit('x'), unit('y')]);
+    expect(settled.map((s) => s.status)).toEqual(['rejected', 'fulfilled']);
+    expect(trace).toEqual(['x0', 'x1', 'x2', 'y0', 'y1', 'y2']);
+    expect(await readDuringBatch).toBeNull();
+  });
+
+  it('a unit used after it ended is refused', async () => {
+    let leaked: { host(name: string): Promise<unknown> } | undefined;
+    await db.run(async (uow) => {
+      leaked = uow;
+    });
+    await expect(leaked!.host('a')).rejects.toThrow(/after it ended/);
   });
 });

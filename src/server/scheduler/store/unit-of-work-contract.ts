@@ -1,0 +1,164 @@
+/**
+ * The contract every unit-of-work backend must pass, below the use cases: what
+ * the store contract (store-contract.ts) relies on but cannot see from
+ * outside — rollback of a failed unit, the generation compare-and-set, event
+ * revisions, locked read-modify-write under concurrency, acknowledgement after
+ * commit. A backend's test file calls `runUnitOfWorkContract` with a factory.
+ */
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { BerthError } from '../../../errors.js';
+import { type DeviceRecord, newDevice } from '../domain/device-state.js';
+import { facts } from '../domain/test-fixtures.js';
+import type { HostRecord } from './store.js';
+import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from './unit-of-work.js';
+
+export type OpenRunner = (path: string) => Promise<TransactionRunner>;
+
+const NOW = '2026-01-01T00:00:00.000Z';
+
+export const hostRecord = (name: string, registrations = 1): HostRecord => ({
+  name,
+  endpoint: `${name}:7071`,
+  bootId: 'b',
+  agentEpoch: 'e',
+  agentVersion: 'v',
+  features: [],
+  drivers: [],
+  registrations,
+  connected: false,
+  registeredAt: NOW,
+  lastSeen: NOW,
+  inventoryRevision: 0,
+  deviceCount: 0,
+});
+
+const device = (uuid: string, index = 0): DeviceRecord => ({
+  ...newDevice('h1', facts({ index }), uuid, NOW),
+  generation: 1,
+});
+
+async function rejection(p: Promise<unknown>): Promise<BerthError> {
+  try {
+    await p;
+  } catch (e) {
+    expect(e).toBeInstanceOf(BerthError);
+    return e as BerthError;
+  }
+  throw new Error('expected the promise to reject');
+}
+
+export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
+  describe(`Unit-of-work contract: ${name}`, () => {
+    let dir: string;
+    let path: string;
+    let db: TransactionRunner;
+
+    beforeEach(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'berth-uow-'));
+      path = join(dir, 'scheduler.db');
+      db = await open(path);
+    });
+    afterEach(async () => {
+      await db.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    it('what a unit wrote is read back as written, by copy, and survives a reopen', async () => {
+      const d = device('d-1');
+      await db.run(async (uow) => {
+        await uow.putHost(hostRecord('h1'));
+        await uow.putDevice(d, null);
+        await uow.appendDeviceEvent(d);
+      });
+      const read = await db.read((r) => r.device({ host: 'h1', address: d.address }));
+      expect(read).toEqual(d);
+      read!.deviceState = 'error';
+      expect((await db.read((r) => r.device({ uuid: 'd-1' })))!.deviceState).toBe('available');
+      await db.close();
+      db = await open(path);
+      expect(await db.read((r) => r.host('h1'))).toEqual(hostRecord('h1'));
+      expect(await db.read((r) => r.deviceCount('h1'))).toBe(1);
+    });
+
+    it('a unit that throws leaves nothing, events included, and its error passes through unchanged', async () => {
+      const before = await db.read((r) => r.currentRevision());
+      const mine = new BerthError('FAILED_PRECONDITION', 'no', { reason: 'MINE' });
+      const e = await rejection(
+        db.run(async (uow) => {
+          await uow.putHost(hostRecord('h1'));
+          await uow.putDevice(device('d-1'), null);
+          await uow.appendDeviceEvent(device('d-1'));
+          throw mine;
+        }),
+      );
+      expect(e).toBe(mine);
+      expect(await db.read((r) => r.host('h1'))).toBeNull();
+      expect(await db.read((r) => r.device({ uuid: 'd-1' }))).toBeNull();
+      expect(await db.read((r) => r.currentRevision())).toBe(before);
+    });
+
+    it('putDevice is a compare-and-set on the generation: a stale write changes nothing', async () => {
+      const d = device('d-1');
+      await db.run((uow) => uow.putDevice(d, null));
+      const stale = await rejection(
+        db.run((uow) => uow.putDevice({ ...d, generation: 3, status: 'maintaining' }, 2)),
+      );
+      expect([stale.code, stale.reason]).toEqual(['ABORTED', 'CONCURRENT_UPDATE']);
+      const again = await rejection(db.run((uow) => uow.putDevice({ ...d, deviceState: 'error' }, null)));
+      expect([again.code, again.reason]).toEqual(['ABORTED', 'CONCURRENT_UPDATE']);
+      expect(await db.read((r) => r.device({ uuid: 'd-1' }))).toEqual(d);
+      await db.run((uow) => uow.putDevice({ ...d, generation: 2, status: 'maintaining' }, 1));
+      expect((await db.read((r) => r.device({ uuid: 'd-1' })))!.generation).toBe(2);
+    });
+
+    it('appended events get increasing revisions in commit order, resumable from any of them', async () => {
+      const r0 = await db.read((r) => r.currentRevision());
+      await db.run((uow) => uow.putDevice(device('d-1'), null));
+      // Units that commit one after another: revisions follow their order.
+      for (let g = 1; g <= 5; g++) {
+        const rec = { ...device('d-1'), generation: g };
+        await db.run((uow) => uow.appendDeviceEvent(rec));
+      }
+      // Concurrent units: whatever the order, every revision is distinct and increasing.
+      await Promise.all(
+        [6, 7, 8].map((g) => db.run((uow) => uow.appendDeviceEvent({ ...device('d-1'), generation: g }))),
+      );
+      const events = await db.read((r) => r.eventsSince(r0, 100));
+      expect(events.slice(0, 5).map((e) => e.device.generation)).toEqual([1, 2, 3, 4, 5]);
+      const revs = events.map((e) => e.revision);
+      expect(revs.every((r, i) => i === 0 || r > revs[i - 1]!)).toBe(true);
+      expect(await db.read((r) => r.currentRevision())).toBe(revs[revs.length - 1]);
+      expect((await db.read((r) => r.eventsSince(revs[4]!, 100))).map((e) => e.revision)).toEqual(
+        revs.slice(5),
+      );
+      expect(await db.read((r) => r.eventsSince(revs[0]!, 2))).toHaveLength(2);
+    });
+
+    it('32 concurrent read-modify-write units under FOR_UPDATE lose no update', async () => {
+      await db.run((uow) => uow.putHost(hostRecord('h1', 0)));
+      const bump = (uow: UnitOfWork) =>
+        uow.host('h1', FOR_UPDATE).then((h) => uow.putHost({ ...h!, registrations: h!.registrations + 1 }));
+      await Promise.all(Array.from({ length: 32 }, () => db.run(bump)));
+      expect((await db.read((r) => r.host('h1')))!.registrations).toBe(32);
+    });
+
+    it('a read-only unit cannot write', async () => {
+      await rejection(db.read((r) => (r as UnitOfWork).putHost(hostRecord('h1'))));
+      expect(await db.read((r) => r.host('h1'))).toBeNull();
+    });
+
+    it('close commits and answers the units already accepted, then refuses new ones with UNAVAILABLE', async () => {
+      const accepted = db.run((uow) => uow.putHost(hostRecord('h1')));
+      await db.close();
+      await accepted;
+      expect((await rejection(db.run((uow) => uow.putHost(hostRecord('h2'))))).code).toBe('UNAVAILABLE');
+      expect((await rejection(db.read((r) => r.host('h1')))).code).toBe('UNAVAILABLE');
+      db = await open(path);
+      expect(await db.read((r) => r.host('h1'))).not.toBeNull();
+    });
+  });
+}
