@@ -2,8 +2,8 @@
  * Choosing a device for one request group on one host.
  *
  * As in NVIDIA's k8s-device-plugin: a table of filters and a table of
- * preference comparators over one selection loop. The caller (the store, inside
- * its bind transaction) hands in only the candidates of one host and one
+ * preference comparators over one selection loop. The caller (a use case, inside
+ * its bind unit of work) hands in only the candidates of one host and one
  * resource class or vendor/product — this module never sees the fleet.
  */
 

@@ -4,8 +4,8 @@
  * Every event that can change a device's lifecycle is a function here that takes
  * the current record and returns the next one, or throws a BerthError with a
  * machine-readable reason. Nothing else in the scheduler writes `deviceState`,
- * `burned`, `status` or `reserved`: the store applies these functions inside its
- * transactions, so the invariants live in exactly one place.
+ * `burned`, `status` or `reserved`: the use cases (../usecases) apply these
+ * functions inside their units of work, so the invariants live in exactly one place.
  *
  * `reserved` is never set by a transition directly: `settle()` recomputes it from
  * `allocatable()` after every event, so "reserved = total exactly when the device

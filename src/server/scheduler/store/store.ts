@@ -3,10 +3,11 @@
  * (store-contract.ts), several backends (SQLite now, PostgreSQL for HA later).
  *
  * Every operation that must be atomic is ONE method here — the caller never
- * reads, decides and writes in separate calls. Inside, a backend applies the pure
- * transitions of ../domain in a single transaction, bumps the device generation
- * and appends to the device event log. Methods are async so a networked backend
- * can implement them; errors are BerthErrors that already carry their gRPC code.
+ * reads, decides and writes in separate calls. Each is a use case (../usecases)
+ * that applies the pure transitions of ../domain inside one unit of work
+ * (unit-of-work.ts), bumps the device generation and appends to the device event
+ * log; a backend implements only that port. Errors are BerthErrors that already
+ * carry their gRPC code.
  */
 
 import type { PickFn } from '../domain/allocation.js';
