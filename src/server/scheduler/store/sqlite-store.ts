@@ -218,7 +218,11 @@ export class SqliteDatabase implements TransactionRunner {
       this.stmt('COMMIT').run();
     } catch (error) {
       // BEGIN, a savepoint or COMMIT failed: nothing of the batch is durable.
-      if (this.connection.inTransaction) this.stmt('ROLLBACK').run();
+      try {
+        if (this.connection.inTransaction) this.stmt('ROLLBACK').run();
+      } catch {
+        // The callers get the batch's own error; SQLite rolls back what it can.
+      }
       for (const item of batch) item.reject(error);
       return;
     }
