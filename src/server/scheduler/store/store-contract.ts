@@ -27,7 +27,8 @@ const reg = (name: string, agentEpoch = 'e1'): HostRegistration => ({
   drivers: ['pci', 'nvme'],
 });
 
-async function rejection(p: Promise<unknown>): Promise<BerthError> {
+/** The BerthError a promise rejects with (fails the test when it resolves). */
+export async function rejection(p: Promise<unknown>): Promise<BerthError> {
   try {
     await p;
   } catch (e) {

@@ -14,6 +14,7 @@ import { BerthError } from '../../../errors.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { facts } from '../domain/test-fixtures.js';
 import type { HostRecord } from './store.js';
+import { rejection } from './store-contract.js';
 import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from './unit-of-work.js';
 
 export type OpenRunner = (path: string) => Promise<TransactionRunner>;
@@ -40,16 +41,6 @@ const device = (uuid: string, index = 0): DeviceRecord => ({
   ...newDevice('h1', facts({ index }), uuid, NOW),
   generation: 1,
 });
-
-async function rejection(p: Promise<unknown>): Promise<BerthError> {
-  try {
-    await p;
-  } catch (e) {
-    expect(e).toBeInstanceOf(BerthError);
-    return e as BerthError;
-  }
-  throw new Error('expected the promise to reject');
-}
 
 export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
   describe(`Unit-of-work contract: ${name}`, () => {

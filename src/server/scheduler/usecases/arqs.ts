@@ -1,7 +1,7 @@
 /** Use cases: accelerator requests — created from a profile, bound to devices, deleted into release. */
 
 import { randomUUID } from 'node:crypto';
-import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
+import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import { type Arq, arqBound, sameBinding, transitionArq } from '../domain/arq.js';
 import { bind, type DeviceRecord } from '../domain/device-state.js';
@@ -17,6 +17,7 @@ import {
   mustArq,
   mustDevice,
   mustHost,
+  mustProfile,
   releaseHeld,
   remember,
   writeArq,
@@ -35,8 +36,7 @@ export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Pro
       for (const u of seen) again.push(await mustArq(tx.uow, u));
       return again;
     }
-    const profile = await tx.uow.profile(req.profileName);
-    if (!profile) throw notFound('profile', req.profileName);
+    const profile = await mustProfile(tx.uow, req.profileName);
     const total = profile.groups.reduce((n, g) => n + g.count, 0);
     if (tags.length > total) {
       throw invalidArgument(

@@ -1,10 +1,11 @@
 /** Use cases: device profiles. */
 
 import { randomUUID } from 'node:crypto';
-import { BerthError, notFound } from '../../../errors.js';
+import { BerthError } from '../../../errors.js';
 import { type Profile, type ProfileSpec, sameProfileSpec } from '../domain/profile.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps, write } from './context.js';
+import { mustProfile } from './records.js';
 
 /** Idempotent on an identical spec; ALREADY_EXISTS for a different one under the name. */
 export async function createProfile(deps: UseCaseDeps, spec: ProfileSpec): Promise<Profile> {
@@ -24,11 +25,7 @@ export async function createProfile(deps: UseCaseDeps, spec: ProfileSpec): Promi
 
 /** By name or uuid. */
 export async function getProfile(deps: UseCaseDeps, nameOrUuid: string): Promise<Profile> {
-  return read(deps, async (r) => {
-    const p = await r.profile(nameOrUuid);
-    if (!p) throw notFound('profile', nameOrUuid);
-    return p;
-  });
+  return read(deps, (r) => mustProfile(r, nameOrUuid));
 }
 
 export async function listProfiles(deps: UseCaseDeps): Promise<Profile[]> {

@@ -8,17 +8,22 @@ import { randomUUID } from 'node:crypto';
 import { BerthError, invalidArgument, notFound } from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
 import { type DeviceRecord, release } from '../domain/device-state.js';
+import type { Profile } from '../domain/profile.js';
 import type { CleanupJob, DeviceRef, HostRecord, MigrationRecord } from '../store/store.js';
 import { FOR_UPDATE, type ReadOptions, type ReadUnit } from '../store/unit-of-work.js';
 import type { Tx } from './context.js';
 
+/** The row, or NOT_FOUND naming it. */
+async function must<T>(kind: string, id: string, row: Promise<T | null>): Promise<T> {
+  const found = await row;
+  if (found === null) throw notFound(kind, id);
+  return found;
+}
+
 // --- hosts -----------------------------------------------------------------
 
-export async function mustHost(r: ReadUnit, name: string, opts?: ReadOptions): Promise<HostRecord> {
-  const h = await r.host(name, opts);
-  if (!h) throw notFound('host', name);
-  return h;
-}
+export const mustHost = (r: ReadUnit, name: string, opts?: ReadOptions): Promise<HostRecord> =>
+  must('host', name, r.host(name, opts));
 
 /** The host as the API shows it: with the number of its devices. */
 export async function withCount(r: ReadUnit, h: HostRecord): Promise<HostRecord> {
@@ -32,11 +37,8 @@ export async function writeHost(tx: Tx, h: HostRecord): Promise<HostRecord> {
 
 // --- devices ---------------------------------------------------------------
 
-export async function mustDevice(r: ReadUnit, ref: DeviceRef, opts?: ReadOptions): Promise<DeviceRecord> {
-  const d = await r.device(ref, opts);
-  if (!d) throw notFound('device', 'uuid' in ref ? ref.uuid : `${ref.host} ${ref.address}`);
-  return d;
-}
+export const mustDevice = (r: ReadUnit, ref: DeviceRef, opts?: ReadOptions): Promise<DeviceRecord> =>
+  must('device', 'uuid' in ref ? ref.uuid : `${ref.host} ${ref.address}`, r.device(ref, opts));
 
 /**
  * The one place a device is written: bumps the generation, stamps the time
@@ -110,11 +112,8 @@ export async function remember(
 
 // --- cleanup jobs ----------------------------------------------------------
 
-export async function mustJob(r: ReadUnit, jobId: string, opts?: ReadOptions): Promise<CleanupJob> {
-  const j = await r.cleanupJob(jobId, opts);
-  if (!j) throw notFound('cleanup job', jobId);
-  return j;
-}
+export const mustJob = (r: ReadUnit, jobId: string, opts?: ReadOptions): Promise<CleanupJob> =>
+  must('cleanup job', jobId, r.cleanupJob(jobId, opts));
 
 export async function writeJob(tx: Tx, j: CleanupJob): Promise<CleanupJob> {
   await tx.uow.putCleanupJob(j);
@@ -161,24 +160,23 @@ export async function releaseHeld(
   return next;
 }
 
+// --- profiles --------------------------------------------------------------
+
+export const mustProfile = (r: ReadUnit, nameOrUuid: string, opts?: ReadOptions): Promise<Profile> =>
+  must('profile', nameOrUuid, r.profile(nameOrUuid, opts));
+
 // --- ARQs and migrations ---------------------------------------------------
 
-export async function mustArq(r: ReadUnit, uuid: string, opts?: ReadOptions): Promise<Arq> {
-  const a = await r.arq(uuid, opts);
-  if (!a) throw notFound('accelerator request', uuid);
-  return a;
-}
+export const mustArq = (r: ReadUnit, uuid: string, opts?: ReadOptions): Promise<Arq> =>
+  must('accelerator request', uuid, r.arq(uuid, opts));
 
 export async function writeArq(tx: Tx, a: Arq): Promise<Arq> {
   await tx.uow.putArq(a);
   return a;
 }
 
-export async function mustMigration(r: ReadUnit, uuid: string, opts?: ReadOptions): Promise<MigrationRecord> {
-  const m = await r.migration(uuid, opts);
-  if (!m) throw notFound('migration', uuid);
-  return m;
-}
+export const mustMigration = (r: ReadUnit, uuid: string, opts?: ReadOptions): Promise<MigrationRecord> =>
+  must('migration', uuid, r.migration(uuid, opts));
 
 export async function writeMigration(tx: Tx, m: MigrationRecord): Promise<MigrationRecord> {
   await tx.uow.putMigration(m);
