@@ -39,10 +39,15 @@ export async function upsertInventory(
   update: InventoryUpdate,
 ): Promise<InventoryResult> {
   const incoming = update.kind === 'snapshot' ? update.devices : [...update.added, ...update.changed];
+  const addresses = new Set<string>();
   incoming.forEach((f, i) => {
     if (!PCI_ADDRESS.test(f.address)) {
       throw invalidArgument(`devices[${i}].address`, `"${f.address}" is not a lower-case PCI address`);
     }
+    if (addresses.has(f.address)) {
+      throw invalidArgument(`devices[${i}].address`, `"${f.address}" is reported twice in one update`);
+    }
+    addresses.add(f.address);
   });
   return write(deps, async (tx) => {
     const h = await mustHost(tx.uow, host, FOR_UPDATE);
