@@ -6,7 +6,7 @@
  * port; a backend (SQLite today, PostgreSQL next) provides rows, locks and one
  * transaction per unit, and nothing else — no validation, no decisions.
  *
- * Rules a backend must keep (docs/decisions.md, "The unit-of-work port"):
+ * Rules a backend must keep (and how PostgreSQL keeps them: docs/decisions.md 13):
  *
  * - `run(fn)` gives `fn` a UnitOfWork inside ONE transaction and resolves only
  *   after that transaction committed durably; if `fn` throws, nothing it wrote
