@@ -11,6 +11,7 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import { judgeEvidence, type Verdict } from '../../server/agent/cleanup-judge.js';
 import {
   createNvmeSimState,
   readNvmeSimState,
@@ -18,10 +19,12 @@ import {
   writeNvmeWrapper,
 } from '../../sim/nvme-cli/index.js';
 import { buildSysfs, type SysfsBuilder } from '../../sim/sysfs/index.js';
+import type { CleanupEvidence } from '../cleanup-evidence.js';
+import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
-import type { CleanupContext, HostContext } from '../driver.js';
+import type { CleanupContext, GenericDriver, HostContext } from '../driver.js';
 import { ExecRunner } from '../exec-runner.js';
-import type { CleanupProgress } from '../types.js';
+import type { CleanupProgress, DiscoveredDevice } from '../types.js';
 
 export const ADDRESS = '0000:01:00.0';
 
@@ -37,15 +40,17 @@ export interface TestHost {
   ctx: HostContext;
   /** argv of every nvme invocation so far, with the pid that ran it. */
   invocations(): Promise<{ pid: number; argv: string[] }[]>;
-  cleanupCtx(signal?: AbortSignal): CleanupContext & { events: CleanupProgress[] };
+  cleanupCtx(signal?: AbortSignal, policy?: CleanupPolicy): CleanupContext & { events: CleanupProgress[] };
   dispose(): Promise<void>;
 }
 
 export interface TestHostOptions {
   controller?: Partial<SimControllerSpec>;
-  namespaces?: { nsid: number; sizeBytes: number }[];
+  namespaces?: { nsid: number; sizeBytes: number; lbaSize?: 512 | 4096; attached?: boolean }[];
   vendorId?: string;
   productId?: string;
+  /** Put the controller in nvme-subsys<N>: the multipath layout (heads nvme<N>nY). */
+  subsystem?: number;
 }
 
 export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
@@ -54,6 +59,7 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   const devRoot = join(root, 'dev');
   const statePath = join(root, 'nvme-sim.json');
   const namespaces = opts.namespaces ?? [{ nsid: 1, sizeBytes: 1 << 20 }];
+  const visible = namespaces.filter((n) => n.attached !== false);
   const builder = await buildSysfs(sysfsRoot, {
     nvme: [
       {
@@ -61,7 +67,8 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
         vendorId: opts.vendorId ?? '144d',
         productId: opts.productId ?? 'a808',
         controller: 'nvme0',
-        namespaces,
+        namespaces: visible.map(({ attached: _a, ...n }) => n),
+        ...(opts.subsystem === undefined ? {} : { subsystem: opts.subsystem }),
       },
     ],
   });
@@ -72,6 +79,7 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
         devPath: join(devRoot, 'nvme0'),
         pciAddress: ADDRESS,
         namespaces,
+        ...(opts.subsystem === undefined ? {} : { nsNamePrefix: `nvme${opts.subsystem}n` }),
         ...opts.controller,
       },
     ],
@@ -120,12 +128,31 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
           return { pid: Number(pid), argv: (rest ?? '').split(' ') };
         });
     },
-    cleanupCtx(signal = new AbortController().signal) {
+    cleanupCtx(signal = new AbortController().signal, policy = DEFAULT_CLEANUP_POLICY) {
       const events: CleanupProgress[] = [];
-      return { ...ctx, jobId: 'job-1', signal, progress: (p: CleanupProgress) => events.push(p), events };
+      return {
+        ...ctx,
+        jobId: 'job-1',
+        signal,
+        policy,
+        progress: (p: CleanupProgress) => {
+          events.push(p);
+        },
+        events,
+      };
     },
     dispose: () => rm(root, { recursive: true, force: true }),
   };
+}
+
+/** Runs a driver's cleanup and judges its evidence the way the agent does. */
+export async function cleanAndJudge(
+  driver: GenericDriver,
+  device: DiscoveredDevice,
+  ctx: CleanupContext,
+): Promise<{ evidence: CleanupEvidence; verdict: Verdict }> {
+  const evidence = await driver.cleanup(device, ctx);
+  return { evidence, verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy) };
 }
 
 /** Writes a recognisable tenant pattern at several places of a namespace backing file. */
