@@ -524,6 +524,18 @@ describe('NvmeDriver on the simulator', () => {
       expect(await holdsTenantData(nsPath(h, 1))).toBe(false);
     });
 
+    it('fails closed when sysfs still shows the old namespace after the rescan (it would hide the rest)', async () => {
+      const { host: h, driver } = await setup({
+        namespaces: [{ nsid: 1, sizeBytes: 4 << 20 }],
+        controller: { sanicap: 0, oacs: 0x1e, tnvmcapBytes: 12 << 20 },
+        kernelRescan: false,
+      });
+      const d = await discoverOne(driver, h);
+      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(
+        /the new namespace nvme0n1 shows 4194304 bytes in sysfs, not the 12582912 created/,
+      );
+    });
+
     it('verify: sample reads a stratified sample of a big namespace, and only that policy accepts it', async () => {
       const { host: h, driver } = await setup({
         namespaces: [{ nsid: 1, sizeBytes: 256 << 20, lbaSize: 4096 }],

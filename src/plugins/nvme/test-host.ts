@@ -51,6 +51,8 @@ export interface TestHostOptions {
   productId?: string;
   /** Put the controller in nvme-subsys<N>: the multipath layout (heads nvme<N>nY). */
   subsystem?: number;
+  /** False: ns-rescan leaves sysfs as it was (a kernel that has not caught up). Default true. */
+  kernelRescan?: boolean;
 }
 
 export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
@@ -94,7 +96,7 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   const runner: CommandRunner = {
     async run(file, args, options) {
       const r = await exec.run(file, args, options);
-      if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0) {
+      if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0 && opts.kernelRescan !== false) {
         const state = await readNvmeSimState(statePath);
         const ctrl = state.controllers.find((c) => c.name === 'nvme0')!;
         await builder.setNvmeNamespaces(

@@ -138,9 +138,11 @@ async function consolidate(
     (ns) => ns.length === 1 && ns[0]!.nsid === nsid,
     `the single namespace ${nsid}`,
   );
-  if (BigInt(only!.sizeBytes) < sum) {
+  // sysfs must show the size we created (a stale size would leave the rest unzeroed and unread).
+  const want = blocks * BigInt(lbaSize);
+  if (BigInt(only!.sizeBytes) < want || want < sum) {
     throw new CleanupFailedError(
-      `${r.fn.address}: the new namespace ${only!.name} has ${only!.sizeBytes} bytes, less than the ${sum} bytes of the namespaces it replaced`,
+      `${r.fn.address}: the new namespace ${only!.name} shows ${only!.sizeBytes} bytes in sysfs, not the ${want} created (the namespaces it replaced held ${sum})`,
     );
   }
   step('ns-rescan', `one namespace: ${only!.name} (${only!.sizeBytes} bytes)`);
