@@ -507,6 +507,22 @@ describe('NvmeDriver on the simulator', () => {
       );
     });
 
+    it('capacity "0" with working namespace management fails closed, having changed nothing', async () => {
+      const { host: h, driver } = await setup({
+        controller: { sanicap: 0, oacs: 0x1e, tnvmcapBytes: 8 << 20, reportCapacity: false },
+      });
+      const d = await discoverOne(driver, h);
+      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(
+        /has working namespace management but reports its capacity as 0: capacity outside its namespaces cannot be found/,
+      );
+      // Only the probe (an nsid above NN, which cannot exist) was sent; the namespace is still there.
+      const mgmt = (await h.invocations())
+        .filter((i) => i.argv[0] === 'delete-ns')
+        .map((i) => i.argv.slice(2));
+      expect(mgmt).toEqual([['-n', '33']]);
+      expect((await readNvmeSimState(h.statePath)).controllers[0]!.namespaces).toHaveLength(1);
+    });
+
     it('consolidation covers the unallocated capacity, where a deleted namespace left tenant data', async () => {
       const { host: h, driver } = await setup({
         namespaces: [{ nsid: 1, sizeBytes: 4 << 20 }],

@@ -15,6 +15,7 @@ import { judgeEvidence, type Verdict } from '../../server/agent/cleanup-judge.js
 import {
   createNvmeSimState,
   readNvmeSimState,
+  runCli,
   type SimControllerSpec,
   writeNvmeWrapper,
 } from '../../sim/nvme-cli/index.js';
@@ -53,6 +54,12 @@ export interface TestHostOptions {
   subsystem?: number;
   /** False: ns-rescan leaves sysfs as it was (a kernel that has not caught up). Default true. */
   kernelRescan?: boolean;
+  /**
+   * Run the simulator's nvme-cli in this process (runCli) instead of as a child
+   * process: the same code and output, without a node start-up per command, for
+   * tests that run hundreds of cleanups. Hang faults do not apply.
+   */
+  inProcess?: boolean;
 }
 
 export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
@@ -93,9 +100,13 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   await chmod(nvmeCli, 0o755);
 
   const exec = new ExecRunner({ killGraceMs: 500 });
+  const simEnv = { statePath, fast: true, now: Date.now, env: { ...process.env, LC_ALL: 'C' } };
   const runner: CommandRunner = {
     async run(file, args, options) {
-      const r = await exec.run(file, args, options);
+      const r =
+        opts.inProcess && file === nvmeCli
+          ? { ...(await runCli([...args], simEnv)), signal: null, timedOut: false, aborted: false }
+          : await exec.run(file, args, options);
       if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0 && opts.kernelRescan !== false) {
         const state = await readNvmeSimState(statePath);
         const ctrl = state.controllers.find((c) => c.name === 'nvme0')!;

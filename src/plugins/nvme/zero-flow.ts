@@ -149,6 +149,25 @@ async function consolidate(
   return { ns: only! };
 }
 
+/**
+ * Whether the controller implements namespace management at all, asked
+ * without changing anything: deleting an nsid above NN (which cannot exist).
+ * Invalid Command Opcode means it does not (QEMU); any other answer means it
+ * does. Returns the refusal in words, or null.
+ */
+async function probeNamespaceManagement(r: ResolvedController, run: RunNvme): Promise<string | null> {
+  const beyond = Math.min(r.id.nn + 1, 0xfffffffe);
+  try {
+    await run(['delete-ns', r.ctrlDev, '-n', String(beyond)], NS_MGMT_TIMEOUT_MS);
+  } catch (e) {
+    if (!(e instanceof NvmeCommandError)) throw e;
+    if (e.status && isNotImplemented(e.status)) {
+      return `delete-ns answered ${e.status.text} (${hex(e.status.value)})`;
+    }
+  }
+  return null;
+}
+
 /** Attaches allocated-but-detached namespaces so they can be zeroed in place. */
 async function attachDetached(
   r: ResolvedController,
@@ -296,8 +315,23 @@ export async function runZeroing(
   }
   const sum = namespaces.reduce((s, n) => s + n.sizeBytes, 0);
   const outsideNamespaces = r.id.tnvmcap > BigInt(sum);
+  let refused: string | null = null;
+  if (caps.nsManagement && r.id.tnvmcap === 0n) {
+    // Capacity unknown: whatever lies outside the namespaces cannot be found, so a
+    // controller whose namespace management works cannot be proven clean.
+    refused = await probeNamespaceManagement(r, run);
+    if (refused === null) {
+      throw new CleanupFailedError(
+        `${r.fn.address}: ${r.ctrl.name} has working namespace management but reports its capacity as 0: capacity outside its namespaces cannot be found, zeroed or proven clean`,
+      );
+    }
+  }
   let consolidated = false;
-  if (caps.nsManagement && (namespaces.length !== 1 || inactive.length > 0 || outsideNamespaces)) {
+  if (
+    caps.nsManagement &&
+    refused === null &&
+    (namespaces.length !== 1 || inactive.length > 0 || outsideNamespaces)
+  ) {
     const result = await consolidate(r, run, ctx);
     if ('ns' in result) {
       namespaces = [result.ns];
@@ -306,14 +340,17 @@ export async function runZeroing(
         `namespaces consolidated into ${result.ns.name} covering the capacity (${result.ns.sizeBytes} bytes)`,
       );
     } else {
-      notes.push(
-        `namespace management refused (${result.refused}) although OACS advertises it: no tenant could have created or deleted namespaces either; every namespace zeroed in place`,
-      );
-      ctx.progress({ phase: 'namespace_reset', step: 'delete-ns', message: notes.at(-1)! });
-      if (inactive.length > 0) {
-        namespaces = await attachDetached(r, inactive, run, ctx);
-        notes.push(`detached namespace(s) ${inactive.join(', ')} attached and zeroed`);
-      }
+      refused = result.refused;
+    }
+  }
+  if (refused !== null) {
+    notes.push(
+      `namespace management refused (${refused}) although OACS advertises it: no tenant could have created or deleted namespaces either; every namespace zeroed in place`,
+    );
+    ctx.progress({ phase: 'namespace_reset', step: 'delete-ns', message: notes.at(-1)! });
+    if (inactive.length > 0) {
+      namespaces = await attachDetached(r, inactive, run, ctx);
+      notes.push(`detached namespace(s) ${inactive.join(', ')} attached and zeroed`);
     }
   }
   if (!consolidated && outsideNamespaces) {
