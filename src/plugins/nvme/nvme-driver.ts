@@ -318,6 +318,11 @@ export class NvmeDriver extends GenericDriver {
       a.serial = id.sn;
       a.firmware = id.fr;
       a.capacity_bytes = id.tnvmcap.toString();
+      if (id.tnvmcap === 0n && opts.ctrl) {
+        // "0" means unknown (QEMU): the namespaces are what there is to see.
+        a.capacity_bytes = opts.ctrl.namespaces.reduce((s, n) => s + n.sizeBytes, 0).toString();
+        a.capacity_source = 'namespaces (the controller reports 0)';
+      }
       a.oacs = hex(id.oacs);
       a.oncs = hex(id.oncs);
       a.sanicap = hex(id.sanicap);
