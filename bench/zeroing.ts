@@ -25,19 +25,11 @@ import { promisify } from 'node:util';
 import { NvmeDriver } from '../src/plugins/nvme/nvme-driver.js';
 import { cleanAndJudge, makeTestHost, writeTenantData } from '../src/plugins/nvme/test-host.js';
 import type { CleanupProgress } from '../src/plugins/types.js';
+import { attachLoop, detachLoop } from '../test/helpers/loop.js';
 import { emit, median, nowMs, parseArgs, round, tempDir } from './lib.js';
 
 const run = promisify(execFile);
 const MiB = 1 << 20;
-
-function attachLoop(file: string): { dev: string | null; reason: string } {
-  if (process.getuid?.() !== 0) return { dev: null, reason: 'not root' };
-  try {
-    return { dev: execFileSync('losetup', ['-f', '--show', file], { encoding: 'utf8' }).trim(), reason: '' };
-  } catch (e) {
-    return { dev: null, reason: `losetup failed: ${(e as Error).message.split('\n')[0]}` };
-  }
-}
 
 async function timed(file: string, args: string[]): Promise<number> {
   const t0 = nowMs();
@@ -174,7 +166,7 @@ async function main() {
       bytes_read_per_round: ours[0]!.proof.bytesRead,
     });
   } finally {
-    if (loop.dev) execFileSync('losetup', ['-d', loop.dev]);
+    if (loop.dev) detachLoop(loop.dev);
     await host.dispose();
     await dir.cleanup();
   }

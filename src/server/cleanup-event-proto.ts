@@ -4,7 +4,8 @@
  * and the scheduler's records of them, which share the same phase names.
  */
 import { type CleanupEvent, CleanupPhase } from '../gen/berth/agent/v1/agent.js';
-import { type CleanupProof, ReadBack } from '../gen/berth/agent/v1/cleanup_proof.js';
+import { type CleanupProof as CleanupProofMessage, ReadBack } from '../gen/berth/agent/v1/cleanup_proof.js';
+import type { CleanupProof } from '../plugins/cleanup-evidence.js';
 
 export type CleanupPhaseName =
   | 'queued'
@@ -38,15 +39,8 @@ export function cleanupPhaseFromProto(phase: CleanupPhase): CleanupPhaseName | n
   return FROM_PROTO.get(phase) ?? null;
 }
 
-/** What the agent accepted as proof of erasure (plugins' CleanupProof, the scheduler's CleanupProofRecord). */
-export interface ProofRecord {
-  method: string;
-  readBack: 'full' | 'sample' | 'none';
-  bytesWritten: number;
-  bytesRead: number;
-  bytesTotal: number;
-  findings: string[];
-}
+/** What the agent accepted as proof of erasure (the scheduler's domain declares the same shape). */
+export type ProofRecord = CleanupProof;
 
 const READ_BACK_TO_PROTO: Record<ProofRecord['readBack'], ReadBack> = {
   full: ReadBack.READ_BACK_FULL,
@@ -54,7 +48,7 @@ const READ_BACK_TO_PROTO: Record<ProofRecord['readBack'], ReadBack> = {
   none: ReadBack.READ_BACK_NONE,
 };
 
-export function proofToProto(p: ProofRecord): CleanupProof {
+export function proofToProto(p: ProofRecord): CleanupProofMessage {
   return {
     method: p.method,
     readBack: READ_BACK_TO_PROTO[p.readBack],
@@ -66,7 +60,7 @@ export function proofToProto(p: ProofRecord): CleanupProof {
 }
 
 /** A proof from the wire; null when absent or when its read-back kind is unknown (never guessed). */
-export function proofFromProto(p: CleanupProof | undefined): ProofRecord | null {
+export function proofFromProto(p: CleanupProofMessage | undefined): ProofRecord | null {
   if (!p) return null;
   const readBack = (Object.keys(READ_BACK_TO_PROTO) as ProofRecord['readBack'][]).find(
     (k) => READ_BACK_TO_PROTO[k] === p.readBack,

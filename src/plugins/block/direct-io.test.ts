@@ -10,21 +10,14 @@ import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { attachLoop, detachLoop, loopUnsupported } from '../../../test/helpers/loop.js';
 import { alignedBuffer, openDirect, readAt, writeAt } from './direct-io.js';
 import { readBack, sampleRanges } from './read-back.js';
 import { writeZeros } from './zero-writer.js';
 
 const MIB = 1024 * 1024;
 
-const loopSupport = (() => {
-  if (process.getuid?.() !== 0) return 'not root';
-  try {
-    execFileSync('losetup', ['--version'], { stdio: 'ignore' });
-    return null;
-  } catch {
-    return 'losetup missing';
-  }
-})();
+const loopSupport = loopUnsupported();
 
 describe.skipIf(loopSupport !== null)(
   `direct I/O on a loop device${loopSupport ? ` (skipped: ${loopSupport})` : ''}`,
@@ -38,10 +31,12 @@ describe.skipIf(loopSupport !== null)(
       dir = await mkdtemp(join(tmpdir(), 'berth-dio-'));
       backing = join(dir, 'disk.img');
       await writeFile(backing, Buffer.alloc(size));
-      loop = execFileSync('losetup', ['-f', '--show', backing], { encoding: 'utf8' }).trim();
+      const attached = attachLoop(backing);
+      if (!attached.dev) throw new Error(attached.reason);
+      loop = attached.dev;
     });
     afterAll(async () => {
-      if (loop) execFileSync('losetup', ['-d', loop]);
+      if (loop) detachLoop(loop);
       await rm(dir, { recursive: true, force: true });
     });
 

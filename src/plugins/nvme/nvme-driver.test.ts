@@ -4,6 +4,7 @@ import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { attachLoop, detachLoop, loopUnsupported } from '../../../test/helpers/loop.js';
 import { judgeEvidence } from '../../server/agent/cleanup-judge.js';
 import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
@@ -642,15 +643,7 @@ describe('NvmeDriver on the simulator', () => {
 });
 
 /** The zero path on a real block device: a loop device holding a pattern, zeroed by the direct writer. */
-const loopSupport = (() => {
-  if (process.getuid?.() !== 0) return 'not root';
-  try {
-    execFileSync('losetup', ['--version'], { stdio: 'ignore' });
-    return null;
-  } catch {
-    return 'losetup missing';
-  }
-})();
+const loopSupport = loopUnsupported();
 
 describe('host-side zero path on a loop device', () => {
   it.skipIf(loopSupport !== null)(
@@ -660,12 +653,10 @@ describe('host-side zero path on a loop device', () => {
       const backing = join(host.root, 'loop.img');
       await writeFile(backing, Buffer.alloc(4 << 20, 0));
       await writeTenantData(backing, 4 << 20);
-      let loop: string;
-      try {
-        loop = execFileSync('losetup', ['-f', '--show', backing], { encoding: 'utf8' }).trim();
-      } catch (e) {
+      const { dev: loop, reason } = attachLoop(backing);
+      if (!loop) {
         await host.dispose();
-        t.skip(`losetup -f failed: ${(e as Error).message.split('\n')[0]}`);
+        t.skip(reason);
         return;
       }
       try {
@@ -686,7 +677,7 @@ describe('host-side zero path on a loop device', () => {
         expect(data.every((b) => b === 0)).toBe(true);
         expect(await readFile(backing).then((b) => b.includes('TENANT-SECRET-'))).toBe(false);
       } finally {
-        execFileSync('losetup', ['-d', loop]);
+        detachLoop(loop);
         await host.dispose();
       }
     },

@@ -200,6 +200,29 @@ async function attachDetached(
   );
 }
 
+/**
+ * Progress of one namespace's zeroing within the whole job (`base` bytes of
+ * earlier namespaces, `total` of all): reports the start at once, then
+ * `report(bytesOfThisNamespace, force)`.
+ */
+function zeroingReporter(
+  ctx: CleanupContext,
+  step: string,
+  dev: string,
+  progress: { base: number; total: number },
+): (done: number, force?: boolean) => void {
+  const report = progressThrottle(ctx);
+  const at = (done: number) => ({
+    phase: 'zeroing' as const,
+    step,
+    bytesDone: progress.base + done,
+    bytesTotal: progress.total,
+    percent: pct(progress.base + done, progress.total),
+  });
+  report({ ...at(0), message: dev }, true);
+  return (done, force = false) => report(at(done), force);
+}
+
 async function writeZeroesCommands(
   r: ResolvedController,
   ns: NvmeNamespaceInfo,
@@ -209,15 +232,7 @@ async function writeZeroesCommands(
 ): Promise<WriteEvidence> {
   const dev = nsDevPath(r, ns);
   const blocks = Math.floor(ns.sizeBytes / ns.lbaSize);
-  const report = progressThrottle(ctx);
-  const at = (done: number) => ({
-    phase: 'zeroing' as const,
-    step: 'write-zeroes',
-    bytesDone: progress.base + done,
-    bytesTotal: progress.total,
-    percent: pct(progress.base + done, progress.total),
-  });
-  report({ ...at(0), message: dev }, true);
+  const report = zeroingReporter(ctx, 'write-zeroes', dev, progress);
   const ranges: [number, number][] = [];
   for (let slba = 0; slba < blocks; slba += WRITE_ZEROES_MAX_BLOCKS) {
     const count = Math.min(WRITE_ZEROES_MAX_BLOCKS, blocks - slba);
@@ -226,7 +241,7 @@ async function writeZeroesCommands(
       COMMAND_TIMEOUT_MS,
     );
     ranges.push([slba * ns.lbaSize, (slba + count) * ns.lbaSize]);
-    report(at((slba + count) * ns.lbaSize), slba + count >= blocks);
+    report((slba + count) * ns.lbaSize, slba + count >= blocks);
   }
   const merged = mergeRanges(ranges);
   return {
@@ -244,18 +259,10 @@ async function directZeroing(
   progress: { base: number; total: number },
 ): Promise<WriteEvidence> {
   const dev = nsDevPath(r, ns);
-  const report = progressThrottle(ctx);
-  const at = (done: number) => ({
-    phase: 'zeroing' as const,
-    step: 'direct-write',
-    bytesDone: progress.base + done,
-    bytesTotal: progress.total,
-    percent: pct(progress.base + done, progress.total),
-  });
-  report({ ...at(0), message: dev }, true);
+  const report = zeroingReporter(ctx, 'direct-write', dev, progress);
   const written = await writeZeros(dev, targetOf(ns), {
     signal: ctx.signal,
-    onProgress: (done) => report(at(done), done >= ns.sizeBytes),
+    onProgress: (done) => report(done, done >= ns.sizeBytes),
   });
   const { direct: _d, ...evidence } = written;
   return evidence;
