@@ -2,9 +2,9 @@
  * The generic NVMe driver (specs/nvme-secure-cleanup.txt; DESIGN.md "NVMe
  * cleanup policy"). Discovery identifies every matched controller with
  * `nvme id-ctrl`, reports its capabilities as traits and locks in a cleanup
- * action from the policy matrix. Cleanup runs exactly that action and fails
- * closed: success is what the sanitize log or a read-back of the namespace
- * says, never an exit code.
+ * action from the policy matrix. Cleanup runs exactly that action and returns
+ * the evidence (what the sanitize log showed, what was written and read back);
+ * the agent judges it, so success is never an exit code, nor the driver's say.
  *
  * Every host effect goes through `ctx` (runner, sysfs root, /dev root) so the
  * same code runs on a real host and on the simulator.
@@ -86,8 +86,6 @@ export class NvmeDriver extends GenericDriver {
   readonly cleanupTimeoutMs: number;
   readonly nvmeCli: string;
   readonly pollIntervalMs: number;
-  /** The `verify` key (full | sample); the agent passes the same policy in ctx.policy. */
-  readonly verify: string;
   /** nvme-cli's version as initHost found it. */
   nvmeCliVersion: string | null = null;
 
@@ -155,7 +153,6 @@ export class NvmeDriver extends GenericDriver {
     this.cleanupTimeoutMs = cfg.cleanupTimeoutMs;
     this.nvmeCli = cfg.nvmeCli;
     this.pollIntervalMs = cfg.pollIntervalMs;
-    this.verify = cfg.verify;
   }
 
   // ---- initHost ------------------------------------------------------------
