@@ -156,7 +156,9 @@ async function consolidate(
  * does. Returns the refusal in words, or null.
  */
 async function probeNamespaceManagement(r: ResolvedController, run: RunNvme): Promise<string | null> {
-  const beyond = Math.min(r.id.nn + 1, 0xfffffffe);
+  // No nsid is above an NN of FFFFFFFEh: no harmless question to ask, so assume it works (fail closed).
+  if (r.id.nn >= 0xfffffffe) return null;
+  const beyond = r.id.nn + 1;
   try {
     await run(['delete-ns', r.ctrlDev, '-n', String(beyond)], NS_MGMT_TIMEOUT_MS);
   } catch (e) {
