@@ -5,11 +5,15 @@
  * class. The plugin host checks `apiVersion` against DRIVER_API_VERSION.
  */
 import type { Logger } from 'pino';
+import type { CleanupEvidence, CleanupPolicy } from './cleanup-evidence.js';
 import type { CommandRunner } from './command-runner.js';
 import type { CleanupProgress, DiscoveredDevice, DiscoveryResult } from './types.js';
 
-/** Major version of this contract; a driver written for another major is refused. */
-export const DRIVER_API_VERSION = '1';
+/**
+ * Major version of this contract; a driver written for another major is refused.
+ * 2: `cleanup()` returns CleanupEvidence, which the agent judges; the default fails.
+ */
+export const DRIVER_API_VERSION = '2';
 
 /** What a driver gets from the host: every effect goes through here, so tests swap it. */
 export interface HostContext {
@@ -30,6 +34,8 @@ export interface CleanupContext extends HostContext {
   signal: AbortSignal;
   /** Reports a step; the agent turns it into a CleanupEvent on the stream and in the journal. */
   progress(update: CleanupProgress): void;
+  /** The rules the agent will judge the returned evidence by (e.g. how much to read back). */
+  policy: CleanupPolicy;
 }
 
 /** What the plugin host passes to a driver's constructor. */
@@ -60,10 +66,19 @@ export abstract class GenericDriver {
   abstract discover(ctx: HostContext): Promise<DiscoveryResult>;
 
   /**
-   * Scrub a device with its locked-in action. Resolve only when the scrub is
-   * proven (fail closed); throw an Error whose message says what failed.
+   * Scrub a device with its locked-in action and return the evidence: what was
+   * observed on the controller, what was written and what was read back. The
+   * agent judges it against `ctx.policy`; evidence that proves less than every
+   * byte the tenant could address is a failed cleanup. Throw an Error whose
+   * message says what failed when the scrub itself fails.
+   *
+   * The default fails: a driver that sets `supportsCleaning` must implement it.
    */
-  async cleanup(_device: DiscoveredDevice, _ctx: CleanupContext): Promise<void> {}
+  async cleanup(device: DiscoveredDevice, _ctx: CleanupContext): Promise<CleanupEvidence> {
+    throw new Error(
+      `driver ${JSON.stringify(this.name)} says it cleans ${device.address} but does not implement cleanup(): nothing was scrubbed`,
+    );
+  }
 }
 
 export type DriverClass = new (options: DriverOptions) => GenericDriver;

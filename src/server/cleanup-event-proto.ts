@@ -4,6 +4,8 @@
  * and the scheduler's records of them, which share the same phase names.
  */
 import { type CleanupEvent, CleanupPhase } from '../gen/berth/agent/v1/agent.js';
+import { type CleanupProof as CleanupProofMessage, ReadBack } from '../gen/berth/agent/v1/cleanup_proof.js';
+import type { CleanupProof } from '../plugins/cleanup-evidence.js';
 
 export type CleanupPhaseName =
   | 'queued'
@@ -37,6 +39,43 @@ export function cleanupPhaseFromProto(phase: CleanupPhase): CleanupPhaseName | n
   return FROM_PROTO.get(phase) ?? null;
 }
 
+/** What the agent accepted as proof of erasure (the scheduler's domain declares the same shape). */
+export type ProofRecord = CleanupProof;
+
+const READ_BACK_TO_PROTO: Record<ProofRecord['readBack'], ReadBack> = {
+  full: ReadBack.READ_BACK_FULL,
+  sample: ReadBack.READ_BACK_SAMPLE,
+  none: ReadBack.READ_BACK_NONE,
+};
+
+export function proofToProto(p: ProofRecord): CleanupProofMessage {
+  return {
+    method: p.method,
+    readBack: READ_BACK_TO_PROTO[p.readBack],
+    bytesWritten: p.bytesWritten,
+    bytesRead: p.bytesRead,
+    bytesTotal: p.bytesTotal,
+    findings: p.findings,
+  };
+}
+
+/** A proof from the wire; null when absent or when its read-back kind is unknown (never guessed). */
+export function proofFromProto(p: CleanupProofMessage | undefined): ProofRecord | null {
+  if (!p) return null;
+  const readBack = (Object.keys(READ_BACK_TO_PROTO) as ProofRecord['readBack'][]).find(
+    (k) => READ_BACK_TO_PROTO[k] === p.readBack,
+  );
+  if (!readBack) return null;
+  return {
+    method: p.method,
+    readBack,
+    bytesWritten: p.bytesWritten,
+    bytesRead: p.bytesRead,
+    bytesTotal: p.bytesTotal,
+    findings: [...p.findings],
+  };
+}
+
 /** A cleanup event record (the agent's: time in epoch ms; the scheduler's: ISO time) on the wire. */
 export function cleanupEventToProto(e: {
   jobId: string;
@@ -50,6 +89,7 @@ export function cleanupEventToProto(e: {
   message: string;
   time: number | string;
   sequence: number;
+  proof?: ProofRecord | null;
 }): CleanupEvent {
   return {
     jobId: e.jobId,
@@ -63,5 +103,6 @@ export function cleanupEventToProto(e: {
     message: e.message,
     time: new Date(e.time),
     sequence: e.sequence,
+    proof: e.proof ? proofToProto(e.proof) : undefined,
   };
 }

@@ -12,6 +12,16 @@ import { createNvmeSimState, type SimControllerSpec } from './nvme-cli/state-fil
 import { writeNvmeWrapper } from './nvme-cli/wrapper.js';
 import { buildSysfs, type SimHostSpec, type SimNvmeSpec, type SysfsBuilder } from './sysfs/index.js';
 
+/**
+ * What QEMU 7.2's NVMe controller does with namespace management
+ * (notes/qemu-nvme.md): OACS advertises it, create-ns and delete-ns answer
+ * Invalid Command Opcode (0x4001).
+ */
+export const QEMU_NS_MANAGEMENT_FAULTS: Record<string, SimFault> = {
+  'create-ns': { mode: 'error', status: 0x4001 },
+  'delete-ns': { mode: 'error', status: 0x4001 },
+};
+
 /** NVMe capability bits (id-ctrl) a simulated controller can have. */
 export interface SimNvmeCaps {
   /** SANICAP bit 0: crypto erase. */
@@ -30,6 +40,10 @@ export interface SimNvmeController extends Omit<SimNvmeSpec, 'namespaces'> {
   /** How long a sanitize takes, in ms. */
   sanitizeMs?: number;
   faults?: Record<string, SimFault>;
+  /** Total capacity; default twice the namespaces (at least 1 GiB). */
+  tnvmcapBytes?: number;
+  /** False: id-ctrl reports capacity "0", as QEMU's controller does. */
+  reportCapacity?: boolean;
 }
 
 export interface SimHostDefinition {
@@ -84,11 +98,13 @@ export async function buildSimHost(
   await mkdir(stateDir, { recursive: true });
   const sysfs = await buildSysfs(sysfsRoot, {
     ...def.pci,
-    nvme: def.nvme.map(({ caps: _c, sanitizeMs: _s, faults: _f, ...n }) => ({
-      ...n,
-      driver: n.driver ?? 'nvme',
-      writeZeroesMaxBytes: n.writeZeroesMaxBytes ?? (_c.wzs ? 131072 : 0),
-    })),
+    nvme: def.nvme.map(
+      ({ caps: _c, sanitizeMs: _s, faults: _f, tnvmcapBytes: _t, reportCapacity: _r, ...n }) => ({
+        ...n,
+        driver: n.driver ?? 'nvme',
+        writeZeroesMaxBytes: n.writeZeroesMaxBytes ?? (_c.wzs ? 131072 : 0),
+      }),
+    ),
   });
   const controllers: SimControllerSpec[] = def.nvme.map((n, i) => ({
     name: n.controller,
@@ -104,6 +120,9 @@ export async function buildSimHost(
     namespaces: n.namespaces,
     sanitize: { durationMs: n.sanitizeMs ?? 1500 },
     faults: n.faults,
+    ...(n.subsystem === undefined ? {} : { nsNamePrefix: `nvme${n.subsystem}n` }),
+    ...(n.tnvmcapBytes === undefined ? {} : { tnvmcapBytes: n.tnvmcapBytes }),
+    ...(n.reportCapacity === undefined ? {} : { reportCapacity: n.reportCapacity }),
   }));
   await createNvmeSimState(nvmeStatePath, { controllers });
   const nvmeCli = await writeNvmeWrapper(join(root, 'bin'), nvmeStatePath);

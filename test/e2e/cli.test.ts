@@ -40,7 +40,17 @@ interface DeviceJson {
   reserved: number;
   traits: string[];
   attributes: Record<string, string>;
-  last_cleanup: { outcome: string; action: string } | null;
+  last_cleanup: {
+    outcome: string;
+    action: string;
+    proof: {
+      method: string;
+      read_back: string;
+      bytes_read: number;
+      bytes_total: number;
+      findings: string[];
+    } | null;
+  } | null;
 }
 interface ArqJson {
   uuid: string;
@@ -394,6 +404,13 @@ describe('berth client commands', () => {
       const clean = parseJson<DeviceJson>(await b('device', 'show', dev.uuid, '-o', 'json'));
       expect(clean).toMatchObject({ device_state: 'available', reserved: 0 });
       expect(clean.last_cleanup).toMatchObject({ outcome: 'succeeded', action: 'sanitize-crypto' });
+      // What the cleanup proved: this sanitize seen on the controller's log, no read-back needed.
+      expect(clean.last_cleanup?.proof).toMatchObject({
+        method: 'sanitize',
+        read_back: 'none',
+        bytes_read: 0,
+      });
+      expect(clean.last_cleanup?.proof?.findings[0]).toMatch(/^sanitize \(SANACT 4\) on nvme\d observed/);
 
       // On a terminal the same progress is a live bar (phase, percent, bytes, ETA), not lines.
       // `script` gives the command a pseudo-terminal; watch-cleanup replays the finished job.

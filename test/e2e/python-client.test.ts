@@ -46,6 +46,7 @@ describe.skipIf(!available)('a Python client generated from proto/', () => {
     gen = join(dir.path, 'gen');
     const protos = [
       'berth/agent/v1/agent.proto',
+      'berth/agent/v1/cleanup_proof.proto',
       'berth/agent/v1/device.proto',
       'berth/scheduler/v1/accelerator_request.proto',
       'berth/scheduler/v1/device.proto',
@@ -84,6 +85,8 @@ describe.skipIf(!available)('a Python client generated from proto/', () => {
       reserved: number;
       phases: string[];
       not_found: string | null;
+      proof_method: string;
+      proof_bytes_total: number;
     };
     expect(out.cleanup_action).toBe('sanitize-block');
     expect(out.managed).toBe(true);
@@ -92,5 +95,8 @@ describe.skipIf(!available)('a Python client generated from proto/', () => {
     expect(out.final_state).toBe('DEVICE_STATE_AVAILABLE');
     expect(out.reserved).toBe(0);
     expect(out.not_found).toBe('NOT_FOUND');
+    // The proof of the cleanup, read by a client in another language.
+    expect(out.proof_method).toBe('sanitize');
+    expect(out.proof_bytes_total).toBe(16 * 1024 * 1024);
   }, 120_000);
 });

@@ -11,6 +11,7 @@ import {
   type CleanupDeviceResponse,
   CleanupPhase,
 } from '../../src/gen/berth/agent/v1/agent.js';
+import { ReadBack } from '../../src/gen/berth/agent/v1/cleanup_proof.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { decodeServiceError } from '../../src/server/grpc/status.js';
@@ -58,6 +59,9 @@ describe('agent CleanupDevice', () => {
     expect(events[0]!.phase).toBe(CleanupPhase.CLEANUP_PHASE_QUEUED);
     expect(events.at(-1)!.phase).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);
     expect(events.some((e) => e.phase === CleanupPhase.CLEANUP_PHASE_SANITIZING)).toBe(true);
+    // The success carries what the agent accepted as proof; no other event does.
+    expect(events.at(-1)!.proof).toMatchObject({ method: 'sanitize', readBack: ReadBack.READ_BACK_NONE });
+    expect(events.slice(0, -1).every((e) => e.proof === undefined)).toBe(true);
   });
 
   it('re-attaches a second caller (same job id, or another id for the same device) to the running job', async () => {
@@ -69,6 +73,14 @@ describe('agent CleanupDevice', () => {
     for (const msgs of [a, b, c]) {
       expect(msgs.at(-1)!.event!.jobId).toBe('job-b');
       expect(msgs.at(-1)!.event!.phase).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);
+      // Every byte of the 16 MiB namespace written and read back.
+      expect(msgs.at(-1)!.event!.proof).toMatchObject({
+        method: 'read-back',
+        readBack: ReadBack.READ_BACK_FULL,
+        bytesWritten: 16 * 1024 * 1024,
+        bytesRead: 16 * 1024 * 1024,
+        bytesTotal: 16 * 1024 * 1024,
+      });
     }
     // Replays of a finished job come from the record, not a new run.
     const replay = await run(NVME2, 'job-b');

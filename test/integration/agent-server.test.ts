@@ -195,7 +195,7 @@ describe('agent start-up refusals', () => {
       { root: dir.path },
     ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as Error).message).toMatch(/driver API version "2.0"; this agent speaks version 1/);
+    expect((err as Error).message).toMatch(/driver API version "3.0"; this agent speaks version 2/);
     await dir.cleanup();
   });
 

@@ -4,6 +4,8 @@
  * one-time-use burning and release, every CleanDevice refusal, a 64-way bind
  * race, an agent without cleanup.v1, and cleanups that fail, lie (exit 0, no
  * erase) or hang. Every test checks invariant 1 on the devices it touches.
+ * Tenant data is planted on a controller's media before every cleanup, and at
+ * the end no device the scheduler offers as available may hold any of it.
  */
 import { readFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
@@ -17,6 +19,7 @@ import {
   DeviceType,
 } from '../../src/gen/berth/scheduler/v1/device.js';
 import { demoHostDefinition, type SimHost } from '../../src/sim/host.js';
+import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import type { NvmeSimState } from '../../src/sim/nvme-cli/state.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { eventually } from '../helpers/grpc.js';
@@ -62,10 +65,20 @@ describe('scheduler invariants under failure (gRPC)', () => {
         d.deviceState !== DeviceState.DEVICE_STATE_CLEANING,
       timeoutMs,
     );
-  /** Binds `ctrl` on `host` to a throwaway instance and deletes the ARQ: the release path. */
+  /** The tenant writes: start, middle and end of every namespace, and the unallocated capacity. */
+  const plant = async (host: string, ctrl: NvmeName) => {
+    const sim = c.host(host).sim;
+    const state = JSON.parse(readFileSync(sim.nvmeStatePath, 'utf8')) as NvmeSimState;
+    const n = state.controllers.find((x) => x.name === ctrl)!.namespaces.length;
+    expect(await plantTenantData(sim.nvmeStatePath, ctrl, spreadTenantWrites(n))).not.toEqual([]);
+  };
+  const controllerAt = (host: string, address: string) =>
+    c.host(host).sim.definition.nvme.find((n) => n.address === address)!.controller as NvmeName;
+  /** Binds `ctrl` on `host` to a throwaway instance, the tenant writes, and the ARQ is deleted: the release path. */
   const useAndRelease = async (host: string, ctrl: NvmeName, instance: string) => {
     const b = await createAndBind(c.client, `pick-${ctrl}`, instance, host);
     expectInvariant1(await dev(host, b.deviceAddress));
+    await plant(host, ctrl);
     await c.client.arqs.deleteAcceleratorRequests({ uuids: [b.uuid], instanceUuid: '' });
     return b;
   };
@@ -187,6 +200,7 @@ describe('scheduler invariants under failure (gRPC)', () => {
     const held = await createAndBind(c.client, 'pick-nvme1', 'vm-clean-refusals', MAIN);
     await expectCode(clean(held.deviceUuid), 'FAILED_PRECONDITION', 'DEVICE_ALLOCATED');
     expectInvariant1(await dev(MAIN, held.deviceAddress));
+    await plant(MAIN, 'nvme1');
     await c.client.arqs.deleteAcceleratorRequests({ uuids: [held.uuid], instanceUuid: '' });
 
     // nvme0's sanitize takes 4 s: the release's cleanup is still running.
@@ -316,6 +330,7 @@ describe('scheduler invariants under failure (gRPC)', () => {
       for (const ns of c0.namespaces) await writeFile(ns.devPath, Buffer.alloc(ns.sizeBytes, 0xab));
     };
     const operatorClean = async (host: string, d: Device) => {
+      await plant(host, controllerAt(host, d.address));
       const { jobId } = await c.client.devices.cleanDevice({
         device: uuidRef(d.uuid),
         requestId: `fix-${d.uuid}`,
@@ -349,6 +364,7 @@ describe('scheduler invariants under failure (gRPC)', () => {
       const sim = c.host(MAIN).sim;
       const b = await createAndBind(c.client, 'pick-nvme2', 'vm-noop', MAIN);
       await dirty(sim, 'nvme2');
+      await plant(MAIN, 'nvme2');
       await sim.setFault('nvme2', 'write-zeroes', { mode: 'noop' });
       await c.client.arqs.deleteAcceleratorRequests({ uuids: [b.uuid], instanceUuid: '' });
       const end = await settled(MAIN, b.deviceAddress, 60_000);
@@ -389,5 +405,31 @@ describe('scheduler invariants under failure (gRPC)', () => {
   it('every device of every host still satisfies invariant 1', async () => {
     const all = await listChecked(c.client);
     expect(all.filter((d) => d.type === DeviceType.DEVICE_TYPE_NVME)).toHaveLength(12);
+  });
+
+  it('no device the scheduler offers as available holds any tenant data', async () => {
+    const offered = (await listChecked(c.client)).filter(
+      (d) => d.type === DeviceType.DEVICE_TYPE_NVME && d.allocatable,
+    );
+    // Every cleaned controller of the tests above is offered again (the N-1 agent's one is not).
+    expect(
+      offered.filter((d) => d.lastCleanup?.outcome === CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED).length,
+    ).toBeGreaterThanOrEqual(4);
+    for (const d of offered) {
+      const found = await readableTenantData(
+        c.host(d.host).sim.nvmeStatePath,
+        controllerAt(d.host, d.address),
+      );
+      expect(found, `${d.host} ${d.address} (last cleanup ${JSON.stringify(d.lastCleanup?.proof)})`).toEqual(
+        [],
+      );
+    }
+    // The proof of each successful cleanup is on the device.
+    for (const d of offered.filter(
+      (x) => x.lastCleanup?.outcome === CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED,
+    )) {
+      expect(d.lastCleanup?.proof?.method, d.address).toMatch(/^(sanitize|read-back)/);
+      expect(d.lastCleanup?.proof?.bytesTotal, d.address).toBeGreaterThan(0);
+    }
   });
 });

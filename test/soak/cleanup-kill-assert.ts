@@ -15,11 +15,16 @@ export async function soakAndAssert(cleanups: number, budgetMs: number): Promise
     budgetMs,
     log: process.env.SOAK_VERBOSE ? (l) => console.log(l) : undefined,
   });
-  const { violations, lost, finalStates, ...figures } = report;
+  const { violations, lost, tenantData, finalStates, ...figures } = report;
   console.log(`cleanup-kill soak figures: ${JSON.stringify(figures)}`);
   const replay = `seed ${seed} (SOAK_SEED=${seed})`;
   expect(violations, `invariant violations, ${replay}`).toEqual([]);
   expect(lost, `lost devices, ${replay}`).toEqual([]);
+  // The media, read from outside Berth: every available device is free of tenant data.
+  expect(tenantData, `tenant data on devices offered as available, ${replay}`).toEqual([]);
+  // The four NVMe controllers (one per action), all available at the end.
+  expect(report.mediaChecked, replay).toBe(4);
+  expect(report.planted, replay).toBeGreaterThanOrEqual(cleanups);
   expect(report.cleanups, `ran out of time, ${replay}`).toBe(cleanups);
   // The run really injected faults and really recovered from them.
   expect(report.agentKills, replay).toBeGreaterThan(0);

@@ -24,6 +24,12 @@
  * device is available, in error with a reason, or allocated to a live bound ARQ;
  * none is left pending_cleaning/cleaning, and no device is bound twice.
  *
+ * The media is checked from outside Berth: before every cleanup (each release,
+ * each operator re-clean) the tenant writes recognisable bytes at the start,
+ * middle and end of every namespace and into the unallocated capacity; at the
+ * end, every device the scheduler offers as available is read back through
+ * the simulator's media files, and none may hold any of it.
+ *
  * The seed is printed (and taken from SOAK_SEED), so a failing run replays
  * the same choices; process timing still varies, so a replay is close, not exact.
  */
@@ -37,6 +43,7 @@ import {
   type WatchDevicesResponse,
 } from '../../src/gen/berth/scheduler/v1/device_service.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
+import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { tempDir } from '../helpers/agent.js';
 import { createNvmeProfile, NVME_PICK, type NvmeName, stateName } from '../helpers/invariants.js';
 import { agentProcess, type BerthProcess, schedulerProcess, stopAllProcesses } from '../helpers/processes.js';
@@ -74,6 +81,12 @@ export interface SoakReport {
   violations: string[];
   /** Problems found by the final accounting (lost devices, double binds). */
   lost: string[];
+  /** Tenant bytes still readable on a device the scheduler offers as available (must be empty). */
+  tenantData: string[];
+  /** Devices whose media was read at the end. */
+  mediaChecked: number;
+  /** Tenant writes planted before cleanups. */
+  planted: number;
   durationMs: number;
   finalStates: Record<string, string>;
 }
@@ -299,6 +312,9 @@ export async function runCleanupKillSoak(options: SoakOptions): Promise<SoakRepo
     watchResumes: 0,
     violations: [],
     lost: [],
+    tenantData: [],
+    mediaChecked: 0,
+    planted: 0,
     durationMs: 0,
     finalStates: {},
   };
@@ -316,6 +332,11 @@ export async function runCleanupKillSoak(options: SoakOptions): Promise<SoakRepo
     }
     const sim: SimHost = await buildSimHost(join(dir.path, HOST), def);
     const addressOf = new Map(def.nvme.map((n) => [n.controller as NvmeName, n.address]));
+    const controllerAt = new Map(def.nvme.map((n) => [n.address, n.controller as NvmeName]));
+    /** The tenant writes before a cleanup: start, middle, end of the namespace, and unallocated capacity. */
+    const plant = async (ctrl: NvmeName) => {
+      report.planted += (await plantTenantData(sim.nvmeStatePath, ctrl, spreadTenantWrites(1))).length;
+    };
     const totalDevices = 4 + 1 + def.nvme.length;
 
     scheduler = await schedulerProcess(join(dir.path, 'scheduler.db'));
@@ -413,6 +434,7 @@ export async function runCleanupKillSoak(options: SoakOptions): Promise<SoakRepo
       let pending = inError;
       for (let attempt = 0; attempt < 6 && pending.length > 0 && Date.now() < deadline; attempt++) {
         for (const d of pending) {
+          await plant(controllerAt.get(d.address)!);
           const requestId = `soak-${options.seed}-${report.rounds}-${attempt}-${d.address}`;
           await retry('CleanDevice', (c) =>
             c.devices.cleanDevice({
@@ -466,6 +488,7 @@ export async function runCleanupKillSoak(options: SoakOptions): Promise<SoakRepo
         );
         arqs.push(uuid);
       }
+      for (const ctrl of picked) await plant(ctrl);
       // Where the fault lands this round.
       const r = rng.next();
       let fault =
@@ -545,6 +568,15 @@ export async function runCleanupKillSoak(options: SoakOptions): Promise<SoakRepo
         }
         default:
           report.lost.push(`${where}: stuck after the system went quiet (error: ${d.errorReason})`);
+      }
+    }
+    // From outside Berth: no device offered as available holds tenant data.
+    for (const d of final.filter((x) => x.allocatable)) {
+      const ctrl = controllerAt.get(d.address);
+      if (!ctrl) continue;
+      report.mediaChecked++;
+      for (const where of await readableTenantData(sim.nvmeStatePath, ctrl)) {
+        report.tenantData.push(`${d.address} (${ctrl}, last cleanup ${d.lastCleanup?.jobId}): ${where}`);
       }
     }
     // The watcher must have seen everything the store recorded, and every

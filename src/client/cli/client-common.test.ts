@@ -96,6 +96,7 @@ describe('CLI helpers', () => {
         message: '',
         time: undefined,
         sequence: 7,
+        proof: undefined,
       }),
     ).toBe('phase=zeroing percent=42 bytes=6979321/16777216 action=write-zeroes step=write-zeroes');
   });

@@ -14,6 +14,7 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import { type CleanupEvent, cleanupPhaseToJSON } from '../../gen/berth/agent/v1/agent.js';
+import { type CleanupProof, readBackToJSON } from '../../gen/berth/agent/v1/cleanup_proof.js';
 import {
   type AcceleratorRequest,
   arqStateToJSON,
@@ -193,6 +194,20 @@ export function cleanupRecordView(r: CleanupRecord | undefined) {
     message: r.message,
     started_at: iso(r.startedAt),
     finished_at: iso(r.finishedAt),
+    proof: cleanupProofView(r.proof),
+  };
+}
+
+/** How a cleanup was proven: method, full or sample read-back, bytes written / read / covered, findings. */
+export function cleanupProofView(p: CleanupProof | undefined) {
+  if (!p) return null;
+  return {
+    method: p.method,
+    read_back: shortEnum(readBackToJSON(p.readBack), 'READ_BACK_'),
+    bytes_written: p.bytesWritten,
+    bytes_read: p.bytesRead,
+    bytes_total: p.bytesTotal,
+    findings: p.findings,
   };
 }
 

@@ -3,6 +3,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../errors.js';
 import { NvmeDriver } from '../nvme/index.js';
 import {
+  cleanAndJudge,
   holdsTenantData,
   isAllZero,
   makeTestHost,
@@ -57,7 +58,13 @@ describe('VendorExampleNvmeDriver', () => {
   it('formats every namespace with SES=1 in one broadcast format and proves it by read-back', async () => {
     const { h, driver, device } = await setup();
     const ctx = h.cleanupCtx();
-    await driver.cleanup(device, ctx);
+    const { evidence, verdict } = await cleanAndJudge(driver, device, ctx);
+    expect(verdict).toMatchObject({ ok: true, proof: { method: 'read-back', readBack: 'full' } });
+    expect(evidence.action).toBe('vendor-format-ses1');
+    expect(evidence.readBack.map((r) => [r.target, r.bytesRead])).toEqual([
+      ['nvme0n1', 1 << 20],
+      ['nvme0n2', 2 << 20],
+    ]);
     for (const ns of namespaces) expect(await isAllZero(join(h.devRoot, `nvme0n${ns.nsid}`))).toBe(true);
     const formats = (await h.invocations()).filter((i) => i.argv[0] === 'format').map((i) => i.argv.slice(1));
     expect(formats).toEqual([
@@ -68,7 +75,7 @@ describe('VendorExampleNvmeDriver', () => {
 
   it('formats namespace by namespace when FNA bit 3 forbids the broadcast nsid', async () => {
     const { h, driver, device } = await setup({ fna: 0x8 });
-    await driver.cleanup(device, h.cleanupCtx());
+    expect((await cleanAndJudge(driver, device, h.cleanupCtx())).verdict.ok).toBe(true);
     const formats = (await h.invocations()).filter((i) => i.argv[0] === 'format').map((i) => i.argv[3]);
     expect(formats).toEqual(['1', '2']);
     for (const ns of namespaces)
@@ -77,7 +84,13 @@ describe('VendorExampleNvmeDriver', () => {
 
   it('fails closed when format exits 0 but erases nothing', async () => {
     const { h, driver, device } = await setup({ faults: { format: { mode: 'noop' } } });
-    await expect(driver.cleanup(device, h.cleanupCtx())).rejects.toThrow(/format -s 1 left data on nvme0n1/);
+    const { verdict } = await cleanAndJudge(driver, device, h.cleanupCtx());
+    expect(verdict).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(
+        /^read-back not accepted: the read-back of nvme0n1 found data at byte 0$/,
+      ),
+    });
   });
 
   it('refuses a controller without Format NVM', async () => {

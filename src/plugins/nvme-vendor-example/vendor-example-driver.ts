@@ -5,7 +5,7 @@
  *
  * - It extends NvmeDriver and overrides ONLY `cleanup`. Discovery, traits,
  *   the resource class, the `nvme:`-style config keys (device_spec,
- *   cleanup_timeout, nvme_cli, poll_interval, shred) and initHost's nvme-cli
+ *   cleanup_timeout, nvme_cli, poll_interval, verify) and initHost's nvme-cli
  *   check are inherited unchanged, so the scheduler sees the same device it
  *   would see with the generic driver.
  * - `name` is what operators put in `enabled_drivers`; the config section
@@ -14,15 +14,19 @@
  *   moves a device_spec entry from `nvme:` to this section, never copies it.
  * - Wrap the work in `withCleanupGuard`: it takes the per-device lock, fires
  *   the signal at cleanup_timeout as well as when the agent stops, and turns an
- *   abort into a clear "timed out" / "aborted" error. Pass `ctx.signal` to every
- *   command (through `this.nvme`) so a timeout kills the tool and its children.
+ *   abort into a clear "timed out" / "aborted" error. Run nvme-cli through
+ *   `this.runner(ctx)` (or `this.nvme(ctx, args, …)` with `ctx.signal`) so a
+ *   timeout kills the tool and its children, and a failure throws with the
+ *   NVMe status text and hex — you never look at exit codes yourself.
  * - Re-resolve the controller with `resolveController` — never trust a
  *   controller name from discovery, it changes when the device is rebound.
- * - Run nvme-cli with `this.nvme(ctx, args, …)`: it throws on exit 1 with the
- *   NVMe status text and hex, so you never look at exit codes yourself.
- * - Fail closed. A vendor tool's exit code 0 proves nothing ("erasure that
- *   erases nothing" is the most common complaint about peers): finish with
- *   proof — `verifyZeroed` reads the namespace back and throws on any data left.
+ * - Return evidence, never a verdict. `cleanup` returns a CleanupEvidence
+ *   (src/plugins/cleanup-evidence.ts): the action, every namespace the tenant
+ *   could address (`targets`), what you wrote, and what you read back — use
+ *   `verifyZeroed`, which reads every byte with direct I/O (or the sample
+ *   the operator chose with `verify: sample`). The agent judges it: a target
+ *   without proof, a non-zero byte, or a sample the policy does not allow
+ *   fails the cleanup. A vendor tool's exit code 0 proves nothing.
  * - Report each step with `ctx.progress` (phases preparing → sanitizing /
  *   namespace_reset → zeroing → verifying; percent never decreasing).
  *
@@ -33,6 +37,7 @@
  * as the devices' locked-in action (it is the one other member it sets).
  */
 
+import type { CleanupEvidence } from '../cleanup-evidence.js';
 import type { CleanupContext } from '../driver.js';
 import { CleanupFailedError, NvmeDriver } from '../nvme/index.js';
 import type { DiscoveredDevice } from '../types.js';
@@ -50,19 +55,20 @@ export class VendorExampleNvmeDriver extends NvmeDriver {
   /** What this driver's cleanup does, reported as the devices' locked-in action. */
   protected override readonly cleanupActionName: string = 'vendor-format-ses1';
 
-  override async cleanup(device: DiscoveredDevice, ctx: CleanupContext): Promise<void> {
-    await this.withCleanupGuard(device, ctx, async (ctx) => {
+  override async cleanup(device: DiscoveredDevice, ctx: CleanupContext): Promise<CleanupEvidence> {
+    return this.withCleanupGuard(device, ctx, async (ctx) => {
       const r = await this.resolveController(device, ctx);
       if (!(r.id.oacs & OACS_FORMAT)) {
         throw new CleanupFailedError(
           `${device.address}: ${r.ctrl.name} does not support Format NVM (OACS bit 1)`,
         );
       }
-      if (r.ctrl.namespaces.length === 0) {
+      const namespaces = r.ctrl.namespaces;
+      if (namespaces.length === 0) {
         throw new CleanupFailedError(`${device.address}: ${r.ctrl.name} has no namespace to format`);
       }
-      const nsids =
-        r.id.fna & FNA_NO_BROADCAST ? r.ctrl.namespaces.map((ns) => String(ns.nsid)) : ['0xffffffff'];
+      const run = this.runner(ctx);
+      const nsids = r.id.fna & FNA_NO_BROADCAST ? namespaces.map((ns) => String(ns.nsid)) : ['0xffffffff'];
       for (const [i, nsid] of nsids.entries()) {
         ctx.progress({
           phase: 'zeroing',
@@ -71,18 +77,32 @@ export class VendorExampleNvmeDriver extends NvmeDriver {
           message: `nvme format -n ${nsid} -s 1`,
         });
         // --force: without it 2.3 prints a warning and sleeps 10 s; -t: see FORMAT_TIMEOUT_MS.
-        await this.nvme(
-          ctx,
+        await run(
           ['format', r.ctrlDev, '-n', nsid, '-s', '1', '--force', '-t', String(FORMAT_TIMEOUT_MS)],
-          {
-            signal: ctx.signal,
-            timeoutMs: FORMAT_TIMEOUT_MS,
-          },
+          FORMAT_TIMEOUT_MS,
         );
       }
       ctx.progress({ phase: 'zeroing', step: 'format', percent: 100 });
-      // The proof: every namespace reads back as zeros (SES=1 returns zeros on the drives this template targets).
-      for (const ns of r.ctrl.namespaces) await this.verifyZeroed(ns, ctx, 'format -s 1');
+      // The proof: every namespace read back (SES=1 returns zeros on the drives this template targets).
+      const readBack = [];
+      for (const ns of namespaces) readBack.push(await this.verifyZeroed(r, ns, ctx));
+      return {
+        action: this.cleanupActionName,
+        targets: namespaces.map((ns) => ({
+          name: ns.name,
+          sizeBytes: ns.sizeBytes,
+          blockSize: ns.lbaSize,
+          nsid: ns.nsid,
+        })),
+        writes: namespaces.map((ns) => ({
+          target: ns.name,
+          method: 'format-ses1',
+          ranges: [[0, ns.sizeBytes] as const],
+          bytes: ns.sizeBytes,
+        })),
+        readBack,
+        notes: [],
+      };
     });
   }
 }

@@ -4,6 +4,8 @@
  * names the key and the value — never at 3 a.m. in the middle of a cleanup.
  */
 import { ConfigError } from '../../errors.js';
+import type { VerifyMode } from '../cleanup-evidence.js';
+import { parseCleanupPolicy, VERIFY_KEY } from '../cleanup-policy.js';
 import type { DeviceSpecEntry } from '../device-spec/index.js';
 import { show } from '../device-spec/messages.js';
 import { parseSection } from '../pci/pci-driver.js';
@@ -16,8 +18,8 @@ export interface NvmeConfig {
   nvmeCli: string;
   /** sanitize-log polling interval in milliseconds (the key is in seconds, fractions allowed). */
   pollIntervalMs: number;
-  /** Path or name of shred (coreutils). */
-  shred: string;
+  /** How much of a zeroed namespace is read back (the agent judges by the same key). */
+  verify: VerifyMode;
 }
 
 const KNOWN_KEYS: ReadonlySet<string> = new Set([
@@ -25,7 +27,7 @@ const KNOWN_KEYS: ReadonlySet<string> = new Set([
   'cleanup_timeout',
   'nvme_cli',
   'poll_interval',
-  'shred',
+  VERIFY_KEY,
 ]);
 
 export const DEFAULT_CLEANUP_TIMEOUT_S = 900;
@@ -66,6 +68,11 @@ function program(section: string, key: string, value: unknown, fallback: string)
 
 /** Parses the section; `section` is the name it appears under (nvme, or a vendor driver's name). */
 export function parseNvmeConfig(section: string, config: Record<string, unknown>): NvmeConfig {
+  if (config.shred !== undefined) {
+    throw new ConfigError(
+      `${section}.shred: no longer used: the host-side zero path writes with Berth's own direct-I/O writer (docs/decisions.md); remove the key`,
+    );
+  }
   const entries = parseSection(section, config, KNOWN_KEYS, true);
   return {
     entries,
@@ -78,6 +85,6 @@ export function parseNvmeConfig(section: string, config: Record<string, unknown>
         positiveSeconds(section, 'poll_interval', config.poll_interval, DEFAULT_POLL_INTERVAL_S) * 1000,
       ),
     ),
-    shred: program(section, 'shred', config.shred, 'shred'),
+    verify: parseCleanupPolicy(section, config).verify,
   };
 }

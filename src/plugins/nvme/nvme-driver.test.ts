@@ -1,14 +1,18 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync } from 'node:fs';
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { attachLoop, detachLoop, loopUnsupported } from '../../../test/helpers/loop.js';
+import { judgeEvidence } from '../../server/agent/cleanup-judge.js';
 import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
+import { withStateLock } from '../../sim/nvme-cli/state.js';
 import type { CleanupProgress, DiscoveredDevice } from '../types.js';
 import { NvmeDriver } from './nvme-driver.js';
 import {
   ADDRESS,
+  cleanAndJudge,
   holdsTenantData,
   isAllZero,
   makeTestHost,
@@ -85,6 +89,20 @@ describe('NvmeDriver on the simulator', () => {
   }
 
   const nsPath = (h: TestHost, nsid: number) => join(h.devRoot, `nvme0n${nsid}`);
+
+  /** Cleans and expects the agent's judge to accept the evidence; returns both. */
+  async function cleanProven(driver: NvmeDriver, d: DiscoveredDevice, ctx = host!.cleanupCtx()) {
+    const r = await cleanAndJudge(driver, d, ctx);
+    if (!r.verdict.ok) throw new Error(`expected proof, got: ${r.verdict.reason}`);
+    return { ...r, proof: r.verdict.proof };
+  }
+
+  /** Cleans and expects the judge to refuse; returns the reason. */
+  async function cleanRefused(driver: NvmeDriver, d: DiscoveredDevice, ctx = host!.cleanupCtx()) {
+    const r = await cleanAndJudge(driver, d, ctx);
+    if (r.verdict.ok) throw new Error(`expected a refusal, got proof: ${JSON.stringify(r.verdict.proof)}`);
+    return r.verdict.reason;
+  }
 
   describe('initHost', () => {
     it('accepts an nvme-cli that reports a version', async () => {
@@ -224,7 +242,20 @@ describe('NvmeDriver on the simulator', () => {
       expect(d.cleanupAction).toBe('sanitize-crypto');
       await writeTenantData(nsPath(h, 1), 1 << 20);
       const ctx = h.cleanupCtx();
-      await driver.cleanup(d, ctx);
+      const { evidence, proof } = await cleanProven(driver, d, ctx);
+      expect(proof).toMatchObject({ method: 'sanitize', readBack: 'none', bytesTotal: 1 << 20 });
+      // Armed (the canary cleared Global Data Erased), then seen running, then completed with GDE set.
+      expect(evidence.sanitize).toMatchObject({
+        sanact: 4,
+        commandSent: true,
+        armed: { globalErased: false },
+        canaries: [{ target: 'nvme0n1', unchangedAfter: false }],
+      });
+      expect(evidence.sanitize!.after.map((x) => [x.status, x.globalErased])).toEqual([
+        [2, false],
+        [1, true],
+      ]);
+      expect(evidence.sanitize!.after.at(-1)!.scdw10).toBe(4);
       expect(await holdsTenantData(nsPath(h, 1))).toBe(false);
       const sanitizes = (await h.invocations()).filter((i) => i.argv[0] === 'sanitize');
       expect(sanitizes.map((i) => i.argv)).toEqual([['sanitize', join(h.devRoot, 'nvme0'), '-a', '4']]);
@@ -243,7 +274,7 @@ describe('NvmeDriver on the simulator', () => {
       const d = await discoverOne(driver, h);
       expect(d.cleanupAction).toBe('sanitize-block');
       await writeTenantData(nsPath(h, 1), 1 << 20);
-      await driver.cleanup(d, h.cleanupCtx());
+      await cleanProven(driver, d);
       expect(await isAllZero(nsPath(h, 1))).toBe(true);
       const sanitizes = (await h.invocations()).filter((i) => i.argv[0] === 'sanitize');
       expect(sanitizes.map((i) => i.argv.slice(2))).toEqual([['-a', '2']]);
@@ -258,7 +289,8 @@ describe('NvmeDriver on the simulator', () => {
       const d = await discoverOne(driver, h);
       await writeTenantData(nsPath(h, 1), 1 << 20);
       const ctx = h.cleanupCtx();
-      await driver.cleanup(d, ctx);
+      const { evidence } = await cleanProven(driver, d, ctx);
+      expect(evidence.sanitize).toMatchObject({ commandSent: false, before: { status: 2 }, canaries: [] });
       const argv = (await h.invocations()).map((i) => i.argv[0]);
       expect(argv.filter((a) => a === 'sanitize')).toHaveLength(0);
       expect(argv.filter((a) => a === 'sanitize-log').length).toBeGreaterThan(1);
@@ -286,14 +318,41 @@ describe('NvmeDriver on the simulator', () => {
       expect(await holdsTenantData(nsPath(h, 1))).toBe(true);
     });
 
-    it('throws when a sanitize exits 0 but erased nothing', async () => {
-      // The previous sanitize completed, so the log says "completed"; the noop sanitize changes nothing.
-      const { host: h, driver } = await setup({
-        controller: { faults: { sanitize: { mode: 'noop' } }, sanitize: { sstat: 1 } },
+    it('a no-op sanitize after a previous one proves nothing: the log was already "completed"', async () => {
+      const { host: h, driver } = await setup({ controller: { sanitize: { durationMs: 300 } } });
+      const d = await discoverOne(driver, h);
+      await cleanProven(driver, d);
+      // The next tenant writes one block, away from any place a sample would look; the controller drops the sanitize.
+      const fh = await open(nsPath(h, 1), 'r+');
+      await fh.write(Buffer.alloc(512, 0x42), 0, 512, 40960);
+      await fh.close();
+      await withStateLock(h.statePath, (st) => {
+        st.controllers[0]!.faults = { sanitize: { mode: 'noop' } };
+        return { changed: true, result: undefined };
       });
+      const { evidence, verdict } = await cleanAndJudge(driver, d, h.cleanupCtx());
+      expect(verdict.ok).toBe(false);
+      expect(!verdict.ok && verdict.reason).toMatch(/no sign that this sanitize ran/);
+      // The log: "completed" before and after, GDE cleared by the tenant's write and never set again.
+      expect(evidence.sanitize).toMatchObject({
+        before: { status: 1, globalErased: false },
+        after: [{ status: 1, globalErased: false }],
+        canaries: [{ unchangedAfter: true }],
+      });
+    });
+
+    it('a sanitize that completes before the first poll is proven by Global Data Erased going 0 → 1', async () => {
+      const { host: h, driver } = await setup({ controller: { sanitize: { durationMs: 0, sstat: 0x101 } } });
       const d = await discoverOne(driver, h);
       await writeTenantData(nsPath(h, 1), 1 << 20);
-      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(/nothing was erased/);
+      const { evidence, proof } = await cleanProven(driver, d);
+      expect(evidence.sanitize!.after.some((x) => x.status === 2)).toBe(false);
+      expect(evidence.sanitize).toMatchObject({
+        armed: { globalErased: false },
+        after: [{ globalErased: true }],
+      });
+      expect(proof.findings[0]).toMatch(/setting Global Data Erased/);
+      expect(await holdsTenantData(nsPath(h, 1))).toBe(false);
     });
 
     it('write-zeroes: consolidates several namespaces into one, zeroes it in chunks and reads it back', async () => {
@@ -309,7 +368,17 @@ describe('NvmeDriver on the simulator', () => {
       await writeTenantData(nsPath(h, 1), 8 << 20);
       await writeTenantData(nsPath(h, 2), 8 << 20);
       const ctx = h.cleanupCtx();
-      await driver.cleanup(d, ctx);
+      const { evidence, proof } = await cleanProven(driver, d, ctx);
+      expect(proof).toMatchObject({
+        method: 'read-back',
+        readBack: 'full',
+        bytesRead: 40 << 20,
+        bytesTotal: 40 << 20,
+      });
+      expect(evidence.writes).toEqual([
+        { target: 'nvme0n1', method: 'nvme-write-zeroes', ranges: [[0, 40 << 20]], bytes: 40 << 20 },
+      ]);
+      expect(evidence.notes[0]).toMatch(/consolidated into nvme0n1/);
 
       const state = await readNvmeSimState(h.statePath);
       const ns = state.controllers[0]!.namespaces;
@@ -355,19 +424,167 @@ describe('NvmeDriver on the simulator', () => {
       const d = await discoverOne(driver, h);
       expect(d.cleanupAction).toBe('write-zeroes');
       await writeTenantData(nsPath(h, 1), 1 << 20);
-      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(/left data on nvme0n1: read-back/);
+      expect(await cleanRefused(driver, d)).toBe(
+        'read-back not accepted: the read-back of nvme0n1 found data at byte 0',
+      );
     });
 
-    it('shred: zeroes the namespace host-side when there is no Write Zeroes, then reads it back', async () => {
+    it('write-zeroes that skips a range is caught wherever the range is', async () => {
+      const skipAt = (5 << 20) + 4096;
+      const { host: h, driver } = await setup({
+        namespaces: [{ nsid: 1, sizeBytes: 8 << 20 }],
+        controller: {
+          sanicap: 0,
+          faults: { 'write-zeroes': { mode: 'skip-range', offset: skipAt, length: 512 } },
+        },
+      });
+      const d = await discoverOne(driver, h);
+      const fh = await open(nsPath(h, 1), 'r+');
+      await fh.write(Buffer.alloc(8 << 20, 0x33), 0, 8 << 20, 0);
+      await fh.close();
+      expect(await cleanRefused(driver, d)).toBe(
+        `read-back not accepted: the read-back of nvme0n1 found data at byte ${skipAt}`,
+      );
+    });
+
+    it('shred: zeroes the namespace host-side with the direct writer, then reads it back', async () => {
       const { host: h, driver } = await setup({ controller: { sanicap: 0, oncs: 0x57 } });
       const d = await discoverOne(driver, h);
       expect(d.cleanupAction).toBe('shred');
       await writeTenantData(nsPath(h, 1), 1 << 20);
       const ctx = h.cleanupCtx();
-      await driver.cleanup(d, ctx);
+      const { evidence } = await cleanProven(driver, d, ctx);
+      expect(evidence.writes).toEqual([
+        { target: 'nvme0n1', method: 'direct-write', ranges: [[0, 1 << 20]], bytes: 1 << 20 },
+      ]);
       expect(await isAllZero(nsPath(h, 1))).toBe(true);
       expectOrderedProgress(ctx.events);
-      expect(ctx.events.filter((e) => e.step === 'shred').at(-1)).toMatchObject({ percent: 100 });
+      expect(ctx.events.filter((e) => e.step === 'direct-write').at(-1)).toMatchObject({ percent: 100 });
+    });
+
+    it('QEMU: namespace management refused (0x4001) although OACS says yes, capacity "0", no sanitize log: zeroes every namespace in place', async () => {
+      const { host: h, driver } = await setup({
+        subsystem: 0,
+        namespaces: [
+          { nsid: 1, sizeBytes: 2 << 20 },
+          { nsid: 2, sizeBytes: 1 << 20, lbaSize: 4096 },
+          { nsid: 3, sizeBytes: 1 << 20, attached: false },
+        ],
+        controller: {
+          sanicap: 0,
+          oacs: 0x10a,
+          oncs: 0x15d,
+          reportCapacity: false,
+          faults: {
+            'create-ns': { mode: 'error', status: 0x4001 },
+            'delete-ns': { mode: 'error', status: 0x4001 },
+          },
+        },
+      });
+      const d = await discoverOne(driver, h);
+      expect(d.cleanupAction).toBe('write-zeroes');
+      // Capacity "0" is unknown: discovery reports what the namespaces hold.
+      expect(d.attributes).toMatchObject({
+        capacity_bytes: String(3 << 20),
+        capacity_source: 'namespaces (the controller reports 0)',
+      });
+      // The kernel names them on the subsystem: nvme0n1, nvme0n2 (heads); nsid 3 is detached (the tenant did that).
+      for (const n of [1, 2, 3]) await writeTenantData(nsPath(h, n), n === 1 ? 2 << 20 : 1 << 20);
+      const ctx = h.cleanupCtx();
+      const { evidence, proof } = await cleanProven(driver, d, ctx);
+      expect(evidence.targets.map((t) => [t.name, t.nsid, t.sizeBytes])).toEqual([
+        ['nvme0n1', 1, 2 << 20],
+        ['nvme0n2', 2, 1 << 20],
+        ['nvme0n3', 3, 1 << 20],
+      ]);
+      expect(proof).toMatchObject({ readBack: 'full', bytesRead: 4 << 20, bytesTotal: 4 << 20 });
+      expect(evidence.notes.join('\n')).toMatch(
+        /namespace management refused \(delete-ns answered Invalid Command Opcode.*\(0x4001\)\)/,
+      );
+      expect(evidence.notes.join('\n')).toMatch(/detached namespace\(s\) 3 attached and zeroed/);
+      expect(evidence.notes.join('\n')).toMatch(/capacity as 0/);
+      for (const n of [1, 2, 3]) expect(await holdsTenantData(nsPath(h, n))).toBe(false);
+      const calls = (await h.invocations()).map((i) => i.argv[0]);
+      expect(calls).not.toContain('sanitize-log');
+      expect(calls).not.toContain('create-ns');
+      expect(ctx.events.some((e) => e.phase === 'namespace_reset' && /refused/.test(e.message ?? ''))).toBe(
+        true,
+      );
+    });
+
+    it('capacity "0" with working namespace management fails closed, having changed nothing', async () => {
+      const { host: h, driver } = await setup({
+        controller: { sanicap: 0, oacs: 0x1e, tnvmcapBytes: 8 << 20, reportCapacity: false },
+      });
+      const d = await discoverOne(driver, h);
+      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(
+        /has working namespace management but reports its capacity as 0: capacity outside its namespaces cannot be found/,
+      );
+      // Only the probe (an nsid above NN, which cannot exist) was sent; the namespace is still there.
+      const mgmt = (await h.invocations())
+        .filter((i) => i.argv[0] === 'delete-ns')
+        .map((i) => i.argv.slice(2));
+      expect(mgmt).toEqual([['-n', '33']]);
+      expect((await readNvmeSimState(h.statePath)).controllers[0]!.namespaces).toHaveLength(1);
+    });
+
+    it('consolidation covers the unallocated capacity, where a deleted namespace left tenant data', async () => {
+      const { host: h, driver } = await setup({
+        namespaces: [{ nsid: 1, sizeBytes: 4 << 20 }],
+        controller: { sanicap: 0, oacs: 0x1e, tnvmcapBytes: 12 << 20 },
+      });
+      const d = await discoverOne(driver, h);
+      // What a tenant left by creating a namespace, writing, deleting it: bytes on unallocated media.
+      const state = await readNvmeSimState(h.statePath);
+      const media = state.controllers[0]!.mediaPath!;
+      const fh = await open(media, 'r+');
+      await fh.write(Buffer.from('TENANT-SECRET-'.repeat(40)), 0, 560, 9 << 20);
+      await fh.close();
+      const { evidence } = await cleanProven(driver, d);
+      expect(evidence.targets).toEqual([{ name: 'nvme0n1', nsid: 1, sizeBytes: 12 << 20, blockSize: 512 }]);
+      expect(await holdsTenantData(nsPath(h, 1))).toBe(false);
+    });
+
+    it('fails closed when sysfs still shows the old namespace after the rescan (it would hide the rest)', async () => {
+      const { host: h, driver } = await setup({
+        namespaces: [{ nsid: 1, sizeBytes: 4 << 20 }],
+        controller: { sanicap: 0, oacs: 0x1e, tnvmcapBytes: 12 << 20 },
+        kernelRescan: false,
+      });
+      const d = await discoverOne(driver, h);
+      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(
+        /the new namespace nvme0n1 shows 4194304 bytes in sysfs, not the 12582912 created/,
+      );
+    });
+
+    it('verify: sample reads a stratified sample of a big namespace, and only that policy accepts it', async () => {
+      const { host: h, driver } = await setup({
+        namespaces: [{ nsid: 1, sizeBytes: 256 << 20, lbaSize: 4096 }],
+        controller: { sanicap: 0, oncs: 0x57 },
+      });
+      const d = await discoverOne(driver, h);
+      const sample = { verify: 'sample' as const };
+      const { evidence, proof } = await cleanProven(driver, d, h.cleanupCtx(undefined, sample));
+      expect(proof.readBack).toBe('sample');
+      const rb = evidence.readBack[0]!;
+      expect(rb).toMatchObject({ mode: 'sample', strata: 64 });
+      expect(rb.bytesRead).toBeGreaterThanOrEqual((256 << 20) * 0.01);
+      expect(rb.bytesRead).toBeLessThan(256 << 20);
+      expect(proof.findings.join(' ')).toMatch(/64-region sample of \d+ of 268435456 bytes/);
+      // The same evidence under the default policy: refused.
+      expect(judgeEvidence(evidence, 'shred', { verify: 'full' })).toMatchObject({
+        ok: false,
+        reason: expect.stringMatching(/only sampled .* policy is verify: full/),
+      });
+    });
+
+    it('refuses a controller whose multipath node names a namespace the subsystem does not show', async () => {
+      const { host: h, driver } = await setup({ subsystem: 0 });
+      const d = await discoverOne(driver, h);
+      await rm(join(h.sysfsRoot, 'devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1'), { recursive: true });
+      await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toThrow(
+        /nvme0 reaches namespaces through nvme0c0n1, which nvme-subsys0 does not show/,
+      );
     });
 
     it('a hung nvme command is ended by the abort signal, and its process is gone', async () => {
@@ -412,7 +629,7 @@ describe('NvmeDriver on the simulator', () => {
       });
       await first;
       // The lock is released afterwards.
-      await driver.cleanup(d, h.cleanupCtx());
+      await cleanProven(driver, d);
     });
 
     it('refuses to clean when the function at the address is now another device', async () => {
@@ -425,18 +642,10 @@ describe('NvmeDriver on the simulator', () => {
   });
 });
 
-/** The zero path on a real block device: a loop device holding a pattern, zeroed by shred. */
-const loopSupport = (() => {
-  if (process.getuid?.() !== 0) return 'not root';
-  try {
-    execFileSync('losetup', ['--version'], { stdio: 'ignore' });
-    return null;
-  } catch {
-    return 'losetup missing';
-  }
-})();
+/** The zero path on a real block device: a loop device holding a pattern, zeroed by the direct writer. */
+const loopSupport = loopUnsupported();
 
-describe('shred path on a loop device', () => {
+describe('host-side zero path on a loop device', () => {
   it.skipIf(loopSupport !== null)(
     `zeroes a real block device end to end${loopSupport ? ` (skipped: ${loopSupport})` : ''}`,
     async (t) => {
@@ -444,12 +653,10 @@ describe('shred path on a loop device', () => {
       const backing = join(host.root, 'loop.img');
       await writeFile(backing, Buffer.alloc(4 << 20, 0));
       await writeTenantData(backing, 4 << 20);
-      let loop: string;
-      try {
-        loop = execFileSync('losetup', ['-f', '--show', backing], { encoding: 'utf8' }).trim();
-      } catch (e) {
+      const { dev: loop, reason } = attachLoop(backing);
+      if (!loop) {
         await host.dispose();
-        t.skip(`losetup -f failed: ${(e as Error).message.split('\n')[0]}`);
+        t.skip(reason);
         return;
       }
       try {
@@ -463,13 +670,14 @@ describe('shred path on a loop device', () => {
         await rm(join(host.devRoot, 'nvme0n1'));
         await symlink(loop, join(host.devRoot, 'nvme0n1'));
         await host.builder.setNvmeNamespaces('nvme0', [{ nsid: 1, sizeBytes: 4 << 20 }]);
-        await driver.cleanup(d!, host.cleanupCtx());
+        const { verdict } = await cleanAndJudge(driver, d!, host.cleanupCtx());
+        expect(verdict).toMatchObject({ ok: true, proof: { readBack: 'full', bytesRead: 4 << 20 } });
         const data = execFileSync('dd', [`if=${loop}`, 'bs=1M', 'status=none'], { maxBuffer: 8 << 20 });
         expect(data.length).toBe(4 << 20);
         expect(data.every((b) => b === 0)).toBe(true);
         expect(await readFile(backing).then((b) => b.includes('TENANT-SECRET-'))).toBe(false);
       } finally {
-        execFileSync('losetup', ['-d', loop]);
+        detachLoop(loop);
         await host.dispose();
       }
     },

@@ -5,6 +5,7 @@ import {
   capacity,
   parseCreatedNsid,
   parseIdCtrl,
+  parseNsidList,
   parseNvmeStatus,
   parseNvmeVersion,
   parseSanitizeLog,
@@ -128,12 +129,17 @@ describe('parseSanitizeLog', () => {
       statusText: 'Sanitize in Progress.',
       sprog: 655,
       globalErased: true,
+      scdw10: 4,
     });
     expect(parseSanitizeLog(log23('(3) Most Recent Sanitize Command Failed.')).status).toBe(3);
   });
 
   it('accepts a numeric SSTAT (other versions) and an unwrapped log', () => {
-    expect(parseSanitizeLog('{"sprog":65535,"sstat":257}')).toMatchObject({ status: 1, globalErased: true });
+    expect(parseSanitizeLog('{"sprog":65535,"sstat":257}')).toMatchObject({
+      status: 1,
+      globalErased: true,
+      scdw10: null,
+    });
   });
 
   it('normalises a signed sprog', () => {
@@ -177,5 +183,7 @@ describe('small parsers', () => {
     expect(parseCreatedNsid('')).toBeNull();
     expect(parseNvmeVersion('nvme version 2.3 (git 2.3)\nlibnvme version 1.3 (git 1.3)\n')).toBe('2.3');
     expect(parseNvmeVersion('Usage: nvme <command>')).toBeNull();
+    expect(parseNsidList('{"nsid_list":[{"nsid":1},{"nsid":-1}]}')).toEqual([1, 0xffffffff]);
+    expect(() => parseNsidList('{"nsids":[]}')).toThrow(/nsid_list/);
   });
 });

@@ -148,6 +148,8 @@ export interface SanitizeLog {
   /** SPROG, numerator over 65536. */
   sprog: number;
   globalErased: boolean;
+  /** SCDW10: CDW10 of the sanitize that set the log (2.3 prints it as `cdw10_info`); null when absent. */
+  scdw10: number | null;
 }
 
 const STATUS_TEXT: Record<number, string> = {
@@ -186,6 +188,8 @@ export function parseSanitizeLog(text: string): SanitizeLog {
     throw new NvmeOutputError(`sanitize-log: sprog ${JSON.stringify(log.sprog)} is not a number`);
   }
   const sprog = (log.sprog >>> 0) & 0xffff;
+  const rawCdw10 = log.cdw10_info ?? log.scdw10;
+  const scdw10 = typeof rawCdw10 === 'number' && Number.isInteger(rawCdw10) ? rawCdw10 >>> 0 : null;
   const sstat = log.sstat;
   if (typeof sstat === 'number') {
     const status = sstat & 0x7;
@@ -194,6 +198,7 @@ export function parseSanitizeLog(text: string): SanitizeLog {
       statusText: STATUS_TEXT[status] ?? `status ${status}`,
       sprog,
       globalErased: (sstat & 0x100) !== 0,
+      scdw10,
     };
   }
   if (isRecord(sstat) && typeof sstat.status === 'string') {
@@ -205,6 +210,7 @@ export function parseSanitizeLog(text: string): SanitizeLog {
       statusText: m[2]!.trim(),
       sprog,
       globalErased: sstat.global_erased === 1 || sstat.global_erased === true,
+      scdw10,
     };
   }
   throw new NvmeOutputError(`sanitize-log: sstat ${JSON.stringify(sstat)} is neither a number nor an object`);
@@ -238,8 +244,35 @@ export function parseNvmeStatus(stderr: string): NvmeStatus | null {
   return null;
 }
 
+/**
+ * The controller does not implement the command at all (generic Invalid
+ * Command Opcode, 0x01): QEMU answers namespace management this way although
+ * OACS advertises it. A tenant got the same answer.
+ */
+export const isNotImplemented = (s: NvmeStatus): boolean => s.sct === 0 && s.sc === 0x01;
+
 /** Generic status 0x1d: Sanitize In Progress. */
 export const isSanitizeInProgress = (s: NvmeStatus): boolean => s.sct === 0 && s.sc === 0x1d;
+
+/** `nvme list-ns -o json` (`{"nsid_list":[{"nsid":1},...]}`) → the nsids. */
+export function parseNsidList(text: string): number[] {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new NvmeOutputError(`list-ns output is not JSON: ${(e as Error).message}`);
+  }
+  const list = isRecord(json) ? json.nsid_list : undefined;
+  if (!Array.isArray(list))
+    throw new NvmeOutputError(`list-ns output has no nsid_list: ${text.slice(0, 200)}`);
+  return list.map((e) => {
+    const nsid = isRecord(e) ? e.nsid : undefined;
+    if (typeof nsid !== 'number' || !Number.isInteger(nsid)) {
+      throw new NvmeOutputError(`list-ns: ${JSON.stringify(e)} has no nsid`);
+    }
+    return nsid >>> 0;
+  });
+}
 
 /** `create-ns: Success, created nsid:<n>` → n. */
 export function parseCreatedNsid(stdout: string): number | null {

@@ -11,17 +11,21 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import { judgeEvidence, type Verdict } from '../../server/agent/cleanup-judge.js';
 import {
   createNvmeSimState,
   readNvmeSimState,
+  runCli,
   type SimControllerSpec,
   writeNvmeWrapper,
 } from '../../sim/nvme-cli/index.js';
 import { buildSysfs, type SysfsBuilder } from '../../sim/sysfs/index.js';
+import type { CleanupEvidence } from '../cleanup-evidence.js';
+import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
-import type { CleanupContext, HostContext } from '../driver.js';
+import type { CleanupContext, GenericDriver, HostContext } from '../driver.js';
 import { ExecRunner } from '../exec-runner.js';
-import type { CleanupProgress } from '../types.js';
+import type { CleanupProgress, DiscoveredDevice } from '../types.js';
 
 export const ADDRESS = '0000:01:00.0';
 
@@ -37,15 +41,25 @@ export interface TestHost {
   ctx: HostContext;
   /** argv of every nvme invocation so far, with the pid that ran it. */
   invocations(): Promise<{ pid: number; argv: string[] }[]>;
-  cleanupCtx(signal?: AbortSignal): CleanupContext & { events: CleanupProgress[] };
+  cleanupCtx(signal?: AbortSignal, policy?: CleanupPolicy): CleanupContext & { events: CleanupProgress[] };
   dispose(): Promise<void>;
 }
 
 export interface TestHostOptions {
   controller?: Partial<SimControllerSpec>;
-  namespaces?: { nsid: number; sizeBytes: number }[];
+  namespaces?: { nsid: number; sizeBytes: number; lbaSize?: 512 | 4096; attached?: boolean }[];
   vendorId?: string;
   productId?: string;
+  /** Put the controller in nvme-subsys<N>: the multipath layout (heads nvme<N>nY). */
+  subsystem?: number;
+  /** False: ns-rescan leaves sysfs as it was (a kernel that has not caught up). Default true. */
+  kernelRescan?: boolean;
+  /**
+   * Run the simulator's nvme-cli in this process (runCli) instead of as a child
+   * process: the same code and output, without a node start-up per command, for
+   * tests that run hundreds of cleanups. Hang faults do not apply.
+   */
+  inProcess?: boolean;
 }
 
 export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
@@ -54,6 +68,7 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   const devRoot = join(root, 'dev');
   const statePath = join(root, 'nvme-sim.json');
   const namespaces = opts.namespaces ?? [{ nsid: 1, sizeBytes: 1 << 20 }];
+  const visible = namespaces.filter((n) => n.attached !== false);
   const builder = await buildSysfs(sysfsRoot, {
     nvme: [
       {
@@ -61,7 +76,8 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
         vendorId: opts.vendorId ?? '144d',
         productId: opts.productId ?? 'a808',
         controller: 'nvme0',
-        namespaces,
+        namespaces: visible.map(({ attached: _a, ...n }) => n),
+        ...(opts.subsystem === undefined ? {} : { subsystem: opts.subsystem }),
       },
     ],
   });
@@ -72,6 +88,7 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
         devPath: join(devRoot, 'nvme0'),
         pciAddress: ADDRESS,
         namespaces,
+        ...(opts.subsystem === undefined ? {} : { nsNamePrefix: `nvme${opts.subsystem}n` }),
         ...opts.controller,
       },
     ],
@@ -83,10 +100,14 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   await chmod(nvmeCli, 0o755);
 
   const exec = new ExecRunner({ killGraceMs: 500 });
+  const simEnv = { statePath, fast: true, now: Date.now, env: { ...process.env, LC_ALL: 'C' } };
   const runner: CommandRunner = {
     async run(file, args, options) {
-      const r = await exec.run(file, args, options);
-      if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0) {
+      const r =
+        opts.inProcess && file === nvmeCli
+          ? { ...(await runCli([...args], simEnv)), signal: null, timedOut: false, aborted: false }
+          : await exec.run(file, args, options);
+      if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0 && opts.kernelRescan !== false) {
         const state = await readNvmeSimState(statePath);
         const ctrl = state.controllers.find((c) => c.name === 'nvme0')!;
         await builder.setNvmeNamespaces(
@@ -120,12 +141,31 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
           return { pid: Number(pid), argv: (rest ?? '').split(' ') };
         });
     },
-    cleanupCtx(signal = new AbortController().signal) {
+    cleanupCtx(signal = new AbortController().signal, policy = DEFAULT_CLEANUP_POLICY) {
       const events: CleanupProgress[] = [];
-      return { ...ctx, jobId: 'job-1', signal, progress: (p: CleanupProgress) => events.push(p), events };
+      return {
+        ...ctx,
+        jobId: 'job-1',
+        signal,
+        policy,
+        progress: (p: CleanupProgress) => {
+          events.push(p);
+        },
+        events,
+      };
     },
     dispose: () => rm(root, { recursive: true, force: true }),
   };
+}
+
+/** Runs a driver's cleanup and judges its evidence the way the agent does. */
+export async function cleanAndJudge(
+  driver: GenericDriver,
+  device: DiscoveredDevice,
+  ctx: CleanupContext,
+): Promise<{ evidence: CleanupEvidence; verdict: Verdict }> {
+  const evidence = await driver.cleanup(device, ctx);
+  return { evidence, verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy) };
 }
 
 /** Writes a recognisable tenant pattern at several places of a namespace backing file. */

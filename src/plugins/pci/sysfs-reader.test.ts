@@ -212,6 +212,8 @@ describe('reading a simulated host', () => {
         { name: 'nvme0n1', nsid: 1, sizeBytes: 512 * 2048, lbaSize: 512, writeZeroesMaxBytes: 131072 },
         { name: 'nvme0n2', nsid: 2, sizeBytes: 4096 * 1000, lbaSize: 4096, writeZeroesMaxBytes: 131072 },
       ],
+      subsystem: '',
+      unresolvedPaths: [],
     });
     await b.setNvmeNamespaces('nvme0', [{ nsid: 1, sizeBytes: 512 * 4096 }]);
     expect((await readNvmeController(root, 'nvme0'))?.namespaces).toEqual([
@@ -433,5 +435,58 @@ describe.skipIf(!lspciAvailable() || !hasRealPci)('the real machine (read-only /
     expect(fns.map((f) => `${f.vendorId}:${f.productId}`)).toEqual(lspci.map((l) => l.ids));
     expect(fns.map((f) => f.classCode.slice(0, 4))).toEqual(lspci.map((l) => l.klass));
     await expectPathsAgree('/sys', fns);
+  });
+});
+
+describe('NVMe namespaces under native multipath (nvme-subsys)', () => {
+  it('maps the controller hidden path nodes to the subsystem heads by nsid', async () => {
+    const b = await buildSysfs(root, {
+      nvme: [
+        {
+          address: '0000:00:04.0',
+          vendorId: '1b36',
+          productId: '0010',
+          controller: 'nvme2',
+          subsystem: 1,
+          namespaces: [
+            { nsid: 1, sizeBytes: 512 * 2048 },
+            { nsid: 3, sizeBytes: 4096 * 256, lbaSize: 4096 },
+          ],
+        },
+      ],
+    });
+    // The kernel's names: heads nvme1n1/nvme1n3 on the subsystem, hidden nvme1c2nY under nvme2.
+    expect(
+      readdirSync(path.join(root, 'class/nvme/nvme2'))
+        .filter((n) => /c\dn/.test(n))
+        .sort(),
+    ).toEqual(['nvme1c2n1', 'nvme1c2n3']);
+    const info = await readNvmeController(root, 'nvme2');
+    expect(info).toMatchObject({ subsystem: 'nvme-subsys1', unresolvedPaths: [] });
+    expect(info?.namespaces).toEqual([
+      { name: 'nvme1n1', nsid: 1, sizeBytes: 512 * 2048, lbaSize: 512, writeZeroesMaxBytes: 0 },
+      { name: 'nvme1n3', nsid: 3, sizeBytes: 4096 * 256, lbaSize: 4096, writeZeroesMaxBytes: 0 },
+    ]);
+    await b.setNvmeNamespaces('nvme2', [{ nsid: 2, sizeBytes: 512 * 8 }]);
+    expect((await readNvmeController(root, 'nvme2'))?.namespaces.map((n) => n.name)).toEqual(['nvme1n2']);
+  });
+
+  it('reports a path node whose namespace the subsystem does not show, instead of dropping it', async () => {
+    await buildSysfs(root, {
+      nvme: [
+        {
+          address: '0000:00:04.0',
+          vendorId: '1b36',
+          productId: '0010',
+          controller: 'nvme0',
+          subsystem: 0,
+          namespaces: [{ nsid: 1, sizeBytes: 512 * 2048 }],
+        },
+      ],
+    });
+    await rm(path.join(root, 'devices/virtual/nvme-subsystem/nvme-subsys0/nvme0n1'), { recursive: true });
+    const info = await readNvmeController(root, 'nvme0');
+    expect(info?.namespaces).toEqual([]);
+    expect(info?.unresolvedPaths).toEqual(['nvme0c0n1']);
   });
 });

@@ -396,7 +396,7 @@ export async function resolveNetdevAddress(sysfsRoot: string, ifname: string): P
 }
 
 export interface NvmeNamespaceInfo {
-  /** Block device name, nvmeXnY. */
+  /** Block device name: nvmeXnY under the controller, or the subsystem's head nvmeSnY. */
   name: string;
   nsid: number;
   /** Capacity in bytes (sysfs `size` is always in 512-byte sectors). */
@@ -417,19 +417,45 @@ export interface NvmeControllerInfo {
   firmware: string;
   cntlid: number;
   namespaces: NvmeNamespaceInfo[];
+  /** The nvme-subsystem the controller belongs to (nvme-subsysN), '' when none is listed. */
+  subsystem: string;
+  /**
+   * Multipath path nodes (nvmeScXnY) whose namespace could not be found on the
+   * subsystem: a namespace the controller reaches that we cannot name. A
+   * cleanup must not claim to cover the controller while this is non-empty.
+   */
+  unresolvedPaths: string[];
 }
 
 const NVME_CTRL_RE = /^nvme\d+$/;
-/** Non-multipath namespace block directories. Multipath path nodes (nvmeScXnY) do not match. */
+/** Namespace block devices: nvmeXnY (under a controller) or nvmeSnY (a subsystem's head). */
 const NVME_NS_RE = /^nvme\d+n\d+$/;
+/** Native-multipath path nodes under a controller: nvme<subsys>c<ctrl>n<ns>, hidden, no /dev node. */
+const NVME_PATH_RE = /^nvme\d+c\d+n\d+$/;
+
+/** The nvme-subsystem directory that lists `controller` as a member, or null. */
+function subsystemOf(sysfsRoot: string, controller: string): string | null {
+  const classDir = path.join(sysfsRoot, 'class', 'nvme-subsystem');
+  for (const s of readdirOptional(classDir)) {
+    if (readdirOptional(path.join(classDir, s)).includes(controller)) return path.join(classDir, s);
+  }
+  return null;
+}
 
 /**
  * An NVMe controller from `<root>/class/nvme/<name>`: its identity attributes
  * (model/serial/firmware trimmed of the kernel's space padding) and its
- * namespaces. Only the non-multipath layout (namespaces as nvmeXnY directories
- * under the controller) is read; with native multipath the controller holds
- * hidden nvmeScXnY path nodes, which are ignored here. Null when the controller
- * is gone.
+ * namespaces, in nsid order. Two layouts (notes/nvme-cli.md §6):
+ *
+ * - non-multipath: the namespaces are nvmeXnY block directories under the
+ *   controller;
+ * - native multipath (a controller in an nvme-subsys, dual-port drives, QEMU's
+ *   `nvme-subsys`): the controller holds hidden path nodes nvmeScXnY, and the
+ *   usable block device is the subsystem's head nvmeSnY. Each path node's
+ *   `nsid` is matched to the head with the same `nsid` on the subsystem that
+ *   lists this controller — never by rewriting names.
+ *
+ * Null when the controller is gone.
  */
 export async function readNvmeController(
   sysfsRoot: string,
@@ -446,8 +472,6 @@ export async function readNvmeController(
     if (isGone(e)) return null;
     throw e;
   }
-  const nsIndex = (n: string) => Number.parseInt(n.slice(n.lastIndexOf('n') + 1), 10);
-  const nsNames = entries.filter((n) => NVME_NS_RE.test(n)).sort((a, b) => nsIndex(a) - nsIndex(b));
   const attr = (f: string) => readOptional(path.join(dir, f));
   let pciAddress = attr('address') ?? '';
   if (pciAddress === '') {
@@ -461,10 +485,27 @@ export async function readNvmeController(
     pciAddress = PCI_ADDRESS_RE.test(base) ? base : '';
   }
   const namespaces: NvmeNamespaceInfo[] = [];
-  for (const n of nsNames) {
+  for (const n of entries.filter((e) => NVME_NS_RE.test(e))) {
     const ns = readNamespace(path.join(dir, n), n);
     if (ns !== null) namespaces.push(ns);
   }
+  const subsysDir = subsystemOf(sysfsRoot, name);
+  const unresolvedPaths: string[] = [];
+  const paths = entries.filter((e) => NVME_PATH_RE.test(e));
+  if (paths.length > 0) {
+    const heads = new Map<number, NvmeNamespaceInfo>();
+    for (const h of subsysDir ? readdirOptional(subsysDir).filter((e) => NVME_NS_RE.test(e)) : []) {
+      const ns = readNamespace(path.join(subsysDir!, h), h);
+      if (ns !== null && ns.nsid > 0) heads.set(ns.nsid, ns);
+    }
+    for (const p of paths) {
+      const nsid = intAttr(readOptional(path.join(dir, p, 'nsid')), 0);
+      const head = heads.get(nsid);
+      if (head && !namespaces.some((n) => n.nsid === nsid)) namespaces.push(head);
+      else if (!head) unresolvedPaths.push(p);
+    }
+  }
+  namespaces.sort((a, b) => a.nsid - b.nsid);
   return {
     name,
     address: pciAddress,
@@ -475,6 +516,8 @@ export async function readNvmeController(
     firmware: attr('firmware_rev') ?? '',
     cntlid: intAttr(attr('cntlid'), 0),
     namespaces,
+    subsystem: subsysDir ? path.basename(subsysDir) : '',
+    unresolvedPaths,
   };
 }
 

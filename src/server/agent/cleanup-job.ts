@@ -4,6 +4,7 @@
  * the events so far and then the new ones. Followers come and go (a stream
  * that breaks, a scheduler that re-attaches); the job does not care.
  */
+import type { CleanupProof } from '../../plugins/cleanup-evidence.js';
 import type { CleanupPhase as DriverPhase } from '../../plugins/types.js';
 
 export type JobPhase = 'queued' | DriverPhase | 'succeeded' | 'failed' | 'interrupted';
@@ -22,6 +23,8 @@ export interface JobEvent {
   /** Epoch milliseconds. */
   time: number;
   sequence: number;
+  /** On a `succeeded` event: what the agent accepted as proof of erasure. */
+  proof?: CleanupProof;
 }
 
 export class CleanupJob {

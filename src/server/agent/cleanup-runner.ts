@@ -9,6 +9,7 @@ import { BerthError, failedPrecondition, invalidArgument, notFound } from '../..
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
 import type { CleanupJournal } from './cleanup-journal.js';
+import { judgeEvidence } from './cleanup-judge.js';
 import type { PluginHost } from './plugin-host.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
@@ -163,8 +164,12 @@ export class CleanupRunner {
       // A driver that ignores the abort must not hold the outcome hostage: after
       // the grace period the job fails; the device lock stays until it returns.
       const settled = work.finally(() => this.running.delete(job.address));
-      await Promise.race([settled, abortedAfterGrace(abort.signal, ABORT_GRACE_MS)]);
+      const evidence = await Promise.race([settled, abortedAfterGrace(abort.signal, ABORT_GRACE_MS)]);
       if (abort.signal.aborted) throw abort.signal.reason ?? new Error('cleanup aborted');
+      // The driver reported; the agent decides.
+      const verdict = judgeEvidence(evidence, job.action, this.host.policy(driver));
+      if (!verdict.ok) throw new Error(verdict.reason);
+      const { proof } = verdict;
       this.record(
         job,
         {
@@ -173,11 +178,12 @@ export class CleanupRunner {
           percent: 100,
           bytesDone: last.bytesTotal,
           bytesTotal: last.bytesTotal,
-          message: 'device is clean',
+          message: `device is clean: ${proof.findings.join('; ')}`,
+          proof,
         },
         true,
       );
-      log.info('cleanup succeeded');
+      log.info({ proof }, 'cleanup succeeded');
       this.options.onOutcome?.(
         job.action,
         'succeeded',

@@ -6,6 +6,8 @@
  * IOMMU group holds functions Berth does not manage is not allocatable.
  */
 import { ConfigError } from '../../errors.js';
+import type { CleanupPolicy } from '../../plugins/cleanup-evidence.js';
+import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
 import type { AgentConfig } from './config.js';
@@ -34,18 +36,30 @@ export class PluginHost {
   private constructor(
     readonly loaded: LoadedDriver[],
     private readonly ctx: HostContext,
+    /** Each driver's cleanup policy (its section's `verify`), by driver name. */
+    private readonly policies: Map<string, CleanupPolicy>,
   ) {}
 
   /** Loads and constructs every enabled driver (config errors surface here). */
   static async load(config: AgentConfig, ctx: HostContext): Promise<PluginHost> {
     const loaded: LoadedDriver[] = [];
+    const policies = new Map<string, CleanupPolicy>();
     for (const entry of config.enabledDrivers) {
-      loaded.push(await loadDriver(entry, config.driverSections[driverKey(entry)] ?? {}, config.baseDir));
+      const key = driverKey(entry);
+      const section = config.driverSections[key] ?? {};
+      const l = await loadDriver(entry, section, config.baseDir);
+      loaded.push(l);
+      policies.set(l.driver.name, parseCleanupPolicy(key, section));
     }
     const names = loaded.map((l) => l.driver.name);
     const dup = names.find((n, i) => names.indexOf(n) !== i);
     if (dup) throw new ConfigError(`enabled_drivers: two entries load a driver named ${JSON.stringify(dup)}`);
-    return new PluginHost(loaded, ctx);
+    return new PluginHost(loaded, ctx, policies);
+  }
+
+  /** The policy the agent judges a driver's cleanup evidence by. */
+  policy(d: GenericDriver): CleanupPolicy {
+    return this.policies.get(d.name) ?? parseCleanupPolicy(d.name, {});
   }
 
   get drivers(): GenericDriver[] {
@@ -77,7 +91,7 @@ export class PluginHost {
   }
 
   cleanupCtx(d: GenericDriver, extra: Pick<CleanupContext, 'jobId' | 'signal' | 'progress'>): CleanupContext {
-    return { ...this.childCtx(d), ...extra };
+    return { ...this.childCtx(d), ...extra, policy: this.policy(d) };
   }
 
   /**

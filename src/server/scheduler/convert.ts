@@ -25,6 +25,7 @@ import {
   type Profile as ProfilePb,
   type RequestGroup as RequestGroupPb,
 } from '../../gen/berth/scheduler/v1/profile.js';
+import { proofToProto } from '../cleanup-event-proto.js';
 import type { Arq, ArqState } from './domain/arq.js';
 import {
   type DeviceFacts,
@@ -123,6 +124,7 @@ export function deviceToProto(d: DeviceRecord): Device {
           message: d.lastCleanup.message,
           startedAt: ts(d.lastCleanup.startedAt),
           finishedAt: ts(d.lastCleanup.finishedAt),
+          proof: d.lastCleanup.proof ? proofToProto(d.lastCleanup.proof) : undefined,
         }
       : undefined,
     attributes: d.attributes,

@@ -23,4 +23,12 @@ export {
   simFaultSchema,
   simNamespaceSchema,
 } from './state-file.js';
+export {
+  namespaceManagementWorks,
+  plantTenantData,
+  readableTenantData,
+  spreadTenantWrites,
+  TENANT_MARK,
+  type TenantWrite,
+} from './tenant-data.js';
 export { NVME_SIM_BIN, writeNvmeWrapper } from './wrapper.js';

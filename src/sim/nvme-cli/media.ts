@@ -5,7 +5,7 @@
  * erasure that did not happen (see the `noop` fault).
  */
 import { randomFillSync } from 'node:crypto';
-import { closeSync, ftruncateSync, mkdirSync, openSync, writeSync } from 'node:fs';
+import { closeSync, ftruncateSync, mkdirSync, openSync, readSync, writeSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 const CHUNK = 1 << 20;
@@ -45,13 +45,50 @@ export function fillWhole(path: string, sizeBytes: number, fill: Fill): void {
 
 /**
  * Creates a fresh backing file of `sizeBytes` (sparse, reads as zeroes). Any file
- * left at that path is truncated first so a re-created namespace never exposes a
- * previous tenant's bytes.
+ * left at that path is truncated first: what a namespace holds comes from the
+ * controller's media model (commands/ns-mgmt.ts), never from a stale file.
  */
 export function createBackingFile(path: string, sizeBytes: number): void {
   mkdirSync(dirname(path), { recursive: true });
   const fd = openSync(path, 'w');
   try {
+    ftruncateSync(fd, sizeBytes);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/** Copies `length` bytes from `src` at `srcOffset` to `dst` at `dstOffset`, in 1 MiB chunks. */
+export function copyRange(
+  src: string,
+  srcOffset: number,
+  dst: string,
+  dstOffset: number,
+  length: number,
+): void {
+  const from = openSync(src, 'r');
+  const to = openSync(dst, 'r+');
+  try {
+    const buf = Buffer.alloc(Math.min(CHUNK, Math.max(length, 1)));
+    for (let done = 0; done < length; ) {
+      const n = readSync(from, buf, 0, Math.min(buf.length, length - done), srcOffset + done);
+      // Past the end of a sparse source: zeros.
+      if (n < buf.length) buf.fill(0, n);
+      const want = Math.min(buf.length, length - done);
+      writeSync(to, buf, 0, want, dstOffset + done);
+      done += want;
+    }
+  } finally {
+    closeSync(from);
+    closeSync(to);
+  }
+}
+
+/** Zeroes a whole file instantly (truncate to 0, then back to its size: a sparse file of zeros). */
+export function resetFile(path: string, sizeBytes: number): void {
+  const fd = openSync(path, 'r+');
+  try {
+    ftruncateSync(fd, 0);
     ftruncateSync(fd, sizeBytes);
   } finally {
     closeSync(fd);

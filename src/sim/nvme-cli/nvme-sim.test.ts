@@ -280,7 +280,8 @@ describe('nvme-sim executable', () => {
     ]);
     expect(created).toEqual({ code: 0, stdout: 'create-ns: Success, created nsid:1\n', stderr: '' });
     expect(statSync(sim.dev('nvme0n1')).size).toBe(16384 * 512);
-    expect(readFileSync(sim.dev('nvme0n1')).includes(pattern(16, 0x77))).toBe(false);
+    // No deallocation on create (the pessimistic controller): the deleted namespace's bytes show again.
+    expect(readFileSync(sim.dev('nvme0n1')).includes(pattern(16, 0x77))).toBe(true);
 
     const noList = await sim.run(['attach-ns', ctrl, '-n', '1']);
     expect(noList).toEqual({
@@ -410,5 +411,66 @@ describe('nvme-sim executable', () => {
     expect(after.includes(pattern(64, 0x11)) || after.equals(Buffer.alloc(MiB))).toBe(false);
     const noFormat = await sim.run(['format', sim.dev('nvme1'), '-n', '1', '-s', '1', '--force']);
     expect(noFormat.stderr).toMatch(/^NVMe status: Invalid Command Opcode: .*\(0x4001\)\n$/);
+  }, 60_000);
+
+  it('models what the issue needs: GDE cleared by any write, skipped ranges, unallocated media, capacity "0"', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          tnvmcapBytes: 4 * MiB,
+          namespaces: [{ nsid: 1, sizeBytes: 2 * MiB }],
+          sanitize: { durationMs: 0 },
+          faults: { 'write-zeroes': { mode: 'skip-range', offset: 4096, length: 1024 } },
+        },
+        {
+          name: 'nvme1',
+          devPath: dev('nvme1'),
+          reportCapacity: false,
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+        },
+      ],
+    }));
+    const ctrl = sim.dev('nvme0');
+    const data = sim.dev('nvme0n1');
+    const gde = async () =>
+      JSON.parse((await sim.run(['sanitize-log', ctrl, '-o', 'json'])).stdout).nvme0.sstat.global_erased;
+    expect(await sim.run(['sanitize', ctrl, '-a', '2'])).toMatchObject({ code: 0 });
+    expect(await gde()).toBe(1);
+    // A tenant's write through the block device (the file) clears Global Data Erased, as the spec says any write does.
+    await sleep(20);
+    writeFileSync(data, pattern(2 * MiB, 0x5e));
+    expect(await gde()).toBe(0);
+
+    // skip-range: success text, every block zeroed except the skipped bytes.
+    expect((await sim.run(['write-zeroes', data, '-s', '0', '-c', '4095'])).stdout).toBe(
+      'NVME Write Zeroes Success\n',
+    );
+    const after = readFileSync(data);
+    expect(after.subarray(0, 4096).every((b) => b === 0)).toBe(true);
+    expect(after.subarray(4096, 5120).every((b) => b === 0x5e)).toBe(true);
+    expect(after.subarray(5120).every((b) => b === 0)).toBe(true);
+
+    // Unallocated media: a deleted namespace's bytes stay; a new namespace over them shows them; sanitize erases them.
+    writeFileSync(data, pattern(2 * MiB, 0x6f));
+    await sim.run(['delete-ns', ctrl, '-n', '1']);
+    const state = await readNvmeSimState(sim.state);
+    const media = state.controllers[0]!.mediaPath!;
+    expect(
+      readFileSync(media)
+        .subarray(0, 2 * MiB)
+        .equals(pattern(2 * MiB, 0x6f)),
+    ).toBe(true);
+    await sim.run(['create-ns', ctrl, '--nsze=8192', '--ncap=8192', '--flbas=0']);
+    expect(readFileSync(data).equals(pattern(4 * MiB, 0).fill(0x6f, 0, 2 * MiB))).toBe(true);
+    await sim.run(['delete-ns', ctrl, '-n', '1']);
+    expect(await sim.run(['sanitize', ctrl, '-a', '2'])).toMatchObject({ code: 0 });
+    await sim.run(['sanitize-log', ctrl, '-o', 'json']);
+    expect(readFileSync(media).every((b) => b === 0)).toBe(true);
+
+    // QEMU reports its capacity as "0".
+    const id = JSON.parse((await sim.run(['id-ctrl', sim.dev('nvme1'), '-o', 'json'])).stdout);
+    expect([id.tnvmcap, id.unvmcap]).toEqual(['0', '0']);
   }, 60_000);
 });

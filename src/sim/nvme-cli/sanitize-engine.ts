@@ -10,10 +10,10 @@
  * data is gone even if nobody ever polls.
  */
 import { spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { repoPath } from '../../repo-path.js';
-import { fillWhole } from './media.js';
+import { fillWhole, resetFile } from './media.js';
 import type { SimControllerState } from './state.js';
 
 export const SSTAT_NEVER = 0;
@@ -68,11 +68,44 @@ export function completeSanitize(ctrl: SimControllerState): void {
         fillWhole(ns.devPath, ns.sizeBytes, { kind: 'pattern', pattern: s.ovrpat ?? 0 });
       } else fillWhole(ns.devPath, ns.sizeBytes, { kind: 'zero' });
     }
+    // The unallocated capacity too: sanitize is subsystem-wide.
+    if (ctrl.mediaPath) resetFile(ctrl.mediaPath, ctrl.tnvmcapBytes);
     const passes = s.action === SANACT_OVERWRITE ? (cdw10 >> 4) & 0xf || 16 : 0;
     s.sstat = SSTAT_COMPLETED | (Math.min(passes, 31) << 3) | SSTAT_GLOBAL_ERASED;
+    s.erasedMtimes = mediaMtimes(ctrl);
   }
   s.sprog = SPROG_IDLE;
   delete s.startedAt;
+}
+
+/** mtime of every file that holds user data on the controller: namespaces and the media. */
+export function mediaMtimes(ctrl: SimControllerState): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const p of [...ctrl.namespaces.map((n) => n.devPath), ...(ctrl.mediaPath ? [ctrl.mediaPath] : [])]) {
+    try {
+      out[p] = statSync(p).mtimeMs;
+    } catch {
+      // A namespace file that is gone holds nothing.
+    }
+  }
+  return out;
+}
+
+/**
+ * SSTAT as the log reports it now: Global Data Erased (bit 8) is cleared once
+ * anything was written since the last sanitize completed (a file whose mtime
+ * moved, a namespace that was created since). The NVMe specification clears
+ * GDE on any write; tenants write through the block device, which the
+ * simulator only sees as file changes.
+ */
+export function reportedSstat(ctrl: SimControllerState): number {
+  const s = ctrl.sanitize;
+  if (!(s.sstat & SSTAT_GLOBAL_ERASED) || s.erasedMtimes === undefined) return s.sstat;
+  const now = mediaMtimes(ctrl);
+  const keys = Object.keys(now);
+  const unchanged =
+    keys.length === Object.keys(s.erasedMtimes).length && keys.every((k) => s.erasedMtimes?.[k] === now[k]);
+  return unchanged ? s.sstat : s.sstat & ~SSTAT_GLOBAL_ERASED;
 }
 
 /** Completes the sanitize if its deadline has passed. Returns whether the state changed. */

@@ -9,6 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
 import { createBackingFile } from './media.js';
+import { mediaMtimes, SSTAT_GLOBAL_ERASED } from './sanitize-engine.js';
 import { type NvmeSimState, type SimControllerState, saveState } from './state.js';
 
 const u32 = z.number().int().min(0).max(0xffffffff);
@@ -18,6 +19,11 @@ export const simFaultSchema = z.discriminatedUnion('mode', [
   z.object({ mode: z.literal('hang') }),
   z.object({ mode: z.literal('sanitize-fails') }),
   z.object({ mode: z.literal('noop') }),
+  z.object({
+    mode: z.literal('skip-range'),
+    offset: z.number().int().nonnegative(),
+    length: z.number().int().positive(),
+  }),
 ]);
 
 export const simNamespaceSchema = z.object({
@@ -26,6 +32,7 @@ export const simNamespaceSchema = z.object({
   sizeBytes: z.number().int().nonnegative(),
   lbaSize: z.union([z.literal(512), z.literal(4096)]),
   attached: z.boolean(),
+  mediaOffset: z.number().int().nonnegative().optional(),
 });
 
 export const simControllerSchema = z.object({
@@ -44,6 +51,12 @@ export const simControllerSchema = z.object({
   fna: z.number().int().min(0).max(0xff),
   nn: u32,
   tnvmcapBytes: z.number().int().nonnegative(),
+  reportCapacity: z.boolean().optional(),
+  mediaPath: z.string().min(1).optional(),
+  nsNamePrefix: z
+    .string()
+    .regex(/^nvme\d+n$/)
+    .optional(),
   namespaces: z.array(simNamespaceSchema),
   sanitize: z.object({
     sstat: z.number().int().min(0).max(0xffff),
@@ -54,6 +67,7 @@ export const simControllerSchema = z.object({
     cdw10: u32.optional(),
     ovrpat: u32.optional(),
     failureCleared: z.boolean().optional(),
+    erasedMtimes: z.record(z.string(), z.number()).optional(),
   }),
   faults: z.record(z.string(), simFaultSchema).optional(),
 });
@@ -90,16 +104,24 @@ export interface NvmeSimSpec {
  */
 export function controllerFromSpec(spec: SimControllerSpec, index: number): SimControllerState {
   const dir = dirname(spec.devPath);
-  const namespaces = (spec.namespaces ?? []).map((n) => ({
-    nsid: n.nsid,
-    devPath: n.devPath ?? `${dir}/${spec.name}n${n.nsid}`,
-    sizeBytes: n.sizeBytes,
-    lbaSize: n.lbaSize ?? 512,
-    attached: n.attached ?? true,
-  }));
+  const prefix = spec.nsNamePrefix ?? `${spec.name}n`;
+  let mediaOffset = 0;
+  const namespaces = (spec.namespaces ?? []).map((n) => {
+    const ns = {
+      nsid: n.nsid,
+      devPath: n.devPath ?? `${dir}/${prefix}${n.nsid}`,
+      sizeBytes: n.sizeBytes,
+      lbaSize: n.lbaSize ?? 512,
+      attached: n.attached ?? true,
+      mediaOffset,
+    };
+    mediaOffset += n.sizeBytes;
+    return ns;
+  });
   const used = namespaces.reduce((s, n) => s + n.sizeBytes, 0);
   const { namespaces: _n, sanitize: _s, ...rest } = spec;
   return {
+    mediaPath: `${dir}/${spec.name}.media`,
     pciAddress: `0000:${(index + 1).toString(16).padStart(2, '0')}:00.0`,
     vid: 0x144d,
     ssvid: 0x144d,
@@ -109,7 +131,8 @@ export function controllerFromSpec(spec: SimControllerSpec, index: number): SimC
     oncs: 0x5f,
     fna: 0x4,
     nn: 32,
-    tnvmcapBytes: Math.max(used * 2, 1 << 30),
+    // The namespaces fill the drive (the common case); a controller without any gets 1 GiB.
+    tnvmcapBytes: used > 0 ? used : 1 << 30,
     ...rest,
     sn: (spec.sn ?? `S${index.toString().padStart(3, '0')}SIMNVME`).padEnd(20),
     mn: (spec.mn ?? 'Berth Simulated NVMe').padEnd(40),
@@ -131,9 +154,15 @@ export async function createNvmeSimState(path: string, spec: NvmeSimSpec): Promi
   mkdirSync(dirname(path), { recursive: true });
   for (const c of state.controllers) {
     mkdirSync(dirname(c.devPath), { recursive: true });
+    // Sparse: costs nothing until a test plants bytes in the unallocated capacity.
+    if (c.mediaPath) createBackingFile(c.mediaPath, c.tnvmcapBytes);
     for (const ns of c.namespaces) {
       mkdirSync(dirname(ns.devPath), { recursive: true });
       createBackingFile(ns.devPath, ns.sizeBytes);
+    }
+    // A controller created "globally erased" has had nothing written yet: any write from now on clears it.
+    if (c.sanitize.sstat & SSTAT_GLOBAL_ERASED && c.sanitize.erasedMtimes === undefined) {
+      c.sanitize.erasedMtimes = mediaMtimes(c);
     }
   }
   saveState(path, state);

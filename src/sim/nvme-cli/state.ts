@@ -21,7 +21,12 @@ export type SimFault =
   /** Only meaningful for `sanitize`: the operation runs, then ends with SSTAT 3 and data left in place. */
   | { mode: 'sanitize-fails' }
   /** Exit 0 and print the success text without doing anything: the "erasure that erases nothing". */
-  | { mode: 'noop' };
+  | { mode: 'noop' }
+  /**
+   * Only meaningful for `write-zeroes`: succeed and zero the requested blocks
+   * except the namespace bytes [offset, offset + length), which keep their data.
+   */
+  | { mode: 'skip-range'; offset: number; length: number };
 
 export interface SimNamespaceState {
   nsid: number;
@@ -31,6 +36,8 @@ export interface SimNamespaceState {
   lbaSize: number;
   /** Attached to this controller (active). Detached namespaces are allocated but inactive. */
   attached: boolean;
+  /** Where the namespace sits on the controller's media (see SimControllerState.mediaPath). */
+  mediaOffset?: number;
 }
 
 export interface SimSanitizeState {
@@ -50,6 +57,12 @@ export interface SimSanitizeState {
   ovrpat?: number;
   /** Set once an Exit Failure Mode sanitize cleared a failed (unrestricted) sanitize. */
   failureCleared?: boolean;
+  /**
+   * mtime of every media file when the last sanitize completed. Any write since
+   * (a file whose mtime differs) clears Global Data Erased, as the NVMe
+   * specification says any write does. Absent: the bit is taken as stored.
+   */
+  erasedMtimes?: Record<string, number>;
 }
 
 export interface SimControllerState {
@@ -73,6 +86,17 @@ export interface SimControllerState {
   nn: number;
   /** Total NVM capacity in bytes; namespaces must fit. */
   tnvmcapBytes: number;
+  /** False: id-ctrl reports tnvmcap/unvmcap as "0" (capacity unknown), like QEMU's controller. Default true. */
+  reportCapacity?: boolean;
+  /**
+   * The whole NVM capacity as one file: what the media holds outside the
+   * namespaces. A deleted namespace's bytes stay there (at its mediaOffset);
+   * a created namespace starts with whatever the media held (no deallocation
+   * on create: the pessimistic controller). Sanitize erases it all.
+   */
+  mediaPath?: string;
+  /** Block device name prefix of namespaces (nsid appended): `<name>n`, or `nvme<S>n` on a subsystem. */
+  nsNamePrefix?: string;
   namespaces: SimNamespaceState[];
   sanitize: SimSanitizeState;
   faults?: { [command: string]: SimFault };

@@ -13,10 +13,15 @@
  *   class/net/<if>                            -> <function>/net/<if>
  *   class/nvme/nvmeX                          -> <function>/nvme/nvmeX
  *   class/block/nvmeXnY                       -> <function>/nvme/nvmeX/nvmeXnY
+ *   class/nvme-subsystem/nvme-subsysS         -> devices/virtual/nvme-subsystem/nvme-subsysS
  * Every link is relative, like the kernel's, so a tree can be moved or copied.
  *
- * NVMe uses the non-multipath layout only: namespaces are nvmeXnY directories
- * under their controller (no nvme-subsystem heads, no nvmeScXnY path nodes).
+ * NVMe namespaces use the non-multipath layout (nvmeXnY directories under
+ * their controller) unless the controller names a `subsystem` S: then, as with
+ * the kernel's native multipath (QEMU's nvme-subsys, dual-port drives), the
+ * usable block devices are the subsystem's heads nvmeSnY, the controller holds
+ * hidden path nodes nvmeScXnY, and the subsystem lists the controller. One
+ * controller per simulated subsystem.
  *
  * Driver-owned children follow the driver, as on a real host: a controller's
  * nvme/nvmeX directory exists only while the function is bound to `nvme`, and a
@@ -91,6 +96,8 @@ export interface SimNvmeSpec extends SimFunctionSpec {
   state?: string;
   /** queue/write_zeroes_max_bytes of every namespace; default 0 (kernel will not use Write Zeroes). */
   writeZeroesMaxBytes?: number;
+  /** Subsystem instance S: the multipath layout (heads nvmeSnY on nvme-subsysS). Default: non-multipath. */
+  subsystem?: number;
 }
 
 export interface SimHostSpec {
@@ -109,6 +116,7 @@ interface NvmeState {
   state: string;
   writeZeroesMaxBytes: number;
   namespaces: Required<SimNvmeNamespaceSpec>[];
+  subsystem: number | null;
 }
 
 interface FunctionState {
@@ -340,7 +348,11 @@ export class SysfsBuilder {
       state: spec.state ?? 'live',
       writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
       namespaces: normaliseNamespaces(spec.namespaces ?? []),
+      subsystem: spec.subsystem ?? null,
     };
+    if (nvme.subsystem !== null && (!Number.isInteger(nvme.subsystem) || nvme.subsystem < 0)) {
+      throw new Error(`subsystem: ${nvme.subsystem}`);
+    }
     const st = this.register(
       {
         ...spec,
@@ -608,47 +620,99 @@ export class SysfsBuilder {
     );
     // Kernel form: nvme/nvmeX/device -> ../../../<addr>
     symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
+    const subsys = this.subsysDir(st);
+    if (subsys) {
+      mkdirSync(subsys, { recursive: true });
+      writeFileSync(path.join(subsys, 'subsysnqn'), `nqn.2019-08.org.qemu:${nvme.serial}\n`);
+      this.link(path.join(subsys, nvme.controller), dir);
+      this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
+      this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(subsys)), subsys);
+    }
     for (const ns of nvme.namespaces) this.writeNamespace(st, ns);
     this.link(path.join(this.root, 'class', 'nvme', nvme.controller), dir);
+  }
+
+  /** devices/virtual/nvme-subsystem/nvme-subsysS, or null for a non-multipath controller. */
+  private subsysDir(st: FunctionState): string | null {
+    const s = st.nvme!.subsystem;
+    return s === null
+      ? null
+      : path.join(this.root, 'devices', 'virtual', 'nvme-subsystem', `nvme-subsys${s}`);
+  }
+
+  /** The namespace's block device name: nvmeXnY, or the subsystem head nvmeSnY. */
+  private nsName(st: FunctionState, nsid: number): string {
+    const nvme = st.nvme!;
+    return nvme.subsystem === null ? `${nvme.controller}n${nsid}` : `nvme${nvme.subsystem}n${nsid}`;
   }
 
   private removeNvmeLinks(st: FunctionState): void {
     const nvme = st.nvme!;
     this.unlinkQuiet(path.join(this.root, 'class', 'nvme', nvme.controller));
     for (const ns of nvme.namespaces) {
-      this.unlinkQuiet(path.join(this.root, 'class', 'block', `${nvme.controller}n${ns.nsid}`));
+      this.unlinkQuiet(path.join(this.root, 'class', 'block', this.nsName(st, ns.nsid)));
     }
   }
 
   private removeNvmeFiles(st: FunctionState): void {
     this.removeNvmeLinks(st);
     rmSync(path.join(this.devDir(st.address), 'nvme'), { recursive: true, force: true });
+    // Without its only controller the subsystem and its heads go away too.
+    const subsys = this.subsysDir(st);
+    if (subsys) {
+      this.unlinkQuiet(path.join(this.root, 'class', 'nvme-subsystem', path.basename(subsys)));
+      rmSync(subsys, { recursive: true, force: true });
+    }
   }
 
   private writeNamespace(st: FunctionState, ns: Required<SimNvmeNamespaceSpec>): void {
     const nvme = st.nvme!;
-    const name = `${nvme.controller}n${ns.nsid}`;
-    const dir = path.join(this.ctrlDir(st), name);
-    mkdirSync(path.join(dir, 'queue'), { recursive: true });
+    const name = this.nsName(st, ns.nsid);
+    const subsys = this.subsysDir(st);
+    const dir = path.join(subsys ?? this.ctrlDir(st), name);
     this.ensureDir(path.join(this.root, 'class', 'block'));
-    const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
-    w('nsid', `${ns.nsid}\n`);
-    w('size', `${ns.sizeBytes / 512}\n`);
-    w('ro', '0\n');
-    w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
-    w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
-    w('queue/logical_block_size', `${ns.lbaSize}\n`);
-    w('queue/physical_block_size', `${ns.lbaSize}\n`);
-    w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
-    // Kernel form (non-multipath): nvmeXnY/device -> ../../nvmeX
-    symlinkSync(`../../${nvme.controller}`, path.join(dir, 'device'));
+    const attrs = (d: string, hidden: boolean) => {
+      mkdirSync(path.join(d, 'queue'), { recursive: true });
+      const w = (file: string, content: string) => writeFileSync(path.join(d, file), content);
+      w('nsid', `${ns.nsid}\n`);
+      w('size', `${ns.sizeBytes / 512}\n`);
+      w('ro', '0\n');
+      w('hidden', `${hidden ? 1 : 0}\n`);
+      w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
+      w('queue/logical_block_size', `${ns.lbaSize}\n`);
+      w('queue/physical_block_size', `${ns.lbaSize}\n`);
+      w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
+    };
+    attrs(dir, false);
+    writeFileSync(
+      path.join(dir, 'dev'),
+      `${NVME_BLOCK_MAJOR}:${Number((subsys ? nvme.subsystem : nvme.controller.slice(4)) ?? 0) * 64 + ns.nsid}\n`,
+    );
+    if (subsys) {
+      // Head: nvmeSnY/device -> ../../nvme-subsysS; the controller holds the hidden path node.
+      symlinkSync(`../../${path.basename(subsys)}`, path.join(dir, 'device'));
+      attrs(path.join(this.ctrlDir(st), this.pathNodeName(st, ns.nsid)), true);
+    } else {
+      // Kernel form (non-multipath): nvmeXnY/device -> ../../nvmeX
+      symlinkSync(`../../${nvme.controller}`, path.join(dir, 'device'));
+    }
     this.link(path.join(this.root, 'class', 'block', name), dir);
   }
 
+  /** nvme<S>c<X>n<Y>: the hidden multipath node of a namespace under its controller. */
+  private pathNodeName(st: FunctionState, nsid: number): string {
+    const nvme = st.nvme!;
+    return `nvme${nvme.subsystem}c${nvme.controller.slice(4)}n${nsid}`;
+  }
+
   private removeNamespaceFiles(st: FunctionState, nsid: number): void {
-    const name = `${st.nvme!.controller}n${nsid}`;
+    const name = this.nsName(st, nsid);
     this.unlinkQuiet(path.join(this.root, 'class', 'block', name));
-    rmSync(path.join(this.ctrlDir(st), name), { recursive: true, force: true });
+    const subsys = this.subsysDir(st);
+    rmSync(path.join(subsys ?? this.ctrlDir(st), name), { recursive: true, force: true });
+    if (subsys) {
+      rmSync(path.join(this.ctrlDir(st), this.pathNodeName(st, nsid)), { recursive: true, force: true });
+    }
   }
 }
 

@@ -88,4 +88,6 @@ print(json.dumps({
     "reserved": dev.reserved,
     "phases": phases,
     "not_found": not_found,
+    "proof_method": dev.last_cleanup.proof.method,
+    "proof_bytes_total": dev.last_cleanup.proof.bytes_total,
 }))

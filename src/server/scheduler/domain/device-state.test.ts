@@ -69,6 +69,31 @@ describe('device state machine: single events', () => {
     expect([ok.deviceState, ok.reserved, ok.lastCleanup?.outcome]).toEqual(['available', 0, 'succeeded']);
   });
 
+  it("a success keeps the agent's proof as the device's last cleanup", () => {
+    const s = cleanupStarted(
+      release(bind(dev(), { arqUuid: 'a', instanceUuid: 'i' }), { arqUuid: 'a' }, 'j'),
+      'j',
+      NOW,
+    );
+    const proof = {
+      method: 'read-back',
+      readBack: 'full' as const,
+      bytesWritten: 4096,
+      bytesRead: 4096,
+      bytesTotal: 4096,
+      findings: ['nvme0n1: all 4096 bytes read back as zero'],
+    };
+    const ok = cleanupSucceeded(s, 'j', 'sanitize-crypto', NOW, proof);
+    expect(ok.lastCleanup).toMatchObject({ outcome: 'succeeded', proof, message: proof.findings[0] });
+    // The next cleanup's start clears it: a running job has proven nothing yet.
+    const next = cleanupStarted(
+      release(bind(ok, { arqUuid: 'b', instanceUuid: 'i' }), { arqUuid: 'b' }, 'k'),
+      'k',
+      NOW,
+    );
+    expect(next.lastCleanup?.proof ?? null).toBeNull();
+  });
+
   it('a success claimed for another action than the locked-in one is an error, not available', () => {
     const s = cleanupStarted(
       release(bind(dev(), { arqUuid: 'a', instanceUuid: 'i' }), { arqUuid: 'a' }, 'j'),

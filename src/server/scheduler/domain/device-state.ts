@@ -23,6 +23,17 @@ export type DeviceType = 'PCI' | 'NVME';
 export type FunctionKind = 'PCI' | 'PF' | 'VF';
 export type CleanupOutcome = 'succeeded' | 'failed' | 'interrupted';
 
+/** What the agent accepted as proof that a cleanup erased everything (proto CleanupProof). */
+export interface CleanupProofRecord {
+  /** sanitize, read-back, or sanitize+read-back. */
+  method: string;
+  readBack: 'full' | 'sample' | 'none';
+  bytesWritten: number;
+  bytesRead: number;
+  bytesTotal: number;
+  findings: string[];
+}
+
 /** How the last (or current) cleanup of a device went; proto CleanupRecord. */
 export interface CleanupRecord {
   jobId: string;
@@ -32,6 +43,8 @@ export interface CleanupRecord {
   message: string;
   startedAt: string | null;
   finishedAt: string | null;
+  /** On success: how it was proven (absent on records written before proofs existed). */
+  proof?: CleanupProofRecord | null;
 }
 
 /**
@@ -285,6 +298,7 @@ function finish(
   outcome: CleanupOutcome,
   message: string,
   now: string,
+  proof: CleanupProofRecord | null = null,
 ): CleanupRecord {
   return {
     jobId,
@@ -293,15 +307,23 @@ function finish(
     message,
     startedAt: d.lastCleanup?.jobId === jobId ? d.lastCleanup.startedAt : null,
     finishedAt: now,
+    proof,
   };
 }
 
 /**
  * The agent reports that the job succeeded. Invariant 2: only the current job,
  * and only when it ran the locked-in action; a success claimed for another action
- * is not proof, so the device goes to error instead.
+ * is not proof, so the device goes to error instead. The agent's proof (what was
+ * done, how much was read back, full or sample) becomes the device's last cleanup.
  */
-export function cleanupSucceeded(d: DeviceRecord, jobId: string, action: string, now: string): DeviceRecord {
+export function cleanupSucceeded(
+  d: DeviceRecord,
+  jobId: string,
+  action: string,
+  now: string,
+  proof: CleanupProofRecord | null = null,
+): DeviceRecord {
   assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
   if (!d.cleanupAction || action !== d.cleanupAction) {
     const reason = `cleanup job ${jobId} reported success for action "${action}" but the locked-in action is "${d.cleanupAction ?? ''}"`;
@@ -316,7 +338,7 @@ export function cleanupSucceeded(d: DeviceRecord, jobId: string, action: string,
     deviceState: 'available',
     errorReason: '',
     cleanupJobId: null,
-    lastCleanup: finish(d, jobId, 'succeeded', '', now),
+    lastCleanup: finish(d, jobId, 'succeeded', proof ? proof.findings.join('; ') : '', now, proof),
   });
 }
 

@@ -10,7 +10,7 @@
  */
 import type { Logger } from 'pino';
 import type { CleanupEvent as AgentEvent, CleanupDeviceResponse } from '../../../gen/berth/agent/v1/agent.js';
-import { cleanupPhaseFromProto } from '../../cleanup-event-proto.js';
+import { cleanupPhaseFromProto, proofFromProto } from '../../cleanup-event-proto.js';
 import type { Metrics } from '../../metrics.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { CleanupEvent, CleanupJob, Store } from '../store/store.js';
@@ -35,6 +35,7 @@ export function eventFromAgent(e: AgentEvent): CleanupEvent | null {
     message: e.message,
     time: (e.time ?? new Date()).toISOString(),
     sequence: e.sequence,
+    proof: proofFromProto(e.proof),
   };
 }
 

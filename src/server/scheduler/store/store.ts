@@ -13,6 +13,7 @@
 import type { PickFn } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type {
+  CleanupProofRecord,
   DeviceFacts,
   DeviceRecord,
   DeviceState,
@@ -102,6 +103,8 @@ export interface CleanupEvent {
   time: string;
   /** Increases by one per event of a job; a repeated sequence is ignored. */
   sequence: number;
+  /** On `succeeded`: the agent's proof of erasure. */
+  proof?: CleanupProofRecord | null;
 }
 
 export interface CleanupJob {

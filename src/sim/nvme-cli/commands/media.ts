@@ -81,7 +81,18 @@ export async function writeZeroes(argv: string[], env: CliEnv): Promise<CliResul
     if (blocked !== undefined) return { changed: false, result: nvmeError(o, blocked) };
     const nsze = BigInt(Math.floor(ns.sizeBytes / ns.lbaSize));
     if (slba + BigInt(nlb) > nsze) return { changed: false, result: nvmeError(o, Status.LBA_RANGE) };
-    fillRange(ns.devPath, Number(slba) * ns.lbaSize, nlb * ns.lbaSize, { kind: 'zero' });
+    const start = Number(slba) * ns.lbaSize;
+    const end = start + nlb * ns.lbaSize;
+    const skip = ctrl.faults?.['write-zeroes'];
+    if (skip?.mode === 'skip-range') {
+      // The lying controller: zeroes around the skipped bytes, reports success.
+      const s0 = Math.max(start, skip.offset);
+      const s1 = Math.min(end, skip.offset + skip.length);
+      if (s0 < s1) {
+        if (s0 > start) fillRange(ns.devPath, start, s0 - start, { kind: 'zero' });
+        if (end > s1) fillRange(ns.devPath, s1, end - s1, { kind: 'zero' });
+      } else fillRange(ns.devPath, start, end - start, { kind: 'zero' });
+    } else fillRange(ns.devPath, start, end - start, { kind: 'zero' });
     // Any write means user data may exist again: Global Data Erased no longer holds.
     const hadGde = (ctrl.sanitize.sstat & SSTAT_GLOBAL_ERASED) !== 0;
     ctrl.sanitize.sstat &= ~SSTAT_GLOBAL_ERASED;

@@ -1,8 +1,11 @@
 /**
  * Namespace management (OACS bit 3): `create-ns`, `delete-ns`, `attach-ns`,
  * `detach-ns`, plus the harmless `ns-rescan` and `reset`. Capacity is enforced
- * against tnvmcap; a namespace's backing file is created fresh on create and
- * removed on delete, so a re-created namespace never shows old data.
+ * against tnvmcap. Namespaces are extents of the controller's media file: a
+ * deleted namespace's bytes go back to the media (unallocated, still there),
+ * and a created namespace starts with whatever its extent of the media held —
+ * the pessimistic controller that does not deallocate on create, so tenant
+ * data left in unallocated capacity is readable again through a new namespace.
  */
 import { unlinkSync } from 'node:fs';
 import { dirname } from 'node:path';
@@ -17,7 +20,7 @@ import {
   openDevice,
   parseOrFail,
 } from '../context.js';
-import { createBackingFile } from '../media.js';
+import { copyRange, createBackingFile } from '../media.js';
 import type { SimControllerState } from '../state.js';
 import { Status } from '../status.js';
 import { LBA_FORMATS, NAMESPACE_ID } from './identify.js';
@@ -36,6 +39,20 @@ function pd(nsid: number): number {
 function mgmtBlocked(ctrl: SimControllerState): number | undefined {
   if (!(ctrl.oacs & OACS_NS_MGMT)) return Status.INVALID_OPCODE;
   return sanitizeBlocks(ctrl);
+}
+
+/** The first media offset with `size` bytes no namespace occupies, or null. */
+function freeExtent(ctrl: SimControllerState, size: number): number | null {
+  const used = ctrl.namespaces
+    .filter((n) => n.mediaOffset !== undefined)
+    .map((n) => [n.mediaOffset!, n.mediaOffset! + n.sizeBytes] as const)
+    .sort((a, b) => a[0] - b[0]);
+  let at = 0;
+  for (const [s, e] of used) {
+    if (s - at >= size) return at;
+    at = Math.max(at, e);
+  }
+  return ctrl.tnvmcapBytes - at >= size ? at : null;
 }
 
 /** SI-suffixed byte counts of --nsze-si/--ncap-si (k/M/G/T/P/E, powers of 1000). */
@@ -114,13 +131,25 @@ export async function createNs(argv: string[], env: CliEnv): Promise<CliResult> 
     let nsid = 1;
     while (ctrl.namespaces.some((n) => n.nsid === nsid)) nsid++;
     if (nsid > ctrl.nn >>> 0) return { changed: false, result: nvmeError(o, Status.NS_ID_UNAVAILABLE) };
+    const mediaOffset = ctrl.mediaPath ? freeExtent(ctrl, sizeBytes) : undefined;
+    if (mediaOffset === null) return { changed: false, result: nvmeError(o, Status.NS_INSUFFICIENT_CAP) };
     if (fault === 'noop') {
       o.out(`create-ns: Success, created nsid:${pd(nsid)}\n`);
       return { changed: false, result: o.done(0) };
     }
-    const devPath = `${dirname(ctrl.devPath)}/${ctrl.name}n${nsid}`;
+    const devPath = `${dirname(ctrl.devPath)}/${ctrl.nsNamePrefix ?? `${ctrl.name}n`}${nsid}`;
     createBackingFile(devPath, sizeBytes);
-    ctrl.namespaces.push({ nsid, devPath, sizeBytes, lbaSize, attached: false });
+    // No deallocation on create: the new namespace shows whatever its media held.
+    if (ctrl.mediaPath && mediaOffset !== undefined)
+      copyRange(ctrl.mediaPath, mediaOffset, devPath, 0, sizeBytes);
+    ctrl.namespaces.push({
+      nsid,
+      devPath,
+      sizeBytes,
+      lbaSize,
+      attached: false,
+      ...(mediaOffset === undefined ? {} : { mediaOffset }),
+    });
     ctrl.namespaces.sort((a, b) => a.nsid - b.nsid);
     o.out(`create-ns: Success, created nsid:${pd(nsid)}\n`);
     return { changed: true, result: o.done(0) };
@@ -154,6 +183,10 @@ export async function deleteNs(argv: string[], env: CliEnv): Promise<CliResult> 
     if (victims.length === 0 && nsid !== NSID_ALL)
       return { changed: false, result: nvmeError(o, Status.INVALID_NS) };
     for (const ns of victims) {
+      // The namespace's bytes stay on the media, now unallocated.
+      if (ctrl.mediaPath && ns.mediaOffset !== undefined) {
+        copyRange(ns.devPath, 0, ctrl.mediaPath, ns.mediaOffset, ns.sizeBytes);
+      }
       try {
         unlinkSync(ns.devPath);
       } catch {

@@ -20,6 +20,7 @@ import {
 import { int32, jsonPrint } from '../json-print.js';
 import {
   currentSprog,
+  reportedSstat,
   SANACT_BLOCK_ERASE,
   SANACT_CRYPTO_ERASE,
   SANACT_EXIT_FAILURE,
@@ -176,7 +177,7 @@ export function sanitizeLogPage(ctrl: SimControllerState, now: number): Sanitize
   const running = sanitizeRunning(ctrl);
   return {
     sprog: running ? currentSprog(ctrl, now) : SPROG_IDLE,
-    sstat: ctrl.sanitize.sstat,
+    sstat: reportedSstat(ctrl),
     scdw10: ctrl.sanitize.cdw10 ?? 0,
     eto: est(SANICAP_OWS),
     etbe: est(SANICAP_BES),

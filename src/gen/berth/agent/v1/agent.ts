@@ -21,6 +21,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../../google/protobuf/timestamp.js";
+import { CleanupProof } from "./cleanup_proof.js";
 import { Device } from "./device.js";
 
 export const protobufPackage = "berth.agent.v1";
@@ -214,6 +215,8 @@ export interface CleanupEvent {
     | undefined;
   /** Increases by one for every event of a job. */
   sequence: number;
+  /** On SUCCEEDED: what the agent accepted as proof of erasure. */
+  proof: CleanupProof | undefined;
 }
 
 export interface CleanupDeviceResponse {
@@ -1420,6 +1423,7 @@ function createBaseCleanupEvent(): CleanupEvent {
     message: "",
     time: undefined,
     sequence: 0,
+    proof: undefined,
   };
 }
 
@@ -1457,6 +1461,9 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
     }
     if (message.sequence !== 0) {
       writer.uint32(88).uint64(message.sequence);
+    }
+    if (message.proof !== undefined) {
+      CleanupProof.encode(message.proof, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -1562,6 +1569,14 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
             message.sequence = longToNumber(reader.uint64());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.proof = CleanupProof.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1599,6 +1614,7 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
       message: isSet(object.message) ? globalThis.String(object.message) : "",
       time: isSet(object.time) ? fromJsonTimestamp(object.time) : undefined,
       sequence: isSet(object.sequence) ? globalThis.Number(object.sequence) : 0,
+      proof: isSet(object.proof) ? CleanupProof.fromJSON(object.proof) : undefined,
     };
   },
 
@@ -1637,6 +1653,9 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
     if (message.sequence !== 0) {
       obj.sequence = Math.round(message.sequence);
     }
+    if (message.proof !== undefined) {
+      obj.proof = CleanupProof.toJSON(message.proof);
+    }
     return obj;
   },
 
@@ -1656,6 +1675,9 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
     message.message = object.message ?? "";
     message.time = object.time ?? undefined;
     message.sequence = object.sequence ?? 0;
+    message.proof = (object.proof !== undefined && object.proof !== null)
+      ? CleanupProof.fromPartial(object.proof)
+      : undefined;
     return message;
   },
 };

@@ -7,6 +7,7 @@
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
 import { Timestamp } from "../../../google/protobuf/timestamp.js";
+import { CleanupProof } from "../../agent/v1/cleanup_proof.js";
 
 export const protobufPackage = "berth.scheduler.v1";
 
@@ -242,7 +243,14 @@ export interface CleanupRecord {
   outcome: CleanupOutcome;
   message: string;
   startedAt: Date | undefined;
-  finishedAt: Date | undefined;
+  finishedAt:
+    | Date
+    | undefined;
+  /**
+   * On success: how the erasure was proven (sanitize or read-back, full or
+   * sample, how much was written and read).
+   */
+  proof: CleanupProof | undefined;
 }
 
 /** Device is one managed device as the scheduler holds it. */
@@ -298,7 +306,15 @@ export interface Device_AttributesEntry {
 }
 
 function createBaseCleanupRecord(): CleanupRecord {
-  return { jobId: "", action: "", outcome: 0, message: "", startedAt: undefined, finishedAt: undefined };
+  return {
+    jobId: "",
+    action: "",
+    outcome: 0,
+    message: "",
+    startedAt: undefined,
+    finishedAt: undefined,
+    proof: undefined,
+  };
 }
 
 export const CleanupRecord: MessageFns<CleanupRecord> = {
@@ -320,6 +336,9 @@ export const CleanupRecord: MessageFns<CleanupRecord> = {
     }
     if (message.finishedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.finishedAt), writer.uint32(50).fork()).join();
+    }
+    if (message.proof !== undefined) {
+      CleanupProof.encode(message.proof, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -385,6 +404,14 @@ export const CleanupRecord: MessageFns<CleanupRecord> = {
             message.finishedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.proof = CleanupProof.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -417,6 +444,7 @@ export const CleanupRecord: MessageFns<CleanupRecord> = {
         : isSet(object.finished_at)
         ? fromJsonTimestamp(object.finished_at)
         : undefined,
+      proof: isSet(object.proof) ? CleanupProof.fromJSON(object.proof) : undefined,
     };
   },
 
@@ -440,6 +468,9 @@ export const CleanupRecord: MessageFns<CleanupRecord> = {
     if (message.finishedAt !== undefined) {
       obj.finishedAt = message.finishedAt.toISOString();
     }
+    if (message.proof !== undefined) {
+      obj.proof = CleanupProof.toJSON(message.proof);
+    }
     return obj;
   },
 
@@ -454,6 +485,9 @@ export const CleanupRecord: MessageFns<CleanupRecord> = {
     message.message = object.message ?? "";
     message.startedAt = object.startedAt ?? undefined;
     message.finishedAt = object.finishedAt ?? undefined;
+    message.proof = (object.proof !== undefined && object.proof !== null)
+      ? CleanupProof.fromPartial(object.proof)
+      : undefined;
     return message;
   },
 };
