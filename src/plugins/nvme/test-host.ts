@@ -46,6 +46,11 @@ export interface TestHostOptions {
   namespaces?: { nsid: number; sizeBytes: number }[];
   vendorId?: string;
   productId?: string;
+  /**
+   * Puts the controller in NVM subsystem S with shared namespaces (Linux's
+   * multipath layout): the block devices are then nvme<S>n<nsid>.
+   */
+  subsystem?: number;
 }
 
 export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost> {
@@ -62,16 +67,19 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
         productId: opts.productId ?? 'a808',
         controller: 'nvme0',
         namespaces,
+        ...(opts.subsystem === undefined ? {} : { subsystem: opts.subsystem }),
       },
     ],
   });
+  const nsDevPath = (nsid: number) =>
+    join(devRoot, opts.subsystem === undefined ? `nvme0n${nsid}` : `nvme${opts.subsystem}n${nsid}`);
   await createNvmeSimState(statePath, {
     controllers: [
       {
         name: 'nvme0',
         devPath: join(devRoot, 'nvme0'),
         pciAddress: ADDRESS,
-        namespaces,
+        namespaces: namespaces.map((n) => ({ ...n, devPath: nsDevPath(n.nsid) })),
         ...opts.controller,
       },
     ],

@@ -420,16 +420,21 @@ export interface NvmeControllerInfo {
 }
 
 const NVME_CTRL_RE = /^nvme\d+$/;
-/** Non-multipath namespace block directories. Multipath path nodes (nvmeScXnY) do not match. */
+/** Namespace block devices: under a controller (private) or under its subsystem (multipath heads). */
 const NVME_NS_RE = /^nvme\d+n\d+$/;
+/** Hidden multipath path nodes under a controller: nvme<subsystem>c<controller>n<head>. */
+const NVME_PATH_RE = /^nvme\d+c\d+n\d+$/;
+const NVME_SUBSYS_RE = /^nvme-subsys\d+$/;
 
 /**
  * An NVMe controller from `<root>/class/nvme/<name>`: its identity attributes
  * (model/serial/firmware trimmed of the kernel's space padding) and its
- * namespaces. Only the non-multipath layout (namespaces as nvmeXnY directories
- * under the controller) is read; with native multipath the controller holds
- * hidden nvmeScXnY path nodes, which are ignored here. Null when the controller
- * is gone.
+ * namespaces, sorted by nsid. Private namespaces are nvmeXnY directories under
+ * the controller. Shared namespaces (a controller of a multi-controller NVM
+ * subsystem with native multipath: dual-port drives, QEMU's nvme-subsys) show
+ * under the controller only as hidden nvmeScXnY path nodes with no /dev node;
+ * they are reported as the subsystem's block devices (see sharedNamespaces).
+ * Null when the controller is gone.
  */
 export async function readNvmeController(
   sysfsRoot: string,
@@ -446,8 +451,8 @@ export async function readNvmeController(
     if (isGone(e)) return null;
     throw e;
   }
-  const nsIndex = (n: string) => Number.parseInt(n.slice(n.lastIndexOf('n') + 1), 10);
-  const nsNames = entries.filter((n) => NVME_NS_RE.test(n)).sort((a, b) => nsIndex(a) - nsIndex(b));
+  const nsNames = entries.filter((n) => NVME_NS_RE.test(n));
+  const pathNames = entries.filter((n) => NVME_PATH_RE.test(n));
   const attr = (f: string) => readOptional(path.join(dir, f));
   let pciAddress = attr('address') ?? '';
   if (pciAddress === '') {
@@ -465,6 +470,8 @@ export async function readNvmeController(
     const ns = readNamespace(path.join(dir, n), n);
     if (ns !== null) namespaces.push(ns);
   }
+  if (pathNames.length > 0) namespaces.push(...sharedNamespaces(sysfsRoot, name, dir, pathNames));
+  namespaces.sort((a, b) => a.nsid - b.nsid);
   return {
     name,
     address: pciAddress,
@@ -476,6 +483,45 @@ export async function readNvmeController(
     cntlid: intAttr(attr('cntlid'), 0),
     namespaces,
   };
+}
+
+/**
+ * The namespaces a controller reaches through multipath path nodes. The usable
+ * block device of such a namespace is the head on the NVM subsystem
+ * (`class/nvme-subsystem/nvme-subsysS/nvmeSnY`, `/dev/nvmeSnY`), where S is the
+ * subsystem's instance, not the controller's: controller nvme2 may reach
+ * nvme1n1 through nvme1c2n1. So nothing is derived from names: the subsystem is
+ * the one that lists this controller as a member, and a path maps to the head
+ * with the same nsid. A path whose head is missing (the kernel makes a head
+ * visible only once a path to it is usable) is reported under the path's own
+ * name: it has no /dev node, so a cleanup that must reach it fails instead of
+ * skipping a namespace.
+ */
+function sharedNamespaces(
+  sysfsRoot: string,
+  controller: string,
+  controllerDir: string,
+  pathNames: string[],
+): NvmeNamespaceInfo[] {
+  const classDir = path.join(sysfsRoot, 'class', 'nvme-subsystem');
+  const subsystem = readdirOptional(classDir).find(
+    (s) => NVME_SUBSYS_RE.test(s) && existsSync(path.join(classDir, s, controller)),
+  );
+  const heads = new Map<number, NvmeNamespaceInfo>();
+  if (subsystem !== undefined) {
+    const subsysDir = path.join(classDir, subsystem);
+    for (const n of readdirOptional(subsysDir).filter((e) => NVME_NS_RE.test(e))) {
+      const head = readNamespace(path.join(subsysDir, n), n);
+      if (head !== null) heads.set(head.nsid, head);
+    }
+  }
+  const out: NvmeNamespaceInfo[] = [];
+  for (const p of pathNames) {
+    const viaPath = readNamespace(path.join(controllerDir, p), p);
+    if (viaPath === null) continue;
+    out.push(heads.get(viaPath.nsid) ?? viaPath);
+  }
+  return out;
 }
 
 function readNamespace(dir: string, name: string): NvmeNamespaceInfo | null {

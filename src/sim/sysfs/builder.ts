@@ -13,10 +13,15 @@
  *   class/net/<if>                            -> <function>/net/<if>
  *   class/nvme/nvmeX                          -> <function>/nvme/nvmeX
  *   class/block/nvmeXnY                       -> <function>/nvme/nvmeX/nvmeXnY
+ * and, for a controller whose namespaces are shared (`subsystem` set: native
+ * multipath, as on dual-port drives and QEMU's nvme-subsys):
+ *   devices/virtual/nvme-subsystem/nvme-subsysS/         attributes, plus
+ *     nvmeX                                   -> the member controller
+ *     nvmeSnY/                                the namespace head (the /dev block device)
+ *   class/nvme-subsystem/nvme-subsysS         -> devices/virtual/nvme-subsystem/nvme-subsysS
+ *   <function>/nvme/nvmeX/nvmeScXnY/          hidden path node (hidden=1, no dev)
+ *   class/block/nvmeSnY, class/block/nvmeScXnY
  * Every link is relative, like the kernel's, so a tree can be moved or copied.
- *
- * NVMe uses the non-multipath layout only: namespaces are nvmeXnY directories
- * under their controller (no nvme-subsystem heads, no nvmeScXnY path nodes).
  *
  * Driver-owned children follow the driver, as on a real host: a controller's
  * nvme/nvmeX directory exists only while the function is bound to `nvme`, and a
@@ -91,6 +96,12 @@ export interface SimNvmeSpec extends SimFunctionSpec {
   state?: string;
   /** queue/write_zeroes_max_bytes of every namespace; default 0 (kernel will not use Write Zeroes). */
   writeZeroesMaxBytes?: number;
+  /**
+   * Instance S of the NVM subsystem whose shared namespaces this controller
+   * reaches (the multipath layout above); default: private namespaces under the
+   * controller. One controller per subsystem.
+   */
+  subsystem?: number;
 }
 
 export interface SimHostSpec {
@@ -108,6 +119,7 @@ interface NvmeState {
   cntlid: number;
   state: string;
   writeZeroesMaxBytes: number;
+  subsystem: number | null;
   namespaces: Required<SimNvmeNamespaceSpec>[];
 }
 
@@ -331,6 +343,12 @@ export class SysfsBuilder {
     if (this.controllers.has(spec.controller))
       throw new Error(`controller ${spec.controller} already exists`);
     const n = Number(spec.controller.slice(4));
+    const subsystem = spec.subsystem ?? null;
+    if (subsystem !== null) {
+      if (!Number.isInteger(subsystem) || subsystem < 0) throw new Error(`subsystem: ${subsystem}`);
+      const taken = [...this.functions.values()].find((f) => f.nvme?.subsystem === subsystem);
+      if (taken) throw new Error(`subsystem ${subsystem} already has controller ${taken.nvme!.controller}`);
+    }
     const nvme: NvmeState = {
       controller: spec.controller,
       model: spec.model ?? 'Berth Simulated NVMe',
@@ -339,6 +357,7 @@ export class SysfsBuilder {
       cntlid: spec.cntlid ?? 1,
       state: spec.state ?? 'live',
       writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
+      subsystem,
       namespaces: normaliseNamespaces(spec.namespaces ?? []),
     };
     const st = this.register(
@@ -608,15 +627,51 @@ export class SysfsBuilder {
     );
     // Kernel form: nvme/nvmeX/device -> ../../../<addr>
     symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
+    if (nvme.subsystem !== null) this.writeSubsystem(st);
     for (const ns of nvme.namespaces) this.writeNamespace(st, ns);
     this.link(path.join(this.root, 'class', 'nvme', nvme.controller), dir);
+  }
+
+  private subsysDir(st: FunctionState): string {
+    return path.join(this.root, 'devices', 'virtual', 'nvme-subsystem', `nvme-subsys${st.nvme!.subsystem}`);
+  }
+
+  /** The NVM subsystem of a multipath controller, with the controller as its member. */
+  private writeSubsystem(st: FunctionState): void {
+    const nvme = st.nvme!;
+    const dir = this.subsysDir(st);
+    mkdirSync(dir, { recursive: true });
+    this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
+    const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
+    w('subsysnqn', `nqn.2019-08.org.berth-sim:subsys${nvme.subsystem}\n`);
+    w('model', `${pad(nvme.model, 40)}\n`);
+    w('serial', `${pad(nvme.serial, 20)}\n`);
+    w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
+    w('iopolicy', 'numa\n');
+    this.link(path.join(dir, nvme.controller), this.ctrlDir(st));
+    this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(dir)), dir);
+  }
+
+  /** Block device names of a namespace: the private one, or the multipath head and path node. */
+  private namespaceNames(st: FunctionState, nsid: number): { head: string; path: string | null } {
+    const nvme = st.nvme!;
+    if (nvme.subsystem === null) return { head: `${nvme.controller}n${nsid}`, path: null };
+    const s = nvme.subsystem;
+    return { head: `nvme${s}n${nsid}`, path: `nvme${s}c${nvme.controller.slice(4)}n${nsid}` };
   }
 
   private removeNvmeLinks(st: FunctionState): void {
     const nvme = st.nvme!;
     this.unlinkQuiet(path.join(this.root, 'class', 'nvme', nvme.controller));
     for (const ns of nvme.namespaces) {
-      this.unlinkQuiet(path.join(this.root, 'class', 'block', `${nvme.controller}n${ns.nsid}`));
+      const names = this.namespaceNames(st, ns.nsid);
+      this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
+      if (names.path) this.unlinkQuiet(path.join(this.root, 'class', 'block', names.path));
+    }
+    if (nvme.subsystem !== null) {
+      // The kernel frees a subsystem with its last controller.
+      this.unlinkQuiet(path.join(this.root, 'class', 'nvme-subsystem', path.basename(this.subsysDir(st))));
+      rmSync(this.subsysDir(st), { recursive: true, force: true });
     }
   }
 
@@ -627,28 +682,51 @@ export class SysfsBuilder {
 
   private writeNamespace(st: FunctionState, ns: Required<SimNvmeNamespaceSpec>): void {
     const nvme = st.nvme!;
-    const name = `${nvme.controller}n${ns.nsid}`;
-    const dir = path.join(this.ctrlDir(st), name);
-    mkdirSync(path.join(dir, 'queue'), { recursive: true });
+    const names = this.namespaceNames(st, ns.nsid);
     this.ensureDir(path.join(this.root, 'class', 'block'));
-    const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
-    w('nsid', `${ns.nsid}\n`);
-    w('size', `${ns.sizeBytes / 512}\n`);
-    w('ro', '0\n');
-    w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
-    w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
-    w('queue/logical_block_size', `${ns.lbaSize}\n`);
-    w('queue/physical_block_size', `${ns.lbaSize}\n`);
-    w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
-    // Kernel form (non-multipath): nvmeXnY/device -> ../../nvmeX
-    symlinkSync(`../../${nvme.controller}`, path.join(dir, 'device'));
-    this.link(path.join(this.root, 'class', 'block', name), dir);
+    const write = (dir: string, hidden: boolean) => {
+      mkdirSync(path.join(dir, 'queue'), { recursive: true });
+      const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
+      w('nsid', `${ns.nsid}\n`);
+      w('size', `${ns.sizeBytes / 512}\n`);
+      w('ro', '0\n');
+      w('hidden', hidden ? '1\n' : '0\n');
+      w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
+      // A hidden path node has no device number: it has no /dev node.
+      if (!hidden) w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
+      w('queue/logical_block_size', `${ns.lbaSize}\n`);
+      w('queue/physical_block_size', `${ns.lbaSize}\n`);
+      w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
+    };
+    if (names.path === null) {
+      const dir = path.join(this.ctrlDir(st), names.head);
+      write(dir, false);
+      // Kernel form (non-multipath): nvmeXnY/device -> ../../nvmeX
+      symlinkSync(`../../${nvme.controller}`, path.join(dir, 'device'));
+      this.link(path.join(this.root, 'class', 'block', names.head), dir);
+      return;
+    }
+    const pathDir = path.join(this.ctrlDir(st), names.path);
+    write(pathDir, true);
+    symlinkSync(`../../${nvme.controller}`, path.join(pathDir, 'device'));
+    this.link(path.join(this.root, 'class', 'block', names.path), pathDir);
+    const headDir = path.join(this.subsysDir(st), names.head);
+    write(headDir, false);
+    // Kernel form (multipath head): nvmeSnY/device -> ../../nvme-subsysS
+    symlinkSync(`../../nvme-subsys${nvme.subsystem}`, path.join(headDir, 'device'));
+    this.link(path.join(this.root, 'class', 'block', names.head), headDir);
   }
 
   private removeNamespaceFiles(st: FunctionState, nsid: number): void {
-    const name = `${st.nvme!.controller}n${nsid}`;
-    this.unlinkQuiet(path.join(this.root, 'class', 'block', name));
-    rmSync(path.join(this.ctrlDir(st), name), { recursive: true, force: true });
+    const names = this.namespaceNames(st, nsid);
+    this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
+    if (names.path === null) {
+      rmSync(path.join(this.ctrlDir(st), names.head), { recursive: true, force: true });
+      return;
+    }
+    this.unlinkQuiet(path.join(this.root, 'class', 'block', names.path));
+    rmSync(path.join(this.ctrlDir(st), names.path), { recursive: true, force: true });
+    rmSync(path.join(this.subsysDir(st), names.head), { recursive: true, force: true });
   }
 }
 
