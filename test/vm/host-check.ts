@@ -66,10 +66,11 @@ export function isStaticElf(file: string): boolean {
   }
 }
 
-function pickKernel(env: NodeJS.ProcessEnv): { kernel: string; version: string } | string {
+/** Kernel images to try, newest first: BERTH_VM_KERNEL, or every /boot/vmlinuz-* with its modules installed. */
+function kernelCandidates(env: NodeJS.ProcessEnv): { kernel: string; version: string }[] | string {
   if (env.BERTH_VM_KERNEL) {
     const kernel = env.BERTH_VM_KERNEL;
-    return { kernel, version: basename(kernel).replace(/^vmlinuz-/, '') };
+    return [{ kernel, version: basename(kernel).replace(/^vmlinuz-/, '') }];
   }
   let images: string[] = [];
   try {
@@ -86,7 +87,7 @@ function pickKernel(env: NodeJS.ProcessEnv): { kernel: string; version: string }
       ? 'no kernel image in /boot (apt-get install linux-image-amd64)'
       : `no /lib/modules/<version>/modules.dep for ${images.join(', ')} (reinstall linux-image-amd64)`;
   }
-  return { kernel: `/boot/vmlinuz-${usable[0]}`, version: usable[0]! };
+  return usable.map((version) => ({ kernel: `/boot/vmlinuz-${version}`, version }));
 }
 
 function moduleOrder(modprobe: string, version: string): string[] | string {
@@ -117,17 +118,27 @@ export function probeVmHost(repo: string, env: NodeJS.ProcessEnv = process.env):
   }
   const qemu = env.BERTH_VM_QEMU ?? findProgram('qemu-system-x86_64', env);
   if (!qemu) return no('qemu-system-x86_64 not found (apt-get install qemu-system-x86)');
-  const picked = pickKernel(env);
-  if (typeof picked === 'string') return no(picked);
+  const candidates = kernelCandidates(env);
+  if (typeof candidates === 'string') return no(candidates);
+  const modprobe = findProgram('modprobe', env);
+  if (!modprobe) return no('modprobe not found (apt-get install kmod)');
+  // The first kernel that has every module the guest loads (a cloud flavour may lack some).
+  let picked: { kernel: string; version: string; modules: string[] } | undefined;
+  let firstProblem = '';
+  for (const k of candidates) {
+    const modules = moduleOrder(modprobe, k.version);
+    if (typeof modules !== 'string') {
+      picked = { ...k, modules };
+      break;
+    }
+    firstProblem ||= modules;
+  }
+  if (!picked) return no(firstProblem);
   try {
     accessSync(picked.kernel, constants.R_OK);
   } catch {
     return no(`cannot read ${picked.kernel} (Ubuntu installs it mode 0600: run as root or chmod a+r it)`);
   }
-  const modprobe = findProgram('modprobe', env);
-  if (!modprobe) return no('modprobe not found (apt-get install kmod)');
-  const modules = moduleOrder(modprobe, picked.version);
-  if (typeof modules === 'string') return no(modules);
   const busybox =
     env.BERTH_VM_BUSYBOX ?? ['/bin/busybox', '/usr/bin/busybox'].find((p) => existsSync(p) && isStaticElf(p));
   if (!busybox) return no('no statically linked busybox (apt-get install busybox-static)');
@@ -142,7 +153,7 @@ export function probeVmHost(repo: string, env: NodeJS.ProcessEnv = process.env):
       accel: env.BERTH_VM_ACCEL ?? 'tcg,thread=multi',
       kernel: picked.kernel,
       kernelVersion: picked.version,
-      modules,
+      modules: picked.modules,
       busybox,
       nvmeCli,
       node: process.execPath,
