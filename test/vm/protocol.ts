@@ -31,17 +31,21 @@ export interface GuestPlan {
   stepTimeoutMs: number;
 }
 
-/** A command the guest ran, as it ran. */
-export interface CommandRecord {
-  type: 'command';
-  name: string;
-  argv: string[];
+/** How a process ended, with everything it printed. */
+export interface RunResult {
   exitCode: number | null;
   signal: string | null;
   timedOut: boolean;
   stdout: string;
   stderr: string;
   ms: number;
+}
+
+/** A command the guest ran, as it ran. */
+export interface CommandRecord extends RunResult {
+  type: 'command';
+  name: string;
+  argv: string[];
 }
 
 /** One CleanupDevice call through buf curl: every streamed response, parsed. */

@@ -312,13 +312,15 @@ describe('reading a simulated host', () => {
   });
 
   it('reads shared namespaces (multipath) as the subsystem heads, mapped by nsid, never by name', async () => {
-    // Controller nvme2 in subsystem 1: its paths are nvme1c2nY, its block devices nvme1nY.
+    // One port of a dual-port drive: controller nvme2 in subsystem 1, its paths nvme1c2nY,
+    // its block devices nvme1nY.
     await b.addNvmeController({
-      address: '0000:00:05.0',
-      vendorId: '1b36',
-      productId: '0010',
+      address: '0000:5e:00.0',
+      vendorId: '144d',
+      productId: 'a824',
       controller: 'nvme2',
       subsystem: 1,
+      cntlid: 2,
       writeZeroesMaxBytes: 524288,
       namespaces: [
         { nsid: 2, sizeBytes: 12 << 20 },

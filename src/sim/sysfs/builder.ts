@@ -611,9 +611,7 @@ export class SysfsBuilder {
     mkdirSync(dir, { recursive: true });
     this.ensureDir(path.join(this.root, 'class', 'nvme'));
     const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
-    w('model', `${pad(nvme.model, 40)}\n`);
-    w('serial', `${pad(nvme.serial, 20)}\n`);
-    w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
+    writeIdentity(w, nvme);
     w('cntlid', `${nvme.cntlid}\n`);
     w('transport', 'pcie\n');
     w('address', `${st.address}\n`);
@@ -644,9 +642,7 @@ export class SysfsBuilder {
     this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
     const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
     w('subsysnqn', `nqn.2019-08.org.berth-sim:subsys${nvme.subsystem}\n`);
-    w('model', `${pad(nvme.model, 40)}\n`);
-    w('serial', `${pad(nvme.serial, 20)}\n`);
-    w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
+    writeIdentity(w, nvme);
     w('iopolicy', 'numa\n');
     this.link(path.join(dir, nvme.controller), this.ctrlDir(st));
     this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(dir)), dir);
@@ -728,6 +724,13 @@ export class SysfsBuilder {
     rmSync(path.join(this.ctrlDir(st), names.path), { recursive: true, force: true });
     rmSync(path.join(this.subsysDir(st), names.head), { recursive: true, force: true });
   }
+}
+
+/** model, serial, firmware_rev: fixed width, space-padded, on a controller and on its subsystem alike. */
+function writeIdentity(w: (name: string, content: string) => void, nvme: NvmeState): void {
+  w('model', `${pad(nvme.model, 40)}\n`);
+  w('serial', `${pad(nvme.serial, 20)}\n`);
+  w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
 }
 
 function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNvmeNamespaceSpec>[] {

@@ -12,7 +12,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { release } from 'node:os';
 import { join } from 'node:path';
-import type { CleanupRecord, CommandRecord, GuestPlan, GuestRecord } from '../protocol.js';
+import type { CleanupRecord, CommandRecord, GuestPlan, GuestRecord, RunResult } from '../protocol.js';
 import { splitJsonValues } from './json-values.js';
 
 const plan = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as GuestPlan;
@@ -27,17 +27,8 @@ function uptime(): number {
   return Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]);
 }
 
-interface Ran {
-  exitCode: number | null;
-  signal: string | null;
-  timedOut: boolean;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
 /** Runs argv to completion (no shell), killing it at the step bound. */
-function run(argv: string[]): Promise<Ran> {
+function run(argv: string[]): Promise<RunResult> {
   const started = Date.now();
   return new Promise((resolve) => {
     const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
