@@ -12,6 +12,8 @@ export interface GuestPlan {
   /** buf's own binary (not the npm wrapper, which would start node first). */
   buf: string;
   nvmeCli: string;
+  /** The guest's writable work dir (tmpfs): the plan, the agent's state. */
+  workDir: string;
   /** Where the JSON lines go: the guest's second serial port. */
   resultsDevice: string;
   /** The agent's configuration file and its static token (role admin). */

@@ -23,6 +23,8 @@ import { type ControllerSpec, pciAddress, type QemuExit, qemuArgs, runQemu } fro
 import { writeTenantFile } from './tenant-data.js';
 
 const MiB = 1 << 20;
+/** The guest's tmpfs work dir (test/vm/guest/init.sh): its only writable place. */
+const GUEST_DIR = '/run/berth-vm';
 
 export type Role = 'write-zeroes' | 'subsystem' | 'vendor-format' | 'read-only' | 'sanitize';
 
@@ -99,7 +101,7 @@ function agentConfig(tokensFile: string): string {
     {
       host: 'berth-vm',
       listen: '127.0.0.1:0',
-      state_dir: '/tmp/berth-vm/agent-state',
+      state_dir: `${GUEST_DIR}/agent-state`,
       discovery_interval: 3600,
       auth: { static_tokens_file: tokensFile },
       enabled_drivers: ['nvme', 'nvme-vendor-example'],
@@ -127,7 +129,6 @@ export interface ScenarioRun {
 /** Bound on each step inside the guest; the guest as a whole gets twice that. */
 const STEP_TIMEOUT_MS = 240_000;
 export const GUEST_TIMEOUT_MS = 2 * STEP_TIMEOUT_MS;
-const GUEST_DIR = '/tmp/berth-vm';
 
 const backingFile = (dir: string, role: Role, nsid: number) => join(dir, `${role}-ns${nsid}.img`);
 
@@ -176,6 +177,7 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
     repo,
     buf: host.buf,
     nvmeCli: host.nvmeCli,
+    workDir: GUEST_DIR,
     resultsDevice: '/dev/ttyS1',
     agentConfig: `${GUEST_DIR}/agent.json`,
     token,
@@ -210,7 +212,7 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       'agent.json': { data: agentConfig(`${GUEST_DIR}/tokens.yaml`) },
       'tokens.yaml': { data: `${token}: admin\n`, mode: 0o600 },
       run: {
-        data: `#!/bin/sh\nexec /usr/bin/env -i PATH=${path.join(':')} HOME=/tmp LC_ALL=C ${host.node} ${GUEST_DIR}/orchestrator.mjs ${GUEST_DIR}/plan.json\n`,
+        data: `#!/bin/sh\nexec /usr/bin/env -i PATH=${path.join(':')} HOME=${GUEST_DIR} TMPDIR=${GUEST_DIR}/tmp LC_ALL=C ${host.node} ${GUEST_DIR}/orchestrator.mjs ${GUEST_DIR}/plan.json\n`,
         mode: 0o755,
       },
     },

@@ -1,7 +1,7 @@
 #!/bin/busybox sh
 # PID 1 of the Berth VM guest (test/vm). Loads the NVMe and 9p modules, mounts
 # the host's root (read-only, over virtio-9p) with the guest's own /proc, /sys,
-# /dev and a tmpfs /tmp on top, then runs /berth/run chrooted into it, so the
+# /dev and a tmpfs /run on top, then runs /berth/run chrooted into it, so the
 # checkout's bin/berth, node and nvme-cli run unchanged against the guest's
 # real kernel. Powers off whatever happens; the host reads the second serial
 # port (/dev/ttyS1) and the namespace backing files afterwards.
@@ -30,11 +30,13 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host
   mount -t proc proc /host/proc &&
     mount -t sysfs sysfs /host/sys &&
     mount -t devtmpfs devtmpfs /host/dev &&
-    mount -t tmpfs tmpfs /host/tmp &&
-    mkdir /host/tmp/berth-vm &&
-    cp /berth/* /host/tmp/berth-vm/ || fail "cannot prepare the host root"
+    mount -t tmpfs tmpfs /host/run &&
+    mkdir -p /host/run/berth-vm/tmp &&
+    cp /berth/* /host/run/berth-vm/ || fail "cannot prepare the host root"
+  # The guest writes only under /run (tmpfs). /tmp stays the host's, read-only:
+  # a checkout under the host's /tmp must stay visible.
   ip link set lo up || fail "cannot bring up lo"
-  chroot /host /tmp/berth-vm/run || fail "the orchestrator exited $?"
+  chroot /host /run/berth-vm/run || fail "the orchestrator exited $?"
 else
   fail "cannot mount the host root over 9p"
 fi

@@ -17,7 +17,6 @@ import { splitJsonValues } from './json-values.js';
 
 const plan = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as GuestPlan;
 const results = openSync(plan.resultsDevice, 'w');
-const WORK = '/tmp/berth-vm';
 
 function emit(record: GuestRecord): void {
   writeSync(results, `${JSON.stringify(record)}\n`);
@@ -172,7 +171,7 @@ async function cleanup(endpoint: string, address: string, jobId: string): Promis
 
 async function main(): Promise<void> {
   emit({ type: 'start', uptime: uptime(), kernel: release(), netdevs: readdirSync('/sys/class/net').sort() });
-  mkdirSync(join(WORK, 'dry-run'), { recursive: true });
+  mkdirSync(join(plan.workDir, 'dry-run'), { recursive: true });
 
   // The controllers as nvme-cli itself sees them, before Berth touches anything.
   await command('nvme-list', [plan.nvmeCli, 'list', '-v', '-o', 'json']);
@@ -197,7 +196,7 @@ async function main(): Promise<void> {
       '--config',
       plan.agentConfig,
       '--state-dir',
-      join(WORK, 'dry-run'),
+      join(plan.workDir, 'dry-run'),
       '-o',
       'json',
     ]);
