@@ -106,10 +106,15 @@ function startAgent(): ServingAgent {
     );
     child.stdout!.on('data', (c: Buffer) => {
       out += c.toString();
-      for (const line of out.split('\n')) {
+      // Complete lines only: a chunk may end in the middle of one.
+      for (const line of out.split('\n').slice(0, -1)) {
         if (!line.includes('"listening"')) continue;
         clearTimeout(timer);
-        resolve((JSON.parse(line) as { endpoint: string }).endpoint);
+        try {
+          resolve((JSON.parse(line) as { endpoint: string }).endpoint);
+        } catch {
+          reject(new Error(`the agent printed an unreadable listening line: ${line}`));
+        }
       }
     });
     child.on('exit', (code, signal) => {
