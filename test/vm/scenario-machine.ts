@@ -130,6 +130,8 @@ export interface ScenarioRun {
 const STEP_TIMEOUT_MS = 240_000;
 export const GUEST_TIMEOUT_MS = 2 * STEP_TIMEOUT_MS;
 
+const shellQuote = (a: string) => `'${a.replaceAll("'", `'\\''`)}'`;
+
 const backingFile = (dir: string, role: Role, nsid: number) => join(dir, `${role}-ns${nsid}.img`);
 
 /**
@@ -212,7 +214,19 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       'agent.json': { data: agentConfig(`${GUEST_DIR}/tokens.yaml`) },
       'tokens.yaml': { data: `${token}: admin\n`, mode: 0o600 },
       run: {
-        data: `#!/bin/sh\nexec /usr/bin/env -i PATH=${path.join(':')} HOME=${GUEST_DIR} TMPDIR=${GUEST_DIR}/tmp LC_ALL=C ${host.node} ${GUEST_DIR}/orchestrator.mjs ${GUEST_DIR}/plan.json\n`,
+        data: `#!/bin/sh\nexec ${[
+          '/usr/bin/env',
+          '-i',
+          `PATH=${path.join(':')}`,
+          `HOME=${GUEST_DIR}`,
+          `TMPDIR=${GUEST_DIR}/tmp`,
+          'LC_ALL=C',
+          host.node,
+          `${GUEST_DIR}/orchestrator.mjs`,
+          `${GUEST_DIR}/plan.json`,
+        ]
+          .map(shellQuote)
+          .join(' ')}\n`,
         mode: 0o755,
       },
     },
@@ -227,10 +241,13 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
     memoryMb: 2048,
     cpus: 2,
   });
-  const quote = (a: string) => `'${a.replaceAll("'", `'\\''`)}'`;
-  writeFileSync(join(dir, 'qemu.sh'), `#!/bin/sh\n${[host.qemu, ...args].map(quote).join(' \\\n  ')}\n`, {
-    mode: 0o755,
-  });
+  writeFileSync(
+    join(dir, 'qemu.sh'),
+    `#!/bin/sh\n${[host.qemu, ...args].map(shellQuote).join(' \\\n  ')}\n`,
+    {
+      mode: 0o755,
+    },
+  );
   return collect(dir, await runQemu(host.qemu, args, GUEST_TIMEOUT_MS));
 }
 
