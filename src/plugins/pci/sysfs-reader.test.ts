@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync } from 'node:fs';
-import { mkdir, mkdtemp, rm, symlink, unlink, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
@@ -311,6 +311,36 @@ describe('reading a simulated host', () => {
     f = byAddress(await readPciFunctions(root)).get('0000:b1:00.0')!;
     expect(f).toMatchObject({ kernelDriver: 'nvme', nvmeControllers: ['nvme0'] });
     expect((await readNvmeController(root, 'nvme0'))?.namespaces).toHaveLength(2);
+  });
+
+  it('reads shared namespaces (multipath) as the subsystem heads, mapped by nsid, never by name', async () => {
+    // One port of a dual-port drive: controller nvme2 in subsystem 1, its paths nvme1c2nY,
+    // its block devices nvme1nY.
+    await b.addNvmeController({
+      address: '0000:5e:00.0',
+      vendorId: '144d',
+      productId: 'a824',
+      controller: 'nvme2',
+      subsystem: 1,
+      cntlid: 2,
+      writeZeroesMaxBytes: 524288,
+      namespaces: [
+        { nsid: 2, sizeBytes: 12 << 20 },
+        { nsid: 1, sizeBytes: 8 << 20, lbaSize: 4096 },
+      ],
+    });
+    expect((await readNvmeController(root, 'nvme2'))?.namespaces).toEqual([
+      { name: 'nvme1n1', nsid: 1, sizeBytes: 8 << 20, lbaSize: 4096, writeZeroesMaxBytes: 524288 },
+      { name: 'nvme1n2', nsid: 2, sizeBytes: 12 << 20, lbaSize: 512, writeZeroesMaxBytes: 524288 },
+    ]);
+    // The head of nsid 2 renamed (head instances need not follow nsids): found by nsid all the same.
+    const subsys = path.join(root, 'devices/virtual/nvme-subsystem/nvme-subsys1');
+    await rename(path.join(subsys, 'nvme1n2'), path.join(subsys, 'nvme1n7'));
+    // A path whose head is missing is reported as unresolved: the driver fails closed on it.
+    await rm(path.join(subsys, 'nvme1n1'), { recursive: true });
+    const ctrl = await readNvmeController(root, 'nvme2');
+    expect(ctrl?.namespaces.map((n) => n.name)).toEqual(['nvme1n7']);
+    expect(ctrl?.unresolvedPaths).toEqual(['nvme1c2n1']);
   });
 
   it('skips bus entries that are not valid addresses, dangling, or half-gone', async () => {

@@ -256,6 +256,63 @@ describe('SysfsBuilder layout', () => {
   });
 });
 
+describe('SysfsBuilder NVMe multipath layout', () => {
+  it('puts shared namespaces on the subsystem and hidden path nodes under the controller, as Linux does', async () => {
+    const b = new SysfsBuilder(root);
+    // Controller nvme2 of subsystem 1: the kernel names its namespaces nvme1n*, its paths nvme1c2n*.
+    await b.addNvmeController({
+      address: '0000:00:05.0',
+      vendorId: '1b36',
+      productId: '0010',
+      controller: 'nvme2',
+      subsystem: 1,
+      namespaces: [
+        { nsid: 1, sizeBytes: 8 << 20 },
+        { nsid: 2, sizeBytes: 12 << 20 },
+      ],
+    });
+    const ctrl = await realpath(path.join(root, 'class/nvme/nvme2'));
+    const subsys = path.join(root, 'devices/virtual/nvme-subsystem/nvme-subsys1');
+    expect(await readlink(path.join(root, 'class/nvme-subsystem/nvme-subsys1'))).toBe(
+      '../../devices/virtual/nvme-subsystem/nvme-subsys1',
+    );
+    expect(await realpath(path.join(subsys, 'nvme2'))).toBe(ctrl);
+    expect((await readdir(ctrl)).filter((n) => /^nvme\d/.test(n)).sort()).toEqual(['nvme1c2n1', 'nvme1c2n2']);
+    expect(await text(path.join(ctrl, 'nvme1c2n2/hidden'))).toBe('1\n');
+    expect(await text(path.join(ctrl, 'nvme1c2n2/nsid'))).toBe('2\n');
+    expect(existsSync(path.join(ctrl, 'nvme1c2n2/dev'))).toBe(false);
+    expect(await realpath(path.join(ctrl, 'nvme1c2n2/device'))).toBe(ctrl);
+    expect(await text(path.join(subsys, 'nvme1n2/hidden'))).toBe('0\n');
+    expect(await text(path.join(subsys, 'nvme1n2/size'))).toBe(`${(12 << 20) / 512}\n`);
+    expect(await realpath(path.join(subsys, 'nvme1n2/device'))).toBe(subsys);
+    expect(await realpath(path.join(root, 'class/block/nvme1n1'))).toBe(path.join(subsys, 'nvme1n1'));
+    expect(await realpath(path.join(root, 'class/block/nvme1c2n1'))).toBe(path.join(ctrl, 'nvme1c2n1'));
+
+    await b.setNvmeNamespaces('nvme2', [{ nsid: 3, sizeBytes: 1 << 20 }]);
+    expect((await readdir(subsys)).filter((n) => /^nvme\dn/.test(n))).toEqual(['nvme1n3']);
+    expect((await readdir(ctrl)).filter((n) => /^nvme\d/.test(n))).toEqual(['nvme1c2n3']);
+    expect(existsSync(path.join(root, 'class/block/nvme1n1'))).toBe(false);
+
+    // Unbinding the driver takes the controller and, with its last controller, the subsystem.
+    await b.setDriver('0000:00:05.0', 'vfio-pci');
+    expect(existsSync(subsys)).toBe(false);
+    expect(existsSync(path.join(root, 'class/nvme-subsystem/nvme-subsys1'))).toBe(false);
+    expect(existsSync(path.join(root, 'class/block/nvme1n3'))).toBe(false);
+    await b.setDriver('0000:00:05.0', 'nvme');
+    expect(await text(path.join(root, 'class/nvme-subsystem/nvme-subsys1/nvme1n3/nsid'))).toBe('3\n');
+
+    await expect(
+      b.addNvmeController({
+        address: '0000:00:06.0',
+        vendorId: '1b36',
+        productId: '0010',
+        controller: 'nvme3',
+        subsystem: 1,
+      }),
+    ).rejects.toThrow(/subsystem 1 already has controller nvme2/);
+  });
+});
+
 describe('largeHostSpec', () => {
   it('describes 16 PFs x 256 VFs and 256 NVMe controllers at distinct addresses by default', () => {
     const spec = largeHostSpec();

@@ -13,15 +13,15 @@
  *   class/net/<if>                            -> <function>/net/<if>
  *   class/nvme/nvmeX                          -> <function>/nvme/nvmeX
  *   class/block/nvmeXnY                       -> <function>/nvme/nvmeX/nvmeXnY
+ * and, for a controller whose namespaces are shared (`subsystem` set: native
+ * multipath, as on dual-port drives and QEMU's nvme-subsys):
+ *   devices/virtual/nvme-subsystem/nvme-subsysS/         attributes, plus
+ *     nvmeX                                   -> the member controller
+ *     nvmeSnY/                                the namespace head (the /dev block device)
  *   class/nvme-subsystem/nvme-subsysS         -> devices/virtual/nvme-subsystem/nvme-subsysS
+ *   <function>/nvme/nvmeX/nvmeScXnY/          hidden path node (hidden=1, no dev)
+ *   class/block/nvmeSnY, class/block/nvmeScXnY
  * Every link is relative, like the kernel's, so a tree can be moved or copied.
- *
- * NVMe namespaces use the non-multipath layout (nvmeXnY directories under
- * their controller) unless the controller names a `subsystem` S: then, as with
- * the kernel's native multipath (QEMU's nvme-subsys, dual-port drives), the
- * usable block devices are the subsystem's heads nvmeSnY, the controller holds
- * hidden path nodes nvmeScXnY, and the subsystem lists the controller. One
- * controller per simulated subsystem.
  *
  * Driver-owned children follow the driver, as on a real host: a controller's
  * nvme/nvmeX directory exists only while the function is bound to `nvme`, and a
@@ -96,7 +96,11 @@ export interface SimNvmeSpec extends SimFunctionSpec {
   state?: string;
   /** queue/write_zeroes_max_bytes of every namespace; default 0 (kernel will not use Write Zeroes). */
   writeZeroesMaxBytes?: number;
-  /** Subsystem instance S: the multipath layout (heads nvmeSnY on nvme-subsysS). Default: non-multipath. */
+  /**
+   * Instance S of the NVM subsystem whose shared namespaces this controller
+   * reaches (the multipath layout above); default: private namespaces under the
+   * controller. One controller per subsystem.
+   */
   subsystem?: number;
 }
 
@@ -115,8 +119,8 @@ interface NvmeState {
   cntlid: number;
   state: string;
   writeZeroesMaxBytes: number;
-  namespaces: Required<SimNvmeNamespaceSpec>[];
   subsystem: number | null;
+  namespaces: Required<SimNvmeNamespaceSpec>[];
 }
 
 interface FunctionState {
@@ -339,6 +343,12 @@ export class SysfsBuilder {
     if (this.controllers.has(spec.controller))
       throw new Error(`controller ${spec.controller} already exists`);
     const n = Number(spec.controller.slice(4));
+    const subsystem = spec.subsystem ?? null;
+    if (subsystem !== null) {
+      if (!Number.isInteger(subsystem) || subsystem < 0) throw new Error(`subsystem: ${subsystem}`);
+      const taken = [...this.functions.values()].find((f) => f.nvme?.subsystem === subsystem);
+      if (taken) throw new Error(`subsystem ${subsystem} already has controller ${taken.nvme!.controller}`);
+    }
     const nvme: NvmeState = {
       controller: spec.controller,
       model: spec.model ?? 'Berth Simulated NVMe',
@@ -347,12 +357,9 @@ export class SysfsBuilder {
       cntlid: spec.cntlid ?? 1,
       state: spec.state ?? 'live',
       writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
+      subsystem,
       namespaces: normaliseNamespaces(spec.namespaces ?? []),
-      subsystem: spec.subsystem ?? null,
     };
-    if (nvme.subsystem !== null && (!Number.isInteger(nvme.subsystem) || nvme.subsystem < 0)) {
-      throw new Error(`subsystem: ${nvme.subsystem}`);
-    }
     const st = this.register(
       {
         ...spec,
@@ -604,9 +611,7 @@ export class SysfsBuilder {
     mkdirSync(dir, { recursive: true });
     this.ensureDir(path.join(this.root, 'class', 'nvme'));
     const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
-    w('model', `${pad(nvme.model, 40)}\n`);
-    w('serial', `${pad(nvme.serial, 20)}\n`);
-    w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
+    writeIdentity(w, nvme);
     w('cntlid', `${nvme.cntlid}\n`);
     w('transport', 'pcie\n');
     w('address', `${st.address}\n`);
@@ -620,100 +625,112 @@ export class SysfsBuilder {
     );
     // Kernel form: nvme/nvmeX/device -> ../../../<addr>
     symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
-    const subsys = this.subsysDir(st);
-    if (subsys) {
-      mkdirSync(subsys, { recursive: true });
-      writeFileSync(path.join(subsys, 'subsysnqn'), `nqn.2019-08.org.qemu:${nvme.serial}\n`);
-      this.link(path.join(subsys, nvme.controller), dir);
-      this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
-      this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(subsys)), subsys);
-    }
+    if (nvme.subsystem !== null) this.writeSubsystem(st);
     for (const ns of nvme.namespaces) this.writeNamespace(st, ns);
     this.link(path.join(this.root, 'class', 'nvme', nvme.controller), dir);
   }
 
-  /** devices/virtual/nvme-subsystem/nvme-subsysS, or null for a non-multipath controller. */
-  private subsysDir(st: FunctionState): string | null {
-    const s = st.nvme!.subsystem;
-    return s === null
-      ? null
-      : path.join(this.root, 'devices', 'virtual', 'nvme-subsystem', `nvme-subsys${s}`);
+  private subsysDir(st: FunctionState): string {
+    return path.join(this.root, 'devices', 'virtual', 'nvme-subsystem', `nvme-subsys${st.nvme!.subsystem}`);
   }
 
-  /** The namespace's block device name: nvmeXnY, or the subsystem head nvmeSnY. */
-  private nsName(st: FunctionState, nsid: number): string {
+  /** The NVM subsystem of a multipath controller, with the controller as its member. */
+  private writeSubsystem(st: FunctionState): void {
     const nvme = st.nvme!;
-    return nvme.subsystem === null ? `${nvme.controller}n${nsid}` : `nvme${nvme.subsystem}n${nsid}`;
+    const dir = this.subsysDir(st);
+    mkdirSync(dir, { recursive: true });
+    this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
+    const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
+    w('subsysnqn', `nqn.2019-08.org.berth-sim:subsys${nvme.subsystem}\n`);
+    writeIdentity(w, nvme);
+    w('iopolicy', 'numa\n');
+    this.link(path.join(dir, nvme.controller), this.ctrlDir(st));
+    this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(dir)), dir);
+  }
+
+  /** Block device names of a namespace: the private one, or the multipath head and path node. */
+  private namespaceNames(st: FunctionState, nsid: number): { head: string; path: string | null } {
+    const nvme = st.nvme!;
+    if (nvme.subsystem === null) return { head: `${nvme.controller}n${nsid}`, path: null };
+    const s = nvme.subsystem;
+    return { head: `nvme${s}n${nsid}`, path: `nvme${s}c${nvme.controller.slice(4)}n${nsid}` };
   }
 
   private removeNvmeLinks(st: FunctionState): void {
     const nvme = st.nvme!;
     this.unlinkQuiet(path.join(this.root, 'class', 'nvme', nvme.controller));
     for (const ns of nvme.namespaces) {
-      this.unlinkQuiet(path.join(this.root, 'class', 'block', this.nsName(st, ns.nsid)));
+      const names = this.namespaceNames(st, ns.nsid);
+      this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
+      if (names.path) this.unlinkQuiet(path.join(this.root, 'class', 'block', names.path));
+    }
+    if (nvme.subsystem !== null) {
+      // The kernel frees a subsystem with its last controller.
+      this.unlinkQuiet(path.join(this.root, 'class', 'nvme-subsystem', path.basename(this.subsysDir(st))));
+      rmSync(this.subsysDir(st), { recursive: true, force: true });
     }
   }
 
   private removeNvmeFiles(st: FunctionState): void {
     this.removeNvmeLinks(st);
     rmSync(path.join(this.devDir(st.address), 'nvme'), { recursive: true, force: true });
-    // Without its only controller the subsystem and its heads go away too.
-    const subsys = this.subsysDir(st);
-    if (subsys) {
-      this.unlinkQuiet(path.join(this.root, 'class', 'nvme-subsystem', path.basename(subsys)));
-      rmSync(subsys, { recursive: true, force: true });
-    }
   }
 
   private writeNamespace(st: FunctionState, ns: Required<SimNvmeNamespaceSpec>): void {
     const nvme = st.nvme!;
-    const name = this.nsName(st, ns.nsid);
-    const subsys = this.subsysDir(st);
-    const dir = path.join(subsys ?? this.ctrlDir(st), name);
+    const names = this.namespaceNames(st, ns.nsid);
     this.ensureDir(path.join(this.root, 'class', 'block'));
-    const attrs = (d: string, hidden: boolean) => {
-      mkdirSync(path.join(d, 'queue'), { recursive: true });
-      const w = (file: string, content: string) => writeFileSync(path.join(d, file), content);
+    const write = (dir: string, hidden: boolean) => {
+      mkdirSync(path.join(dir, 'queue'), { recursive: true });
+      const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
       w('nsid', `${ns.nsid}\n`);
       w('size', `${ns.sizeBytes / 512}\n`);
       w('ro', '0\n');
-      w('hidden', `${hidden ? 1 : 0}\n`);
+      w('hidden', hidden ? '1\n' : '0\n');
       w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
+      // A hidden path node has no device number: it has no /dev node.
+      if (!hidden) w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
       w('queue/logical_block_size', `${ns.lbaSize}\n`);
       w('queue/physical_block_size', `${ns.lbaSize}\n`);
       w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
     };
-    attrs(dir, false);
-    writeFileSync(
-      path.join(dir, 'dev'),
-      `${NVME_BLOCK_MAJOR}:${Number((subsys ? nvme.subsystem : nvme.controller.slice(4)) ?? 0) * 64 + ns.nsid}\n`,
-    );
-    if (subsys) {
-      // Head: nvmeSnY/device -> ../../nvme-subsysS; the controller holds the hidden path node.
-      symlinkSync(`../../${path.basename(subsys)}`, path.join(dir, 'device'));
-      attrs(path.join(this.ctrlDir(st), this.pathNodeName(st, ns.nsid)), true);
-    } else {
+    if (names.path === null) {
+      const dir = path.join(this.ctrlDir(st), names.head);
+      write(dir, false);
       // Kernel form (non-multipath): nvmeXnY/device -> ../../nvmeX
       symlinkSync(`../../${nvme.controller}`, path.join(dir, 'device'));
+      this.link(path.join(this.root, 'class', 'block', names.head), dir);
+      return;
     }
-    this.link(path.join(this.root, 'class', 'block', name), dir);
-  }
-
-  /** nvme<S>c<X>n<Y>: the hidden multipath node of a namespace under its controller. */
-  private pathNodeName(st: FunctionState, nsid: number): string {
-    const nvme = st.nvme!;
-    return `nvme${nvme.subsystem}c${nvme.controller.slice(4)}n${nsid}`;
+    const pathDir = path.join(this.ctrlDir(st), names.path);
+    write(pathDir, true);
+    symlinkSync(`../../${nvme.controller}`, path.join(pathDir, 'device'));
+    this.link(path.join(this.root, 'class', 'block', names.path), pathDir);
+    const headDir = path.join(this.subsysDir(st), names.head);
+    write(headDir, false);
+    // Kernel form (multipath head): nvmeSnY/device -> ../../nvme-subsysS
+    symlinkSync(`../../nvme-subsys${nvme.subsystem}`, path.join(headDir, 'device'));
+    this.link(path.join(this.root, 'class', 'block', names.head), headDir);
   }
 
   private removeNamespaceFiles(st: FunctionState, nsid: number): void {
-    const name = this.nsName(st, nsid);
-    this.unlinkQuiet(path.join(this.root, 'class', 'block', name));
-    const subsys = this.subsysDir(st);
-    rmSync(path.join(subsys ?? this.ctrlDir(st), name), { recursive: true, force: true });
-    if (subsys) {
-      rmSync(path.join(this.ctrlDir(st), this.pathNodeName(st, nsid)), { recursive: true, force: true });
+    const names = this.namespaceNames(st, nsid);
+    this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
+    if (names.path === null) {
+      rmSync(path.join(this.ctrlDir(st), names.head), { recursive: true, force: true });
+      return;
     }
+    this.unlinkQuiet(path.join(this.root, 'class', 'block', names.path));
+    rmSync(path.join(this.ctrlDir(st), names.path), { recursive: true, force: true });
+    rmSync(path.join(this.subsysDir(st), names.head), { recursive: true, force: true });
   }
+}
+
+/** model, serial, firmware_rev: fixed width, space-padded, on a controller and on its subsystem alike. */
+function writeIdentity(w: (name: string, content: string) => void, nvme: NvmeState): void {
+  w('model', `${pad(nvme.model, 40)}\n`);
+  w('serial', `${pad(nvme.serial, 20)}\n`);
+  w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
 }
 
 function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNvmeNamespaceSpec>[] {

@@ -1,0 +1,238 @@
+/**
+ * Runs inside the QEMU guest (bundled by the host into the initramfs; node
+ * built-ins only): describes the controllers with nvme-cli, runs Berth's dry
+ * run, starts the real agent from the checkout and calls its CleanupDevice
+ * through `buf curl`, lets nvme-cli probe the controllers afterwards, and
+ * writes every outcome as a JSON line to the second serial port. It judges
+ * nothing: the host does, from these lines and from the backing files.
+ *
+ * Every wait is bounded by plan.stepTimeoutMs; the host bounds the whole guest.
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdirSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
+import { release } from 'node:os';
+import { join } from 'node:path';
+import type { CleanupRecord, CommandRecord, GuestPlan, GuestRecord, RunResult } from '../protocol.js';
+import { splitJsonValues } from './json-values.js';
+
+const plan = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as GuestPlan;
+const results = openSync(plan.resultsDevice, 'w');
+
+function emit(record: GuestRecord): void {
+  writeSync(results, `${JSON.stringify(record)}\n`);
+}
+
+function uptime(): number {
+  return Number(readFileSync('/proc/uptime', 'utf8').split(' ')[0]);
+}
+
+/** Runs argv to completion (no shell), killing it at the step bound. */
+function run(argv: string[]): Promise<RunResult> {
+  const started = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn(argv[0]!, argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    let timedOut = false;
+    child.stdout.on('data', (c: Buffer) => {
+      stdout += c.toString();
+    });
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+    });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, plan.stepTimeoutMs);
+    child.on('error', (err) => {
+      stderr += `cannot run ${argv[0]}: ${err.message}\n`;
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ exitCode: code, signal, timedOut, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}
+
+async function command(name: string, argv: string[]): Promise<CommandRecord> {
+  const record: CommandRecord = { type: 'command', name, argv, ...(await run(argv)) };
+  emit(record);
+  return record;
+}
+
+const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
+
+/** The kernel's controller for a PCI function, straight from sysfs (nvmeN). */
+function controllerOf(address: string): string {
+  if (!PCI_ADDRESS.test(address)) throw new Error(`not a PCI address: ${address}`);
+  const names = readdirSync(`/sys/bus/pci/devices/${address}/nvme`).filter((n) => /^nvme\d+$/.test(n));
+  if (names.length !== 1) throw new Error(`${address}: expected one NVMe controller, found [${names}]`);
+  return names[0]!;
+}
+
+/** The first private namespace (nvmeXnY under the controller) as a /dev path. */
+function firstNamespaceOf(address: string): string {
+  const ctrl = controllerOf(address);
+  const ns = readdirSync(`/sys/bus/pci/devices/${address}/nvme/${ctrl}`)
+    .filter((n) => /^nvme\d+n\d+$/.test(n))
+    .sort();
+  if (ns.length === 0) throw new Error(`${address}: ${ctrl} has no private namespace to probe`);
+  return `/dev/${ns[0]}`;
+}
+
+interface ServingAgent {
+  child: ChildProcess;
+  stderr: string[];
+  endpoint: Promise<string>;
+}
+
+/** `bin/berth agent serve`; resolves the endpoint from its `listening` line. */
+function startAgent(): ServingAgent {
+  const child = spawn(join(plan.repo, 'bin/berth'), ['agent', 'serve', '--config', plan.agentConfig], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const stderr: string[] = [];
+  let partial = '';
+  child.stderr!.on('data', (c: Buffer) => {
+    const lines = (partial + c.toString()).split('\n');
+    partial = lines.pop()!;
+    stderr.push(...lines);
+  });
+  const endpoint = new Promise<string>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(
+      () => reject(new Error(`the agent did not listen within ${plan.stepTimeoutMs} ms`)),
+      plan.stepTimeoutMs,
+    );
+    child.stdout!.on('data', (c: Buffer) => {
+      out += c.toString();
+      // Complete lines only: a chunk may end in the middle of one.
+      for (const line of out.split('\n').slice(0, -1)) {
+        if (!line.includes('"listening"')) continue;
+        clearTimeout(timer);
+        try {
+          resolve((JSON.parse(line) as { endpoint: string }).endpoint);
+        } catch {
+          reject(new Error(`the agent printed an unreadable listening line: ${line}`));
+        }
+      }
+    });
+    child.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`the agent exited (${code ?? signal}) before listening`));
+    });
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+  });
+  endpoint.catch(() => {});
+  return { child, stderr, endpoint };
+}
+
+async function stopAgent(agent: ServingAgent): Promise<void> {
+  if (agent.child.exitCode !== null || agent.child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => agent.child.once('exit', () => resolve()));
+  agent.child.kill('SIGTERM');
+  const timer = setTimeout(() => agent.child.kill('SIGKILL'), plan.stepTimeoutMs);
+  await exited;
+  clearTimeout(timer);
+}
+
+async function cleanup(endpoint: string, address: string, jobId: string): Promise<CleanupRecord> {
+  const r = await run([
+    plan.buf,
+    'curl',
+    '--protocol',
+    'grpc',
+    '--http2-prior-knowledge',
+    '-H',
+    `authorization: Bearer ${plan.token}`,
+    '-d',
+    JSON.stringify({ address, jobId }),
+    `http://${endpoint}/berth.agent.v1.AgentService/CleanupDevice`,
+  ]);
+  let responses: unknown[];
+  let stderr = r.stderr;
+  try {
+    responses = splitJsonValues(r.stdout);
+  } catch (e) {
+    responses = [];
+    stderr += `\nunparsable buf curl output (${(e as Error).message}): ${r.stdout}`;
+  }
+  const record: CleanupRecord = {
+    type: 'cleanup',
+    address,
+    jobId,
+    exitCode: r.exitCode,
+    timedOut: r.timedOut,
+    responses,
+    stderr,
+    ms: r.ms,
+  };
+  emit(record);
+  return record;
+}
+
+async function main(): Promise<void> {
+  emit({ type: 'start', uptime: uptime(), kernel: release(), netdevs: readdirSync('/sys/class/net').sort() });
+  mkdirSync(join(plan.workDir, 'dry-run'), { recursive: true });
+
+  // The controllers as nvme-cli itself sees them, before Berth touches anything.
+  await command('nvme-list', [plan.nvmeCli, 'list', '-v', '-o', 'json']);
+  for (const address of plan.controllers) {
+    await command(`id-ctrl ${address}`, [
+      plan.nvmeCli,
+      'id-ctrl',
+      `/dev/${controllerOf(address)}`,
+      '-o',
+      'json',
+    ]);
+  }
+
+  // The agent starts while the dry run runs: two node processes, two vCPUs.
+  const agent = startAgent();
+  try {
+    const berth = join(plan.repo, 'bin/berth');
+    await command('dry-run', [
+      berth,
+      'agent',
+      'discover',
+      '--config',
+      plan.agentConfig,
+      '--state-dir',
+      join(plan.workDir, 'dry-run'),
+      '-o',
+      'json',
+    ]);
+    let endpoint: string;
+    try {
+      endpoint = await agent.endpoint;
+      emit({ type: 'agent', listening: endpoint });
+    } catch (e) {
+      emit({ type: 'agent', listening: null, error: (e as Error).message });
+      return;
+    }
+    await Promise.all(plan.cleanups.map((c) => cleanup(endpoint, c.address, c.jobId)));
+  } finally {
+    await stopAgent(agent);
+    emit({ type: 'agent-log', lines: agent.stderr });
+  }
+
+  for (const p of plan.probes) {
+    const ns = firstNamespaceOf(p.address);
+    await command(
+      `probe ${p.address}`,
+      p.argv.map((a) => (a === '{ns}' ? ns : a)),
+    );
+  }
+}
+
+main()
+  .catch((e: unknown) =>
+    emit({ type: 'error', message: e instanceof Error ? (e.stack ?? e.message) : String(e) }),
+  )
+  .finally(() => {
+    emit({ type: 'done', uptime: uptime() });
+    process.exit(0);
+  });

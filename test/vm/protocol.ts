@@ -1,0 +1,72 @@
+/**
+ * What the host hands the guest (the plan, in the initramfs) and what the
+ * guest hands back (JSON lines on its second serial port). The guest has no
+ * network: these two files and the namespace backing files are the only ways
+ * in and out.
+ */
+
+/** Everything the guest's orchestrator needs; paths are host paths (the guest chroots into the host's root). */
+export interface GuestPlan {
+  /** The checkout: `<repo>/bin/berth` runs unchanged inside the guest. */
+  repo: string;
+  /** buf's own binary (not the npm wrapper, which would start node first). */
+  buf: string;
+  nvmeCli: string;
+  /** The guest's writable work dir (tmpfs): the plan, the agent's state. */
+  workDir: string;
+  /** Where the JSON lines go: the guest's second serial port. */
+  resultsDevice: string;
+  /** The agent's configuration file and its static token (role admin). */
+  agentConfig: string;
+  token: string;
+  /** PCI addresses whose controllers the guest describes with nvme-cli before Berth runs (oracles). */
+  controllers: string[];
+  /** CleanupDevice calls, run concurrently once the agent serves. */
+  cleanups: { address: string; jobId: string }[];
+  /**
+   * Commands nvme-cli runs itself after the cleanups, on the first namespace
+   * of the controller at `address` (`{ns}` in argv is replaced by its /dev
+   * path): the controller's own answer, to compare Berth's report with.
+   */
+  probes: { address: string; argv: string[] }[];
+  /** Bound on every step in the guest (a command, the agent's start). */
+  stepTimeoutMs: number;
+}
+
+/** How a process ended, with everything it printed. */
+export interface RunResult {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+/** A command the guest ran, as it ran. */
+export interface CommandRecord extends RunResult {
+  type: 'command';
+  name: string;
+  argv: string[];
+}
+
+/** One CleanupDevice call through buf curl: every streamed response, parsed. */
+export interface CleanupRecord {
+  type: 'cleanup';
+  address: string;
+  jobId: string;
+  exitCode: number | null;
+  timedOut: boolean;
+  responses: unknown[];
+  stderr: string;
+  ms: number;
+}
+
+export type GuestRecord =
+  | { type: 'start'; uptime: number; kernel: string; netdevs: string[] }
+  | CommandRecord
+  | { type: 'agent'; listening: string | null; error?: string }
+  | CleanupRecord
+  | { type: 'agent-log'; lines: string[] }
+  | { type: 'error'; message: string }
+  | { type: 'done'; uptime: number };

@@ -1,0 +1,126 @@
+/**
+ * The QEMU machine: PCIe NVMe controllers on fixed slots (so the agent config
+ * can name them by PCI address), namespaces backed by raw files on the host,
+ * the host's root shared read-only over virtio-9p, two serial ports written to
+ * files (ttyS0 the console, ttyS1 the results), and no network device at all.
+ */
+import { spawn } from 'node:child_process';
+import type { VmHost } from './host-check.js';
+
+export interface NamespaceSpec {
+  nsid: number;
+  /** Raw backing file on the host. */
+  file: string;
+  /** The host opens the file read-only: every write the guest issues fails in QEMU. */
+  readOnly?: boolean;
+}
+
+export interface ControllerSpec {
+  /** Short id, unique in the machine ([a-z0-9-]). */
+  id: string;
+  /** PCI slot on bus 0: the guest sees the controller at 0000:00:<slot>.0. */
+  slot: number;
+  serial: string;
+  /** Put the controller in its own nvme-subsys: its namespaces become shared (multipath). */
+  subsystem?: boolean;
+  namespaces: NamespaceSpec[];
+}
+
+export interface MachineSpec {
+  host: VmHost;
+  initrd: string;
+  consoleLog: string;
+  resultsLog: string;
+  controllers: ControllerSpec[];
+  memoryMb: number;
+  cpus: number;
+}
+
+export function pciAddress(slot: number): string {
+  return `0000:00:${slot.toString(16).padStart(2, '0')}.0`;
+}
+
+/** QEMU's option syntax uses ',' as a separator: refuse paths that would be cut at one. */
+function optPath(p: string): string {
+  if (p.includes(',')) throw new Error(`a path QEMU cannot take in an option: ${p}`);
+  return p;
+}
+
+export function qemuArgs(m: MachineSpec): string[] {
+  const args = [
+    '-accel',
+    m.host.accel,
+    '-m',
+    String(m.memoryMb),
+    '-smp',
+    String(m.cpus),
+    '-nodefaults',
+    '-display',
+    'none',
+    '-no-reboot',
+    '-kernel',
+    m.host.kernel,
+    '-initrd',
+    m.initrd,
+    '-append',
+    'console=ttyS0 panic=-1 loglevel=4',
+    '-serial',
+    `file:${optPath(m.consoleLog)}`,
+    '-serial',
+    `file:${optPath(m.resultsLog)}`,
+    '-virtfs',
+    'local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap',
+  ];
+  for (const c of m.controllers) {
+    let ctrl = `nvme,id=c-${c.id},serial=${c.serial},addr=0x${c.slot.toString(16)}`;
+    if (c.subsystem) {
+      args.push('-device', `nvme-subsys,id=s-${c.id},nqn=${c.id}`);
+      ctrl += `,subsys=s-${c.id}`;
+    }
+    args.push('-device', ctrl);
+    for (const ns of c.namespaces) {
+      const drive = `d-${c.id}-${ns.nsid}`;
+      args.push(
+        '-drive',
+        `file=${optPath(ns.file)},if=none,format=raw,id=${drive}${ns.readOnly ? ',readonly=on' : ''}`,
+        '-device',
+        `nvme-ns,drive=${drive},bus=c-${c.id},nsid=${ns.nsid}`,
+      );
+    }
+  }
+  return args;
+}
+
+export interface QemuExit {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  /** QEMU's own messages (e.g. "aio failed" for writes to a read-only drive). */
+  stderr: string;
+  ms: number;
+}
+
+/** Runs QEMU until the guest powers off, killing it at `timeoutMs`. */
+export function runQemu(qemu: string, args: string[], timeoutMs: number): Promise<QemuExit> {
+  const started = Date.now();
+  return new Promise((resolve, reject) => {
+    const child = spawn(qemu, args, { stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    let timedOut = false;
+    child.stderr.on('data', (c: Buffer) => {
+      stderr += c.toString();
+    });
+    const timer = setTimeout(() => {
+      timedOut = true;
+      child.kill('SIGKILL');
+    }, timeoutMs);
+    child.on('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ exitCode: code, signal, timedOut, stderr, ms: Date.now() - started });
+    });
+  });
+}

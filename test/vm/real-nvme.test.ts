@@ -1,0 +1,259 @@
+/**
+ * Berth's agent end to end on a real kernel (Debian's 6.1) driving real NVMe
+ * controllers (QEMU 7.2's) with the real nvme-cli 2.3, in one shared guest
+ * (test/vm/scenario-machine.ts). The agent runs from this checkout through its
+ * gRPC API (CleanupDevice called by buf curl inside the guest). Every verdict
+ * is made here, on the host: from the namespace backing files after the guest
+ * powered off, and from the guest's serial output, checked against what the
+ * host configured and what nvme-cli itself answered.
+ *
+ * `npm run test:vm` runs this file alone; docs/testing-vm.md says how to debug it.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO_ROOT } from '../../src/repo-path.js';
+import { probeVmHost } from './host-check.js';
+import {
+  addressOf,
+  bootScenarioMachine,
+  DEVICES,
+  disposeScenarioRun,
+  GUEST_TIMEOUT_MS,
+  type Role,
+  type ScenarioRun,
+  tenantOf,
+} from './scenario-machine.js';
+import { BLOCK, scanBackingFile } from './tenant-data.js';
+
+const probe = probeVmHost(REPO_ROOT);
+if (!probe.ok) {
+  // CI installs everything (.ci/run): there a missing piece is a failure, not a skip.
+  if (process.env.BERTH_VM_REQUIRED) throw new Error(`VM suite required but cannot run: ${probe.reason}`);
+  console.warn(`VM suite skipped: ${probe.reason}`);
+}
+
+/** A CleanupEvent as buf curl prints it (proto3 JSON: 64-bit integers are strings). */
+interface Event {
+  jobId: string;
+  address: string;
+  action: string;
+  phase: string;
+  step?: string;
+  percent?: number;
+  bytesDone?: string;
+  bytesTotal?: string;
+  message?: string;
+  sequence: string;
+}
+
+const PHASE_ORDER = [
+  'CLEANUP_PHASE_QUEUED',
+  'CLEANUP_PHASE_PREPARING',
+  'CLEANUP_PHASE_SANITIZING',
+  'CLEANUP_PHASE_NAMESPACE_RESET',
+  'CLEANUP_PHASE_ZEROING',
+  'CLEANUP_PHASE_VERIFYING',
+];
+const TERMINAL = ['CLEANUP_PHASE_SUCCEEDED', 'CLEANUP_PHASE_FAILED'];
+
+interface DryRunDevice {
+  address: string;
+  driver: string;
+  type: string;
+  vendor_id: string;
+  product_id: string;
+  class_code: string;
+  kernel_driver: string;
+  resource_class: string;
+  traits: string[];
+  supports_cleaning: boolean;
+  cleanup_action: string | null;
+  health: string;
+  attributes: Record<string, string>;
+}
+
+/** `nvme list -v -o json` (nvme-cli 2.3), the parts read here. */
+interface NvmeList {
+  Devices: {
+    Subsystems: {
+      Controllers: { Address: string; Namespaces: { NameSpace: string; NSID: number }[] }[];
+      Namespaces: { NameSpace: string; NSID: number }[];
+    }[];
+  }[];
+}
+
+/** nvme-cli's block devices for the controller at `address`, by nsid: its private namespaces and its subsystem's shared ones. */
+function namespacesOf(list: NvmeList, address: string): string[] {
+  for (const s of list.Devices.flatMap((d) => d.Subsystems)) {
+    const ctrl = s.Controllers.find((c) => c.Address === address);
+    if (!ctrl) continue;
+    return [...ctrl.Namespaces, ...s.Namespaces].sort((a, b) => a.NSID - b.NSID).map((n) => n.NameSpace);
+  }
+  throw new Error(`nvme list shows no controller at ${address}`);
+}
+
+describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QEMU)', () => {
+  let run: ScenarioRun;
+
+  beforeAll(async () => {
+    if (!probe.ok) return;
+    run = await bootScenarioMachine(probe.host, REPO_ROOT);
+  }, GUEST_TIMEOUT_MS + 120_000);
+
+  afterAll(() => disposeScenarioRun(run));
+
+  /** The events of one cleanup stream, in the order they arrived; checks the stream's own shape. */
+  function events(role: Role): Event[] {
+    const c = run.cleanup(role);
+    expect(c.exitCode, `buf curl for ${role}: ${c.stderr}\n${run.diagnostics()}`).toBe(0);
+    const list = c.responses.map((r) => (r as { event: Event }).event);
+    expect(list.length).toBeGreaterThan(0);
+    // Arrived in order: sequence 1, 2, 3, … with nothing missing, one terminal event, last.
+    expect(list.map((e) => Number(e.sequence))).toEqual(list.map((_, i) => i + 1));
+    expect(list.filter((e) => TERMINAL.includes(e.phase))).toEqual([list.at(-1)]);
+    for (const e of list) expect(e).toMatchObject({ jobId: `vm-${role}`, address: addressOf(role) });
+    return list;
+  }
+
+  function terminal(role: Role): Event {
+    return events(role).at(-1)!;
+  }
+
+  /** Every namespace of `role` holds nothing but zeros, and no block of the tenant's. */
+  async function expectScrubbed(role: Role): Promise<void> {
+    for (const ns of DEVICES[role].namespaces) {
+      const scan = await scanBackingFile(run.file(role, ns.nsid), tenantOf(role, ns.nsid));
+      expect(scan, `${role} namespace ${ns.nsid}`).toEqual({
+        sizeBytes: ns.sizeBytes,
+        nonZeroBytes: 0,
+        firstNonZero: null,
+        markedBlocks: 0,
+        intactBlocks: 0,
+      });
+    }
+  }
+
+  /** Every namespace of `role` still holds the tenant's data exactly: nothing was written. */
+  async function expectUntouched(role: Role): Promise<void> {
+    for (const ns of DEVICES[role].namespaces) {
+      const scan = await scanBackingFile(run.file(role, ns.nsid), tenantOf(role, ns.nsid));
+      expect(scan.intactBlocks, `${role} namespace ${ns.nsid}`).toBe(ns.sizeBytes / BLOCK);
+    }
+  }
+
+  it('the guest runs the kernel from /boot and has no network: loopback only', () => {
+    const start = run.records.find((r) => r.type === 'start');
+    expect(start, run.diagnostics()).toMatchObject({ netdevs: ['lo'] });
+    if (probe.ok) expect(start).toMatchObject({ kernel: probe.host.kernelVersion });
+  });
+
+  it('1. discovery: the dry run finds each QEMU controller at its PCI address and excludes the one its policy cannot serve', () => {
+    const dry = run.command('dry-run');
+    expect(dry.exitCode, `${dry.stderr}\n${run.diagnostics()}`).toBe(0);
+    const out = JSON.parse(dry.stdout) as {
+      devices: DryRunDevice[];
+      excluded: { address: string; driver: string; reason: string }[];
+    };
+    // nvme-cli's own identify of the controller: QEMU's vendor, no sanitize, Write Zeroes.
+    const id = JSON.parse(run.command(`id-ctrl ${addressOf('write-zeroes')}`).stdout) as Record<
+      string,
+      number
+    >;
+    expect(id.vid).toBe(0x1b36);
+    expect(id.sanicap).toBe(0);
+    expect(id.oncs! & 0x8).toBe(0x8);
+
+    const wz = out.devices.find((d) => d.address === addressOf('write-zeroes'));
+    expect(wz).toMatchObject({
+      driver: 'nvme',
+      type: 'NVME',
+      vendor_id: '1b36',
+      product_id: '0010',
+      class_code: '010802',
+      kernel_driver: 'nvme',
+      resource_class: 'CUSTOM_NVME_1B36_0010',
+      supports_cleaning: true,
+      cleanup_action: 'write-zeroes',
+      health: 'healthy',
+    });
+    expect(wz!.traits.filter((t) => t.startsWith('HW_NVME_'))).toEqual(['HW_NVME_WZS']);
+    // Each controller the host configured, at the slot the host gave it, with the serial the host gave it.
+    for (const role of ['write-zeroes', 'subsystem', 'vendor-format', 'read-only'] as const) {
+      const d = out.devices.find((x) => x.address === addressOf(role));
+      expect(d?.attributes.serial, role).toBe(DEVICES[role].serial);
+      expect(d?.attributes.model, role).toBe('QEMU NVMe Ctrl');
+    }
+    expect(out.devices.find((d) => d.address === addressOf('vendor-format'))).toMatchObject({
+      driver: 'nvme-vendor-example',
+      cleanup_action: 'vendor-format-ses1',
+    });
+    // Each controller's namespaces are the block devices nvme-cli lists for it: its own, or
+    // (the subsystem's two) the shared ones the kernel names after the subsystem.
+    const list = JSON.parse(run.command('nvme-list').stdout) as NvmeList;
+    for (const role of ['write-zeroes', 'subsystem', 'vendor-format', 'read-only'] as const) {
+      const d = out.devices.find((x) => x.address === addressOf(role))!;
+      const expected = namespacesOf(list, addressOf(role));
+      expect(expected).toHaveLength(DEVICES[role].namespaces.length);
+      expect(d.attributes.namespaces, role).toBe(expected.join(','));
+    }
+
+    expect(out.devices.map((d) => d.address)).not.toContain(addressOf('sanitize'));
+    const excluded = out.excluded.find((e) => e.address === addressOf('sanitize'));
+    expect(excluded?.driver).toBe('nvme');
+    expect(excluded?.reason).toMatch(
+      /clear_action=sanitize.*needs Crypto or Block Erase Sanitize.*sanicap 0x0/,
+    );
+  });
+
+  it('2. scrub proven from outside: write-zeroes through CleanupDevice leaves not one byte of the tenant', async () => {
+    const list = events('write-zeroes');
+    expect(list.at(-1), run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_SUCCEEDED' });
+    for (const e of list) expect(e.action).toBe('write-zeroes');
+    // Phases never go back; while zeroing, percent and bytes only grow, up to the whole namespace.
+    const rank = list.slice(0, -1).map((e) => PHASE_ORDER.indexOf(e.phase));
+    expect(rank.every((r) => r >= 0)).toBe(true);
+    expect(rank).toEqual([...rank].sort((a, b) => a - b));
+    expect(rank).toEqual(expect.arrayContaining([1, 4, 5]));
+    const zeroing = list.filter((e) => e.phase === 'CLEANUP_PHASE_ZEROING');
+    const percents = zeroing.map((e) => e.percent ?? 0);
+    expect(percents).toEqual([...percents].sort((a, b) => a - b));
+    const size = DEVICES['write-zeroes'].namespaces[0]!.sizeBytes;
+    expect(zeroing.at(-1)).toMatchObject({ percent: 100, bytesDone: String(size), bytesTotal: String(size) });
+
+    await expectScrubbed('write-zeroes');
+    // The device Berth excluded was never touched.
+    await expectUntouched('sanitize');
+  });
+
+  // QEMU's controller advertises namespace management (OACS bit 3) but answers delete-ns
+  // with Invalid Command Opcode (0x4001); the driver zeroes every namespace in place.
+  it('3. several namespaces on a subsystem: namespace management refused, every namespace zeroed in place', async () => {
+    // The controller advertises namespace management (OACS bit 3) that it then refuses (0x4001).
+    const id = JSON.parse(run.command(`id-ctrl ${addressOf('subsystem')}`).stdout) as Record<string, number>;
+    expect(id.oacs! & 0x8).toBe(0x8);
+    expect(terminal('subsystem'), run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_SUCCEEDED' });
+    await expectScrubbed('subsystem');
+  });
+
+  it('4. format with secure erase: the vendor driver’s format --ses=1 leaves nothing of the tenant', async () => {
+    const list = events('vendor-format');
+    expect(list.at(-1), run.diagnostics()).toMatchObject({
+      phase: 'CLEANUP_PHASE_SUCCEEDED',
+      action: 'vendor-format-ses1',
+    });
+    expect(list.some((e) => e.step === 'format')).toBe(true);
+    await expectScrubbed('vendor-format');
+  });
+
+  it('5. fail closed: a namespace the controller cannot write ends in a failed cleanup with the controller’s own status', async () => {
+    const last = terminal('read-only');
+    expect(last, run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_FAILED' });
+    // nvme-cli's own answer to a write there, after the cleanup.
+    const probeRun = run.command(`probe ${addressOf('read-only')}`);
+    expect(probeRun.exitCode).toBe(1);
+    const status = /NVMe status: (.+)\((0x[0-9a-f]+)\)/.exec(probeRun.stderr);
+    expect(status, probeRun.stderr).not.toBeNull();
+    expect(last.message).toContain(status![1]!.trim());
+    expect(last.message).toContain(status![2]);
+    await expectUntouched('read-only');
+  });
+});
