@@ -17,12 +17,14 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
-import { repoPath } from '../../repo-path.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
 
-export const PROTO_ROOT = repoPath('proto');
-/** `buf build` of proto/ (npm run gen): real per-file descriptors with their imports. */
-const DESCRIPTOR_SET = repoPath('src/gen/berth.binpb');
+/**
+ * `buf build` of proto/ (npm run gen): real per-file descriptors with their
+ * imports. Beside the generated code, src/gen in a checkout and dist/gen in the
+ * package (the build copies it).
+ */
+export const DESCRIPTOR_SET = new URL('../../gen/berth.binpb', import.meta.url);
 
 interface FileDescriptorLike {
   name: string;

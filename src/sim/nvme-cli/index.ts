@@ -1,6 +1,6 @@
 /**
  * Public surface of the nvme-cli 2.3 simulator for the rest of Berth (tests,
- * the simulated host, the demo). The executable is bin/nvme-sim.
+ * the simulated host, the demo). The executable is main.ts (bin/nvme-sim in a checkout).
  */
 export { type CliEnv, type CliResult, cliEnvFrom, runCli, VERSION_TEXT } from './main.js';
 export type {
@@ -23,4 +23,4 @@ export {
   simFaultSchema,
   simNamespaceSchema,
 } from './state-file.js';
-export { NVME_SIM_BIN, writeNvmeWrapper } from './wrapper.js';
+export { NVME_SIM_COMMAND, writeNvmeWrapper } from './wrapper.js';
