@@ -270,6 +270,7 @@ describe('the packed tarball, installed globally', () => {
     ]);
     expect(existsSync(join(installed, 'dist/gen/berth.binpb'))).toBe(true);
     expect(existsSync(join(installed, 'dist/client/cli/main.js'))).toBe(true);
+    expect(existsSync(join(installed, 'schema/agent-config.schema.json'))).toBe(true);
     for (const dev of ['typescript', 'tsx', 'esbuild', 'vitest', '@biomejs', 'fast-check', 'ts-proto']) {
       expect(existsSync(join(installed, 'node_modules', dev)), dev).toBe(false);
     }
