@@ -15,7 +15,7 @@
  * hosts without internet — serving the module this checkout compiled from the
  * same pinned version, instead of compiling it a second time (~1 min on 2 cores).
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { type ChildProcess, execFile } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { chmod, chown, cp, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
@@ -27,6 +27,7 @@ import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { AgentClient } from '../../src/client/sdk.js';
 import { CleanupPhase } from '../../src/gen/berth/agent/v1/agent.js';
 import { holdsTenantData, isAllZero, writeTenantData } from '../../src/plugins/nvme/test-host.js';
+import { type Running, start } from '../e2e/berth-cli.js';
 import { tempDir } from '../helpers/agent.js';
 import { freePort } from '../helpers/processes.js';
 
@@ -221,42 +222,11 @@ describe('the packed tarball, installed globally', () => {
     await dir?.cleanup();
   }, 30_000);
 
-  /** A long-running installed berth (its own process group, so afterAll can end it and its children). */
-  function startBerth(file: string, args: string[], env: NodeJS.ProcessEnv) {
-    const child = spawn(file, args, { env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
-    children.push(child);
-    let out = '';
-    let err = '';
-    child.stdout!.setEncoding('utf8').on('data', (d: string) => {
-      out += d;
-    });
-    child.stderr!.setEncoding('utf8').on('data', (d: string) => {
-      err += d;
-    });
-    const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-    const waitFor = (pattern: RegExp, timeoutMs: number) =>
-      new Promise<RegExpExecArray>((resolve, reject) => {
-        const check = () => {
-          const m = pattern.exec(out);
-          if (m) {
-            clearInterval(poll);
-            clearTimeout(deadline);
-            resolve(m);
-          }
-        };
-        const poll = setInterval(check, 50);
-        const deadline = setTimeout(() => {
-          clearInterval(poll);
-          reject(new Error(`timed out waiting for ${pattern}\n${out}\n${err}`));
-        }, timeoutMs);
-        void exited.then(() => {
-          check();
-          clearInterval(poll);
-          clearTimeout(deadline);
-          reject(new Error(`exited before ${pattern}\n${out}\n${err}`));
-        });
-      });
-    return { child, waitFor, exited, output: () => `${out}\n${err}` };
+  /** A long-running installed berth, in its own process group (afterAll ends it and its children). */
+  function startBerth(file: string, args: string[], env: NodeJS.ProcessEnv): Running {
+    const r = start(args, env, { bin: file, detached: true });
+    children.push(r.child);
+    return r;
   }
 
   it('installs only what runs, and the native module came from the mirror, not a compile', () => {
@@ -306,13 +276,17 @@ describe('the packed tarball, installed globally', () => {
     const up = startBerth(file, argv, asRoot ? process.env : { ...process.env, ...userEnv() });
     await up.waitFor(/Berth is up/, 120_000);
     // The quick start's hint names the installed command, not the checkout's bin/berth.
-    expect(up.output()).toMatch(/^ {2}berth demo/m);
+    expect(up.stdout()).toMatch(/^ {2}berth demo/m);
+    // What the systemd units gate their start on.
+    const health = await berthAsUser(['health', '--endpoint', `127.0.0.1:${port}`]);
+    expect(health.code, health.stderr).toBe(0);
+    expect(health.stdout.trim()).toBe(`127.0.0.1:${port}: SERVING`);
     const demo = await berthAsUser(['demo'], 240_000);
     expect(demo.code, `${demo.stdout}\n${demo.stderr}`).toBe(0);
     expect(demo.stdout).toContain(`Using the Berth scheduler at 127.0.0.1:${port}.`);
     expect(demo.stdout).toMatch(/All 9 steps did what they should/);
     up.child.kill('SIGTERM');
-    expect(await up.exited).toBe(0);
+    expect(await up.exited).toEqual({ code: 0, signal: null });
     expect(snapshot(installed)).toEqual(before);
   }, 400_000);
 
@@ -347,7 +321,8 @@ describe('the packed tarball, installed globally', () => {
       ['agent', 'serve', '-c', config, '--listen', '127.0.0.1:0'],
       process.env,
     );
-    const [, endpoint] = await agent.waitFor(/"endpoint":"([^"]+)"/, 60_000);
+    await agent.waitFor(/"endpoint":"[^"]+"/, 60_000);
+    const endpoint = /"endpoint":"([^"]+)"/.exec(agent.stdout())![1];
     const client = new AgentClient({ endpoint: endpoint! });
     try {
       const info = await client.agent.getAgentInfo({});
