@@ -112,7 +112,7 @@ export function refuseUnsafeStrings(doc: unknown, path: PropertyKey[] = []): voi
     return;
   }
   if (Array.isArray(doc)) {
-    doc.forEach((item, i) => refuseUnsafeStrings(item, [...path, i]));
+    for (const [i, item] of doc.entries()) refuseUnsafeStrings(item, [...path, i]);
     return;
   }
   if (doc !== null && typeof doc === 'object') {
