@@ -250,6 +250,49 @@ describe('the packed tarball, installed globally', () => {
     );
   });
 
+  it('a TypeScript project type-checks against berth/sdk, berth/api/* and berth/driver, and runs', async () => {
+    // A project with Berth as a dependency (a link to the installed package, as npm would lay it out).
+    const project = join(dir.path, 'orchestrator');
+    await mkdir(join(project, 'node_modules'), { recursive: true });
+    await symlink(installed, join(project, 'node_modules', 'berth'));
+    await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'orchestrator', type: 'module' }));
+    await writeFile(
+      join(project, 'main.ts'),
+      [
+        "import { BerthClientError, SchedulerClient } from 'berth/sdk';",
+        "import { DeviceState } from 'berth/api/scheduler/v1/device';",
+        "import { GenericDriver, type HostContext } from 'berth/driver';",
+        'const client: SchedulerClient = new SchedulerClient({ endpoint: "127.0.0.1:1", retries: 1 });',
+        'const state: DeviceState = DeviceState.DEVICE_STATE_AVAILABLE;',
+        'const ctx: Pick<HostContext, "sysfsRoot"> = { sysfsRoot: "/sys" };',
+        'console.log(typeof client.devices.listDevices, state, typeof GenericDriver, ctx.sysfsRoot, BerthClientError.name);',
+        'client.close();',
+      ].join('\n'),
+    );
+    await writeFile(
+      join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'NodeNext',
+          moduleResolution: 'NodeNext',
+          strict: true,
+          outDir: 'out',
+          skipLibCheck: false,
+          types: ['node'],
+          typeRoots: [join(REPO, 'node_modules/@types')],
+        },
+        files: ['main.ts'],
+      }),
+    );
+    const tsc = await run(join(REPO, 'node_modules/.bin/tsc'), ['-p', project], { cwd: project });
+    expect(tsc.code, `${tsc.stdout}\n${tsc.stderr}`).toBe(0);
+    // What tsc emitted runs against the installed package.
+    const ran = await run(process.execPath, [join(project, 'out', 'main.js')], { cwd: project });
+    expect(ran.code, ran.stderr).toBe(0);
+    expect(ran.stdout.trim()).toBe('function 1 function /sys BerthClientError');
+  }, 60_000);
+
   it(`runs as ${asRoot ? 'nobody' : 'this unprivileged user'}: --version, sim build, agent discover`, async () => {
     const before = snapshot(installed);
     const version = await berthAsUser(['--version']);
