@@ -10,10 +10,9 @@
 import { readFileSync } from 'node:fs';
 import { createFileRegistry, fromBinary } from '@bufbuild/protobuf';
 import { FileDescriptorSetSchema, MethodOptions_IdempotencyLevel } from '@bufbuild/protobuf/wkt';
+import { DESCRIPTOR_SET } from '../descriptor-set.js';
 
 export type IdempotencyLevel = 'NO_SIDE_EFFECTS' | 'IDEMPOTENT' | 'IDEMPOTENCY_UNKNOWN';
-
-const DESCRIPTOR_SET = new URL('../gen/berth.binpb', import.meta.url);
 
 let levels: ReadonlyMap<string, IdempotencyLevel> | null = null;
 

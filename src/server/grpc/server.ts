@@ -17,14 +17,8 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
+import { DESCRIPTOR_SET } from '../../descriptor-set.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
-
-/**
- * `buf build` of proto/ (npm run gen): real per-file descriptors with their
- * imports. Beside the generated code, src/gen in a checkout and dist/gen in the
- * package (the build copies it).
- */
-export const DESCRIPTOR_SET = new URL('../../gen/berth.binpb', import.meta.url);
 
 interface FileDescriptorLike {
   name: string;
