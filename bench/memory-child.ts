@@ -9,6 +9,17 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { pathToFileURL } from 'node:url';
+
+/**
+ * Berth's modules come from the build (dist/, $BERTH_DIST), loaded one file at
+ * a time as the installed package runs them — not from this bundle.
+ */
+const fromDist = <T>(path: string): Promise<T> => {
+  const dist = process.env.BERTH_DIST;
+  if (!dist) throw new Error('BERTH_DIST (the dist/ directory) is not set');
+  return import(pathToFileURL(join(dist, path)).href) as Promise<T>;
+};
 
 const MiB = 1024 * 1024;
 
@@ -39,8 +50,10 @@ async function main() {
   }
   if (role === 'scheduler') {
     const { dbFile, loadStore } = await import('./bind-harness.js');
-    const { Scheduler } = await import('../src/server/scheduler/scheduler.js');
-    const { SchedulerClient } = await import('../src/client/sdk.js');
+    const { Scheduler } = await fromDist<typeof import('../src/server/scheduler/scheduler.js')>(
+      'server/scheduler/scheduler.js',
+    );
+    const { SchedulerClient } = await fromDist<typeof import('../src/client/sdk.js')>('client/sdk.js');
     const hosts = Number(b);
     const { store } = await loadStore(dbFile(a!), hosts);
     const scheduler = await Scheduler.start({
@@ -69,8 +82,9 @@ async function main() {
     return;
   }
   if (role === 'agent') {
-    const { Agent } = await import('../src/server/agent/agent.js');
-    const { parseAgentConfig } = await import('../src/server/agent/config.js');
+    const { Agent } = await fromDist<typeof import('../src/server/agent/agent.js')>('server/agent/agent.js');
+    const { parseAgentConfig } =
+      await fromDist<typeof import('../src/server/agent/config.js')>('server/agent/config.js');
     const config = parseAgentConfig(
       {
         host: 'bench-agent',

@@ -1,7 +1,8 @@
 /**
  * A typed client for Berth's scheduler and agent services over the generated
  * grpc-js stubs: promise-returning unary calls with a default deadline,
- * retries with backoff for calls that are safe to repeat, streams as async
+ * retries with backoff for calls the API declares safe to repeat
+ * (`option idempotency_level`, read by retry-policy.ts), streams as async
  * iterables, bearer-token and TLS options, and errors surfaced as BerthClientError
  * carrying the gRPC code name and the ErrorInfo reason.
  */
@@ -24,6 +25,7 @@ import { MigrationServiceClient } from '../gen/berth/scheduler/v1/migration.js';
 import { ProfileServiceClient } from '../gen/berth/scheduler/v1/profile.js';
 import { RegistrationServiceClient } from '../gen/berth/scheduler/v1/registration.js';
 import { decodeServiceError } from '../server/grpc/status.js';
+import { isRetryable } from './retry-policy.js';
 
 export class BerthClientError extends Error {
   readonly code: number;
@@ -55,12 +57,9 @@ export interface ClientOptions {
   tls?: { ca?: Buffer; cert?: Buffer; key?: Buffer };
   /** Per-call deadline; default 30 s. */
   timeoutMs?: number;
-  /** Attempts for idempotent calls on UNAVAILABLE; default 4. */
+  /** Attempts, on UNAVAILABLE, of calls declared NO_SIDE_EFFECTS or IDEMPOTENT; default 4. */
   retries?: number;
 }
-
-/** Methods that are safe to repeat (reads, and writes idempotent by design or by request id). */
-const RETRYABLE = /^(get|list|createProfile|deleteProfile|rediscover)/;
 
 type Callback<Res> = (err: ServiceError | null, res: Res) => void;
 type UnaryFn<Req, Res> = (req: Req, md: Metadata, opts: Partial<CallOptions>, cb: Callback<Res>) => unknown;
@@ -93,7 +92,8 @@ function promisify<C extends Client>(client: C, o: ClientOptions): Promisified<C
       const fn = (client as unknown as Record<string, unknown>)[prop];
       if (typeof fn !== 'function') return undefined;
       return async (req: unknown, opts: { timeoutMs?: number } = {}) => {
-        const attempts = RETRYABLE.test(prop) ? (o.retries ?? 4) : 1;
+        // The generated client's method carries its path; the API declares whether it is safe to repeat.
+        const attempts = isRetryable((fn as { path?: string }).path ?? '') ? (o.retries ?? 4) : 1;
         for (let i = 1; ; i++) {
           try {
             return await new Promise((resolve, reject) => {

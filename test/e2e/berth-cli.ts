@@ -46,8 +46,21 @@ export interface Running {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-export function start(args: string[], env: NodeJS.ProcessEnv): Running {
-  const child = spawn(BERTH, args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+/**
+ * Starts `bin/berth args…` (or `options.bin`: another berth, e.g. an installed
+ * one; `options.detached`: in its own process group, so its children can be
+ * ended with it).
+ */
+export function start(
+  args: string[],
+  env: NodeJS.ProcessEnv,
+  options: { bin?: string; detached?: boolean } = {},
+): Running {
+  const child = spawn(options.bin ?? BERTH, args, {
+    env,
+    detached: options.detached ?? false,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let out = '';
   let err = '';
   child.stdout!.setEncoding('utf8').on('data', (d: string) => {

@@ -8,6 +8,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { keyPathOf } from '../../src/config-schema.js';
 import { ConfigError } from '../../src/errors.js';
 import { deviceSpecInput, plausibleValue, propertyRuns } from '../../src/plugins/device-spec/arbitraries.js';
 import { parseDeviceSpecs } from '../../src/plugins/device-spec/parse.js';
@@ -80,8 +81,9 @@ describe('fuzz: agent configuration', () => {
             // It names the offending key: the root of its key path (`tls.cert: …`) is a key
             // of the document, or it is about the whole document.
             const docKeys = doc && typeof doc === 'object' && !Array.isArray(doc) ? Object.keys(doc) : [];
-            const named = docKeys.some(
-              (k) => err.message.startsWith(`${k}:`) || err.message.startsWith(`${k}.`),
+            // (A key that is not a plain word is shown quoted: `[""]: …`.)
+            const named = docKeys.some((k) =>
+              [':', '.', '['].some((next) => err.message.startsWith(`${keyPathOf([k])}${next}`)),
             );
             expect(named || err.message.startsWith('the configuration'), err.message).toBe(true);
             return;

@@ -1,3 +1,4 @@
+import { fileURLToPath } from 'node:url';
 /**
  * Berth's agent end to end on a real kernel (Debian's 6.1) driving real NVMe
  * controllers (QEMU 7.2's) with the real nvme-cli 2.3, in one shared guest
@@ -10,7 +11,6 @@
  * `npm run test:vm` runs this file alone; docs/testing-vm.md says how to debug it.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { REPO_ROOT } from '../../src/repo-path.js';
 import { probeVmHost } from './host-check.js';
 import {
   addressOf,
@@ -23,6 +23,9 @@ import {
   tenantOf,
 } from './scenario-machine.js';
 import { BLOCK, scanBackingFile } from './tenant-data.js';
+
+/** The checkout whose bin/berth the guest runs. */
+const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
 
 const probe = probeVmHost(REPO_ROOT);
 if (!probe.ok) {

@@ -1,3 +1,4 @@
+#!/usr/bin/env node
 /**
  * The berth command line. Every command prints results on stdout and errors as
  * one line on stderr (`berth: <CODE>: <message> [reason]`), with exit codes:
@@ -27,6 +28,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   instance: async () => (await import('./instance-commands.js')).registerInstanceCommands,
   migration: async () => (await import('./migration-commands.js')).registerMigrationCommands,
   demo: async () => (await import('./demo-commands.js')).registerDemoCommands,
+  health: async () => (await import('./health-commands.js')).registerHealthCommands,
 };
 // `sim` lives with `up`.
 COMMANDS.sim = COMMANDS.up!;

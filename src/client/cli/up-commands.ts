@@ -35,6 +35,9 @@ export function registerUpCommands(program: Command): void {
         token: up.adminToken,
         state_dir: up.stateDir,
       });
+      // How the user runs berth: bin/berth in a checkout (it says so), else the installed command.
+      const cli = process.env.BERTH_CLI_NAME ?? 'berth';
+      const buf = cli === 'bin/berth' ? 'node_modules/.bin/buf' : 'buf';
       const lines = [
         `Berth is up.`,
         `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
@@ -44,10 +47,10 @@ export function registerUpCommands(program: Command): void {
         `  client configuration (endpoint, admin token) written to ${configPath}`,
         '',
         'Try, in another terminal:',
-        '  bin/berth demo                       # the whole lifecycle, narrated',
-        '  bin/berth device list                # every device, its state and cleanup action',
-        '  bin/berth host list',
-        `  node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge --list-methods http://${up.endpoint}`,
+        `  ${cli} demo`.padEnd(39) + '# the whole lifecycle, narrated',
+        `  ${cli} device list`.padEnd(39) + '# every device, its state and cleanup action',
+        `  ${cli} host list`,
+        `  ${buf} curl --protocol grpc --http2-prior-knowledge --list-methods http://${up.endpoint}`,
         '',
         'Stop with Ctrl-C.',
       ];

@@ -105,6 +105,15 @@ export function parseAddressGlob(raw: string, where: string): AddressGlob {
 
 const REGEX_KEYS = ['domain', 'bus', 'slot', 'function'] as const;
 
+/**
+ * A field's regular expression is at most this long. A PCI field is 1-4 hex
+ * digits, so no sensible pattern comes near it; the bound keeps compiling and
+ * matching cheap (a 200,000-way alternation used to pass parsing and overflow
+ * the stack at its first match), and against subjects of at most 4 characters
+ * even a backtracking pattern has little to try.
+ */
+export const MAX_FIELD_REGEX_LENGTH = 256;
+
 /** Parses the object-of-regexes form; `where` is e.g. 'pci.device_spec[0].address'. */
 export function parseAddressRegex(raw: Record<string, unknown>, where: string): AddressRegex {
   for (const key of Object.keys(raw)) {
@@ -122,11 +131,19 @@ export function parseAddressRegex(raw: Record<string, unknown>, where: string): 
     if (typeof source !== 'string') {
       throw new ConfigError(`${where}.${key}: ${show(source)} is not a regular expression string`);
     }
+    if (source.length > MAX_FIELD_REGEX_LENGTH) {
+      throw new ConfigError(
+        `${where}.${key}: ${show(source)} is ${source.length} characters long; a field's regular expression may have at most ${MAX_FIELD_REGEX_LENGTH}`,
+      );
+    }
     try {
       // Compile alone first: only a pattern with balanced groups can be wrapped
       // without changing its meaning (`a)|(b` would otherwise become valid).
       new RegExp(source);
-      spec[key] = new RegExp(`^(?:${source})`);
+      const re = new RegExp(`^(?:${source})`);
+      // V8 compiles a pattern at its first use: use it now, so nothing fails later.
+      re.test('0000');
+      spec[key] = re;
     } catch (error) {
       throw new ConfigError(
         `${where}.${key}: ${show(source)} is not a valid regular expression (${(error as Error).message})`,

@@ -5,8 +5,9 @@
  */
 export { isValidPciAddress } from './address.js';
 export { entryMatches, matchDevice } from './match.js';
-export { parseBool, parseDeviceSpecs } from './parse.js';
+export { deviceSpecListSchema, parseBool, parseDeviceSpecs } from './parse.js';
 export { normalizeResourceClass, normalizeTrait } from './placement-names.js';
+export { deviceSpecInputSchema } from './schema.js';
 export type {
   AddressGlob,
   AddressRegex,

@@ -5,27 +5,13 @@
  * at agent start; every mistake is a ConfigError naming the entry, the key and
  * the value, and no input can make this module throw anything else.
  */
+import { z } from 'zod';
 import { ConfigError } from '../../errors.js';
 import { hexInRange, parseAddressGlob, parseAddressRegex, parseHexDigits } from './address.js';
 import { closest, keyPath, show } from './messages.js';
 import { normalizeResourceClass, normalizeTrait } from './placement-names.js';
+import { CLEANUP_KEYS, NOVA_KEYS } from './schema.js';
 import type { ClearAction, ClearStrategy, DeviceSpecEntry, ParseOptions } from './types.js';
-
-const NOVA_KEYS = [
-  'vendor_id',
-  'product_id',
-  'address',
-  'devname',
-  'managed',
-  'live_migratable',
-  'one_time_use',
-  'resource_class',
-  'traits',
-  'physical_network',
-  'trusted',
-  'remote_managed',
-] as const;
-const CLEANUP_KEYS = ['clear_action', 'clear_strategy'] as const;
 
 const CLEAR_ACTIONS: readonly ClearAction[] = ['auto', 'sanitize', 'zero'];
 const CLEAR_STRATEGIES: readonly ClearStrategy[] = ['auto', 'crypto', 'block'];
@@ -34,8 +20,8 @@ const CLEAR_STRATEGIES: readonly ClearStrategy[] = ['auto', 'crypto', 'block'];
 const TRUE_STRINGS: ReadonlySet<string> = new Set(['1', 't', 'true', 'on', 'y', 'yes']);
 const FALSE_STRINGS: ReadonlySet<string> = new Set(['0', 'f', 'false', 'off', 'n', 'no']);
 
-/** Linux dev_valid_name(): 1-15 bytes, not . or .., no '/', ':' or whitespace. It also keeps the sysfs path safe. */
-const INTERFACE_NAME = /^[^/:\s]{1,15}$/;
+/** Linux dev_valid_name(): 1-15 bytes, not . or .., no '/', ':', whitespace or NUL. It also keeps the sysfs path safe. */
+const INTERFACE_NAME = /^[^/:\s\0]{1,15}$/;
 
 /**
  * oslo's strict boolean parsing: JSON true/false, the numbers 1 and 0 (oslo
@@ -110,7 +96,7 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
   for (const key of Object.keys(raw)) {
     if (known.includes(key)) continue;
     let hint = '';
-    if ((CLEANUP_KEYS as readonly string[]).includes(key)) {
+    if (CLEANUP_KEYS.includes(key)) {
       hint = `; clear_action and clear_strategy are only accepted by drivers that clean devices (nvme), not in ${options.section}`;
     } else {
       const suggestion = closest(key, known);
@@ -231,4 +217,15 @@ export function parseDeviceSpecs(raw: unknown, options: ParseOptions): DeviceSpe
     }
   });
   return entries;
+}
+
+/**
+ * `device_spec` in a driver's section schema: parsed with Nova's semantics into
+ * entries (every mistake a ConfigError naming `<section>.device_spec[i].<key>`).
+ */
+export function deviceSpecListSchema(section: string, cleanupKeys: boolean) {
+  return z
+    .unknown()
+    .optional()
+    .transform((raw) => parseDeviceSpecs(raw, { section, cleanupKeys }));
 }

@@ -32,7 +32,7 @@ describe('parseNvmeConfig', () => {
 
   it.each([
     [{ cleanup_timout: 5 }, /nvme\.cleanup_timout: unknown key/],
-    [{ cleanup_timeout: 0 }, /nvme\.cleanup_timeout: 0 is not a positive whole number/],
+    [{ cleanup_timeout: 0 }, /nvme\.cleanup_timeout: 0 is not a whole number of seconds in \[1, 604800\]/],
     [{ cleanup_timeout: 1.5 }, /nvme\.cleanup_timeout: 1\.5 is not/],
     [{ cleanup_timeout: 'soon' }, /nvme\.cleanup_timeout: "soon" is not/],
     [{ poll_interval: -1 }, /nvme\.poll_interval: -1 is not/],

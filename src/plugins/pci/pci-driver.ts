@@ -4,12 +4,12 @@
  * with enabled VFs is never offered itself (its VFs are), a PF without enabled
  * VFs is a plain function.
  */
-import { ConfigError } from '../../errors.js';
+import { section as configSection, parseConfig } from '../../config-schema.js';
 import {
   type DeviceSpecEntry,
+  deviceSpecListSchema,
   type FunctionLookup,
   matchDevice,
-  parseDeviceSpecs,
 } from '../device-spec/index.js';
 import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
 import type {
@@ -21,22 +21,11 @@ import type {
 } from '../types.js';
 import { readPciFunctions, resolveNetdevAddress } from './sysfs-reader.js';
 
-const KNOWN_KEYS = new Set(['device_spec']);
-
-/** Reads the common parts of a driver section: its device_spec, and no unknown keys. */
-export function parseSection(
-  section: string,
-  config: Record<string, unknown>,
-  knownKeys: ReadonlySet<string>,
-  cleanupKeys: boolean,
-): DeviceSpecEntry[] {
-  for (const key of Object.keys(config)) {
-    if (!knownKeys.has(key)) {
-      throw new ConfigError(`${section}.${key}: unknown key (known: ${[...knownKeys].join(', ')})`);
-    }
-  }
-  return parseDeviceSpecs(config.device_spec, { section, cleanupKeys });
-}
+/** The `pci:` section: device_spec entries with Nova's keys, nothing else. */
+export const pciSectionSchema = (section = 'pci') =>
+  configSection({ device_spec: deviceSpecListSchema(section, false) }).describe(
+    'the generic PCI driver: device_spec entries (Nova [pci] device_spec keys)',
+  );
 
 /** Everything matching needs about the host, read once per discovery. */
 export interface HostFunctions {
@@ -145,7 +134,7 @@ export class PciDriver extends GenericDriver {
 
   constructor(options: DriverOptions) {
     super(options);
-    this.entries = parseSection('pci', options.config, KNOWN_KEYS, false);
+    this.entries = parseConfig(pciSectionSchema(), options.config, ['pci']).device_spec;
   }
 
   async discover(ctx: HostContext): Promise<DiscoveryResult> {

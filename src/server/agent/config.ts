@@ -1,7 +1,9 @@
 /**
- * The agent's configuration file (YAML; JSON is valid YAML). Every mistake is a
- * ConfigError naming the key and the value; unknown top-level keys are refused
- * unless they are the section of an enabled driver.
+ * The agent's configuration file (YAML; JSON is valid YAML), validated by the
+ * zod schema below (emitted as schema/agent-config.schema.json). Every mistake
+ * is a ConfigError naming the key and the value; unknown top-level keys are
+ * refused unless they are the section of an enabled driver; every duration has
+ * a range (DURATION_RANGES); no string may hold a NUL.
  *
  * Security keys (docs/security.md); relative paths resolve from the file's directory:
  * - `auth`: who may call this agent. `mode: token` (default when the section is
@@ -17,7 +19,19 @@
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { dirname, resolve } from 'node:path';
+import { z } from 'zod';
+import {
+  hostPort,
+  keyPathOf,
+  mapping,
+  parseConfig,
+  refuseUnsafeStrings,
+  seconds,
+  section,
+  text,
+} from '../../config-schema.js';
 import { ConfigError } from '../../errors.js';
+import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import type { AuthFileOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
@@ -51,24 +65,6 @@ export interface AgentConfig {
   schedulerTokenFile: string | null;
 }
 
-/** Every top-level key the agent configuration knows (besides enabled drivers' sections). */
-export const TOP_LEVEL_KEYS: ReadonlySet<string> = new Set([
-  'host',
-  'listen',
-  'advertise',
-  'scheduler',
-  'sysfs_root',
-  'dev_root',
-  'state_dir',
-  'discovery_interval',
-  'register_interval',
-  'metrics_listen',
-  'enabled_drivers',
-  'auth',
-  'tls',
-  'scheduler_token_file',
-]);
-
 export interface ConfigOverrides {
   host?: string;
   listen?: string;
@@ -89,115 +85,175 @@ export function driverKey(entry: string): string {
   return base.replace(/\.(m?[jt]s|cjs)$/, '');
 }
 
-function str(raw: Record<string, unknown>, key: string, fallback: string): string {
-  const v = raw[key];
-  if (v === undefined || v === null) return fallback;
-  if (typeof v !== 'string' || v.trim() === '') {
-    throw new ConfigError(`${key}: expected a non-empty string, got ${JSON.stringify(v)}`);
-  }
-  return v.trim();
-}
+/** Ranges of the durations (seconds), documented in docs/operator-guide.md. */
+export const DURATION_RANGES = {
+  discovery_interval: [0.1, 86_400],
+  register_interval: [0.1, 3_600],
+} as const;
 
-function positiveNumber(raw: Record<string, unknown>, key: string, fallback: number): number {
-  const v = raw[key];
-  if (v === undefined || v === null) return fallback;
-  if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) {
-    throw new ConfigError(`${key}: expected a positive number of seconds, got ${JSON.stringify(v)}`);
-  }
-  return v;
-}
+const file = (description: string) => text().nullish().describe(description);
 
-function checkAddress(key: string, value: string): string {
-  if (!/^[^\s:/]+:\d{1,5}$/.test(value) && !/^\[[0-9a-fA-F:]+\]:\d{1,5}$/.test(value)) {
-    throw new ConfigError(`${key}: expected host:port, got ${JSON.stringify(value)}`);
-  }
-  const port = Number(value.slice(value.lastIndexOf(':') + 1));
-  if (port > 65535) throw new ConfigError(`${key}: port ${port} is out of range in ${JSON.stringify(value)}`);
-  return value;
-}
-
-function section(raw: Record<string, unknown>, key: string): Record<string, unknown> | null {
-  const v = raw[key];
-  if (v === undefined || v === null) return null;
-  if (typeof v !== 'object' || Array.isArray(v)) {
-    throw new ConfigError(`${key}: expected a mapping, got ${JSON.stringify(v)}`);
-  }
-  return v as Record<string, unknown>;
-}
-
-function onlyKeys(name: string, sec: Record<string, unknown>, known: string[]): void {
-  for (const k of Object.keys(sec)) {
-    if (!known.includes(k)) throw new ConfigError(`${name}.${k}: unknown key (known: ${known.join(', ')})`);
-  }
-}
-
-const AUTH_KEYS = [
-  'mode',
-  'static_tokens_file',
-  'jwt_secret_file',
-  'jwt_public_key_file',
-  'jwks_file',
-  'jwt_issuer',
-  'jwt_audience',
-  'cert_roles',
-];
-
-function parseAuth(raw: Record<string, unknown>, baseDir: string): AuthFileOptions | null {
-  const sec = section(raw, 'auth');
-  if (!sec) return null;
-  onlyKeys('auth', sec, AUTH_KEYS);
-  const mode = sec.mode ?? 'token';
-  if (mode !== 'token' && mode !== 'none') {
-    throw new ConfigError(`auth.mode: expected "token" or "none", got ${JSON.stringify(mode)}`);
-  }
-  if (mode === 'none') return { mode: 'none' };
-  const out: AuthFileOptions = { mode: 'token' };
-  // Checked under their full key path so errors name `auth.<key>`.
-  const text = (k: string) => (sec[k] == null ? undefined : str({ [`auth.${k}`]: sec[k] }, `auth.${k}`, ''));
-  const file = (k: string) => {
-    const v = text(k);
-    return v === undefined ? undefined : resolve(baseDir, v);
-  };
-  const staticTokensFile = file('static_tokens_file');
-  const jwtSecretFile = file('jwt_secret_file');
-  const jwtPublicKeyFile = file('jwt_public_key_file');
-  const jwksFile = file('jwks_file');
-  const jwtIssuer = text('jwt_issuer');
-  const jwtAudience = text('jwt_audience');
-  if (staticTokensFile) out.staticTokensFile = staticTokensFile;
-  if (jwtSecretFile) out.jwtSecretFile = jwtSecretFile;
-  if (jwtPublicKeyFile) out.jwtPublicKeyFile = jwtPublicKeyFile;
-  if (jwksFile) out.jwksFile = jwksFile;
-  if (jwtIssuer) out.jwtIssuer = jwtIssuer;
-  if (jwtAudience) out.jwtAudience = jwtAudience;
-  const cr = section({ 'auth.cert_roles': sec.cert_roles }, 'auth.cert_roles');
-  if (cr) {
-    const certRoles: Record<string, string> = {};
-    for (const [cn, role] of Object.entries(cr)) {
-      if (typeof role !== 'string') {
-        throw new ConfigError(`auth.cert_roles.${cn}: expected a role name, got ${JSON.stringify(role)}`);
-      }
-      certRoles[cn] = role;
+/** The `auth` section (docs/security.md). */
+export const authSectionSchema = section({
+  mode: z
+    .enum(['token', 'none'], { error: (iss) => `expected "token" or "none", got ${show(iss.input)}` })
+    .nullish()
+    .describe('token (default) or none (authentication off, explicitly)'),
+  static_tokens_file: file('static bearer tokens, lines `token: role`'),
+  jwt_secret_file: file('HS256 secret for JWT bearer tokens'),
+  jwt_public_key_file: file('PEM public key for JWT bearer tokens'),
+  jwks_file: file('JWKS (JSON) for JWT bearer tokens'),
+  jwt_issuer: text().nullish().describe('required JWT issuer'),
+  jwt_audience: text().nullish().describe('required JWT audience'),
+  cert_roles: z
+    .record(z.string(), z.string({ error: (iss) => `expected a role name, got ${show(iss.input)}` }), {
+      error: (iss) => `expected a mapping, got ${show(iss.input)}`,
+    })
+    .nullish()
+    .describe('client-certificate common name (or *) → role'),
+})
+  .superRefine((a, ctx) => {
+    const given = [a.static_tokens_file, a.jwt_secret_file, a.jwt_public_key_file, a.jwks_file, a.cert_roles];
+    if ((a.mode ?? 'token') === 'token' && given.every((g) => g == null)) {
+      ctx.addIssue({
+        code: 'custom',
+        message:
+          'give static_tokens_file, a jwt_* key or cert_roles (or mode: none to switch authentication off)',
+      });
     }
-    out.certRoles = certRoles;
-  }
-  if (!staticTokensFile && !jwtSecretFile && !jwtPublicKeyFile && !jwksFile && !cr) {
-    throw new ConfigError(
-      'auth: give static_tokens_file, a jwt_* key or cert_roles (or mode: none to switch authentication off)',
-    );
-  }
-  return out;
+  })
+  .describe('who may call this agent (docs/security.md)');
+
+/** The `tls` section. */
+export const tlsSectionSchema = section({
+  cert: file("this agent's certificate (PEM), served and presented to the scheduler"),
+  key: file('the private key of cert'),
+  ca: file('CA verifying the scheduler; callers then need a client certificate from it'),
+})
+  .superRefine((t, ctx) => {
+    if (t.cert == null || t.key == null) {
+      ctx.addIssue({ code: 'custom', message: 'cert and key are required (ca for mutual TLS)' });
+    }
+  })
+  .describe('TLS (mutual TLS with ca)');
+
+function expectedDrivers(v: unknown): string {
+  return `expected a non-empty list of driver names or module paths, got ${show(v)}`;
 }
 
-function parseTls(raw: Record<string, unknown>, baseDir: string): TlsFiles | null {
-  const sec = section(raw, 'tls');
-  if (!sec) return null;
-  onlyKeys('tls', sec, ['cert', 'key', 'ca']);
-  const out: TlsFiles = {};
-  for (const k of ['cert', 'key', 'ca'] as const) {
-    if (sec[k] != null) out[k] = resolve(baseDir, str({ [`tls.${k}`]: sec[k] }, `tls.${k}`, ''));
+/** A list, or one comma-separated string; non-empty names, none listed twice (by section key). */
+const enabledDriversSchema = z
+  .union([z.string(), z.array(z.unknown())], { error: (iss) => expectedDrivers(iss.input) })
+  .transform((v, ctx) => {
+    const list = typeof v === 'string' ? v.split(',').map((d) => d.trim()) : v;
+    if (list.length === 0 || list.some((d) => typeof d !== 'string' || d.trim() === '')) {
+      ctx.addIssue({ code: 'custom', message: expectedDrivers(v) });
+      return z.NEVER;
+    }
+    const entries = (list as string[]).map((d) => d.trim());
+    const keys = entries.map(driverKey);
+    const dup = keys.find((k, i) => keys.indexOf(k) !== i);
+    if (dup) {
+      ctx.addIssue({ code: 'custom', message: `driver ${JSON.stringify(dup)} is listed twice` });
+      return z.NEVER;
+    }
+    return entries;
+  });
+
+/** Every key of the agent configuration but the drivers' sections. */
+export const agentConfigSchema = z.object({
+  host: text().nullish().describe("this host's name (default: the machine's host name)"),
+  listen: hostPort().nullish().describe('host:port the agent serves on (default 127.0.0.1:7071)'),
+  advertise: hostPort()
+    .nullish()
+    .describe('host:port the scheduler dials back (default: the bound listen address)'),
+  scheduler: hostPort().nullish().describe("the scheduler's host:port; absent: the agent runs on its own"),
+  sysfs_root: text().nullish().describe('root of sysfs (default /sys); it must hold bus/pci/devices'),
+  dev_root: text().nullish().describe('root of device nodes (default /dev)'),
+  state_dir: text().nullish().describe('where the cleanup journal lives (default /var/lib/berth)'),
+  discovery_interval: seconds(...DURATION_RANGES.discovery_interval)
+    .nullish()
+    .describe('seconds between rediscoveries (default 10)'),
+  register_interval: seconds(...DURATION_RANGES.register_interval)
+    .nullish()
+    .describe('seconds between re-registrations with the scheduler (default 15)'),
+  metrics_listen: hostPort().nullish().describe('host:port serving Prometheus /metrics'),
+  enabled_drivers: z
+    .unknown()
+    .pipe(
+      z
+        .union([z.string(), z.array(z.unknown())], { error: (iss) => expectedDrivers(iss.input) })
+        .pipe(enabledDriversSchema),
+    )
+    .nullish()
+    .describe('built-in driver names (pci, nvme, nvme-vendor-example), module paths or package names'),
+  auth: authSectionSchema.nullish(),
+  tls: tlsSectionSchema.nullish(),
+  scheduler_token_file: text().nullish().describe('file holding the token (role agent) sent with Register'),
+});
+
+/** Every top-level key the agent configuration knows (besides enabled drivers' sections). */
+export const TOP_LEVEL_KEYS: ReadonlySet<string> = new Set(Object.keys(agentConfigSchema.shape));
+
+/** The document with the command line's overrides in place (they are checked like the file's values). */
+function withOverrides(raw: Record<string, unknown>, o: ConfigOverrides): Record<string, unknown> {
+  const doc: Record<string, unknown> = { ...raw };
+  const set = (key: string, v: unknown) => {
+    if (v !== undefined) doc[key] = v;
+  };
+  set('host', o.host);
+  set('listen', o.listen);
+  set('advertise', o.advertise);
+  set('scheduler', o.scheduler);
+  set('sysfs_root', o.sysfsRoot);
+  set('dev_root', o.devRoot);
+  set('state_dir', o.stateDir);
+  set('discovery_interval', o.discoveryInterval);
+  if (o.insecureNoAuth) doc.auth = { mode: 'none' };
+  return doc;
+}
+
+/** The drivers' sections, from the document's own keys, into an object without a prototype. */
+function driverSections(
+  raw: Record<string, unknown>,
+  keys: readonly string[],
+  nvmeCli: string | undefined,
+): Record<string, Record<string, unknown>> {
+  const sections = Object.create(null) as Record<string, Record<string, unknown>>;
+  for (const [key, value] of Object.entries(raw)) {
+    if (TOP_LEVEL_KEYS.has(key)) continue;
+    if (!keys.includes(key)) {
+      throw new ConfigError(
+        `${keyPathOf([key])}: unknown key (known: ${[...TOP_LEVEL_KEYS].join(', ')}, and the section of an enabled driver: ${keys.join(', ')})`,
+      );
+    }
+    if (value === null || value === undefined) continue;
+    sections[key] = { ...parseConfig(mapping(), value, [key]) };
   }
-  if (!out.cert || !out.key) throw new ConfigError('tls: cert and key are required (ca for mutual TLS)');
+  for (const k of keys) {
+    sections[k] ??= {};
+    if (nvmeCli && k.startsWith('nvme')) sections[k] = { ...sections[k], nvme_cli: nvmeCli };
+  }
+  return sections;
+}
+
+const resolved = (baseDir: string, p: string | null | undefined) =>
+  p == null ? undefined : resolve(baseDir, p);
+
+function toAuth(a: z.output<typeof authSectionSchema>, baseDir: string): AuthFileOptions {
+  if (a.mode === 'none') return { mode: 'none' };
+  const out: AuthFileOptions = { mode: 'token' };
+  const files = {
+    staticTokensFile: resolved(baseDir, a.static_tokens_file),
+    jwtSecretFile: resolved(baseDir, a.jwt_secret_file),
+    jwtPublicKeyFile: resolved(baseDir, a.jwt_public_key_file),
+    jwksFile: resolved(baseDir, a.jwks_file),
+    jwtIssuer: a.jwt_issuer ?? undefined,
+    jwtAudience: a.jwt_audience ?? undefined,
+  };
+  for (const [k, v] of Object.entries(files)) if (v) (out as unknown as Record<string, string>)[k] = v;
+  if (a.cert_roles)
+    out.certRoles = Object.assign(Object.create(null), a.cert_roles) as Record<string, string>;
   return out;
 }
 
@@ -209,72 +265,36 @@ export function parseAgentConfig(
 ): AgentConfig {
   if (doc === null || doc === undefined) doc = {};
   if (typeof doc !== 'object' || Array.isArray(doc)) {
-    throw new ConfigError(
-      `the configuration must be a mapping of keys to values, got ${JSON.stringify(doc)}`,
-    );
+    throw new ConfigError(`the configuration must be a mapping of keys to values, got ${show(doc)}`);
   }
-  const raw = doc as Record<string, unknown>;
-
-  let enabled: string[] = ['pci'];
-  if (raw.enabled_drivers !== undefined && raw.enabled_drivers !== null) {
-    const v = raw.enabled_drivers;
-    const list = typeof v === 'string' ? v.split(',').map((s) => s.trim()) : v;
-    if (
-      !Array.isArray(list) ||
-      list.length === 0 ||
-      list.some((d) => typeof d !== 'string' || d.trim() === '')
-    ) {
-      throw new ConfigError(
-        `enabled_drivers: expected a non-empty list of driver names or module paths, got ${JSON.stringify(v)}`,
-      );
-    }
-    enabled = (list as string[]).map((d) => d.trim());
-  }
-  const keys = enabled.map(driverKey);
-  const dup = keys.find((k, i) => keys.indexOf(k) !== i);
-  if (dup) throw new ConfigError(`enabled_drivers: driver ${JSON.stringify(dup)} is listed twice`);
-
-  const driverSections: Record<string, Record<string, unknown>> = {};
-  for (const [key, value] of Object.entries(raw)) {
-    if (TOP_LEVEL_KEYS.has(key)) continue;
-    if (!keys.includes(key)) {
-      throw new ConfigError(
-        `${key}: unknown key (known: ${[...TOP_LEVEL_KEYS].join(', ')}, and the section of an enabled driver: ${keys.join(', ')})`,
-      );
-    }
-    if (value === null || value === undefined) continue;
-    if (typeof value !== 'object' || Array.isArray(value)) {
-      throw new ConfigError(`${key}: a driver section must be a mapping, got ${JSON.stringify(value)}`);
-    }
-    driverSections[key] = { ...(value as Record<string, unknown>) };
-  }
-  for (const k of keys) driverSections[k] ??= {};
-  if (overrides.nvmeCli) {
-    for (const k of keys)
-      if (k.startsWith('nvme')) driverSections[k] = { ...driverSections[k], nvme_cli: overrides.nvmeCli };
-  }
-
-  const scheduler = overrides.scheduler ?? (raw.scheduler == null ? null : str(raw, 'scheduler', ''));
-  const advertise = overrides.advertise ?? (raw.advertise == null ? null : str(raw, 'advertise', ''));
+  refuseUnsafeStrings(doc);
+  const raw = withOverrides(doc as Record<string, unknown>, overrides);
+  const c = parseConfig(agentConfigSchema, raw);
+  const enabled = c.enabled_drivers ?? ['pci'];
+  const sections = driverSections(raw, enabled.map(driverKey), overrides.nvmeCli);
   return {
-    host: overrides.host ?? str(raw, 'host', hostname()),
-    listen: checkAddress('listen', overrides.listen ?? str(raw, 'listen', '127.0.0.1:7071')),
-    advertise: advertise === null ? null : checkAddress('advertise', advertise),
-    scheduler: scheduler === null ? null : checkAddress('scheduler', scheduler),
-    sysfsRoot: resolve(baseDir, overrides.sysfsRoot ?? str(raw, 'sysfs_root', '/sys')),
-    devRoot: resolve(baseDir, overrides.devRoot ?? str(raw, 'dev_root', '/dev')),
-    stateDir: resolve(baseDir, overrides.stateDir ?? str(raw, 'state_dir', '/var/lib/berth')),
-    discoveryInterval: overrides.discoveryInterval ?? positiveNumber(raw, 'discovery_interval', 10),
-    registerInterval: positiveNumber(raw, 'register_interval', 15),
-    metricsListen:
-      raw.metrics_listen == null ? null : checkAddress('metrics_listen', str(raw, 'metrics_listen', '')),
+    host: c.host ?? hostname(),
+    listen: c.listen ?? '127.0.0.1:7071',
+    advertise: c.advertise ?? null,
+    scheduler: c.scheduler ?? null,
+    sysfsRoot: resolve(baseDir, c.sysfs_root ?? '/sys'),
+    devRoot: resolve(baseDir, c.dev_root ?? '/dev'),
+    stateDir: resolve(baseDir, c.state_dir ?? '/var/lib/berth'),
+    discoveryInterval: c.discovery_interval ?? 10,
+    registerInterval: c.register_interval ?? 15,
+    metricsListen: c.metrics_listen ?? null,
     enabledDrivers: enabled,
-    driverSections,
+    driverSections: sections,
     baseDir,
-    auth: overrides.insecureNoAuth ? { mode: 'none' } : parseAuth(raw, baseDir),
-    tls: parseTls(raw, baseDir),
-    schedulerTokenFile:
-      raw.scheduler_token_file == null ? null : resolve(baseDir, str(raw, 'scheduler_token_file', '')),
+    auth: c.auth ? toAuth(c.auth, baseDir) : null,
+    tls: c.tls
+      ? {
+          cert: resolve(baseDir, c.tls.cert!),
+          key: resolve(baseDir, c.tls.key!),
+          ...(c.tls.ca ? { ca: resolve(baseDir, c.tls.ca) } : {}),
+        }
+      : null,
+    schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
   };
 }
 

@@ -3,6 +3,11 @@
  * (relative to the config file) or a package name. A module exports the driver
  * class as its default export or as `Driver`; the class must extend the
  * contract and declare the driver API major version this agent speaks.
+ *
+ * A package name resolves as an `import` from Berth itself would: a package
+ * installed beside a global install (`npm install -g berth @acme/berth-driver-x`)
+ * or in the node_modules of a project that depends on Berth. The package
+ * imports the contract from `berth/driver` and so shares this agent's modules.
  */
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -33,10 +38,13 @@ async function importModule(
   entry: string,
   baseDir: string,
 ): Promise<{ mod: Record<string, unknown>; source: string }> {
-  const builtin = BUILTIN_DRIVERS[entry];
+  // Own keys only: `__proto__`, `valueOf` and friends are names like any other, not built-ins.
+  const builtin = Object.hasOwn(BUILTIN_DRIVERS, entry) ? BUILTIN_DRIVERS[entry] : undefined;
   if (builtin) return { mod: await builtin(), source: 'builtin' };
-  const specifier = isPath(entry) ? pathToFileURL(resolve(baseDir, entry)).href : entry;
   try {
+    const specifier = isPath(entry)
+      ? pathToFileURL(resolve(baseDir, entry)).href
+      : import.meta.resolve(entry);
     return { mod: (await import(specifier)) as Record<string, unknown>, source: specifier };
   } catch (err) {
     const known = Object.keys(BUILTIN_DRIVERS).join(', ');

@@ -5,9 +5,12 @@
  * configuration error (fatal at start, an exclusion later), and a device whose
  * IOMMU group holds functions Berth does not manage is not allocatable.
  */
+import { stat } from 'node:fs/promises';
+import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
 import type { CleanupPolicy } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
+import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
 import type { AgentConfig } from './config.js';
@@ -27,6 +30,23 @@ export class DuplicateClaimError extends ConfigError {
   }
 }
 
+/** A ConfigError unless `root/bus/pci/devices` is a directory. */
+async function requireSysfs(root: string): Promise<void> {
+  const devices = join(root, 'bus', 'pci', 'devices');
+  let problem: string;
+  try {
+    if ((await stat(devices)).isDirectory()) return;
+    problem = `${devices} is not a directory`;
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    problem =
+      code === 'ENOENT' || code === 'ENOTDIR'
+        ? `it has no bus/pci/devices directory`
+        : (err as Error).message;
+  }
+  throw new ConfigError(`sysfs_root: ${show(root)} is not a sysfs tree (${problem})`);
+}
+
 export interface HostDiscovery extends DiscoveryResult {
   /** Drivers whose discovery failed this time; their devices keep their last state. */
   failedDrivers: string[];
@@ -40,8 +60,13 @@ export class PluginHost {
     private readonly policies: Map<string, CleanupPolicy>,
   ) {}
 
-  /** Loads and constructs every enabled driver (config errors surface here). */
+  /**
+   * Loads and constructs every enabled driver (config errors surface here),
+   * after checking that sysfs_root is a sysfs tree: without one, discovery
+   * would report no device at all, silently.
+   */
   static async load(config: AgentConfig, ctx: HostContext): Promise<PluginHost> {
+    await requireSysfs(ctx.sysfsRoot);
     const loaded: LoadedDriver[] = [];
     const policies = new Map<string, CleanupPolicy>();
     for (const entry of config.enabledDrivers) {

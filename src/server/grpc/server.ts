@@ -17,12 +17,8 @@ import {
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
-import { repoPath } from '../../repo-path.js';
+import { DESCRIPTOR_SET } from '../../descriptor-set.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
-
-export const PROTO_ROOT = repoPath('proto');
-/** `buf build` of proto/ (npm run gen): real per-file descriptors with their imports. */
-const DESCRIPTOR_SET = repoPath('src/gen/berth.binpb');
 
 interface FileDescriptorLike {
   name: string;

@@ -1,6 +1,6 @@
 /**
  * Public surface of the nvme-cli 2.3 simulator for the rest of Berth (tests,
- * the simulated host, the demo). The executable is bin/nvme-sim.
+ * the simulated host, the demo). The executable is main.ts (bin/nvme-sim in a checkout).
  */
 export { type CliEnv, type CliResult, cliEnvFrom, runCli, VERSION_TEXT } from './main.js';
 export type {
@@ -31,4 +31,4 @@ export {
   TENANT_MARK,
   type TenantWrite,
 } from './tenant-data.js';
-export { NVME_SIM_BIN, writeNvmeWrapper } from './wrapper.js';
+export { NVME_SIM_COMMAND, writeNvmeWrapper } from './wrapper.js';

@@ -10,9 +10,9 @@
  * data is gone even if nobody ever polls.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, statSync } from 'node:fs';
+import { statSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { repoPath } from '../../repo-path.js';
 import { fillWhole, resetFile } from './media.js';
 import type { SimControllerState } from './state.js';
 
@@ -118,22 +118,20 @@ export function settleSanitize(ctrl: SimControllerState, now: number): boolean {
 }
 
 /**
- * Starts the detached process that completes the sanitize at its deadline.
- * Run from the bundle bin/nvme-sim builds (nvme-sim.mjs), it starts the bundled
- * worker beside it with plain node; run from source (an in-process test), it
- * runs `sanitize-worker.ts` through the repository's tsx loader.
+ * The worker's command line: built (dist/, the package), plain node on the JS
+ * beside this module; from source (an in-process test in a checkout), the .ts
+ * beside it through the tsx loader, a development dependency.
  */
+function sanitizeWorkerArgs(): string[] {
+  if (import.meta.url.endsWith('.js'))
+    return [fileURLToPath(new URL('./sanitize-worker.js', import.meta.url))];
+  const tsx = createRequire(import.meta.url).resolve('tsx/esm');
+  return ['--import', tsx, fileURLToPath(new URL('./sanitize-worker.ts', import.meta.url))];
+}
+
+/** Starts the detached process that completes the sanitize at its deadline. */
 export function spawnSanitizeWorker(statePath: string, ctrlName: string, startedAt: number): void {
-  // Next to the bundle bin/nvme-sim runs, if this is it; else from source via tsx.
-  const bundled = fileURLToPath(new URL('./sanitize-worker.mjs', import.meta.url));
-  const args =
-    fileURLToPath(import.meta.url).endsWith('/nvme-sim/main.mjs') && existsSync(bundled)
-      ? [bundled]
-      : [
-          '--import',
-          repoPath('node_modules/tsx/dist/esm/index.mjs'),
-          repoPath('src/sim/nvme-cli/sanitize-worker.ts'),
-        ];
+  const args = sanitizeWorkerArgs();
   const child = spawn(process.execPath, [...args, statePath, ctrlName, String(startedAt)], {
     detached: true,
     stdio: 'ignore',

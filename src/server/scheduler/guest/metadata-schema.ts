@@ -6,12 +6,13 @@
  */
 
 import { readFileSync } from 'node:fs';
-import { pathToFileURL } from 'node:url';
 import { Ajv, type ErrorObject } from 'ajv';
-import { repoPath } from '../../../repo-path.js';
 
-/** Where the schema lives in the repository (repo root /schema). */
-export const METADATA_SCHEMA_URL = pathToFileURL(repoPath('schema/device-metadata.schema.json'));
+/**
+ * schema/ at the root of the checkout and of the package, four levels above
+ * this module in both (src/… and dist/… mirror each other).
+ */
+export const METADATA_SCHEMA_URL = new URL('../../../../schema/device-metadata.schema.json', import.meta.url);
 
 /** The parsed schema document. */
 export const metadataSchema: Record<string, unknown> = JSON.parse(readFileSync(METADATA_SCHEMA_URL, 'utf8'));

@@ -119,7 +119,8 @@ export async function applyCleanupEvent(
     // Only the device's current job may move it; a late event of an old job is history.
     if (device.cleanupJobId === ev.jobId) {
       const now = tx.now();
-      if (ev.phase === 'succeeded') next = cleanupSucceeded(device, ev.jobId, ev.action, now, ev.proof ?? null);
+      if (ev.phase === 'succeeded')
+        next = cleanupSucceeded(device, ev.jobId, ev.action, now, ev.proof ?? null);
       else if (ev.phase === 'failed') next = cleanupFailed(device, ev.jobId, ev.message, now);
       else if (ev.phase === 'interrupted') next = cleanupInterrupted(device, ev.jobId, ev.message, now);
       else if (WORKING_PHASES.has(ev.phase)) next = cleanupStarted(device, ev.jobId, now);

@@ -1,0 +1,115 @@
+/**
+ * `berth health`: asks a scheduler or an agent for grpc.health.v1 status, and
+ * with `--wait` keeps asking until it says SERVING. systemd units gate their
+ * start on it (`ExecStartPost=berth health -c /etc/berth/agent.yaml --wait 60`):
+ * the unit becomes active only once the process serves. Health is open (no
+ * token); over TLS the probe uses the agent's own certificate and CA.
+ *
+ * Exit codes as every command: 0 SERVING, 1 answered but not SERVING,
+ * 2 usage/configuration error, 3 could not be reached before the wait ran out.
+ */
+import {
+  type Client,
+  status as grpcStatus,
+  makeGenericClientConstructor,
+  type ServiceError,
+} from '@grpc/grpc-js';
+import type { Command } from 'commander';
+import { service as healthService } from 'grpc-health-check';
+import { ConfigError } from '../../errors.js';
+import { loadAgentConfig } from '../../server/agent/config.js';
+import { channelCredentials, loadTls, type TlsFiles } from '../../server/grpc/tls.js';
+import { resolveClient } from '../client-config.js';
+import { EXIT_CODE } from './client-common.js';
+
+interface HealthFlags {
+  endpoint?: string;
+  config?: string;
+  service: string;
+  wait: string;
+  tlsCa?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+}
+
+type Check = (
+  req: { service: string },
+  opts: { deadline: number },
+  cb: (err: ServiceError | null, res: { status: string | number }) => void,
+) => void;
+
+/** A wildcard listen address is probed on the loopback of the same family. */
+export function probeAddress(listen: string): string {
+  if (listen.startsWith('0.0.0.0:')) return `127.0.0.1:${listen.slice('0.0.0.0:'.length)}`;
+  if (listen.startsWith('[::]:')) return `[::1]:${listen.slice('[::]:'.length)}`;
+  return listen;
+}
+
+function parseWait(v: string): number {
+  const n = Number(v);
+  if (v.trim() === '' || !Number.isFinite(n) || n < 0 || n > 3600) {
+    throw new ConfigError(`--wait: expected a number of seconds in [0, 3600], got ${JSON.stringify(v)}`);
+  }
+  return n * 1000;
+}
+
+export function registerHealthCommands(program: Command): void {
+  program
+    .command('health')
+    .description('ask a scheduler or an agent whether it serves (grpc.health.v1); exit 0 when SERVING')
+    .option('--endpoint <addr>', 'host:port (default: the client config, as other client commands)')
+    .option('-c, --config <file>', 'probe the agent of this configuration (its listen address and TLS files)')
+    .option(
+      '--service <name>',
+      'a service name, e.g. berth.agent.v1.AgentService ("" = the whole server)',
+      '',
+    )
+    .option('--wait <seconds>', 'keep asking until SERVING or this many seconds have passed', '0')
+    .option('--tls-ca <file>', 'TLS: CA bundle verifying the server')
+    .option('--tls-cert <file>', 'TLS: client certificate (for a server requiring mutual TLS)')
+    .option('--tls-key <file>', 'TLS: key of --tls-cert')
+    .action(async (o: HealthFlags) => {
+      const waitMs = parseWait(o.wait);
+      let endpoint: string;
+      let tls: TlsFiles | null = null;
+      if (o.config) {
+        const config = await loadAgentConfig(o.config);
+        endpoint = probeAddress(config.listen);
+        tls = config.tls;
+      } else {
+        endpoint = o.endpoint ?? (await resolveClient({})).endpoint;
+      }
+      if (o.tlsCa || o.tlsCert || o.tlsKey) tls = { ca: o.tlsCa, cert: o.tlsCert, key: o.tlsKey };
+      const creds = channelCredentials(tls ? await loadTls(tls) : undefined);
+      const HealthClient = makeGenericClientConstructor(healthService, 'Health');
+      const client = new HealthClient(endpoint, creds) as unknown as Client & { check: Check };
+      const deadline = Date.now() + waitMs;
+      try {
+        for (;;) {
+          const answer = await new Promise<{ status?: string; error?: ServiceError }>((resolve) =>
+            client.check({ service: o.service }, { deadline: Date.now() + 5_000 }, (error, res) =>
+              resolve(error ? { error } : { status: String(res.status) }),
+            ),
+          );
+          if (answer.status === 'SERVING') {
+            console.log(`${endpoint}: SERVING`);
+            return;
+          }
+          if (Date.now() >= deadline) {
+            const what = answer.error
+              ? `${grpcStatus[answer.error.code]}: ${answer.error.details.replace(/\s*Resolution note:\s*$/, '')}`
+              : `${answer.status}`;
+            console.error(`berth: ${endpoint}${o.service ? ` (${o.service})` : ''} is not serving: ${what}`);
+            process.exitCode =
+              answer.error && answer.error.code !== grpcStatus.NOT_FOUND
+                ? EXIT_CODE.unavailable
+                : EXIT_CODE.failed;
+            return;
+          }
+          await new Promise((r) => setTimeout(r, Math.min(500, Math.max(0, deadline - Date.now()))));
+        }
+      } finally {
+        client.close();
+      }
+    });
+}
