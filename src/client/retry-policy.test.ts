@@ -6,7 +6,14 @@
  * create without a declared level is not. The levels themselves are pinned
  * here, because buf breaking no longer checks them (buf.yaml).
  */
-import { Server, ServerCredentials, status, type UntypedServiceImplementation } from '@grpc/grpc-js';
+import {
+  connectivityState,
+  type Client as GrpcClient,
+  Server,
+  ServerCredentials,
+  status,
+  type UntypedServiceImplementation,
+} from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentServiceService } from '../gen/berth/agent/v1/agent.js';
 import {
@@ -137,5 +144,29 @@ describe('the SDK retries on UNAVAILABLE what the API declares safe to repeat', 
     expect(err).toBeInstanceOf(BerthClientError);
     expect((err as BerthClientError).codeName).toBe('UNAVAILABLE');
     expect(calls.create).toBe(1);
+  });
+});
+
+describe('a client closed while a call waits for its retry', () => {
+  it('answers with the UNAVAILABLE it had, not an UNKNOWN from a shut-down channel', async () => {
+    // Nothing listens on this port: every attempt is UNAVAILABLE.
+    const probe = new Server();
+    const port = await new Promise<number>((resolve, reject) =>
+      probe.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (e, p) =>
+        e ? reject(e) : resolve(p),
+      ),
+    );
+    await new Promise<void>((r) => probe.tryShutdown(() => r()));
+    const client = new SchedulerClient({ endpoint: `127.0.0.1:${port}`, retries: 4 });
+    const call = client.devices.getDevice(GetDeviceRequest.fromPartial({})).catch((e: unknown) => e);
+    // The first attempt fails once the channel sees the refused connection; close during the backoff.
+    const channel = (client as unknown as { raw: { devices: GrpcClient } }).raw.devices.getChannel();
+    while (channel.getConnectivityState(false) !== connectivityState.TRANSIENT_FAILURE) {
+      await new Promise((r) => setImmediate(r));
+    }
+    client.close();
+    const err = await call;
+    expect(err).toBeInstanceOf(BerthClientError);
+    expect((err as BerthClientError).codeName).toBe('UNAVAILABLE');
   });
 });

@@ -11,6 +11,7 @@ import {
   type ChannelCredentials,
   type Client,
   type ClientReadableStream,
+  connectivityState,
   credentials as grpcCredentials,
   Metadata,
   type ServiceError,
@@ -109,7 +110,9 @@ function promisify<C extends Client>(client: C, o: ClientOptions): Promisified<C
             const se = err as ServiceError;
             if (i < attempts && se.code === status.UNAVAILABLE) {
               await sleep(Math.min(2_000, 100 * 2 ** i) * (0.5 + Math.random() / 2));
-              continue;
+              // A client closed meanwhile answers with the last error, not with a call on a
+              // shut-down channel (which grpc-js throws as a plain Error, seen as UNKNOWN).
+              if (client.getChannel().getConnectivityState(false) !== connectivityState.SHUTDOWN) continue;
             }
             throw new BerthClientError(prop, se);
           }
