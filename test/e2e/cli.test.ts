@@ -6,7 +6,6 @@
  * Independent invocations run concurrently: each start of bin/berth costs 1-2 s.
  */
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
@@ -16,6 +15,7 @@ import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
 import { eventually } from '../helpers/grpc.js';
+import { available, SCRIPT_BIN, scriptPty } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
 import { BERTH, berth, cliEnv, parseJson, type Result, type Running, start, stop } from './berth-cli.js';
 
@@ -25,6 +25,7 @@ const GPU = '0000:3c:00.0';
 const VF_RC = 'CUSTOM_PCI_8086_154C';
 /** Per test: several bin/berth runs (1-2 s each on an idle machine, far more on a loaded one). */
 const SLOW = 240_000;
+const haveScript = available(scriptPty(), 'the progress-bar check on a pseudo-terminal');
 
 interface DeviceJson {
   uuid: string;
@@ -397,10 +398,10 @@ describe('berth client commands', () => {
 
       // On a terminal the same progress is a live bar (phase, percent, bytes, ETA), not lines.
       // `script` gives the command a pseudo-terminal; watch-cleanup replays the finished job.
-      if (existsSync('/usr/bin/script')) {
+      if (haveScript) {
         const tty = await new Promise<Result>((resolve) =>
           execFile(
-            '/usr/bin/script',
+            SCRIPT_BIN,
             ['-qec', `${BERTH} device watch-cleanup ${H1}/${address} --endpoint ${up.endpoint}`, '/dev/null'],
             { env, timeout: 60_000 },
             (err, stdout, stderr) =>

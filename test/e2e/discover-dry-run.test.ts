@@ -4,13 +4,13 @@
  * broken configuration (non-zero exit, the error named).
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
+import { available, lspci, realPciDevices } from '../helpers/prerequisites.js';
 
 const run = promisify(execFile);
 const BERTH = join(process.cwd(), 'bin/berth');
@@ -36,8 +36,8 @@ interface DryRun {
   excluded: { address: string; driver: string; reason: string }[];
 }
 
-const lspciPath = ['/usr/bin/lspci', '/usr/sbin/lspci', '/bin/lspci'].find((p) => existsSync(p));
-const hasPci = existsSync('/sys/bus/pci/devices') && readdirSync('/sys/bus/pci/devices').length > 0;
+const realMachine = 'the dry run on the real /sys against lspci';
+const canCompare = available(lspci(), realMachine) && available(realPciDevices(), realMachine);
 
 describe('berth agent discover', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -51,37 +51,34 @@ describe('berth agent discover', () => {
     await dir?.cleanup();
   });
 
-  it.skipIf(!lspciPath || !hasPci)(
-    'finds on the real /sys exactly what lspci -D -n lists for a vendor',
-    async () => {
-      const { stdout: lspci } = await run(lspciPath!, ['-D', '-n'], { timeout: 20_000 });
-      const rows = lspci
-        .trim()
-        .split('\n')
-        .map((l) => /^(\S+) [0-9a-f]{4}: ([0-9a-f]{4}):([0-9a-f]{4})/.exec(l))
-        .filter((m): m is RegExpExecArray => m !== null);
-      const vendor = rows[0]![2]!;
-      const expected = rows
-        .filter((m) => m[2] === vendor)
-        .map((m) => m[1]!)
-        .sort();
-      const cfg = join(dir.path, 'real.yaml');
-      await writeFile(
-        cfg,
-        JSON.stringify({
-          state_dir: join(dir.path, 'state'),
-          enabled_drivers: ['pci'],
-          pci: { device_spec: [{ vendor_id: vendor }] },
-        }),
-      );
-      const res = await berth(['agent', 'discover', '-c', cfg, '--sysfs-root', '/sys', '-o', 'json']);
-      expect(res.code, res.stderr).toBe(0);
-      const out = JSON.parse(res.stdout) as DryRun;
-      const found = [...out.devices.map((d) => d.address), ...out.excluded.map((e) => e.address)].sort();
-      expect(found).toEqual(expected);
-      for (const d of out.devices) expect(d.vendor_id).toBe(vendor);
-    },
-  );
+  it.skipIf(!canCompare)('finds on the real /sys exactly what lspci -D -n lists for a vendor', async () => {
+    const { stdout: lspci } = await run('lspci', ['-D', '-n'], { timeout: 20_000 });
+    const rows = lspci
+      .trim()
+      .split('\n')
+      .map((l) => /^(\S+) [0-9a-f]{4}: ([0-9a-f]{4}):([0-9a-f]{4})/.exec(l))
+      .filter((m): m is RegExpExecArray => m !== null);
+    const vendor = rows[0]![2]!;
+    const expected = rows
+      .filter((m) => m[2] === vendor)
+      .map((m) => m[1]!)
+      .sort();
+    const cfg = join(dir.path, 'real.yaml');
+    await writeFile(
+      cfg,
+      JSON.stringify({
+        state_dir: join(dir.path, 'state'),
+        enabled_drivers: ['pci'],
+        pci: { device_spec: [{ vendor_id: vendor }] },
+      }),
+    );
+    const res = await berth(['agent', 'discover', '-c', cfg, '--sysfs-root', '/sys', '-o', 'json']);
+    expect(res.code, res.stderr).toBe(0);
+    const out = JSON.parse(res.stdout) as DryRun;
+    const found = [...out.devices.map((d) => d.address), ...out.excluded.map((e) => e.address)].sort();
+    expect(found).toEqual(expected);
+    for (const d of out.devices) expect(d.vendor_id).toBe(vendor);
+  });
 
   it('shows devices, locked-in cleanup actions and exclusions on a simulated host', async () => {
     // vendor 8086 without a product also matches the PF, which has VFs enabled.

@@ -4,6 +4,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { available, losetup, root } from '../../../test/helpers/prerequisites.js';
 import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
 import type { CleanupProgress, DiscoveredDevice } from '../types.js';
 import { NvmeDriver } from './nvme-driver.js';
@@ -426,52 +427,42 @@ describe('NvmeDriver on the simulator', () => {
 });
 
 /** The zero path on a real block device: a loop device holding a pattern, zeroed by shred. */
-const loopSupport = (() => {
-  if (process.getuid?.() !== 0) return 'not root';
-  try {
-    execFileSync('losetup', ['--version'], { stdio: 'ignore' });
-    return null;
-  } catch {
-    return 'losetup missing';
-  }
-})();
+const loopTest = 'the shred test on a loop device';
+const canLoop = available(root(), loopTest) && available(losetup(), loopTest);
 
 describe('shred path on a loop device', () => {
-  it.skipIf(loopSupport !== null)(
-    `zeroes a real block device end to end${loopSupport ? ` (skipped: ${loopSupport})` : ''}`,
-    async (t) => {
-      const host = await makeTestHost({ controller: { sanicap: 0, oncs: 0x57 } });
-      const backing = join(host.root, 'loop.img');
-      await writeFile(backing, Buffer.alloc(4 << 20, 0));
-      await writeTenantData(backing, 4 << 20);
-      let loop: string;
-      try {
-        loop = execFileSync('losetup', ['-f', '--show', backing], { encoding: 'utf8' }).trim();
-      } catch (e) {
-        await host.dispose();
-        t.skip(`losetup -f failed: ${(e as Error).message.split('\n')[0]}`);
-        return;
-      }
-      try {
-        const driver = new NvmeDriver({
-          config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli },
-        });
-        const [d] = (await driver.discover(host.ctx)).devices;
-        expect(d?.cleanupAction).toBe('shred');
-        // Point the namespace's device node at the loop device, and its size at the loop device's.
-        const { rm, symlink } = await import('node:fs/promises');
-        await rm(join(host.devRoot, 'nvme0n1'));
-        await symlink(loop, join(host.devRoot, 'nvme0n1'));
-        await host.builder.setNvmeNamespaces('nvme0', [{ nsid: 1, sizeBytes: 4 << 20 }]);
-        await driver.cleanup(d!, host.cleanupCtx());
-        const data = execFileSync('dd', [`if=${loop}`, 'bs=1M', 'status=none'], { maxBuffer: 8 << 20 });
-        expect(data.length).toBe(4 << 20);
-        expect(data.every((b) => b === 0)).toBe(true);
-        expect(await readFile(backing).then((b) => b.includes('TENANT-SECRET-'))).toBe(false);
-      } finally {
-        execFileSync('losetup', ['-d', loop]);
-        await host.dispose();
-      }
-    },
-  );
+  it.skipIf(!canLoop)('zeroes a real block device end to end', async (t) => {
+    const host = await makeTestHost({ controller: { sanicap: 0, oncs: 0x57 } });
+    const backing = join(host.root, 'loop.img');
+    await writeFile(backing, Buffer.alloc(4 << 20, 0));
+    await writeTenantData(backing, 4 << 20);
+    let loop: string;
+    try {
+      loop = execFileSync('losetup', ['-f', '--show', backing], { encoding: 'utf8' }).trim();
+    } catch (e) {
+      await host.dispose();
+      t.skip(`losetup -f failed: ${(e as Error).message.split('\n')[0]}`);
+      return;
+    }
+    try {
+      const driver = new NvmeDriver({
+        config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli },
+      });
+      const [d] = (await driver.discover(host.ctx)).devices;
+      expect(d?.cleanupAction).toBe('shred');
+      // Point the namespace's device node at the loop device, and its size at the loop device's.
+      const { rm, symlink } = await import('node:fs/promises');
+      await rm(join(host.devRoot, 'nvme0n1'));
+      await symlink(loop, join(host.devRoot, 'nvme0n1'));
+      await host.builder.setNvmeNamespaces('nvme0', [{ nsid: 1, sizeBytes: 4 << 20 }]);
+      await driver.cleanup(d!, host.cleanupCtx());
+      const data = execFileSync('dd', [`if=${loop}`, 'bs=1M', 'status=none'], { maxBuffer: 8 << 20 });
+      expect(data.length).toBe(4 << 20);
+      expect(data.every((b) => b === 0)).toBe(true);
+      expect(await readFile(backing).then((b) => b.includes('TENANT-SECRET-'))).toBe(false);
+    } finally {
+      execFileSync('losetup', ['-d', loop]);
+      await host.dispose();
+    }
+  });
 });
