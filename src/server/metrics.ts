@@ -9,6 +9,7 @@
 import { createServer, type Server } from 'node:http';
 import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { listenError, parseListenAddress } from './listen-address.js';
 
 const CODE_NAMES = new Map<number, string>(
   Object.entries(status)
@@ -104,12 +105,12 @@ export async function serveMetrics(
       (err: Error) => res.writeHead(500).end(`metrics failed: ${err.message}\n`),
     );
   });
-  const i = listen.lastIndexOf(':');
+  const { host, port: wanted } = parseListenAddress(listen);
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(Number(listen.slice(i + 1)), listen.slice(0, i), () => resolve());
+    server.once('error', (err) => reject(listenError(listen, err)));
+    server.listen(wanted, host, () => resolve());
   });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : 0;
-  return { server, address: `${listen.slice(0, i)}:${port}` };
+  return { server, address: `${host}:${port}` };
 }
