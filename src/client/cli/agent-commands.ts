@@ -6,6 +6,7 @@ import type { DiscoveredDevice } from '../../plugins/types.js';
 import { Agent } from '../../server/agent/agent.js';
 import { type ConfigOverrides, loadAgentConfig } from '../../server/agent/config.js';
 import { PluginHost } from '../../server/agent/plugin-host.js';
+import { withListenHint } from './listen-hint.js';
 import { parseFormat, render, renderTable } from './output.js';
 
 interface AgentFlags {
@@ -131,7 +132,11 @@ export function registerAgentCommands(program: Command): void {
     )
     .action(async (o: AgentFlags) => {
       const config = await loadAgentConfig(o.config!, overrides(o));
-      const a = await Agent.start({ config });
+      const a = await Agent.start({ config }).catch((err: unknown) => {
+        const flags: Record<string, string> = { [config.listen]: '--listen / listen' };
+        if (config.metricsListen) flags[config.metricsListen] = 'metrics_listen';
+        throw withListenHint(err, flags, 'another agent');
+      });
       const stop = (signal: string) => {
         a.logger.info({ signal }, 'stopping');
         void a.stop().then(() => process.exit(0));

@@ -33,20 +33,15 @@ import type { Host } from '../../gen/berth/scheduler/v1/host.js';
 import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
-import { resolveClient } from '../client-config.js';
-import { BerthClientError, SchedulerClient } from '../sdk.js';
+import { type ResolvedClient, resolveClient } from '../client-config.js';
+import { BerthClientError, identifyServer, SchedulerClient } from '../sdk.js';
+import { UsageError } from '../usage-error.js';
 import { type OutputFormat, parseFormat } from './output.js';
 
 /** Exit codes, as main.ts defines them (kept here so commands need not import main.ts, which runs the CLI). */
 export const EXIT_CODE = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
-/** A mistake in how a command was called (exit 2). */
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
+export { UsageError };
 
 /**
  * A command that ran but did not get what it should (a failed cleanup, a demo
@@ -80,22 +75,59 @@ export function clientOptions(cmd: Command, withOutput = true): Command {
   return cmd;
 }
 
-/** The error line: `berth: <CODE>: <message> [<REASON>]`, field violations appended when the message lacks them. */
-export function errorLine(err: BerthClientError): string {
+/**
+ * The error line: `berth: <CODE>: <message> [<REASON>]` (the reason when it
+ * says more than the code), field violations appended when the message lacks
+ * them, then a hint on what to do when there is one.
+ */
+export function errorLine(err: BerthClientError, hint?: string): string {
   const extra = err.fieldViolations
     .map((v) => `${v.field}: ${v.description}`)
     .filter((v) => !err.message.includes(v));
   // grpc-js ends connection errors with an empty "Resolution note:"; drop it.
   const message = err.message.replace(/\s*Resolution note:\s*$/, '').trim();
-  return `berth: ${err.codeName}: ${message}${err.reason ? ` [${err.reason}]` : ''}${
-    extra.length ? ` (${extra.join('; ')})` : ''
+  const reason = err.reason && err.reason !== err.codeName ? ` [${err.reason}]` : '';
+  return `berth: ${err.codeName}: ${message}${reason}${extra.length ? ` (${extra.join('; ')})` : ''}${
+    hint ? `; ${hint}` : ''
   }`;
 }
 
+/**
+ * What to do about an error whose cause is on the caller's side: an endpoint
+ * that is an agent (or not Berth), a token that the environment overrides.
+ */
+export async function hintFor(err: BerthClientError, client: ResolvedClient): Promise<string | undefined> {
+  const where =
+    client.endpointSource === 'flag'
+      ? '--endpoint'
+      : client.endpointSource === 'env'
+        ? '$BERTH_ENDPOINT'
+        : client.endpointSource === 'file'
+          ? `the endpoint in ${client.configPath}`
+          : 'the default endpoint (no --endpoint, $BERTH_ENDPOINT or client configuration)';
+  if (err.codeName === 'UNIMPLEMENTED') {
+    const kind = await identifyServer(client.endpoint).catch(() => 'unknown' as const);
+    if (kind === 'agent') {
+      return `${client.endpoint} (${where}) is a Berth agent, not a scheduler: give the scheduler's endpoint`;
+    }
+    return `${client.endpoint} (${where}) does not serve the Berth scheduler API: is it a Berth scheduler?`;
+  }
+  if (err.codeName === 'UNAUTHENTICATED' && client.tokenSource === 'env') {
+    return `the token comes from $BERTH_TOKEN, which overrides the one in ${client.configPath}: unset BERTH_TOKEN to use that one`;
+  }
+  if (err.codeName === 'UNAUTHENTICATED' && client.tokenSource === 'default') {
+    return `no token: give --token, set $BERTH_TOKEN, or run berth up (it writes one into ${client.configPath})`;
+  }
+  if (err.codeName === 'UNAVAILABLE' && client.endpointSource !== 'flag') {
+    return `nothing answers at ${client.endpoint} (${where}): is berth up (or the scheduler) running?`;
+  }
+  return undefined;
+}
+
 /** Reports an error on stderr as one line and returns the exit code for it. */
-export function reportError(err: unknown): number {
+export function reportError(err: unknown, hint?: string): number {
   if (err instanceof BerthClientError) {
-    console.error(errorLine(err));
+    console.error(errorLine(err, hint));
     return err.codeName === 'UNAVAILABLE' || err.codeName === 'DEADLINE_EXCEEDED'
       ? EXIT_CODE.unavailable
       : EXIT_CODE.failed;
@@ -121,13 +153,15 @@ export function withClient<A extends unknown[]>(
     // commander passes (...positionals, options, command)
     const options = args[args.length - 2] as ClientFlags;
     let client: SchedulerClient | undefined;
+    let resolved: ResolvedClient | undefined;
     try {
       const format = parseFormatOrUsage(options.output ?? 'table');
-      const resolved = await resolveClient({ endpoint: options.endpoint, token: options.token });
+      resolved = await resolveClient({ endpoint: options.endpoint, token: options.token });
       client = new SchedulerClient({ endpoint: resolved.endpoint, token: resolved.token, retries: 2 });
       await fn(client, format, ...args);
     } catch (err) {
-      process.exitCode = reportError(err);
+      const hint = err instanceof BerthClientError && resolved ? await hintFor(err, resolved) : undefined;
+      process.exitCode = reportError(err, hint);
     } finally {
       client?.close();
     }
