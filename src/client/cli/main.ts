@@ -28,6 +28,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   instance: async () => (await import('./instance-commands.js')).registerInstanceCommands,
   migration: async () => (await import('./migration-commands.js')).registerMigrationCommands,
   demo: async () => (await import('./demo-commands.js')).registerDemoCommands,
+  token: async () => (await import('./token-commands.js')).registerTokenCommands,
 };
 // `sim` lives with `up`.
 COMMANDS.sim = COMMANDS.up!;
