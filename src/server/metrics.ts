@@ -63,7 +63,10 @@ export class Metrics {
       registers: [this.registry],
       async collect() {
         this.reset();
-        for (const c of await read()) this.set({ host: c.host, type: c.type, state: c.state }, c.count);
+        // Label values are spelt as everywhere else outside the proto: lower case (nvme, pending_cleaning).
+        for (const c of await read()) {
+          this.set({ host: c.host, type: c.type.toLowerCase(), state: c.state.toLowerCase() }, c.count);
+        }
       },
     });
   }

@@ -28,6 +28,8 @@ async function berth(args: string[]): Promise<{ code: number; stdout: string; st
 interface DryRun {
   devices: {
     address: string;
+    type: string;
+    function_kind: string;
     vendor_id: string;
     product_id: string;
     driver: string;
@@ -100,8 +102,36 @@ describe('berth agent discover', () => {
     expect(nvme).toEqual(['sanitize-crypto', 'sanitize-block', 'write-zeroes', 'shred']);
     const table = await berth(['agent', 'discover', '-c', cfg]);
     expect(table.code).toBe(0);
-    expect(table.stdout).toContain('Excluded:');
+    expect(table.stdout).toContain('Excluded (matched by a device_spec entry, not offered):');
     expect(table.stdout).toContain('sanitize-crypto');
+  });
+
+  it('says each exclusion once, in its output, not again as log lines', async () => {
+    // clear_action sanitize: the two controllers without sanitize support are excluded by the NVMe driver.
+    const cfg = join(dir.path, 'sanitize-only.yaml');
+    const nvme = {
+      ...(sim.agentConfig.nvme as object),
+      device_spec: [{ vendor_id: '144d', clear_action: 'sanitize' }],
+    };
+    await writeFile(cfg, JSON.stringify({ ...sim.agentConfig, nvme }));
+    for (const format of ['table', 'json']) {
+      const res = await berth(['agent', 'discover', '-c', cfg, '-o', format]);
+      expect(res.code, res.stderr).toBe(0);
+      expect(res.stderr).toBe('');
+      if (format === 'json') {
+        const out = JSON.parse(res.stdout) as DryRun;
+        expect(out.excluded.map((e) => [e.address, e.driver])).toEqual([
+          ['0000:3f:00.0', 'nvme'],
+          ['0000:40:00.0', 'nvme'],
+        ]);
+        expect(out.devices.find((d) => d.address === '0000:3b:02.0')).toMatchObject({
+          type: 'pci',
+          function_kind: 'vf',
+        });
+      } else {
+        expect(res.stdout.match(/^0000:3f:00\.0 /gm)).toHaveLength(1);
+      }
+    }
   });
 
   it('exits non-zero naming the entry, key and value of a bad device_spec', async () => {
