@@ -443,6 +443,7 @@ describe('berth client commands', () => {
         expect(tty.code, tty.stdout + tty.stderr).toBe(0);
         expect(tty.stdout).toMatch(/succeeded\s+\|[\u2588\u2591]+\| 100% \| - \| ETA/);
         expect(tty.stdout).not.toMatch(/^phase=/m);
+        expect(tty.stdout).not.toContain('NFs');
       }
     },
     SLOW,

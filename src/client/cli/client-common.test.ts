@@ -7,7 +7,7 @@ import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/dev
 import { LiveMigratable } from '../../gen/berth/scheduler/v1/profile.js';
 import { normalizeEndpoint } from '../client-config.js';
 import { BerthClientError } from '../sdk.js';
-import { progressLine } from './cleanup-progress.js';
+import { progressLine, timeLeft } from './cleanup-progress.js';
 import { errorLine, parseDeviceRef, parseEnum, shortEnum, UsageError } from './client-common.js';
 import { instanceDevicesFromFile } from './instance-commands.js';
 import { profileFromInput } from './profile-commands.js';
@@ -102,6 +102,13 @@ describe('CLI helpers', () => {
         /^BERTH_ENDPOINT: expected host:port \(or http:\/\/host:port\)/,
       );
     }
+  });
+
+  it('estimates the time left itself: never "NFs", "--" until there is a rate', () => {
+    expect(timeLeft(0, 5_000)).toBe('--');
+    expect(timeLeft(50, 10_000)).toBe('10s');
+    expect(timeLeft(25, 60_000)).toBe('3m00s');
+    expect(timeLeft(100, 60_000)).toBe('0s');
   });
 
   it('prints a progress event as one key=value line', () => {
