@@ -272,7 +272,8 @@ export async function resolveArqUuids(client: SchedulerClient, names: readonly s
   const out: string[] = [];
   for (const n of names) {
     if (UUID.test(n) || !UUID_PREFIX.test(n)) {
-      out.push(n.toLowerCase());
+      // A full uuid as the server stores it; anything else for the server to refuse, as given.
+      out.push(UUID.test(n) ? n.toLowerCase() : n);
       continue;
     }
     all ??= (await client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests.map(

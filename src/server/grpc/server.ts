@@ -19,6 +19,7 @@ import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
 import { repoPath } from '../../repo-path.js';
 import { listenError, parseListenAddress } from '../listen-address.js';
+import { OPEN_SERVICES } from './auth.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
 
 export const PROTO_ROOT = repoPath('proto');
@@ -34,13 +35,6 @@ interface DescriptorCodec {
   FileDescriptorSet: { decode(b: Uint8Array): { file: FileDescriptorLike[] } };
   FileDescriptorProto: { encode(m: FileDescriptorLike): { finish(): Uint8Array } };
 }
-
-/** Served by every Berth server besides its own services (open to all, see auth.ts). */
-export const INFRASTRUCTURE_SERVICES = [
-  'grpc.health.v1.Health',
-  'grpc.reflection.v1.ServerReflection',
-  'grpc.reflection.v1alpha.ServerReflection',
-] as const;
 
 /** The packages of the error details Berth sends (google.rpc.ErrorInfo, BadRequest, …). */
 const DETAIL_PACKAGES = ['google.rpc'];
@@ -63,7 +57,8 @@ export function reflectionDescriptors(services: readonly string[]): {
   const codec = descriptor as unknown as DescriptorCodec;
   const set = codec.FileDescriptorSet.decode(readFileSync(DESCRIPTOR_SET));
   const byName = new Map(set.file.map((f) => [f.name, f]));
-  const listed = [...services, ...INFRASTRUCTURE_SERVICES];
+  // Health and reflection: every server serves them (open to all, see auth.ts).
+  const listed = [...services, ...OPEN_SERVICES];
   const roots = new Set([...listed.map(packageOf), ...DETAIL_PACKAGES]);
   const keep = new Set<string>();
   const add = (f: FileDescriptorLike | undefined) => {
