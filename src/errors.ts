@@ -53,8 +53,10 @@ export const invalidArgument = (field: string, description: string, more: FieldV
     fieldViolations: [{ field, description }, ...more],
   });
 
+/** NOT_FOUND naming the id, with the reason `<KIND>_NOT_FOUND` (e.g. DEVICE_NOT_FOUND). */
 export const notFound = (kind: string, id: string) =>
   new BerthError('NOT_FOUND', `${kind} ${JSON.stringify(id)} not found`, {
+    reason: `${kind.toUpperCase().replace(/[^A-Z0-9]+/g, '_')}_NOT_FOUND`,
     metadata: { kind, id },
   });
 

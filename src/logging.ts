@@ -1,10 +1,11 @@
 import { type Logger, type LoggerOptions, pino } from 'pino';
 
 /**
- * The process logger. JSON lines on stderr (stdout belongs to command output);
+ * The process logger. JSON lines on stderr (stdout belongs to command output),
+ * or appended to `file` (`berth up` keeps machine logs out of its terminal);
  * level from BERTH_LOG_LEVEL (default info, silent under vitest unless set).
  */
-export function createLogger(options: LoggerOptions = {}): Logger {
+export function createLogger(options: LoggerOptions = {}, file?: string): Logger {
   const level = process.env.BERTH_LOG_LEVEL ?? (process.env.VITEST ? 'silent' : 'info');
   return pino(
     {
@@ -13,7 +14,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       redact: { paths: ['token', '*.token', 'authorization', '*.authorization'], censor: '[redacted]' },
       ...options,
     },
-    pino.destination(2),
+    file ? pino.destination({ dest: file, append: true, mkdir: true, sync: true }) : pino.destination(2),
   );
 }
 

@@ -14,9 +14,11 @@ import {
   connectivityState,
   credentials as grpcCredentials,
   Metadata,
+  makeClientConstructor,
   type ServiceError,
   status,
 } from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import { AgentServiceClient } from '../gen/berth/agent/v1/agent.js';
 import { AcceleratorRequestServiceClient } from '../gen/berth/scheduler/v1/accelerator_request.js';
 import { DeviceServiceClient } from '../gen/berth/scheduler/v1/device_service.js';
@@ -183,6 +185,42 @@ export class SchedulerClient {
 
   close(): void {
     for (const c of this.raw.all) c.close();
+  }
+}
+
+/** Which Berth server answers at an endpoint. */
+export type ServerKind = 'scheduler' | 'agent' | 'unknown';
+
+const HealthClient = makeClientConstructor(
+  healthService as unknown as Parameters<typeof makeClientConstructor>[0],
+  'grpc.health.v1.Health',
+);
+
+/**
+ * What serves at `endpoint`, asked of its open health service (no token
+ * needed): a scheduler serves berth.scheduler.v1.DeviceService, an agent
+ * berth.agent.v1.AgentService. For explaining an UNIMPLEMENTED.
+ */
+export async function identifyServer(
+  endpoint: string,
+  options: Pick<ClientOptions, 'tls' | 'timeoutMs'> = {},
+): Promise<ServerKind> {
+  const client = new HealthClient(endpoint, creds({ endpoint, ...options }));
+  const serves = (service: string) =>
+    new Promise<boolean>((resolve) => {
+      (client as unknown as Record<string, UnaryFn<{ service: string }, { status: string }>>).check!(
+        { service },
+        new Metadata(),
+        { deadline: Date.now() + (options.timeoutMs ?? 5_000) },
+        (err, res) => resolve(!err && res.status === 'SERVING'),
+      );
+    });
+  try {
+    if (await serves('berth.scheduler.v1.DeviceService')) return 'scheduler';
+    if (await serves('berth.agent.v1.AgentService')) return 'agent';
+    return 'unknown';
+  } finally {
+    client.close();
   }
 }
 

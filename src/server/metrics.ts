@@ -9,6 +9,7 @@
 import { createServer, type Server } from 'node:http';
 import { ServerInterceptingCall, type ServerInterceptor, status } from '@grpc/grpc-js';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { listenError, parseListenAddress } from './listen-address.js';
 
 const CODE_NAMES = new Map<number, string>(
   Object.entries(status)
@@ -62,7 +63,10 @@ export class Metrics {
       registers: [this.registry],
       async collect() {
         this.reset();
-        for (const c of await read()) this.set({ host: c.host, type: c.type, state: c.state }, c.count);
+        // Label values are spelt as everywhere else outside the proto: lower case (nvme, pending_cleaning).
+        for (const c of await read()) {
+          this.set({ host: c.host, type: c.type.toLowerCase(), state: c.state.toLowerCase() }, c.count);
+        }
       },
     });
   }
@@ -104,12 +108,12 @@ export async function serveMetrics(
       (err: Error) => res.writeHead(500).end(`metrics failed: ${err.message}\n`),
     );
   });
-  const i = listen.lastIndexOf(':');
+  const { host, port: wanted } = parseListenAddress(listen);
   await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(Number(listen.slice(i + 1)), listen.slice(0, i), () => resolve());
+    server.once('error', (err) => reject(listenError(listen, err)));
+    server.listen(wanted, host, () => resolve());
   });
   const addr = server.address();
   const port = typeof addr === 'object' && addr ? addr.port : 0;
-  return { server, address: `${listen.slice(0, i)}:${port}` };
+  return { server, address: `${host}:${port}` };
 }

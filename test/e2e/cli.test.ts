@@ -6,7 +6,6 @@
  * Independent invocations run concurrently: each start of bin/berth costs 1-2 s.
  */
 import { execFile } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
@@ -16,6 +15,7 @@ import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
 import { eventually } from '../helpers/grpc.js';
+import { available, SCRIPT_BIN, scriptPty } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
 import { BERTH, berth, cliEnv, parseJson, type Result, type Running, start, stop } from './berth-cli.js';
 
@@ -25,6 +25,7 @@ const GPU = '0000:3c:00.0';
 const VF_RC = 'CUSTOM_PCI_8086_154C';
 /** Per test: several bin/berth runs (1-2 s each on an idle machine, far more on a loaded one). */
 const SLOW = 240_000;
+const haveScript = available(scriptPty(), 'the progress-bar check on a pseudo-terminal');
 
 interface DeviceJson {
   uuid: string;
@@ -118,30 +119,48 @@ describe('berth client commands', () => {
   it(
     'lists and shows hosts and devices as tables, JSON and YAML, with filters',
     async () => {
-      const [hostsJson, hostShow, table, nvmeJson, vfYaml, hostsTable] = await Promise.all([
-        b('host', 'list', '-o', 'json'),
-        b('host', 'show', H2),
-        b('device', 'list'),
-        b('device', 'list', '--host', H1, '--type', 'nvme', '-o', 'json'),
-        b('device', 'list', '--state', 'available', '--resource-class', VF_RC, '-o', 'yaml'),
-        b('host', 'list'),
-      ]);
+      const [hostsJson, hostShow, table, nvmeJson, vfYaml, hostsTable, wide, none, protoName] =
+        await Promise.all([
+          b('host', 'list', '-o', 'json'),
+          b('host', 'show', H2),
+          b('device', 'list'),
+          b('device', 'list', '--host', H1, '--type', 'nvme', '-o', 'json'),
+          b('device', 'list', '--state', 'available', '--resource-class', VF_RC, '-o', 'yaml'),
+          b('host', 'list'),
+          b('device', 'list', '-o', 'wide'),
+          b('device', 'list', '--state', 'error'),
+          b('device', 'list', '--type', 'DEVICE_TYPE_NVME', '-o', 'json'),
+        ]);
       const hosts =
         parseJson<{ name: string; connected: boolean; device_count: number; drivers: string[] }[]>(hostsJson);
       expect(hosts.map((h) => h.name).sort()).toEqual([H1, H2]);
       expect(hosts.every((h) => h.connected && h.device_count === 9)).toBe(true);
-      expect(hostsTable.stdout).toMatch(/^\+-+\+/);
-      expect(hostsTable.stdout).toMatch(/\| Name +\| Endpoint/);
+      // Tables as kubectl prints them: no borders, upper-case headers, within 120 columns.
+      expect(hostsTable.stdout).toMatch(/^NAME {3,}STATUS {3,}ENDPOINT {3,}DEVICES/);
+      expect(hostsTable.stdout).toMatch(/^sim-host-1 {3,}connected {3,}127\.0\.0\.1:\d+ {3,}9 /m);
       expect(hostShow.code).toBe(0);
-      expect(hostShow.stdout).toMatch(/\| name +\| sim-host-2 +\|/);
+      expect(hostShow.stdout).toMatch(/^name: +sim-host-2$/m);
 
       expect(table.code, table.stderr).toBe(0);
-      const rows = table.stdout.split('\n').filter((l) => /^\| [0-9a-f]{8}-/.test(l));
-      expect(rows).toHaveLength(18);
-      expect(table.stdout).toMatch(
-        /\| UUID +\| Host +\| Address +\| Type +\| Resource Class +\| State +\| Status +\| Cleanup Action/,
+      const lines = table.stdout.trimEnd().split('\n');
+      expect(lines[0]).toMatch(/^UUID {3,}HOST {3,}ADDRESS {3,}TYPE {3,}STATE {3,}CLEANUP {3,}INSTANCE$/);
+      expect(lines.slice(1)).toHaveLength(18);
+      for (const l of lines) expect(l.length, l).toBeLessThanOrEqual(120);
+      expect(lines.slice(1).every((l) => /^[0-9a-f]{8} {3,}sim-host-[12] /.test(l))).toBe(true);
+      expect(table.stdout).toMatch(/ 0000:3d:00\.0 {3,}nvme {3,}available {3,}sanitize-crypto {3,}- *$/m);
+      expect(table.stdout).not.toMatch(/[|+]-/);
+      // -o wide: the full uuid and the columns that do not fit.
+      expect(wide.stdout.split('\n')[0]).toMatch(
+        /^UUID .*RESOURCE CLASS +VENDOR:PRODUCT +NUMA +IOMMU +FLAGS$/,
       );
-      expect(table.stdout).toContain('sanitize-crypto');
+      expect(wide.stdout).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12} /m);
+      // An empty list says so (on stderr, as kubectl does), and JSON is [].
+      expect(none.code).toBe(0);
+      expect(none.stdout).toBe('');
+      expect(none.stderr.trim()).toBe('No devices found.');
+      expect(parseJson<unknown[]>(await b('device', 'list', '--state', 'error', '-o', 'json'))).toEqual([]);
+      // Filters take the proto's enum names too, as buf curl prints them.
+      expect(parseJson<DeviceJson[]>(protoName)).toHaveLength(8);
 
       const nvme = parseJson<DeviceJson[]>(nvmeJson);
       expect(nvme).toHaveLength(4);
@@ -181,10 +200,21 @@ describe('berth client commands', () => {
         device_state: 'available',
       });
       expect(gpu.traits).toContain('HW_ONE_TIME_USE');
-      expect(byAddrTable.stdout).toMatch(/\| Field +\| Value +\|/);
-      expect(byAddrTable.stdout).toMatch(/\| one_time_use +\| true +\|/);
+      expect(byAddrTable.stdout).toMatch(/^one_time_use: +true$/m);
+      expect(byAddrTable.stdout).not.toMatch(/[|+]-/);
       const byUuid = parseJson<DeviceJson>(await b('device', 'show', gpu.uuid, '-o', 'json'));
       expect(byUuid.address).toBe(GPU);
+      // As the table shows it (a unique uuid prefix) and as lspci prints the address.
+      const [byPrefix, byShortAddr] = await Promise.all([
+        b('device', 'show', gpu.uuid.slice(0, 8), '-o', 'json'),
+        b('device', 'show', `${H1}/${GPU.slice(5).toUpperCase()}`, '-o', 'json'),
+      ]);
+      expect(parseJson<DeviceJson>(byPrefix).uuid).toBe(gpu.uuid);
+      expect(parseJson<DeviceJson>(byShortAddr).uuid).toBe(gpu.uuid);
+      const noSuch = await b('device', 'show', 'ffff0000');
+      expect(errorLineOf(noSuch)).toBe(
+        'berth: NOT_FOUND: no device uuid starts with "ffff0000" [DEVICE_NOT_FOUND]',
+      );
     },
     SLOW,
   );
@@ -208,14 +238,14 @@ describe('berth client commands', () => {
       expect(errorLineOf(unreachable)).toMatch(/^berth: UNAVAILABLE: /);
       expect(notFound.code).toBe(1);
       expect(errorLineOf(notFound)).toBe(
-        'berth: NOT_FOUND: device "00000000-0000-4000-8000-000000000000" not found',
+        'berth: NOT_FOUND: device "00000000-0000-4000-8000-000000000000" not found [DEVICE_NOT_FOUND]',
       );
       expect(badState.code).toBe(2);
       expect(errorLineOf(badState)).toMatch(/^berth: usage: --state: expected one of available, allocated/);
       expect(unknownCmd.code).toBe(2);
       expect(unknownCmd.stderr).toMatch(/unknown command/);
       expect(badRef.code).toBe(2);
-      expect(errorLineOf(badRef)).toMatch(/give a uuid or host\/address/);
+      expect(errorLineOf(badRef)).toMatch(/give a uuid \(or its first characters.*\) or host\/address/);
       expect(alreadyClean.code).toBe(1);
       expect(errorLineOf(alreadyClean)).toMatch(/^berth: FAILED_PRECONDITION: .* \[DEVICE_ALREADY_CLEAN\]$/);
       expect(badOutput.code).toBe(2);
@@ -302,7 +332,7 @@ describe('berth client commands', () => {
       expect(parseJson<{ name: string }[]>(list).map((p) => p.name)).toEqual(
         expect.arrayContaining(['cli-flags', 'cli-from-file']),
       );
-      expect(show.stdout).toMatch(/\| groups +\| 2x CUSTOM_PCI_8086_154C live_migratable=yes/);
+      expect(show.stdout).toMatch(/^groups: +2x CUSTOM_PCI_8086_154C live_migratable=yes/m);
       const del = await b('profile', 'delete', 'cli-from-file');
       expect(del.code, del.stderr).toBe(0);
       const gone = await b('profile', 'show', 'cli-from-file');
@@ -355,8 +385,11 @@ describe('berth client commands', () => {
         b('instance', 'xml', 'vm-cli', '-o', 'json'),
         b('instance', 'set-devices', 'vm-cli', '--file', devicesFile),
       ]);
-      expect(list.stdout).toMatch(new RegExp(`\\| ${arqs[0]!.uuid} \\| cli-nvme +\\| bound +\\| vm-cli`));
+      expect(list.stdout).toMatch(new RegExp(`^${arqs[0]!.uuid.slice(0, 8)} +cli-nvme +bound +vm-cli `, 'm'));
       expect(parseJson<ArqJson>(show).device_address).toBe(address);
+      // The 8 characters the table (and the demo) print are enough to name the ARQ.
+      const byPrefix = await b('arq', 'show', arqs[0]!.uuid.slice(0, 8), '-o', 'json');
+      expect(parseJson<ArqJson>(byPrefix).device_address).toBe(address);
       expect(xml.stdout).toMatch(/^<hostdev mode='subsystem' type='pci' managed='yes'>/);
       expect(xml.stdout).toContain(`bus='0x${address.slice(5, 7)}'`);
       expect(xml.stdout).toContain("<alias name='ua-scratch'/>");
@@ -414,10 +447,10 @@ describe('berth client commands', () => {
 
       // On a terminal the same progress is a live bar (phase, percent, bytes, ETA), not lines.
       // `script` gives the command a pseudo-terminal; watch-cleanup replays the finished job.
-      if (existsSync('/usr/bin/script')) {
+      if (haveScript) {
         const tty = await new Promise<Result>((resolve) =>
           execFile(
-            '/usr/bin/script',
+            SCRIPT_BIN,
             ['-qec', `${BERTH} device watch-cleanup ${H1}/${address} --endpoint ${up.endpoint}`, '/dev/null'],
             { env, timeout: 60_000 },
             (err, stdout, stderr) =>
@@ -427,6 +460,7 @@ describe('berth client commands', () => {
         expect(tty.code, tty.stdout + tty.stderr).toBe(0);
         expect(tty.stdout).toMatch(/succeeded\s+\|[\u2588\u2591]+\| 100% \| - \| ETA/);
         expect(tty.stdout).not.toMatch(/^phase=/m);
+        expect(tty.stdout).not.toContain('NFs');
       }
     },
     SLOW,
@@ -475,8 +509,8 @@ describe('berth client commands', () => {
       const plan2 = parseJson<MigJson>(await b('migration', 'plan', 'vm-mig', '--to', H2, '-o', 'json'));
       const commit = await b('migration', 'commit', plan2.uuid);
       expect(commit.code, commit.stderr).toBe(0);
-      expect(commit.stdout).toMatch(/\| state +\| committed +\|/);
-      expect(commit.stdout).toMatch(/\| pci_dev_map_src_dst +\| 0000:3b:02\.\d -> 0000:5b:02\.\d/);
+      expect(commit.stdout).toMatch(/^state: +committed$/m);
+      expect(commit.stdout).toMatch(/^pci_dev_map_src_dst: +0000:3b:02\.\d -> 0000:5b:02\.\d/m);
       const moved = parseJson<ArqJson[]>(await b('arq', 'list', '--instance', 'vm-mig', '-o', 'json'));
       expect(moved[0]!.host).toBe(H2);
       const del = await b('arq', 'delete', moved[0]!.uuid, '-o', 'json');
@@ -525,8 +559,10 @@ describe('berth client commands', () => {
       );
       expect(lines.stdout().match(/^rev=\d+ changed /gm)).toHaveLength(1);
 
+      const maintaining = await b('device', 'list', '--host', H1);
+      expect(maintaining.stdout).toMatch(/ 0000:3b:02\.3 {3,}pci {3,}available,maintaining /);
       const enabled = await b('device', 'enable', vf);
-      expect(enabled.stdout).toMatch(/\| status +\| enabled +\|/);
+      expect(enabled.stdout).toMatch(/^status: +enabled$/m);
 
       // Burn the GPU through the SDK, then release it with the CLI.
       await sdk.profiles.createProfile({
@@ -557,6 +593,9 @@ describe('berth client commands', () => {
       await sdk.arqs.deleteAcceleratorRequests({ uuids: [g!.uuid], instanceUuid: '' });
       const burned = parseJson<DeviceJson>(await b('device', 'show', `${H1}/${GPU}`, '-o', 'json'));
       expect(burned).toMatchObject({ burned: true, allocatable: false });
+      // The list shows a burned device as such, beside its state.
+      const listed = await b('device', 'list', '--host', H1);
+      expect(listed.stdout).toMatch(new RegExp(` ${GPU} {3,}pci {3,}available,burned {3,}`));
       const released = parseJson<DeviceJson>(await b('device', 'release', `${H1}/${GPU}`, '-o', 'json'));
       expect(released).toMatchObject({ burned: false, allocatable: true, reserved: 0 });
     },

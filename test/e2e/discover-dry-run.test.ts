@@ -4,13 +4,13 @@
  * broken configuration (non-zero exit, the error named).
  */
 import { execFile } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
+import { available, lspci, realPciDevices } from '../helpers/prerequisites.js';
 
 const run = promisify(execFile);
 const BERTH = join(process.cwd(), 'bin/berth');
@@ -28,6 +28,8 @@ async function berth(args: string[]): Promise<{ code: number; stdout: string; st
 interface DryRun {
   devices: {
     address: string;
+    type: string;
+    function_kind: string;
     vendor_id: string;
     product_id: string;
     driver: string;
@@ -36,8 +38,8 @@ interface DryRun {
   excluded: { address: string; driver: string; reason: string }[];
 }
 
-const lspciPath = ['/usr/bin/lspci', '/usr/sbin/lspci', '/bin/lspci'].find((p) => existsSync(p));
-const hasPci = existsSync('/sys/bus/pci/devices') && readdirSync('/sys/bus/pci/devices').length > 0;
+const realMachine = 'the dry run on the real /sys against lspci';
+const canCompare = available(lspci(), realMachine) && available(realPciDevices(), realMachine);
 
 describe('berth agent discover', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -51,37 +53,34 @@ describe('berth agent discover', () => {
     await dir?.cleanup();
   });
 
-  it.skipIf(!lspciPath || !hasPci)(
-    'finds on the real /sys exactly what lspci -D -n lists for a vendor',
-    async () => {
-      const { stdout: lspci } = await run(lspciPath!, ['-D', '-n'], { timeout: 20_000 });
-      const rows = lspci
-        .trim()
-        .split('\n')
-        .map((l) => /^(\S+) [0-9a-f]{4}: ([0-9a-f]{4}):([0-9a-f]{4})/.exec(l))
-        .filter((m): m is RegExpExecArray => m !== null);
-      const vendor = rows[0]![2]!;
-      const expected = rows
-        .filter((m) => m[2] === vendor)
-        .map((m) => m[1]!)
-        .sort();
-      const cfg = join(dir.path, 'real.yaml');
-      await writeFile(
-        cfg,
-        JSON.stringify({
-          state_dir: join(dir.path, 'state'),
-          enabled_drivers: ['pci'],
-          pci: { device_spec: [{ vendor_id: vendor }] },
-        }),
-      );
-      const res = await berth(['agent', 'discover', '-c', cfg, '--sysfs-root', '/sys', '-o', 'json']);
-      expect(res.code, res.stderr).toBe(0);
-      const out = JSON.parse(res.stdout) as DryRun;
-      const found = [...out.devices.map((d) => d.address), ...out.excluded.map((e) => e.address)].sort();
-      expect(found).toEqual(expected);
-      for (const d of out.devices) expect(d.vendor_id).toBe(vendor);
-    },
-  );
+  it.skipIf(!canCompare)('finds on the real /sys exactly what lspci -D -n lists for a vendor', async () => {
+    const { stdout: lspci } = await run('lspci', ['-D', '-n'], { timeout: 20_000 });
+    const rows = lspci
+      .trim()
+      .split('\n')
+      .map((l) => /^(\S+) [0-9a-f]{4}: ([0-9a-f]{4}):([0-9a-f]{4})/.exec(l))
+      .filter((m): m is RegExpExecArray => m !== null);
+    const vendor = rows[0]![2]!;
+    const expected = rows
+      .filter((m) => m[2] === vendor)
+      .map((m) => m[1]!)
+      .sort();
+    const cfg = join(dir.path, 'real.yaml');
+    await writeFile(
+      cfg,
+      JSON.stringify({
+        state_dir: join(dir.path, 'state'),
+        enabled_drivers: ['pci'],
+        pci: { device_spec: [{ vendor_id: vendor }] },
+      }),
+    );
+    const res = await berth(['agent', 'discover', '-c', cfg, '--sysfs-root', '/sys', '-o', 'json']);
+    expect(res.code, res.stderr).toBe(0);
+    const out = JSON.parse(res.stdout) as DryRun;
+    const found = [...out.devices.map((d) => d.address), ...out.excluded.map((e) => e.address)].sort();
+    expect(found).toEqual(expected);
+    for (const d of out.devices) expect(d.vendor_id).toBe(vendor);
+  });
 
   it('shows devices, locked-in cleanup actions and exclusions on a simulated host', async () => {
     // vendor 8086 without a product also matches the PF, which has VFs enabled.
@@ -103,8 +102,36 @@ describe('berth agent discover', () => {
     expect(nvme).toEqual(['sanitize-crypto', 'sanitize-block', 'write-zeroes', 'shred']);
     const table = await berth(['agent', 'discover', '-c', cfg]);
     expect(table.code).toBe(0);
-    expect(table.stdout).toContain('Excluded:');
+    expect(table.stdout).toContain('Excluded (matched by a device_spec entry, not offered):');
     expect(table.stdout).toContain('sanitize-crypto');
+  });
+
+  it('says each exclusion once, in its output, not again as log lines', async () => {
+    // clear_action sanitize: the two controllers without sanitize support are excluded by the NVMe driver.
+    const cfg = join(dir.path, 'sanitize-only.yaml');
+    const nvme = {
+      ...(sim.agentConfig.nvme as object),
+      device_spec: [{ vendor_id: '144d', clear_action: 'sanitize' }],
+    };
+    await writeFile(cfg, JSON.stringify({ ...sim.agentConfig, nvme }));
+    for (const format of ['table', 'json']) {
+      const res = await berth(['agent', 'discover', '-c', cfg, '-o', format]);
+      expect(res.code, res.stderr).toBe(0);
+      expect(res.stderr).toBe('');
+      if (format === 'json') {
+        const out = JSON.parse(res.stdout) as DryRun;
+        expect(out.excluded.map((e) => [e.address, e.driver])).toEqual([
+          ['0000:3f:00.0', 'nvme'],
+          ['0000:40:00.0', 'nvme'],
+        ]);
+        expect(out.devices.find((d) => d.address === '0000:3b:02.0')).toMatchObject({
+          type: 'pci',
+          function_kind: 'vf',
+        });
+      } else {
+        expect(res.stdout.match(/^0000:3f:00\.0 /gm)).toHaveLength(1);
+      }
+    }
   });
 
   it('exits non-zero naming the entry, key and value of a bad device_spec', async () => {

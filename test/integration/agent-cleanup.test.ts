@@ -18,6 +18,7 @@ import { decodeServiceError } from '../../src/server/grpc/status.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { collect } from '../helpers/grpc.js';
+import { type Gate, nvmeGate } from '../helpers/nvme-gate.js';
 
 const NVME0 = '0000:3d:00.0'; // sanitize-crypto
 const NVME2 = '0000:3f:00.0'; // write-zeroes
@@ -29,9 +30,14 @@ describe('agent CleanupDevice', () => {
   let agent: Agent;
   let client: AgentServiceClient;
 
+  let gate: Gate;
+
   const start = async () => {
+    const config = { ...sim.agentConfig, listen: '127.0.0.1:0' } as Record<string, unknown>;
+    // nvme-cli behind a gate: a test can hold a write-zeroes (and so a job) running.
+    config.nvme = { ...(config.nvme as Record<string, unknown>), nvme_cli: gate.nvmeCli };
     agent = await Agent.start({
-      config: parseAgentConfig({ ...sim.agentConfig, listen: '127.0.0.1:0' }, {}, dir.path),
+      config: parseAgentConfig(config, {}, dir.path),
       bootIdFile: sim.bootIdFile,
     });
     client = new AgentServiceClient(agent.address, credentials.createInsecure());
@@ -40,6 +46,7 @@ describe('agent CleanupDevice', () => {
   beforeAll(async () => {
     dir = await tempDir('berth-agent-cleanup-');
     sim = await buildSimHost(join(dir.path, 'host'), demoHostDefinition('cleanup-host'));
+    gate = await nvmeGate(join(dir.path, 'gate'), sim.nvmeCli, 'write-zeroes');
     await start();
   });
   afterAll(async () => {
@@ -50,6 +57,23 @@ describe('agent CleanupDevice', () => {
 
   const run = (address: string, jobId: string) =>
     collect<CleanupDeviceResponse>(client.cleanupDevice({ address, jobId }), () => false, 60_000);
+
+  /** A cleanup stream: `attached` once its first message arrived, `done` with all of them. */
+  const follow = (address: string, jobId: string) => {
+    let attach!: () => void;
+    const attached = new Promise<void>((r) => {
+      attach = r;
+    });
+    const done = collect<CleanupDeviceResponse>(
+      client.cleanupDevice({ address, jobId }),
+      (msgs) => {
+        if (msgs.length === 1) attach();
+        return false;
+      },
+      60_000,
+    );
+    return { attached: Promise.race([attached, done.then(() => undefined)]), done };
+  };
 
   it('runs the locked-in action and streams progress in order to a terminal success', async () => {
     const msgs = await run(NVME0, 'job-a');
@@ -65,11 +89,15 @@ describe('agent CleanupDevice', () => {
   });
 
   it('re-attaches a second caller (same job id, or another id for the same device) to the running job', async () => {
-    const first = run(NVME2, 'job-b');
-    await new Promise((r) => setTimeout(r, 300));
-    const sameId = run(NVME2, 'job-b');
-    const otherId = run(NVME2, 'job-c');
-    const [a, b, c] = await Promise.all([first, sameId, otherId]);
+    // Hold job-b inside its first write-zeroes until both other callers are attached.
+    gate.close();
+    const first = follow(NVME2, 'job-b');
+    await gate.reached();
+    const sameId = follow(NVME2, 'job-b');
+    const otherId = follow(NVME2, 'job-c');
+    await Promise.all([sameId.attached, otherId.attached]);
+    gate.open();
+    const [a, b, c] = await Promise.all([first.done, sameId.done, otherId.done]);
     for (const msgs of [a, b, c]) {
       expect(msgs.at(-1)!.event!.jobId).toBe('job-b');
       expect(msgs.at(-1)!.event!.phase).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);

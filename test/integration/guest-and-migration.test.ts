@@ -13,14 +13,11 @@ import { MigrationState } from '../../src/gen/berth/scheduler/v1/migration.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { rewriteSourceAddresses } from '../../src/server/scheduler/guest/hostdev-xml.js';
 import { validateMetadata } from '../../src/server/scheduler/guest/metadata.js';
-import {
-  haveVirtXmlValidate,
-  validateDomains,
-  wrapInDomain,
-} from '../../src/server/scheduler/guest/virt-xml.js';
+import { validateDomains, wrapInDomain } from '../../src/server/scheduler/guest/virt-xml.js';
 import { demoHostDefinition, type SimHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { eventually } from '../helpers/grpc.js';
+import { available, virtXmlValidate } from '../helpers/prerequisites.js';
 
 const SRC = 'src-host';
 const DST = 'dst-host';
@@ -51,11 +48,10 @@ const guestLines = (xml: string) => xml.split('\n').filter((l) => l.includes("<a
 const sourceLines = (xml: string) =>
   xml.split('\n').filter((l) => l.includes('<address domain=') && !l.includes("type='pci'"));
 
+const haveValidator = available(virtXmlValidate(), 'libvirt schema checks of rendered guest XML');
+
 function expectValidXml(xml: string): void {
-  if (!haveVirtXmlValidate()) {
-    console.warn('virt-xml-validate not installed: libvirt schema check skipped');
-    return;
-  }
+  if (!haveValidator) return;
   const [r] = validateDomains([wrapInDomain(xml)]);
   expect(r!.ok, `virt-xml-validate:\n${r!.output}\n${xml}`).toBe(true);
 }

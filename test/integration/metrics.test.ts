@@ -62,8 +62,8 @@ describe('metrics', () => {
       .getDevice({ device: { ref: { $case: 'uuid', value: '00000000-0000-4000-8000-000000000000' } } })
       .catch(() => undefined);
     const text = await scrape(c.scheduler.metricsAddress);
-    expect(sample(text, 'berth_devices', { host: HOST, type: 'NVME', state: 'available' })).toBe(4);
-    expect(sample(text, 'berth_devices', { host: HOST, type: 'PCI', state: 'available' })).toBe(5);
+    expect(sample(text, 'berth_devices', { host: HOST, type: 'nvme', state: 'available' })).toBe(4);
+    expect(sample(text, 'berth_devices', { host: HOST, type: 'pci', state: 'available' })).toBe(5);
     const rpc = (method: string, code: string) =>
       sample(text, 'berth_rpc_duration_seconds_count', { method: `berth.scheduler.v1.${method}`, code });
     expect(rpc('HostService/ListHosts', 'OK')).toBeGreaterThanOrEqual(1);
@@ -112,7 +112,7 @@ describe('metrics', () => {
     expect(
       sample(text, 'berth_devices', {
         host: 'metrics-solo',
-        type: 'NVME',
+        type: 'nvme',
         state: 'healthy',
         component: 'agent',
       }),

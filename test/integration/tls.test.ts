@@ -16,17 +16,9 @@ import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { eventually } from '../helpers/grpc.js';
+import { available, openssl } from '../helpers/prerequisites.js';
 
-function hasOpenssl(): boolean {
-  try {
-    execFileSync('openssl', ['version'], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-const OPENSSL = hasOpenssl();
-if (!OPENSSL) console.warn('tls.test: openssl is not installed; skipping the TLS tests');
+const OPENSSL = available(openssl(), 'the TLS tests');
 
 const quiet = () => createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'silent' });
 

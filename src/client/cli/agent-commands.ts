@@ -6,6 +6,7 @@ import type { DiscoveredDevice } from '../../plugins/types.js';
 import { Agent } from '../../server/agent/agent.js';
 import { type ConfigOverrides, loadAgentConfig } from '../../server/agent/config.js';
 import { PluginHost } from '../../server/agent/plugin-host.js';
+import { withListenHint } from './listen-hint.js';
 import { parseFormat, render, renderTable } from './output.js';
 
 interface AgentFlags {
@@ -34,13 +35,17 @@ function overrides(o: AgentFlags): ConfigOverrides {
   };
 }
 
-/** A discovered device as the dry run prints it (snake_case keys, like the config). */
+/**
+ * A discovered device as the dry run prints it: snake_case keys like the
+ * config, enum values in lower case as everywhere outside the proto (`nvme`,
+ * `vf`, `healthy`).
+ */
 export function deviceSummary(d: DiscoveredDevice) {
   return {
     address: d.address,
     driver: d.driver,
-    type: d.type,
-    function_kind: d.functionKind,
+    type: d.type.toLowerCase(),
+    function_kind: d.functionKind.toLowerCase(),
     vendor_id: d.vendorId,
     product_id: d.productId,
     class_code: d.classCode,
@@ -78,11 +83,14 @@ export function registerAgentCommands(program: Command): void {
 
   withAgentFlags(agent.command('discover'))
     .description('dry run: print what the configuration manages on this host, and what it excludes and why')
-    .option('-o, --output <format>', 'table | json | yaml', 'table')
+    .option('-o, --output <format>', 'table, wide, json or yaml', 'table')
     .action(async (o: AgentFlags) => {
       const format = parseFormat(o.output);
       const config = await loadAgentConfig(o.config!, overrides(o));
-      const logger = createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'warn' });
+      // Everything the dry run learns is in its output (exclusions with their
+      // reasons, failures as the error): the drivers' log lines would say it
+      // twice. BERTH_LOG_LEVEL=info shows them.
+      const logger = createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'silent' });
       const host = await PluginHost.load(config, {
         sysfsRoot: config.sysfsRoot,
         devRoot: config.devRoot,
@@ -95,26 +103,39 @@ export function registerAgentCommands(program: Command): void {
       const result = await host.discover({ strict: true });
       const data = { devices: result.devices.map(deviceSummary), excluded: result.excluded };
       console.log(
-        render(format, data, () => {
-          const devices = renderTable(result.devices, [
-            { header: 'Address', get: (d) => d.address },
-            { header: 'Driver', get: (d) => d.driver },
-            { header: 'Kind', get: (d) => d.functionKind },
-            { header: 'Vendor:Product', get: (d) => `${d.vendorId}:${d.productId}` },
-            { header: 'Resource class', get: (d) => d.resourceClass },
-            { header: 'Managed', get: (d) => d.managed },
-            { header: 'Cleanup', get: (d) => d.cleanupAction ?? '-' },
-            { header: 'NUMA', get: (d) => d.numaNode },
-            { header: 'IOMMU', get: (d) => d.iommuGroup ?? '-' },
-            { header: 'Health', get: (d) => (d.healthReason ? `${d.health}: ${d.healthReason}` : d.health) },
-          ]);
+        render(format, data, (wide) => {
+          const devices =
+            result.devices.length === 0
+              ? 'No devices found: no device_spec entry matches a function of this host.'
+              : renderTable(
+                  data.devices,
+                  [
+                    { header: 'address', get: (d) => d.address },
+                    { header: 'driver', get: (d) => d.driver },
+                    { header: 'kind', get: (d) => d.function_kind },
+                    { header: 'vendor:product', get: (d) => `${d.vendor_id}:${d.product_id}` },
+                    { header: 'resource class', get: (d) => d.resource_class },
+                    { header: 'managed', get: (d) => d.managed },
+                    { header: 'cleanup', get: (d) => d.cleanup_action ?? '-' },
+                    { header: 'numa', get: (d) => (d.numa_node < 0 ? '-' : d.numa_node) },
+                    { header: 'iommu', get: (d) => d.iommu_group ?? '-' },
+                    {
+                      header: 'health',
+                      get: (d) => (d.health_reason ? `${d.health}: ${d.health_reason}` : d.health),
+                      shrink: true,
+                    },
+                    { header: 'traits', get: (d) => d.traits, only: 'wide' },
+                    { header: 'physfn', get: (d) => d.physfn || '-', only: 'wide' },
+                  ],
+                  { wide },
+                );
           const excluded =
             result.excluded.length === 0
               ? ''
-              : `\nExcluded:\n${renderTable(result.excluded, [
-                  { header: 'Address', get: (e) => e.address },
-                  { header: 'Driver', get: (e) => e.driver },
-                  { header: 'Reason', get: (e) => e.reason },
+              : `\n\nExcluded (matched by a device_spec entry, not offered):\n${renderTable(result.excluded, [
+                  { header: 'address', get: (e) => e.address },
+                  { header: 'driver', get: (e) => e.driver },
+                  { header: 'reason', get: (e) => e.reason },
                 ])}`;
           return `${devices}${excluded}`;
         }),
@@ -131,7 +152,11 @@ export function registerAgentCommands(program: Command): void {
     )
     .action(async (o: AgentFlags) => {
       const config = await loadAgentConfig(o.config!, overrides(o));
-      const a = await Agent.start({ config });
+      const a = await Agent.start({ config }).catch((err: unknown) => {
+        const flags: Record<string, string> = { [config.listen]: '--listen / listen' };
+        if (config.metricsListen) flags[config.metricsListen] = 'metrics_listen';
+        throw withListenHint(err, flags, 'another agent');
+      });
       const stop = (signal: string) => {
         a.logger.info({ signal }, 'stopping');
         void a.stop().then(() => process.exit(0));

@@ -6,25 +6,42 @@
  */
 import type { Command } from 'commander';
 import type { AcceleratorRequest } from '../../gen/berth/scheduler/v1/accelerator_request.js';
-import { type ArqView, arqView, clientOptions, collect, UsageError, withClient } from './client-common.js';
-import { type OutputFormat, render, renderRecord, renderTable } from './output.js';
+import {
+  type ArqView,
+  arqView,
+  clientOptions,
+  collect,
+  resolveArqUuids,
+  UsageError,
+  withClient,
+} from './client-common.js';
+import { type OutputFormat, printList, render, renderRecord, renderTable, uniquePrefixes } from './output.js';
 
-export function arqTable(rows: readonly ArqView[]): string {
-  return renderTable(rows, [
-    { header: 'UUID', get: (a) => a.uuid },
-    { header: 'Profile', get: (a) => a.profile_name },
-    { header: 'State', get: (a) => a.state },
-    { header: 'Instance', get: (a) => a.instance_uuid },
-    { header: 'Host', get: (a) => a.host },
-    { header: 'Device Address', get: (a) => a.device_address },
-    { header: 'Managed', get: (a) => (a.attach_handle_info ? a.attach_handle_info.managed : '') },
-    { header: 'Tag', get: (a) => a.tag },
-  ]);
+/** ARQs with a uuid prefix unique in the list (the commands accept it back); -o wide: full uuids. */
+export function arqTable(rows: readonly ArqView[], wide = false): string {
+  const short = uniquePrefixes(rows.map((a) => a.uuid));
+  return renderTable(
+    rows,
+    [
+      { header: 'uuid', get: (a) => short.get(a.uuid), only: 'table' },
+      { header: 'uuid', get: (a) => a.uuid, only: 'wide' },
+      { header: 'profile', get: (a) => a.profile_name, shrink: true },
+      { header: 'state', get: (a) => a.state },
+      { header: 'instance', get: (a) => a.instance_uuid || '-', shrink: true },
+      { header: 'host', get: (a) => a.host || '-', shrink: true },
+      { header: 'address', get: (a) => a.device_address || '-' },
+      { header: 'managed', get: (a) => (a.attach_handle_info ? a.attach_handle_info.managed : '-') },
+      { header: 'tag', get: (a) => a.tag || '-', shrink: true },
+      { header: 'device', get: (a) => a.device_uuid || '-', only: 'wide' },
+      { header: 'resource class', get: (a) => a.resource_class, only: 'wide' },
+    ],
+    { wide },
+  );
 }
 
 function printArqs(format: OutputFormat, arqs: readonly AcceleratorRequest[]): void {
   const rows = arqs.map(arqView);
-  console.log(render(format, rows, () => arqTable(rows)));
+  printList(format, rows, 'accelerator requests', (wide) => arqTable(rows, wide));
 }
 
 export function registerArqCommands(program: Command): void {
@@ -69,8 +86,9 @@ export function registerArqCommands(program: Command): void {
         if (tags.length > uuids.length) {
           throw new UsageError(`--tag given ${tags.length} times for ${uuids.length} ARQ(s)`);
         }
+        const arqs = await resolveArqUuids(client, uuids);
         const res = await client.arqs.bindAcceleratorRequests({
-          bindings: uuids.map((u, i) => ({
+          bindings: arqs.map((u, i) => ({
             arqUuid: u,
             instanceUuid: o.instance,
             host: o.host,
@@ -95,7 +113,8 @@ export function registerArqCommands(program: Command): void {
     arq.command('show').description('show one ARQ with its attach handle').argument('<uuid>'),
   ).action(
     withClient(async (client, format, uuid: string) => {
-      const v = arqView((await client.arqs.getAcceleratorRequest({ uuid })).acceleratorRequest!);
+      const [full] = await resolveArqUuids(client, [uuid]);
+      const v = arqView((await client.arqs.getAcceleratorRequest({ uuid: full! })).acceleratorRequest!);
       console.log(render(format, v, () => renderRecord(v)));
     }),
   );
@@ -109,7 +128,10 @@ export function registerArqCommands(program: Command): void {
   ).action(
     withClient(async (client, format, uuids: string[], o: { instance?: string }) => {
       if (uuids.length === 0 && !o.instance) throw new UsageError('give ARQ uuids or --instance');
-      const res = await client.arqs.deleteAcceleratorRequests({ uuids, instanceUuid: o.instance ?? '' });
+      const res = await client.arqs.deleteAcceleratorRequests({
+        uuids: await resolveArqUuids(client, uuids),
+        instanceUuid: o.instance ?? '',
+      });
       const v = { deleted_uuids: res.deletedUuids };
       console.log(
         render(format, v, () =>

@@ -5,8 +5,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CleanupPhase } from '../../gen/berth/agent/v1/agent.js';
 import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../gen/berth/scheduler/v1/profile.js';
+import { normalizeEndpoint } from '../client-config.js';
 import { BerthClientError } from '../sdk.js';
-import { progressLine } from './cleanup-progress.js';
+import { progressLine, timeLeft } from './cleanup-progress.js';
 import { errorLine, parseDeviceRef, parseEnum, shortEnum, UsageError } from './client-common.js';
 import { instanceDevicesFromFile } from './instance-commands.js';
 import { profileFromInput } from './profile-commands.js';
@@ -80,6 +81,34 @@ describe('CLI helpers', () => {
         }),
       ),
     ).toBe('berth: INVALID_ARGUMENT: nics[0].mac: "zz" is not a MAC (disks[0].bus: unknown bus "floppy")');
+  });
+
+  it('leaves out a reason that only repeats the code, and ends with a hint when there is one', () => {
+    expect(
+      errorLine(
+        clientError({ codeName: 'INVALID_ARGUMENT', message: 'uuid: bad', reason: 'INVALID_ARGUMENT' }),
+        'try again',
+      ),
+    ).toBe('berth: INVALID_ARGUMENT: uuid: bad; try again');
+  });
+
+  it('takes an endpoint as host:port or http://host:port, and explains anything else', () => {
+    expect(normalizeEndpoint('127.0.0.1:7070', '--endpoint')).toBe('127.0.0.1:7070');
+    expect(normalizeEndpoint(' http://localhost:7070/ ', '--endpoint')).toBe('localhost:7070');
+    expect(normalizeEndpoint('HTTP://[::1]:7070', '--endpoint')).toBe('[::1]:7070');
+    expect(() => normalizeEndpoint('https://a:7070', '--endpoint')).toThrow(/speaks plaintext gRPC/);
+    for (const bad of ['127.0.0.1', 'a:0', 'a:70700', ':7070', 'http://a:7070/x', 'a b:7070']) {
+      expect(() => normalizeEndpoint(bad, 'BERTH_ENDPOINT'), bad).toThrow(
+        /^BERTH_ENDPOINT: expected host:port \(or http:\/\/host:port\)/,
+      );
+    }
+  });
+
+  it('estimates the time left itself: never "NFs", "--" until there is a rate', () => {
+    expect(timeLeft(0, 5_000)).toBe('--');
+    expect(timeLeft(50, 10_000)).toBe('10s');
+    expect(timeLeft(25, 60_000)).toBe('3m00s');
+    expect(timeLeft(100, 60_000)).toBe('0s');
   });
 
   it('prints a progress event as one key=value line', () => {

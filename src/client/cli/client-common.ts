@@ -13,6 +13,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
+import { BerthError, isBerthError } from '../../errors.js';
 import { type CleanupEvent, cleanupPhaseToJSON } from '../../gen/berth/agent/v1/agent.js';
 import { type CleanupProof, readBackToJSON } from '../../gen/berth/agent/v1/cleanup_proof.js';
 import {
@@ -29,25 +30,20 @@ import {
   deviceTypeToJSON,
   healthToJSON,
 } from '../../gen/berth/scheduler/v1/device.js';
-import type { DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
+import type { DeviceFilter, DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
 import type { Host } from '../../gen/berth/scheduler/v1/host.js';
 import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
-import { resolveClient } from '../client-config.js';
-import { BerthClientError, SchedulerClient } from '../sdk.js';
+import { type ResolvedClient, resolveClient } from '../client-config.js';
+import { BerthClientError, identifyServer, SchedulerClient } from '../sdk.js';
+import { UsageError } from '../usage-error.js';
 import { type OutputFormat, parseFormat } from './output.js';
 
 /** Exit codes, as main.ts defines them (kept here so commands need not import main.ts, which runs the CLI). */
 export const EXIT_CODE = { ok: 0, failed: 1, usage: 2, unavailable: 3 } as const;
 
-/** A mistake in how a command was called (exit 2). */
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
+export { UsageError };
 
 /**
  * A command that ran but did not get what it should (a failed cleanup, a demo
@@ -61,7 +57,7 @@ export class CommandFailed extends Error {
 }
 
 export const OUTPUT_HELP =
-  'output format: table, json or yaml (JSON/YAML: snake_case proto field names, every field present, enums as lower-case names such as "available")';
+  'output format: table, wide (more columns), json or yaml (JSON/YAML: snake_case proto field names, every field present, enums as lower-case names such as "available")';
 
 export interface ClientFlags {
   endpoint?: string;
@@ -81,25 +77,67 @@ export function clientOptions(cmd: Command, withOutput = true): Command {
   return cmd;
 }
 
-/** The error line: `berth: <CODE>: <message> [<REASON>]`, field violations appended when the message lacks them. */
-export function errorLine(err: BerthClientError): string {
+/**
+ * The error line: `berth: <CODE>: <message> [<REASON>]` (the reason when it
+ * says more than the code), field violations appended when the message lacks
+ * them, then a hint on what to do when there is one.
+ */
+export function errorLine(err: BerthClientError, hint?: string): string {
   const extra = err.fieldViolations
     .map((v) => `${v.field}: ${v.description}`)
     .filter((v) => !err.message.includes(v));
   // grpc-js ends connection errors with an empty "Resolution note:"; drop it.
   const message = err.message.replace(/\s*Resolution note:\s*$/, '').trim();
-  return `berth: ${err.codeName}: ${message}${err.reason ? ` [${err.reason}]` : ''}${
-    extra.length ? ` (${extra.join('; ')})` : ''
+  const reason = err.reason && err.reason !== err.codeName ? ` [${err.reason}]` : '';
+  return `berth: ${err.codeName}: ${message}${reason}${extra.length ? ` (${extra.join('; ')})` : ''}${
+    hint ? `; ${hint}` : ''
   }`;
 }
 
+/**
+ * What to do about an error whose cause is on the caller's side: an endpoint
+ * that is an agent (or not Berth), a token that the environment overrides.
+ */
+export async function hintFor(err: BerthClientError, client: ResolvedClient): Promise<string | undefined> {
+  const where =
+    client.endpointSource === 'flag'
+      ? '--endpoint'
+      : client.endpointSource === 'env'
+        ? '$BERTH_ENDPOINT'
+        : client.endpointSource === 'file'
+          ? `the endpoint in ${client.configPath}`
+          : 'the default endpoint (no --endpoint, $BERTH_ENDPOINT or client configuration)';
+  if (err.codeName === 'UNIMPLEMENTED') {
+    const kind = await identifyServer(client.endpoint).catch(() => 'unknown' as const);
+    if (kind === 'agent') {
+      return `${client.endpoint} (${where}) is a Berth agent, not a scheduler: give the scheduler's endpoint`;
+    }
+    return `${client.endpoint} (${where}) does not serve the Berth scheduler API: is it a Berth scheduler?`;
+  }
+  if (err.codeName === 'UNAUTHENTICATED' && client.tokenSource === 'env') {
+    return `the token comes from $BERTH_TOKEN, which overrides the one in ${client.configPath}: unset BERTH_TOKEN to use that one`;
+  }
+  if (err.codeName === 'UNAUTHENTICATED' && client.tokenSource === 'default') {
+    return `no token: give --token, set $BERTH_TOKEN, or run berth up (it writes one into ${client.configPath})`;
+  }
+  if (err.codeName === 'UNAVAILABLE' && client.endpointSource !== 'flag') {
+    return `nothing answers at ${client.endpoint} (${where}): is berth up (or the scheduler) running?`;
+  }
+  return undefined;
+}
+
 /** Reports an error on stderr as one line and returns the exit code for it. */
-export function reportError(err: unknown): number {
+export function reportError(err: unknown, hint?: string): number {
   if (err instanceof BerthClientError) {
-    console.error(errorLine(err));
+    console.error(errorLine(err, hint));
     return err.codeName === 'UNAVAILABLE' || err.codeName === 'DEADLINE_EXCEEDED'
       ? EXIT_CODE.unavailable
       : EXIT_CODE.failed;
+  }
+  if (isBerthError(err)) {
+    const reason = err.reason && err.reason !== err.code ? ` [${err.reason}]` : '';
+    console.error(`berth: ${err.code}: ${err.message}${reason}${hint ? `; ${hint}` : ''}`);
+    return err.code === 'UNAVAILABLE' ? EXIT_CODE.unavailable : EXIT_CODE.failed;
   }
   if (err instanceof UsageError) {
     console.error(`berth: usage: ${err.message}`);
@@ -122,13 +160,15 @@ export function withClient<A extends unknown[]>(
     // commander passes (...positionals, options, command)
     const options = args[args.length - 2] as ClientFlags;
     let client: SchedulerClient | undefined;
+    let resolved: ResolvedClient | undefined;
     try {
       const format = parseFormatOrUsage(options.output ?? 'table');
-      const resolved = await resolveClient({ endpoint: options.endpoint, token: options.token });
+      resolved = await resolveClient({ endpoint: options.endpoint, token: options.token });
       client = new SchedulerClient({ endpoint: resolved.endpoint, token: resolved.token, retries: 2 });
       await fn(client, format, ...args);
     } catch (err) {
-      process.exitCode = reportError(err);
+      const hint = err instanceof BerthClientError && resolved ? await hintFor(err, resolved) : undefined;
+      process.exitCode = reportError(err, hint);
     } finally {
       client?.close();
     }
@@ -144,19 +184,105 @@ function parseFormatOrUsage(v: string): OutputFormat {
 }
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+/** What may abbreviate a uuid: at least 4 of its leading characters. */
+const UUID_PREFIX = /^[0-9a-fA-F][0-9a-fA-F-]{3,35}$/;
 
-/** A device named by its uuid or as `host/address` (e.g. `sim-host-1/0000:3d:00.0`). */
+/**
+ * A PCI address as the tables show it (`0000:3d:00.0`), from the full form in
+ * any case or lspci's short one without the domain (`3d:00.0`); anything else
+ * is passed on for the server to refuse with the field named.
+ */
+export function normalizePciAddress(address: string): string {
+  const m = /^(?:([0-9a-f]{1,4}):)?([0-9a-f]{1,2}):([0-9a-f]{1,2})\.([0-7])$/i.exec(address.trim());
+  if (!m) return address;
+  const [, domain = '0', bus, slot, fn] = m;
+  return `${domain.padStart(4, '0')}:${bus!.padStart(2, '0')}:${slot!.padStart(2, '0')}.${fn}`.toLowerCase();
+}
+
+/**
+ * A device named by its uuid or as `host/address`, the address in full
+ * (`sim-host-1/0000:3d:00.0`) or as lspci prints it (`sim-host-1/3d:00.0`).
+ * A uuid prefix needs the device list: see resolveDeviceRef.
+ */
 export function parseDeviceRef(name: string): DeviceRef {
   if (UUID.test(name)) return { ref: { $case: 'uuid', value: name.toLowerCase() } };
   const slash = name.lastIndexOf('/');
   if (slash > 0 && slash < name.length - 1) {
     return {
-      ref: { $case: 'hostAddress', value: { host: name.slice(0, slash), address: name.slice(slash + 1) } },
+      ref: {
+        $case: 'hostAddress',
+        value: { host: name.slice(0, slash), address: normalizePciAddress(name.slice(slash + 1)) },
+      },
     };
   }
   throw new UsageError(
-    `device ${JSON.stringify(name)}: give a uuid or host/address (e.g. sim-host-1/0000:3d:00.0)`,
+    `device ${JSON.stringify(name)}: give a uuid (or its first characters, as the tables show it) or host/address (e.g. sim-host-1/0000:3d:00.0 or sim-host-1/3d:00.0)`,
   );
+}
+
+/**
+ * The one id among `ids` that starts with `prefix`: NOT_FOUND when none
+ * does, a usage error listing them when several do.
+ */
+export function matchPrefix(what: string, prefix: string, ids: readonly string[]): string {
+  const p = prefix.toLowerCase();
+  const hits = [...new Set(ids.filter((id) => id.startsWith(p)))];
+  if (hits.length === 1) return hits[0]!;
+  if (hits.length === 0) {
+    throw new BerthError('NOT_FOUND', `no ${what} uuid starts with ${JSON.stringify(prefix)}`, {
+      reason: `${what.toUpperCase().replace(/[^A-Z0-9]+/g, '_')}_NOT_FOUND`,
+    });
+  }
+  throw new UsageError(
+    `${JSON.stringify(prefix)} is the start of ${hits.length} ${what} uuids (${hits.slice(0, 5).join(', ')}${hits.length > 5 ? ', …' : ''}): give more characters`,
+  );
+}
+
+/** Every page of ListDevices. */
+export async function listAllDevices(
+  client: SchedulerClient,
+  filter: DeviceFilter | undefined,
+): Promise<Device[]> {
+  const out: Device[] = [];
+  let pageToken = '';
+  do {
+    const res = await client.devices.listDevices({ filter, pageSize: 0, pageToken });
+    out.push(...res.devices);
+    pageToken = res.nextPageToken;
+  } while (pageToken);
+  return out;
+}
+
+/** parseDeviceRef, plus a unique prefix of a device uuid (looked up in the device list). */
+export async function resolveDeviceRef(client: SchedulerClient, name: string): Promise<DeviceRef> {
+  if (!UUID.test(name) && !name.includes('/') && UUID_PREFIX.test(name)) {
+    const all = await listAllDevices(client, undefined);
+    const uuid = matchPrefix(
+      'device',
+      name,
+      all.map((d) => d.uuid),
+    );
+    return { ref: { $case: 'uuid', value: uuid } };
+  }
+  return parseDeviceRef(name);
+}
+
+/** ARQ uuids, each in full or as a unique prefix (looked up in the ARQ list once, when needed). */
+export async function resolveArqUuids(client: SchedulerClient, names: readonly string[]): Promise<string[]> {
+  let all: string[] | undefined;
+  const out: string[] = [];
+  for (const n of names) {
+    if (UUID.test(n) || !UUID_PREFIX.test(n)) {
+      // A full uuid as the server stores it; anything else for the server to refuse, as given.
+      out.push(UUID.test(n) ? n.toLowerCase() : n);
+      continue;
+    }
+    all ??= (await client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests.map(
+      (a) => a.uuid,
+    );
+    out.push(matchPrefix('accelerator request', n, all));
+  }
+  return out;
 }
 
 /** `DEVICE_STATE_PENDING_CLEANING` → `pending_cleaning`. */
@@ -165,7 +291,11 @@ export function shortEnum(full: string, prefix: string): string {
   return (full.startsWith(prefix) ? full.slice(prefix.length) : full).toLowerCase();
 }
 
-/** `pending_cleaning` (or `PENDING_CLEANING`, `pending-cleaning`) → the enum value, or a usage error. */
+/**
+ * `pending_cleaning` (or `PENDING_CLEANING`, `pending-cleaning`, or the proto
+ * name `DEVICE_STATE_PENDING_CLEANING` as buf curl prints it) → the enum
+ * value, or a usage error listing the names.
+ */
 export function parseEnum<E extends number>(
   flag: string,
   value: string,
@@ -173,7 +303,8 @@ export function parseEnum<E extends number>(
   toJSON: (v: E) => string,
   values: readonly E[],
 ): E {
-  const want = value.trim().toLowerCase().replace(/-/g, '_');
+  let want = value.trim().toLowerCase().replace(/-/g, '_');
+  if (want.startsWith(prefix.toLowerCase())) want = want.slice(prefix.length);
   for (const v of values) {
     if (shortEnum(toJSON(v), prefix) === want && want !== '') return v;
   }
@@ -382,6 +513,16 @@ export async function readDocument(path: string): Promise<unknown> {
 
 /** Collects a repeatable option into an array. */
 export const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+/** `12s ago`, `5m ago`, `3h ago`, `2d ago` (or `never`). */
+export function ago(when: Date | string | null | undefined, now = Date.now()): string {
+  if (!when) return 'never';
+  const s = Math.max(0, Math.round((now - new Date(when).getTime()) / 1000));
+  if (s < 120) return `${s}s ago`;
+  if (s < 7200) return `${Math.round(s / 60)}m ago`;
+  if (s < 172_800) return `${Math.round(s / 3600)}h ago`;
+  return `${Math.round(s / 86_400)}d ago`;
+}
 
 /** Bytes as the progress line and table show them (binary units). */
 export function formatBytes(n: number): string {

@@ -11,10 +11,10 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { createLogger } from '../../logging.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
-import { resolveClient } from '../client-config.js';
+import { type ResolvedClient, resolveClient } from '../client-config.js';
 import { BerthClientError, SchedulerClient } from '../sdk.js';
 import { startUp, type Up } from '../up/berth-up.js';
-import { EXIT_CODE, reportError } from './client-common.js';
+import { EXIT_CODE, hintFor, reportError } from './client-common.js';
 import { type FaultInjector, runDemo } from './demo.js';
 
 /** Whether a scheduler answers at `endpoint` (a quick ListHosts, no retries). */
@@ -66,8 +66,9 @@ export function registerDemoCommands(program: Command): void {
       let up: Up | undefined;
       let tmp: string | undefined;
       let client: SchedulerClient | undefined;
+      let resolved: ResolvedClient | undefined;
       try {
-        const resolved = await resolveClient({ endpoint: o.endpoint, token: o.token });
+        resolved = await resolveClient({ endpoint: o.endpoint, token: o.token });
         let endpoint = resolved.endpoint;
         let injectFault: FaultInjector | undefined;
         let noFaultReason: string | undefined;
@@ -102,7 +103,8 @@ export function registerDemoCommands(program: Command): void {
         const ok = await runDemo({ client, injectFault, noFaultReason });
         process.exitCode = ok ? EXIT_CODE.ok : EXIT_CODE.failed;
       } catch (err) {
-        process.exitCode = reportError(err);
+        const hint = err instanceof BerthClientError && resolved ? await hintFor(err, resolved) : undefined;
+        process.exitCode = reportError(err, hint);
       } finally {
         client?.close();
         await up?.stop();

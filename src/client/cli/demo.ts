@@ -16,8 +16,7 @@ import { MigrationState } from '../../gen/berth/scheduler/v1/migration.js';
 import { LiveMigratable, type RequestGroup } from '../../gen/berth/scheduler/v1/profile.js';
 import { BerthClientError, type SchedulerClient } from '../sdk.js';
 import { defaultProgressStyle, followCleanup, type ProgressStyle } from './cleanup-progress.js';
-import { deviceName, deviceView } from './client-common.js';
-import { listAllDevices } from './device-commands.js';
+import { deviceName, deviceView, listAllDevices } from './client-common.js';
 
 /** Sets (or clears, with null) a fault on a simulated host's controller. */
 export type FaultInjector = (
@@ -124,6 +123,7 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     say(`   Following the cleanup of ${deviceName(d)} (${d.cleanupAction}):`);
     const out = await followCleanup(client, byUuid(d.uuid), jobId, progress, {
       write: (line) => say(`     ${line}`),
+      waiting: (line) => say(`     (${line})`),
     });
     return out;
   };
@@ -136,9 +136,25 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     const ready = async () =>
       (await client.hosts.listHosts({})).hosts.filter((h) => h.connected && h.deviceCount > 0);
     let hosts = await ready();
+    let told = '';
+    const startedWaiting = Date.now();
     for (const until = Date.now() + 30_000; hosts.length < 2 && Date.now() < until; ) {
       await sleep(200);
       hosts = await ready();
+      const all = (await client.hosts.listHosts({})).hosts;
+      const why =
+        `Waiting for a second host with devices (a migration needs a destination): ` +
+        (all.length === 0
+          ? 'no host has registered yet.'
+          : all
+              .map(
+                (h) => `${h.name} ${h.connected ? `connected, ${h.deviceCount} devices` : 'not connected'}`,
+              )
+              .join('; ') + '.');
+      if (hosts.length < 2 && why !== told && Date.now() - startedWaiting >= 1_500) {
+        say(`   ${why}`);
+        told = why;
+      }
     }
     for (const h of hosts) {
       say(

@@ -14,7 +14,6 @@ import {
   deviceTypeToJSON,
 } from '../../gen/berth/scheduler/v1/device.js';
 import type { DeviceFilter } from '../../gen/berth/scheduler/v1/device_service.js';
-import type { SchedulerClient } from '../sdk.js';
 import { defaultProgressStyle, followCleanup } from './cleanup-progress.js';
 import {
   CommandFailed,
@@ -22,12 +21,13 @@ import {
   type DeviceView,
   deviceName,
   deviceView,
-  parseDeviceRef,
+  listAllDevices,
   parseEnum,
+  resolveDeviceRef,
   UsageError,
   withClient,
 } from './client-common.js';
-import { type OutputFormat, render, renderRecord, renderTable } from './output.js';
+import { type OutputFormat, printList, render, renderRecord, renderTable, uniquePrefixes } from './output.js';
 
 interface FilterFlags {
   host?: string;
@@ -66,44 +66,57 @@ function filterOptions(cmd: Command): Command {
     .option('--resource-class <rc>', 'only this resource class, e.g. CUSTOM_PCI_8086_154C');
 }
 
-/** Every page of ListDevices. */
-export async function listAllDevices(client: SchedulerClient, filter: DeviceFilter): Promise<Device[]> {
-  const out: Device[] = [];
-  let pageToken = '';
-  do {
-    const res = await client.devices.listDevices({ filter, pageSize: 0, pageToken });
-    out.push(...res.devices);
-    pageToken = res.nextPageToken;
-  } while (pageToken);
-  return out;
+/**
+ * The device list: what an operator scans for fits 120 columns — a uuid
+ * prefix that is unique in the list (the commands accept it back), the
+ * state with what else keeps the device out of the pool (`available,burned`,
+ * `available,maintaining`, `error,unhealthy`, as kubectl shows
+ * `Ready,SchedulingDisabled`), the locked-in cleanup action and the instance
+ * holding it. `-o wide` adds the full uuid, resource class, vendor:product,
+ * NUMA node, IOMMU group and flags.
+ */
+export function deviceTable(rows: readonly DeviceView[], wide = false): string {
+  const short = uniquePrefixes(rows.map((d) => d.uuid));
+  return renderTable(
+    rows,
+    [
+      { header: 'uuid', get: (d) => short.get(d.uuid), only: 'table' },
+      { header: 'uuid', get: (d) => d.uuid, only: 'wide' },
+      { header: 'host', get: (d) => d.host, shrink: true },
+      { header: 'address', get: (d) => d.address },
+      { header: 'type', get: (d) => d.type },
+      { header: 'state', get: (d) => deviceState(d) },
+      { header: 'cleanup', get: (d) => d.cleanup_action || '-' },
+      { header: 'instance', get: (d) => d.instance_uuid || '-', shrink: true },
+      { header: 'resource class', get: (d) => d.resource_class, only: 'wide' },
+      { header: 'vendor:product', get: (d) => `${d.vendor_id}:${d.product_id}`, only: 'wide' },
+      { header: 'numa', get: (d) => (d.numa_node < 0 ? '-' : d.numa_node), only: 'wide' },
+      { header: 'iommu', get: (d) => d.iommu_group ?? '-', only: 'wide' },
+      { header: 'flags', get: (d) => deviceFlags(d) || '-', only: 'wide' },
+    ],
+    { wide },
+  );
 }
 
-export function deviceTable(rows: readonly DeviceView[]): string {
-  return renderTable(rows, [
-    { header: 'UUID', get: (d) => d.uuid },
-    { header: 'Host', get: (d) => d.host },
-    { header: 'Address', get: (d) => d.address },
-    { header: 'Type', get: (d) => d.type },
-    { header: 'Resource Class', get: (d) => d.resource_class },
-    { header: 'State', get: (d) => d.device_state },
-    { header: 'Status', get: (d) => d.status },
-    { header: 'Cleanup Action', get: (d) => d.cleanup_action || '-' },
-    { header: 'Flags', get: (d) => deviceFlags(d) },
-  ]);
+/** The device state, then whatever else keeps it out of the pool. */
+export function deviceState(d: DeviceView): string {
+  const s = [d.device_state];
+  if (d.burned) s.push('burned');
+  if (d.status !== 'enabled') s.push(d.status);
+  if (d.health === 'unhealthy') s.push('unhealthy');
+  return s.join(',');
 }
 
-/** The booleans an operator scans for, in one cell. */
+/** The properties an operator scans for, in one cell. */
 function deviceFlags(d: DeviceView): string {
   const f: string[] = [];
   if (d.live_migratable) f.push('migratable');
   if (d.one_time_use) f.push('one-time-use');
-  if (d.burned) f.push('BURNED');
   if (!d.managed) f.push('unmanaged');
-  if (d.health === 'unhealthy') f.push('UNHEALTHY');
   return f.join(',');
 }
 
-/** The `show` table: every field, nested ones as compact JSON. */
+/** The `show` view: every field, nested ones as compact JSON. */
 export function deviceRecord(d: DeviceView): string {
   return renderRecord({
     ...d,
@@ -129,7 +142,7 @@ export function registerDeviceCommands(program: Command): void {
   filterOptions(clientOptions(device.command('list').description('list devices (filters combine)'))).action(
     withClient(async (client, format, o: FilterFlags) => {
       const rows = (await listAllDevices(client, filterFrom(o))).map(deviceView);
-      console.log(render(format, rows, () => deviceTable(rows)));
+      printList(format, rows, 'devices', (wide) => deviceTable(rows, wide));
     }),
   );
 
@@ -137,7 +150,7 @@ export function registerDeviceCommands(program: Command): void {
     device.command('show').description('show one device, every field').argument('<device>'),
   ).action(
     withClient(async (client, format, name: string) => {
-      const res = await client.devices.getDevice({ device: parseDeviceRef(name) });
+      const res = await client.devices.getDevice({ device: await resolveDeviceRef(client, name) });
       printDevice(format, res.device!);
     }),
   );
@@ -156,7 +169,7 @@ export function registerDeviceCommands(program: Command): void {
       .option('--request-id <id>', 'idempotency key: a retry with the same id returns the same job'),
   ).action(
     withClient(async (client, format, name: string, o: { wait?: boolean; requestId?: string }) => {
-      const ref = parseDeviceRef(name);
+      const ref = await resolveDeviceRef(client, name);
       const res = await client.devices.cleanDevice({ device: ref, requestId: o.requestId ?? '' });
       const d = res.device!;
       if (!o.wait) {
@@ -209,7 +222,7 @@ export function registerDeviceCommands(program: Command): void {
     withClient(async (client, format, name: string, o: { job?: string }) => {
       const out = await followCleanup(
         client,
-        parseDeviceRef(name),
+        await resolveDeviceRef(client, name),
         o.job ?? '',
         defaultProgressStyle(format === 'json'),
       );
@@ -224,7 +237,7 @@ export function registerDeviceCommands(program: Command): void {
       .argument('<device>'),
   ).action(
     withClient(async (client, format, name: string) => {
-      const res = await client.devices.releaseDevice({ device: parseDeviceRef(name) });
+      const res = await client.devices.releaseDevice({ device: await resolveDeviceRef(client, name) });
       printDevice(format, res.device!);
     }),
   );
@@ -253,7 +266,7 @@ export function registerDeviceCommands(program: Command): void {
           }
         }
         const res = await client.devices.setDeviceStatus({
-          device: parseDeviceRef(name),
+          device: await resolveDeviceRef(client, name),
           status,
           generation,
         });

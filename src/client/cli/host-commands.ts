@@ -1,18 +1,25 @@
 /** `berth host list|show`: the hosts whose agents registered with the scheduler. */
 import type { Command } from 'commander';
-import { clientOptions, type HostView, hostView, withClient } from './client-common.js';
-import { render, renderRecord, renderTable } from './output.js';
+import { ago, clientOptions, type HostView, hostView, withClient } from './client-common.js';
+import { printList, render, renderRecord, renderTable } from './output.js';
 
-export function hostTable(rows: readonly HostView[]): string {
-  return renderTable(rows, [
-    { header: 'Name', get: (h) => h.name },
-    { header: 'Endpoint', get: (h) => h.endpoint },
-    { header: 'Connected', get: (h) => h.connected },
-    { header: 'Devices', get: (h) => h.device_count },
-    { header: 'Drivers', get: (h) => h.drivers },
-    { header: 'Agent Version', get: (h) => h.agent_version },
-    { header: 'Last Seen', get: (h) => h.last_seen },
-  ]);
+export function hostTable(rows: readonly HostView[], wide = false): string {
+  return renderTable(
+    rows,
+    [
+      { header: 'name', get: (h) => h.name, shrink: true },
+      { header: 'status', get: (h) => (h.connected ? 'connected' : 'disconnected') },
+      { header: 'endpoint', get: (h) => h.endpoint, shrink: true },
+      { header: 'devices', get: (h) => h.device_count },
+      { header: 'drivers', get: (h) => h.drivers },
+      { header: 'version', get: (h) => h.agent_version },
+      { header: 'last seen', get: (h) => ago(h.last_seen), only: 'table' },
+      { header: 'last seen', get: (h) => h.last_seen, only: 'wide' },
+      { header: 'features', get: (h) => h.features, only: 'wide' },
+      { header: 'boot id', get: (h) => h.boot_id, only: 'wide' },
+    ],
+    { wide },
+  );
 }
 
 export function registerHostCommands(program: Command): void {
@@ -21,7 +28,7 @@ export function registerHostCommands(program: Command): void {
   clientOptions(host.command('list').description('list hosts')).action(
     withClient(async (client, format) => {
       const rows = (await client.hosts.listHosts({})).hosts.map(hostView);
-      console.log(render(format, rows, () => hostTable(rows)));
+      printList(format, rows, 'hosts', (wide) => hostTable(rows, wide));
     }),
   );
 

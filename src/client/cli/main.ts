@@ -5,6 +5,7 @@
  * 0 ok, 1 the server refused or failed, 2 usage or configuration error,
  * 3 the server could not be reached.
  */
+import { logVerbosity, setLogVerbosity } from '@grpc/grpc-js';
 import { Command, CommanderError } from 'commander';
 import { ConfigError, isBerthError } from '../../errors.js';
 import { BERTH_VERSION } from '../../version.js';
@@ -29,6 +30,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   migration: async () => (await import('./migration-commands.js')).registerMigrationCommands,
   demo: async () => (await import('./demo-commands.js')).registerDemoCommands,
   health: async () => (await import('./health-commands.js')).registerHealthCommands,
+  token: async () => (await import('./token-commands.js')).registerTokenCommands,
 };
 // `sim` lives with `up`.
 COMMANDS.sim = COMMANDS.up!;
@@ -72,6 +74,9 @@ export function errorExit(err: unknown): number {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // grpc-js logs its own errors on stderr ("No address added out of total 1
+  // resolved"); the CLI reports every error itself, in one line.
+  if (!process.env.GRPC_VERBOSITY) setLogVerbosity(logVerbosity.NONE);
   try {
     await (await buildProgram(argv)).parseAsync(argv);
   } catch (err) {

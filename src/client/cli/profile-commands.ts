@@ -23,7 +23,7 @@ import {
   UsageError,
   withClient,
 } from './client-common.js';
-import { render, renderRecord, renderTable } from './output.js';
+import { printList, render, renderRecord, renderTable } from './output.js';
 
 const LIVE_MIGRATABLE_VALUES = [
   LiveMigratable.LIVE_MIGRATABLE_UNSPECIFIED,
@@ -184,14 +184,17 @@ export function registerProfileCommands(program: Command): void {
   clientOptions(profile.command('list').description('list profiles')).action(
     withClient(async (client, format) => {
       const rows = (await client.profiles.listProfiles({})).profiles.map(profileView);
-      console.log(
-        render(format, rows, () =>
-          renderTable(rows, [
-            { header: 'Name', get: (p) => p.name },
-            { header: 'UUID', get: (p) => p.uuid },
-            { header: 'Groups', get: (p) => p.groups.map(groupSummary).join('; ') },
-            { header: 'Description', get: (p) => p.description },
-          ]),
+      printList(format, rows, 'profiles', (wide) =>
+        renderTable(
+          rows,
+          [
+            { header: 'name', get: (p) => p.name, shrink: true },
+            { header: 'groups', get: (p) => p.groups.map(groupSummary).join('; '), shrink: true },
+            { header: 'description', get: (p) => p.description || '-', shrink: true },
+            { header: 'uuid', get: (p) => p.uuid, only: 'wide' },
+            { header: 'created', get: (p) => p.created_at, only: 'wide' },
+          ],
+          { wide },
         ),
       );
     }),

@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { type AuthOptions, loadAuthOptions } from '../../server/grpc/auth.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
+import { withListenHint } from './listen-hint.js';
 
 interface ServeFlags {
   db: string;
@@ -80,6 +81,10 @@ export function registerSchedulerCommands(program: Command): void {
         ...(tls ? { tls } : {}),
         ...(agentToken ? { agentToken } : {}),
         ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
+      }).catch((err: unknown) => {
+        const flags: Record<string, string> = { [o.listen]: '--listen' };
+        if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
+        throw withListenHint(err, flags, 'another scheduler');
       });
       const stop = () => void s.stop().then(() => process.exit(0));
       process.once('SIGTERM', stop);

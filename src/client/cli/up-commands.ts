@@ -1,64 +1,94 @@
 /** `berth up` and `berth sim …`: a working Berth on this machine, and simulated hosts for it. */
 import { readFile } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
+import { createLogger } from '../../logging.js';
 import { buildSimHost, demoHostDefinition, type SimHostDefinition } from '../../sim/host.js';
 import type { SimFault } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
 import { clientConfigPath, writeClientConfig } from '../client-config.js';
-import { startUp } from '../up/berth-up.js';
+import { startUp, type Up } from '../up/berth-up.js';
+import { withListenHint } from './listen-hint.js';
 
 export function registerUpCommands(program: Command): void {
   program
     .command('up')
     .description('run a scheduler and agents on this machine (simulated hosts unless --sysfs-root is given)')
     .option('--listen <addr>', 'scheduler listen address', '127.0.0.1:7070')
-    .option('--state-dir <dir>', 'where the database, journals and simulated hosts live', '.berth')
+    .option(
+      '--state-dir <dir>',
+      'where the database, journals, tokens and simulated hosts live (one berth up at a time)',
+      '.berth',
+    )
+    .option('--metrics-listen <addr>', "serve the scheduler's Prometheus /metrics on host:port")
     .option('--sysfs-root <dir>', 'manage a real sysfs tree (e.g. /sys) instead of simulated hosts')
     .option('-c, --config <file>', 'agent configuration for --sysfs-root (device_spec, drivers)')
-    .action(async (o: { listen: string; stateDir: string; sysfsRoot?: string; config?: string }) => {
-      let agentConfig: Record<string, unknown> | undefined;
-      if (o.config) agentConfig = parseYaml(await readFile(o.config, 'utf8')) as Record<string, unknown>;
-      if (o.sysfsRoot && !agentConfig) {
-        throw new ConfigError('--sysfs-root needs -c/--config with the device_spec entries to manage');
-      }
-      const up = await startUp({
-        listen: o.listen,
-        stateDir: o.stateDir,
-        sysfsRoot: o.sysfsRoot,
-        agentConfig,
-      });
-      const configPath = await writeClientConfig({
-        endpoint: up.endpoint,
-        token: up.adminToken,
-        state_dir: up.stateDir,
-      });
-      // How the user runs berth: bin/berth in a checkout (it says so), else the installed command.
-      const cli = process.env.BERTH_CLI_NAME ?? 'berth';
-      const buf = cli === 'bin/berth' ? 'node_modules/.bin/buf' : 'buf';
-      const lines = [
-        `Berth is up.`,
-        `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
-        ...up.agents.map(
-          (a) => `  agent      ${a.address}   host ${a.config.host}, ${a.inventory.list().length} devices`,
-        ),
-        `  client configuration (endpoint, admin token) written to ${configPath}`,
-        '',
-        'Try, in another terminal:',
-        `  ${cli} demo`.padEnd(39) + '# the whole lifecycle, narrated',
-        `  ${cli} device list`.padEnd(39) + '# every device, its state and cleanup action',
-        `  ${cli} host list`,
-        `  ${buf} curl --protocol grpc --http2-prior-knowledge --list-methods http://${up.endpoint}`,
-        '',
-        'Stop with Ctrl-C.',
-      ];
-      console.log(lines.join('\n'));
-      const stop = () => void up.stop().then(() => process.exit(0));
-      process.once('SIGINT', stop);
-      process.once('SIGTERM', stop);
-    });
+    .action(
+      async (o: {
+        listen: string;
+        stateDir: string;
+        metricsListen?: string;
+        sysfsRoot?: string;
+        config?: string;
+      }) => {
+        let agentConfig: Record<string, unknown> | undefined;
+        if (o.config) agentConfig = parseYaml(await readFile(o.config, 'utf8')) as Record<string, unknown>;
+        if (o.sysfsRoot && !agentConfig) {
+          throw new ConfigError('--sysfs-root needs -c/--config with the device_spec entries to manage');
+        }
+        // Machine logs go to a file in the state directory; the terminal gets the friendly lines.
+        const logFile = join(resolve(o.stateDir), 'berth-up.log');
+        const logger = createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'info' }, logFile);
+        let up: Up;
+        try {
+          up = await startUp({
+            listen: o.listen,
+            stateDir: o.stateDir,
+            sysfsRoot: o.sysfsRoot,
+            agentConfig,
+            logger,
+            ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
+          });
+        } catch (err) {
+          const flags: Record<string, string> = { [o.listen]: '--listen' };
+          if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
+          throw withListenHint(err, flags, 'another berth up');
+        }
+        const configPath = await writeClientConfig({
+          endpoint: up.endpoint,
+          token: up.adminToken,
+          state_dir: up.stateDir,
+        });
+        // How the user runs berth: bin/berth in a checkout (it says so), else the installed command.
+        const cli = process.env.BERTH_CLI_NAME ?? 'berth';
+        const buf = cli === 'bin/berth' ? 'node_modules/.bin/buf' : 'buf';
+        const lines = [
+          `Berth is up.`,
+          `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
+          ...up.agents.map(
+            (a) => `  agent      ${a.address}   host ${a.config.host}, ${a.inventory.list().length} devices`,
+          ),
+          ...(up.metricsAddress ? [`  metrics    http://${up.metricsAddress}/metrics`] : []),
+          `  client configuration (endpoint, admin token) written to ${configPath}`,
+          `  tokens     ${up.tokens.file} (${up.tokens.created ? 'new' : 'the same as last time'}; delete it to rotate them)`,
+          `  logs       ${logFile}`,
+          '',
+          'Try, in another terminal:',
+          `  ${cli} demo`.padEnd(39) + '# the whole lifecycle, narrated',
+          `  ${cli} device list`.padEnd(39) + '# every device, its state and cleanup action',
+          `  ${cli} host list`,
+          `  ${buf} curl --protocol grpc --http2-prior-knowledge --list-methods http://${up.endpoint}`,
+          '',
+          'Stop with Ctrl-C.',
+        ];
+        console.log(lines.join('\n'));
+        const stop = () => void up.stop().then(() => process.exit(0));
+        process.once('SIGINT', stop);
+        process.once('SIGTERM', stop);
+      },
+    );
 
   const sim = program.command('sim').description('simulated hosts: sysfs tree, /dev, nvme-cli simulator');
   sim

@@ -2,16 +2,25 @@
  * `berth up`: a scheduler and the agents of this machine in one process, on
  * simulated hosts unless pointed at a real sysfs. The quick start and the demo
  * run on it; nothing is shared with a real deployment except the code.
+ *
+ * What the state directory keeps across restarts: the scheduler's database,
+ * the agents' journals, the tokens (`tokens.yaml`, `agent.token`) and the
+ * agents' configurations as they run (`sim/<host>/agent.yaml`, rewritten at
+ * every start with the simulated hardware, which is rebuilt fresh). One
+ * `berth up` at a time per state directory: a second one refuses, naming the
+ * first's pid and endpoint.
  */
-import { mkdir, rm } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
+import { stringify as toYaml } from 'yaml';
 import { createLogger } from '../../logging.js';
 import { Agent } from '../../server/agent/agent.js';
-import { parseAgentConfig } from '../../server/agent/config.js';
-import { type AuthOptions, generateStaticToken } from '../../server/grpc/auth.js';
+import { loadAgentConfig, parseAgentConfig } from '../../server/agent/config.js';
+import { InstanceLock } from '../../server/instance-lock.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../sim/host.js';
+import { loadOrCreateUpTokens, type UpTokens } from './up-tokens.js';
 
 export interface UpOptions {
   listen: string;
@@ -22,16 +31,21 @@ export interface UpOptions {
   agentConfig?: Record<string, unknown>;
   /** Number of simulated hosts (2: migrations need a destination). */
   hosts?: number;
+  /** Serve the scheduler's Prometheus /metrics on host:port. */
+  metricsListen?: string;
   logger?: Logger;
 }
 
 export interface Up {
-  /** The admin bearer token berth up generated (written to the client config by the CLI). */
+  /** The admin bearer token (kept in the state directory; written to the client config by the CLI). */
   adminToken: string;
+  tokens: UpTokens;
   scheduler: Scheduler;
   agents: Agent[];
   sims: SimHost[];
   endpoint: string;
+  /** host:port of the scheduler's /metrics, '' when not served. */
+  metricsAddress: string;
   stateDir: string;
   stop(): Promise<void>;
 }
@@ -53,38 +67,42 @@ async function followed(
   }
 }
 
+/** Writes the agent's configuration as it will run, and loads it back from the file. */
+async function writeAgentConfig(path: string, doc: Record<string, unknown>) {
+  await writeFile(
+    path,
+    `# Written by berth up at every start: the configuration this agent runs with.\n${toYaml(doc)}`,
+  );
+  return loadAgentConfig(path);
+}
+
 export async function startUp(options: UpOptions): Promise<Up> {
   const logger = options.logger ?? createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'warn' });
   const stateDir = resolve(options.stateDir);
   await mkdir(stateDir, { recursive: true });
-  // Every RPC stays authenticated: fresh tokens at every start, one per role.
-  const adminToken = generateStaticToken();
-  const agentToken = generateStaticToken();
-  const schedulerToken = generateStaticToken();
-  const agentAuth: AuthOptions = {
-    mode: 'token',
-    staticTokens: [
-      { token: schedulerToken, roles: ['scheduler'], subject: 'berth-up-scheduler' },
-      { token: adminToken, roles: ['admin'], subject: 'berth-up-admin' },
-    ],
-  };
-  const scheduler = await Scheduler.start({
-    auth: {
-      mode: 'token',
-      staticTokens: [
-        { token: adminToken, roles: ['admin'], subject: 'berth-up-admin' },
-        { token: agentToken, roles: ['agent'], subject: 'berth-up-agents' },
-      ],
-    },
-    agentToken: schedulerToken,
-    db: join(stateDir, 'scheduler.db'),
-    listen: options.listen,
-    logger,
-    heartbeatSeconds: 5,
+  const lock = InstanceLock.acquire(join(stateDir, 'berth-up'), {
+    what: `state directory ${stateDir}`,
+    kind: 'berth up',
+    hint: 'or use another --state-dir',
   });
+  let scheduler: Scheduler | undefined;
   const agents: Agent[] = [];
   const sims: SimHost[] = [];
   try {
+    // Every RPC stays authenticated, with tokens that survive a restart.
+    const tokens = await loadOrCreateUpTokens(stateDir);
+    // The agents accept the same tokens file; its roles keep each token to its side.
+    const agentAuth = { static_tokens_file: tokens.file };
+    scheduler = await Scheduler.start({
+      auth: { mode: 'token', staticTokens: tokens.staticTokens },
+      agentToken: tokens.scheduler,
+      db: join(stateDir, 'scheduler.db'),
+      listen: options.listen,
+      logger,
+      heartbeatSeconds: 5,
+      ...(options.metricsListen ? { metricsListen: options.metricsListen } : {}),
+    });
+    lock.setEndpoint(scheduler.address);
     if (options.sysfsRoot) {
       const config = parseAgentConfig(
         {
@@ -93,11 +111,13 @@ export async function startUp(options: UpOptions): Promise<Up> {
           sysfs_root: options.sysfsRoot,
           listen: '127.0.0.1:0',
           scheduler: scheduler.address,
+          auth: agentAuth,
+          scheduler_token_file: tokens.agentTokenFile,
         },
         {},
         process.cwd(),
       );
-      agents.push(await Agent.start({ config, logger, auth: agentAuth, schedulerToken: agentToken }));
+      agents.push(await Agent.start({ config, logger }));
     } else {
       const n = options.hosts ?? 2;
       for (let i = 1; i <= n; i++) {
@@ -108,46 +128,41 @@ export async function startUp(options: UpOptions): Promise<Up> {
         await rm(simRoot, { recursive: true, force: true });
         const sim = await buildSimHost(simRoot, def);
         sims.push(sim);
-        const config = parseAgentConfig(
-          {
-            ...sim.agentConfig,
-            state_dir: join(stateDir, 'agents', def.host),
-            scheduler: scheduler.address,
-            register_interval: 5,
-          },
-          {},
-          process.cwd(),
-        );
-        agents.push(
-          await Agent.start({
-            config,
-            logger,
-            bootIdFile: sim.bootIdFile,
-            auth: agentAuth,
-            schedulerToken: agentToken,
-          }),
-        );
+        const config = await writeAgentConfig(sim.configPath, {
+          ...sim.agentConfig,
+          state_dir: join(stateDir, 'agents', def.host),
+          scheduler: scheduler.address,
+          register_interval: 5,
+          auth: agentAuth,
+          scheduler_token_file: tokens.agentTokenFile,
+        });
+        agents.push(await Agent.start({ config, logger, bootIdFile: sim.bootIdFile }));
       }
     }
     await Promise.all(agents.map((a) => a.registered));
     // Registered is not followed: wait until the scheduler holds every host's
     // inventory, so "Berth is up" means the devices are there to be bound.
-    await Promise.all(agents.map((a) => followed(scheduler, a.config.host, a.inventory.list().length)));
+    const s = scheduler;
+    await Promise.all(agents.map((a) => followed(s, a.config.host, a.inventory.list().length)));
+    return {
+      adminToken: tokens.admin,
+      tokens,
+      scheduler,
+      agents,
+      sims,
+      endpoint: scheduler.address,
+      metricsAddress: scheduler.metricsAddress,
+      stateDir,
+      async stop() {
+        for (const a of agents) await a.stop();
+        await s.stop();
+        lock.release();
+      },
+    };
   } catch (err) {
     for (const a of agents) await a.stop();
-    await scheduler.stop();
+    await scheduler?.stop();
+    lock.release();
     throw err;
   }
-  return {
-    adminToken,
-    scheduler,
-    agents,
-    sims,
-    endpoint: scheduler.address,
-    stateDir,
-    async stop() {
-      for (const a of agents) await a.stop();
-      await scheduler.stop();
-    },
-  };
 }

@@ -10,17 +10,15 @@ import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { attachLoop, detachLoop, loopUnsupported } from '../../../test/helpers/loop.js';
+import { attachLoop, detachLoop, loopAvailable } from '../../../test/helpers/loop.js';
 import { alignedBuffer, openDirect, readAt, writeAt } from './direct-io.js';
 import { readBack, sampleRanges } from './read-back.js';
 import { writeZeros } from './zero-writer.js';
 
 const MIB = 1024 * 1024;
 
-const loopSupport = loopUnsupported();
-
-describe.skipIf(loopSupport !== null)(
-  `direct I/O on a loop device${loopSupport ? ` (skipped: ${loopSupport})` : ''}`,
+describe.skipIf(!loopAvailable('the direct I/O tests on a loop device'))(
+  'direct I/O on a loop device',
   () => {
     let dir: string;
     let backing: string;

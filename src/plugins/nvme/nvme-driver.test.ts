@@ -4,7 +4,7 @@ import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { attachLoop, detachLoop, loopUnsupported } from '../../../test/helpers/loop.js';
+import { attachLoop, detachLoop, loopAvailable } from '../../../test/helpers/loop.js';
 import { judgeEvidence } from '../../server/agent/cleanup-judge.js';
 import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
@@ -643,11 +643,9 @@ describe('NvmeDriver on the simulator', () => {
 });
 
 /** The zero path on a real block device: a loop device holding a pattern, zeroed by the direct writer. */
-const loopSupport = loopUnsupported();
-
 describe('host-side zero path on a loop device', () => {
-  it.skipIf(loopSupport !== null)(
-    `zeroes a real block device end to end${loopSupport ? ` (skipped: ${loopSupport})` : ''}`,
+  it.skipIf(!loopAvailable('the zero path on a loop device'))(
+    'zeroes a real block device end to end',
     async (t) => {
       const host = await makeTestHost({ controller: { sanicap: 0, oncs: 0x57 } });
       const backing = join(host.root, 'loop.img');

@@ -1,10 +1,11 @@
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync } from 'node:fs';
+import { readdirSync } from 'node:fs';
 import { mkdir, mkdtemp, rename, rm, symlink, unlink, writeFile } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { available, lspci, realPciDevices } from '../../../test/helpers/prerequisites.js';
 import { BerthError } from '../../errors.js';
 import { buildSysfs, type SimFunctionSpec, type SysfsBuilder } from '../../sim/sysfs/index.js';
 import type { PciFunction } from '../types.js';
@@ -433,15 +434,6 @@ describe('property: the reader returns what the builder was told', () => {
   });
 });
 
-function lspciAvailable(): boolean {
-  try {
-    execFileSync('lspci', ['--version'], { stdio: 'pipe' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 /** `0000:3b:00.0 0200: 8086:1572 (rev 02)` → the parts we compare. */
 function parseLspci(out: string): { address: string; klass: string; ids: string }[] {
   const re = /^([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) ([0-9a-f]{4}): ([0-9a-f]{4}:[0-9a-f]{4})/;
@@ -455,9 +447,10 @@ function parseLspci(out: string): { address: string; klass: string; ids: string 
     });
 }
 
-const hasRealPci = existsSync('/sys/bus/pci/devices') && readdirSync('/sys/bus/pci/devices').length > 0;
+const realMachine = 'the real-/sys comparison with lspci';
+const canCompare = available(lspci(), realMachine) && available(realPciDevices(), realMachine);
 
-describe.skipIf(!lspciAvailable() || !hasRealPci)('the real machine (read-only /sys) against lspci', () => {
+describe.skipIf(!canCompare)('the real machine (read-only /sys) against lspci', () => {
   it('lists the same addresses, vendor:device and class', async () => {
     const fns = await readPciFunctions('/sys');
     const lspci = parseLspci(execFileSync('lspci', ['-D', '-n'], { encoding: 'utf8' }));

@@ -167,7 +167,6 @@ export class Agent {
       (cfg.schedulerTokenFile ? (await readFile(cfg.schedulerTokenFile, 'utf8')).trim() : undefined);
     this.server = new GrpcServer({
       services: [agentServiceBinding(this, this.logger)],
-      protoPackages: ['berth.agent.v1'],
       interceptors: [this.metrics.interceptor(), authInterceptor(auth, this.logger)],
       ...(tls ? { credentials: serverCredentials(tls) } : {}),
     });

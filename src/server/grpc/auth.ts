@@ -32,8 +32,9 @@ import {
 import { createLocalJWKSet, type JWTPayload, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
 import type { Logger } from 'pino';
 import { stringify as stringifyYaml } from 'yaml';
-import { ConfigError } from '../../errors.js';
+import { BerthError, ConfigError } from '../../errors.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
+import { toServiceError } from './status.js';
 
 /**
  * - admin: operators. Everything, including the destructive or
@@ -274,17 +275,35 @@ export interface Principal {
   via: 'jwt' | 'static' | 'mtls' | 'none';
 }
 
+/**
+ * A refused call. Its ErrorInfo reason: CREDENTIALS_MISSING (nothing sent),
+ * CREDENTIALS_INVALID (unknown, malformed, expired or badly signed), or
+ * ROLE_NOT_ALLOWED (a valid caller without a role the method allows).
+ */
 export class AuthError extends Error {
+  readonly reason: string;
   constructor(
     readonly code: status.UNAUTHENTICATED | status.PERMISSION_DENIED,
     message: string,
+    reason?: string,
   ) {
     super(message);
     this.name = 'AuthError';
+    this.reason = reason ?? (code === status.UNAUTHENTICATED ? 'CREDENTIALS_INVALID' : 'ROLE_NOT_ALLOWED');
+  }
+
+  toBerthError(): BerthError {
+    return new BerthError(
+      this.code === status.UNAUTHENTICATED ? 'UNAUTHENTICATED' : 'PERMISSION_DENIED',
+      this.message,
+      {
+        reason: this.reason,
+      },
+    );
   }
 }
 
-const unauthenticated = (m: string) => new AuthError(status.UNAUTHENTICATED, m);
+const unauthenticated = (m: string, reason?: string) => new AuthError(status.UNAUTHENTICATED, m, reason);
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest();
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
@@ -378,7 +397,10 @@ export class Authenticator {
     if (values.length === 0) {
       const fromCert = this.fromCertificate(authContext);
       if (fromCert) return fromCert;
-      throw unauthenticated('missing credentials: send "authorization: Bearer <token>"');
+      throw unauthenticated(
+        'missing credentials: send "authorization: Bearer <token>"',
+        'CREDENTIALS_MISSING',
+      );
     }
     if (values.length > 1) throw unauthenticated('more than one authorization header');
     const header = String(values[0]);
@@ -531,7 +553,12 @@ export function authInterceptor(auth: Authenticator, logger?: Logger): ServerInt
                   { method: methodKey(path), peer: call.getPeer(), code: e.code, why: e.message },
                   'call refused',
                 );
-                call.sendStatus({ code: e.code, details: e.message, metadata: new Metadata() });
+                const st = toServiceError(e.toBerthError());
+                call.sendStatus({
+                  code: e.code,
+                  details: e.message,
+                  metadata: st.metadata ?? new Metadata(),
+                });
               },
             );
           },

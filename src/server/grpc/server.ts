@@ -18,30 +18,55 @@ import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
 import descriptor from 'protobufjs/ext/descriptor/index.js';
 import { DESCRIPTOR_SET } from '../../descriptor-set.js';
+import { listenError, parseListenAddress } from '../listen-address.js';
+import { OPEN_SERVICES } from './auth.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
 
 interface FileDescriptorLike {
   name: string;
   package: string;
+  dependency?: string[];
 }
 interface DescriptorCodec {
   FileDescriptorSet: { decode(b: Uint8Array): { file: FileDescriptorLike[] } };
   FileDescriptorProto: { encode(m: FileDescriptorLike): { finish(): Uint8Array } };
 }
 
+/** The packages of the error details Berth sends (google.rpc.ErrorInfo, BadRequest, …). */
+const DETAIL_PACKAGES = ['google.rpc'];
+
+const packageOf = (service: string) => service.slice(0, service.lastIndexOf('.'));
+
 /**
- * The reflection service is given the descriptors buf compiled, file by file.
- * proto-loader's descriptors merge each package into one synthetic file without
- * imports, which grpcurl and buf curl cannot link.
+ * What reflection serves, from the descriptors buf compiled file by file
+ * (proto-loader's merge each package into one synthetic file without imports,
+ * which grpcurl and buf curl cannot link): the files of the services this
+ * server serves — its own, health and reflection —, the error detail types
+ * its errors carry (so a client resolves google.rpc.ErrorInfo by name), and
+ * every file they import. Only the served services are listed: the scheduler
+ * imports agent.proto for CleanupEvent but does not list AgentService.
  */
-function reflectionPackage(packages: string[]) {
+export function reflectionDescriptors(services: readonly string[]): {
+  files: Buffer[];
+  services: string[];
+} {
   const codec = descriptor as unknown as DescriptorCodec;
   const set = codec.FileDescriptorSet.decode(readFileSync(DESCRIPTOR_SET));
-  const files = set.file.filter(
-    (f) => f.package.startsWith('google.') || packages.some((p) => f.package === p),
-  );
-  const fileDescriptorProtos = files.map((f) => Buffer.from(codec.FileDescriptorProto.encode(f).finish()));
-  return { files: { fileDescriptorProtos } } as unknown as ConstructorParameters<typeof ReflectionService>[0];
+  const byName = new Map(set.file.map((f) => [f.name, f]));
+  // Health and reflection: every server serves them (open to all, see auth.ts).
+  const listed = [...services, ...OPEN_SERVICES];
+  const roots = new Set([...listed.map(packageOf), ...DETAIL_PACKAGES]);
+  const keep = new Set<string>();
+  const add = (f: FileDescriptorLike | undefined) => {
+    if (!f || keep.has(f.name)) return;
+    keep.add(f.name);
+    for (const d of f.dependency ?? []) add(byName.get(d));
+  };
+  for (const f of set.file) if (roots.has(f.package)) add(f);
+  const files = set.file
+    .filter((f) => keep.has(f.name))
+    .map((f) => Buffer.from(codec.FileDescriptorProto.encode(f).finish()));
+  return { files, services: listed };
 }
 
 /**
@@ -79,8 +104,6 @@ export interface ServiceBinding {
 
 export interface GrpcServerOptions {
   services: ServiceBinding[];
-  /** Proto packages to expose through reflection (their google.* imports come along). */
-  protoPackages: string[];
   credentials?: ServerCredentials;
   /** Server interceptors, run on every call in order (auth: src/server/grpc/auth.ts). */
   interceptors?: ServerInterceptor[];
@@ -103,18 +126,32 @@ export class GrpcServer {
     });
     this.health = new HealthImplementation({ '': 'NOT_SERVING' });
     this.health.addToServer(this.server);
-    new ReflectionService(reflectionPackage(options.protoPackages)).addToServer(this.server);
+    const served = reflectionDescriptors(options.services.map((s) => s.name));
+    new ReflectionService(
+      { files: { fileDescriptorProtos: served.files } } as unknown as ConstructorParameters<
+        typeof ReflectionService
+      >[0],
+      { services: served.services },
+    ).addToServer(this.server);
     for (const s of options.services) {
       this.server.addService(guardDeserializers(s.definition), s.implementation);
       this.health.setStatus(s.name, 'NOT_SERVING');
     }
   }
 
-  /** Binds `host:port` and starts serving; resolves with the bound address. */
+  /**
+   * Binds `host:port` and starts serving; resolves with the bound address.
+   * A port in use or an address that is not this machine's is a
+   * FAILED_PRECONDITION naming the address (reason ADDRESS_IN_USE /
+   * ADDRESS_NOT_AVAILABLE), not grpc-js's "No address added out of total 1".
+   */
   async listen(address: string): Promise<string> {
     const creds = this.options.credentials ?? Creds.createInsecure();
+    parseListenAddress(address);
     const port = await new Promise<number>((resolve, reject) => {
-      this.server.bindAsync(address, creds, (err, p) => (err ? reject(err) : resolve(p)));
+      this.server.bindAsync(address, creds, (err, p) =>
+        err ? reject(listenError(address, err)) : resolve(p),
+      );
     });
     this.boundPort = port;
     this.boundHost = address.slice(0, address.lastIndexOf(':')) || '127.0.0.1';

@@ -1,10 +1,15 @@
 /**
  * The one place where Berth's error taxonomy becomes a gRPC status. Handlers
  * throw BerthError; this turns it into a status code, a message, and
- * google.rpc.Status details (ErrorInfo, BadRequest) in `grpc-status-details-bin`
- * so grpcurl, buf curl and generated SDKs see structured errors. Anything that
- * is not a BerthError is a bug: the client gets a generic INTERNAL with an id,
- * the operator's log gets the whole error under that id.
+ * google.rpc.Status details in `grpc-status-details-bin` so grpcurl, buf curl
+ * and generated SDKs see structured errors: an ErrorInfo on every error (as
+ * AIP-193 asks; its reason is the error's own, e.g. DEVICE_ALREADY_CLEAN or
+ * DEVICE_NOT_FOUND, or the code's name when there is none more specific), and
+ * a BadRequest naming each field of an INVALID_ARGUMENT. The reason is also
+ * sent as the `berth-error-reason` trailer, which `buf curl -v` prints (buf
+ * curl shows details of types it was not compiled with as base64 only).
+ * Anything that is not a BerthError is a bug: the client gets a generic
+ * INTERNAL with an id, the operator's log gets the whole error under that id.
  */
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServiceError, status } from '@grpc/grpc-js';
@@ -31,22 +36,32 @@ const CODES: Record<ErrorCode, status> = {
   INTERNAL: status.INTERNAL,
 };
 
-const CODE_NAMES = new Map<number, ErrorCode>(Object.entries(CODES).map(([k, v]) => [v, k as ErrorCode]));
+/** Every gRPC status code's name (UNIMPLEMENTED, DATA_LOSS, … included: a client may receive any). */
+export type StatusName = ErrorCode | 'OK' | 'UNKNOWN' | 'UNIMPLEMENTED' | 'OUT_OF_RANGE' | 'DATA_LOSS';
+const STATUS_NAMES = new Map<number, StatusName>(
+  Object.entries(status)
+    .filter((e): e is [string, number] => typeof e[1] === 'number')
+    .map(([k, v]) => [v, k as StatusName]),
+);
+const isErrorCode = (n: string): n is ErrorCode => n in CODES;
 
 const typeUrl = (name: string) => `type.googleapis.com/${name}`;
+
+/** The trailer that repeats the ErrorInfo reason in plain text. */
+export const REASON_TRAILER = 'berth-error-reason';
 
 /** Builds the ServiceError grpc-js sends for `err`. */
 export function toServiceError(err: unknown, logger?: Logger): Partial<ServiceError> {
   if (err instanceof BerthError) {
-    const details: Any[] = [];
-    if (err.reason) {
-      details.push({
+    const reason = err.reason ?? err.code;
+    const details: Any[] = [
+      {
         typeUrl: typeUrl('google.rpc.ErrorInfo'),
         value: Buffer.from(
-          ErrorInfo.encode({ reason: err.reason, domain: ERROR_DOMAIN, metadata: err.metadata }).finish(),
+          ErrorInfo.encode({ reason, domain: ERROR_DOMAIN, metadata: err.metadata }).finish(),
         ),
-      });
-    }
+      },
+    ];
     if (err.fieldViolations.length > 0) {
       details.push({
         typeUrl: typeUrl('google.rpc.BadRequest'),
@@ -55,23 +70,21 @@ export function toServiceError(err: unknown, logger?: Logger): Partial<ServiceEr
     }
     const code = CODES[err.code];
     const metadata = new Metadata();
-    if (details.length > 0) {
-      metadata.set(
-        'grpc-status-details-bin',
-        Buffer.from(Status.encode({ code, message: err.message, details }).finish()),
-      );
-    }
-    if (err.reason) metadata.set('berth-error-reason', err.reason);
+    metadata.set(
+      'grpc-status-details-bin',
+      Buffer.from(Status.encode({ code, message: err.message, details }).finish()),
+    );
+    metadata.set(REASON_TRAILER, reason);
     return { code, details: err.message, metadata };
   }
   if (isServiceErrorLike(err)) return err;
   const id = randomUUID();
   logger?.error({ err, errorId: id }, 'unexpected error in handler');
-  return {
-    code: status.INTERNAL,
-    details: `internal error (id ${id}); see the server log`,
-    metadata: new Metadata(),
-  };
+  return toServiceError(
+    new BerthError('INTERNAL', `internal error (id ${id}); see the server log`, {
+      metadata: { errorId: id },
+    }),
+  );
 }
 
 function isServiceErrorLike(err: unknown): err is Partial<ServiceError> {
@@ -86,7 +99,7 @@ function isServiceErrorLike(err: unknown): err is Partial<ServiceError> {
 
 export interface DecodedStatus {
   code: number;
-  codeName: ErrorCode | 'UNKNOWN' | 'OK';
+  codeName: StatusName;
   message: string;
   reason?: string;
   metadata: Record<string, string>;
@@ -97,7 +110,7 @@ export interface DecodedStatus {
 export function decodeServiceError(err: ServiceError): DecodedStatus {
   const out: DecodedStatus = {
     code: err.code,
-    codeName: err.code === 0 ? 'OK' : (CODE_NAMES.get(err.code) ?? 'UNKNOWN'),
+    codeName: STATUS_NAMES.get(err.code) ?? 'UNKNOWN',
     message: err.details,
     metadata: {},
     fieldViolations: [],
@@ -125,7 +138,7 @@ export function decodeServiceError(err: ServiceError): DecodedStatus {
 /** Turns a client-side grpc error back into a BerthError (for servers that call other servers). */
 export function berthErrorFromServiceError(err: ServiceError): BerthError {
   const d = decodeServiceError(err);
-  const code: ErrorCode = d.codeName === 'OK' || d.codeName === 'UNKNOWN' ? 'INTERNAL' : d.codeName;
+  const code: ErrorCode = isErrorCode(d.codeName) ? d.codeName : 'INTERNAL';
   return new BerthError(code, d.message, {
     reason: d.reason,
     metadata: d.metadata,

@@ -5,12 +5,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
+import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
 import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
+import { InstanceLock } from '../instance-lock.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
 import { AgentLink } from './runtime/agent-link.js';
@@ -58,6 +60,7 @@ export class Scheduler {
   private constructor(
     readonly core: SchedulerCore,
     readonly server: GrpcServer,
+    private readonly lock: InstanceLock | null,
   ) {}
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
@@ -65,7 +68,22 @@ export class Scheduler {
     const auth = new Authenticator(requireAuthOptions(options.auth));
     const tls = options.tls ? await loadTls(options.tls) : undefined;
     const agentCredentials = channelCredentials(tls);
-    const store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
+    // One scheduler per SQLite file: a second one refuses, naming the first.
+    const lock =
+      !options.store && options.db && options.db !== ':memory:'
+        ? InstanceLock.acquire(resolve(options.db), {
+            what: `database ${options.db}`,
+            kind: 'scheduler',
+            hint: 'or give another --db',
+          })
+        : null;
+    let store: Store;
+    try {
+      store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
+    } catch (err) {
+      lock?.release();
+      throw err;
+    }
     const hub = new EventHub();
     const metrics = new Metrics('scheduler');
     metrics.devicesGauge(() => store.deviceCounts());
@@ -113,24 +131,36 @@ export class Scheduler {
     ];
     const server = new GrpcServer({
       services,
-      protoPackages: ['berth.scheduler.v1', 'berth.agent.v1'],
       interceptors: [metrics.interceptor(), authInterceptor(auth, logger)],
       ...(tls ? { credentials: serverCredentials(tls) } : {}),
     });
     logAuthMode(auth, logger, 'scheduler');
-    await server.listen(options.listen);
+    try {
+      await server.listen(options.listen);
+    } catch (err) {
+      await server.stop(0);
+      await store.close();
+      lock?.release();
+      throw err;
+    }
+    lock?.setEndpoint(server.address);
     // Hosts known from before a restart are followed again as soon as their
     // agents re-register (within one heartbeat); until then they show as disconnected.
     for (const h of await store.listHosts()) {
       if (h.connected) await store.setHostConnected(h.name, false);
     }
     logger.info({ address: server.address }, 'scheduler serving');
-    const scheduler = new Scheduler(core, server);
+    const scheduler = new Scheduler(core, server, lock);
     if (options.metricsListen) {
-      const m = await serveMetrics(options.metricsListen, metrics.registry);
-      scheduler.metricsServer = m.server;
-      scheduler.metricsAddress = m.address;
-      logger.info({ metrics: `http://${m.address}/metrics` }, 'serving metrics');
+      try {
+        const m = await serveMetrics(options.metricsListen, metrics.registry);
+        scheduler.metricsServer = m.server;
+        scheduler.metricsAddress = m.address;
+      } catch (err) {
+        await scheduler.stop();
+        throw err;
+      }
+      logger.info({ metrics: `http://${scheduler.metricsAddress}/metrics` }, 'serving metrics');
     }
     return scheduler;
   }
@@ -154,6 +184,7 @@ export class Scheduler {
     await this.server.stop(2_000);
     this.metricsServer?.close();
     await this.core.store.close();
+    this.lock?.release();
   }
 }
 

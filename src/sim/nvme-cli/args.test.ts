@@ -1,12 +1,11 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
+import { available, REAL_NVME, realNvmeCli } from '../../../test/helpers/prerequisites.js';
 import { parseArgs, strtoul } from './args.js';
 import { int32, jsonPrint, uint128String } from './json-print.js';
 import { cliEnvFrom, runCli } from './main.js';
 
-const REAL_NVME = '/usr/sbin/nvme';
-const haveReal = existsSync(REAL_NVME);
+const haveReal = available(realNvmeCli(), 'parity tests of the simulator against the real nvme-cli');
 
 /** The real nvme-cli 2.3, for messages it produces without hardware. */
 function real(args: string[]) {

@@ -7,7 +7,10 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { available, REAL_NVME, realNvmeCli } from '../../../test/helpers/prerequisites.js';
 import { createNvmeSimState, type NvmeSimSpec, readNvmeSimState, writeNvmeWrapper } from './index.js';
+
+const haveRealNvme = available(realNvmeCli(), 'the comparisons of simulator errors with the real nvme-cli');
 
 const dirs: string[] = [];
 afterAll(() => {
@@ -237,8 +240,8 @@ describe('nvme-sim executable', () => {
       stdout: '',
       stderr: "Expected short argument for 'block-count' but got '65536'!\n",
     });
-    if (existsSync('/usr/sbin/nvme')) {
-      const r = spawnSync('/usr/sbin/nvme', ['write-zeroes', data, '-c', '65536'], { encoding: 'utf8' });
+    if (haveRealNvme) {
+      const r = spawnSync(REAL_NVME, ['write-zeroes', data, '-c', '65536'], { encoding: 'utf8' });
       expect(big.stderr).toBe(r.stderr);
     }
   }, 30_000);
@@ -324,8 +327,8 @@ describe('nvme-sim executable', () => {
     expect(
       r.stderr.startsWith('/dev/nvme9: No such file or directory\n\x1b[1mUsage: nvme sanitize-log'),
     ).toBe(true);
-    if (existsSync('/usr/sbin/nvme')) {
-      const real = spawnSync('/usr/sbin/nvme', ['sanitize-log', '/dev/nvme9', '-o', 'json'], {
+    if (haveRealNvme) {
+      const real = spawnSync(REAL_NVME, ['sanitize-log', '/dev/nvme9', '-o', 'json'], {
         encoding: 'utf8',
       });
       expect(r).toEqual({ code: real.status, stdout: real.stdout, stderr: real.stderr });

@@ -9,20 +9,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { available, lspci as lspciTool } from '../../../test/helpers/prerequisites.js';
 import { readPciFunctions } from '../../plugins/pci/sysfs-reader.js';
 import type { PciFunction } from '../../plugins/types.js';
 import { buildSysfs, largeHostSpec, type SysfsBuilder } from './index.js';
 
-function lspciAvailable(): boolean {
-  try {
-    execFileSync('lspci', ['--version'], { stdio: 'pipe' });
-    return true;
-  } catch {
-    return false;
-  }
-}
-const haveLspci = lspciAvailable();
-if (!haveLspci) console.warn('lspci not found: skipping the lspci oracle tests');
+const haveLspci = available(lspciTool(), 'the lspci oracle tests on simulated trees');
 
 function lspci(root: string, ...args: string[]): string {
   return execFileSync(

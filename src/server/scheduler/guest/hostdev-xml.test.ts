@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { available, virtXmlValidate } from '../../../../test/helpers/prerequisites.js';
 import { isBerthError } from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
@@ -16,7 +17,7 @@ import {
   USER_ALIAS,
   uniqueAliases,
 } from './hostdev-xml.js';
-import { haveVirtXmlValidate, validateDomains, wrapInDomain } from './virt-xml.js';
+import { validateDomains, wrapInDomain } from './virt-xml.js';
 
 const ARQ = '2f59e9d8-5a17-4607-83c5-e2ff83cce2c7';
 
@@ -185,7 +186,9 @@ describe('hostdevFromBinding', () => {
   });
 });
 
-describe.skipIf(!haveVirtXmlValidate())('libvirt schema (virt-xml-validate)', () => {
+const haveValidator = available(virtXmlValidate(), 'libvirt schema tests of hostdev XML');
+
+describe.skipIf(!haveValidator)('libvirt schema (virt-xml-validate)', () => {
   const expectValid = (devicesXml: string[]) => {
     const results = validateDomains(devicesXml.map(wrapInDomain));
     results.forEach((r, i) => {
@@ -260,7 +263,3 @@ describe.skipIf(!haveVirtXmlValidate())('libvirt schema (virt-xml-validate)', ()
     );
   });
 });
-
-if (!haveVirtXmlValidate()) {
-  console.warn('virt-xml-validate not found at /usr/bin/virt-xml-validate: libvirt schema tests skipped');
-}

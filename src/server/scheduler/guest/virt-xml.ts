@@ -5,14 +5,11 @@
  */
 
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 export const VIRT_XML_VALIDATE = '/usr/bin/virt-xml-validate';
-
-/** Whether libvirt's validator is installed (tests skip with a message otherwise). */
-export const haveVirtXmlValidate = (): boolean => existsSync(VIRT_XML_VALIDATE);
 
 /** The smallest domain libvirt's schema accepts, with `devices` inside <devices>. */
 export const wrapInDomain = (devices: string): string =>

@@ -70,14 +70,19 @@ export async function register(
   });
   if (agentRestarted) {
     const { interrupted, toDispatch } = await store.reconcileAgentRestart(req.host);
-    logger.warn(
-      {
-        host: req.host,
-        interrupted: interrupted.map((d) => d.address),
-        redispatch: toDispatch.map((d) => d.address),
-      },
-      'agent restarted: devices it was cleaning are in error, pending cleanups will be dispatched again',
-    );
+    // Worth a warning only when the restart cut something short.
+    if (interrupted.length > 0 || toDispatch.length > 0) {
+      logger.warn(
+        {
+          host: req.host,
+          interrupted: interrupted.map((d) => d.address),
+          redispatch: toDispatch.map((d) => d.address),
+        },
+        'agent restarted: devices it was cleaning are in error, pending cleanups will be dispatched again',
+      );
+    } else {
+      logger.info({ host: req.host }, 'agent restarted; it was cleaning nothing');
+    }
   }
   logger.info({ host: req.host, endpoint: req.endpoint, features: req.features }, 'agent registered');
   core.connectAgent(req.host, req.endpoint, req.features);

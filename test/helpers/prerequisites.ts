@@ -1,0 +1,170 @@
+/**
+ * The real tools some tests use as oracles, each checked by doing what the
+ * tests do with it (not by finding a file): protoc must compile a file that
+ * imports a well-known type, virt-xml-validate must validate a domain, and so
+ * on. A test whose tool is missing is skipped with one line saying what is
+ * missing and which Debian package brings it.
+ *
+ * On CI (`.ci/run` sets BERTH_REQUIRE_TOOLS=1) a missing tool is an error
+ * instead: the file fails, so a package `.ci/run` forgot to install shows up
+ * as a red run, not as a silent skip.
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { VIRT_XML_VALIDATE, wrapInDomain } from '../../src/server/scheduler/guest/virt-xml.js';
+
+export interface Prerequisite {
+  /** What the tests need, e.g. "virt-xml-validate". */
+  name: string;
+  /** null when usable; otherwise what is wrong. */
+  missing: string | null;
+  /** The Debian packages that provide it (as `.ci/run` installs them); empty for machine properties. */
+  packages: string[];
+}
+
+const cache = new Map<string, Prerequisite>();
+
+function check(name: string, packages: string[], probe: () => string | null): Prerequisite {
+  const known = cache.get(name);
+  if (known) return known;
+  let missing: string | null;
+  try {
+    missing = probe();
+  } catch (err) {
+    const e = err as { stderr?: Buffer | string; message: string };
+    const detail = (e.stderr?.toString().trim() || e.message).split('\n')[0];
+    missing = detail ?? 'failed';
+  }
+  const p = { name, missing, packages };
+  cache.set(name, p);
+  return p;
+}
+
+const run = (cmd: string, args: string[], cwd?: string) =>
+  execFileSync(cmd, args, { stdio: 'pipe', timeout: 60_000, ...(cwd ? { cwd } : {}) }).toString();
+
+function withTempDir<T>(fn: (dir: string) => T): T {
+  const dir = mkdtempSync(join(tmpdir(), 'berth-prereq-'));
+  try {
+    return fn(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** libvirt's `virt-xml-validate` with its schemas and xmllint: it must accept the smallest domain. */
+export const virtXmlValidate = () =>
+  check('virt-xml-validate', ['libvirt-clients', 'libxml2-utils'], () =>
+    withTempDir((dir) => {
+      if (!existsSync(VIRT_XML_VALIDATE)) return `${VIRT_XML_VALIDATE} not found`;
+      const file = join(dir, 'd.xml');
+      writeFileSync(file, wrapInDomain(''));
+      run(VIRT_XML_VALIDATE, [file, 'domain']);
+      return null;
+    }),
+  );
+
+/** pciutils' lspci, able to read a sysfs tree. */
+export const lspci = () =>
+  check('lspci', ['pciutils'], () => {
+    run('lspci', ['--version']);
+    return null;
+  });
+
+/** PCI functions in this machine's /sys (a property of the machine, not a package). */
+export const realPciDevices = () =>
+  check('PCI devices in /sys/bus/pci/devices', [], () =>
+    existsSync('/sys/bus/pci/devices') && readdirSync('/sys/bus/pci/devices').length > 0
+      ? null
+      : 'this machine (or container) shows no PCI functions',
+  );
+
+/** The real nvme-cli 2.3 the simulator is checked against (no hardware needed). */
+export const REAL_NVME = '/usr/sbin/nvme';
+export const realNvmeCli = () =>
+  check('nvme-cli 2.3', ['nvme-cli'], () => {
+    if (!existsSync(REAL_NVME)) return `${REAL_NVME} not found`;
+    const v = run(REAL_NVME, ['version']);
+    return /nvme version 2\.3\b/.test(v) ? null : `${REAL_NVME} is not 2.3: ${v.split('\n')[0]}`;
+  });
+
+/** openssl, to make the TLS tests' certificates at run time. */
+export const openssl = () =>
+  check('openssl', ['openssl'], () => {
+    run('openssl', ['version']);
+    return null;
+  });
+
+/** util-linux's `script`, to give a command a pseudo-terminal. */
+export const SCRIPT_BIN = '/usr/bin/script';
+export const scriptPty = () =>
+  check('script (a pseudo-terminal)', ['bsdutils'], () => {
+    if (!existsSync(SCRIPT_BIN)) return `${SCRIPT_BIN} not found`;
+    run(SCRIPT_BIN, ['-qec', 'true', '/dev/null']);
+    return null;
+  });
+
+/** Running as root (loop devices): a property of how the tests are run, not a package. */
+export const root = () =>
+  check('root', [], () => (process.getuid?.() === 0 ? null : 'the tests do not run as root'));
+
+/** losetup, to attach loop devices. */
+export const losetup = () =>
+  check('losetup', ['mount'], () => {
+    run('losetup', ['--version']);
+    return null;
+  });
+
+/**
+ * A Python gRPC client generated from proto/: /usr/bin/python3 with grpcio and
+ * protobuf, protoc that finds the well-known types (google/protobuf/*.proto
+ * come with libprotobuf-dev, not with protobuf-compiler), and
+ * grpc_python_plugin. Debian's grpc_tools bundles protoc 3.5, too old for
+ * proto3 `optional`, hence the separate compiler.
+ */
+export const PYTHON = '/usr/bin/python3';
+export const GRPC_PYTHON_PLUGIN = '/usr/bin/grpc_python_plugin';
+export const pythonGrpc = () =>
+  check(
+    'Python gRPC client tools',
+    ['python3-grpcio', 'protobuf-compiler', 'protobuf-compiler-grpc', 'libprotobuf-dev'],
+    () =>
+      withTempDir((dir) => {
+        run(PYTHON, ['-c', 'import grpc, google.protobuf']);
+        if (!existsSync(GRPC_PYTHON_PLUGIN)) return `${GRPC_PYTHON_PLUGIN} not found`;
+        writeFileSync(
+          join(dir, 'probe.proto'),
+          'syntax = "proto3";\nimport "google/protobuf/timestamp.proto";\nmessage Probe { google.protobuf.Timestamp t = 1; optional int32 n = 2; }\n',
+        );
+        run(
+          'protoc',
+          [
+            '-I.',
+            `--python_out=${dir}`,
+            `--grpc_out=${dir}`,
+            `--plugin=protoc-gen-grpc=${GRPC_PYTHON_PLUGIN}`,
+            'probe.proto',
+          ],
+          dir,
+        );
+        return null;
+      }),
+  );
+
+/**
+ * Whether `p` is usable. When it is not: one line on stderr naming what is
+ * missing and the package to install, and false (skip) — or, with
+ * BERTH_REQUIRE_TOOLS=1, an error that fails the file.
+ */
+export function available(p: Prerequisite, what: string): boolean {
+  if (p.missing === null) return true;
+  const install = p.packages.length ? ` (apt-get install ${p.packages.join(' ')})` : '';
+  const line = `${what}: needs ${p.name}${install}: ${p.missing}`;
+  if (process.env.BERTH_REQUIRE_TOOLS === '1' && p.packages.length > 0) {
+    throw new Error(`${line} — required because BERTH_REQUIRE_TOOLS=1 (.ci/run installs it)`);
+  }
+  console.warn(`skipped: ${line}`);
+  return false;
+}
