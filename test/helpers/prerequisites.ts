@@ -106,6 +106,13 @@ export const scriptPty = () =>
     return null;
   });
 
+/** systemd's `systemd-analyze`, to verify the packaged units. */
+export const systemdAnalyze = () =>
+  check('systemd-analyze', ['systemd'], () => {
+    run('systemd-analyze', ['--version']);
+    return null;
+  });
+
 /** Running as root (loop devices): a property of how the tests are run, not a package. */
 export const root = () =>
   check('root', [], () => (process.getuid?.() === 0 ? null : 'the tests do not run as root'));

@@ -29,6 +29,7 @@ import { CleanupPhase } from '../../src/gen/berth/agent/v1/agent.js';
 import { holdsTenantData, isAllZero, writeTenantData } from '../../src/plugins/nvme/test-host.js';
 import { type Running, start } from '../e2e/berth-cli.js';
 import { tempDir } from '../helpers/agent.js';
+import { available, systemdAnalyze } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
 
 const REPO = fileURLToPath(new URL('../..', import.meta.url));
@@ -388,25 +389,22 @@ describe('the packed tarball, installed globally', () => {
     }
   }, 180_000);
 
-  it('systemd units: systemd-analyze verify passes on both, pointed at the installed berth', async (t) => {
-    const which = await run('sh', ['-c', 'command -v systemd-analyze'], {});
-    if (which.code !== 0) {
-      t.skip();
-      console.warn('skipped: systemd-analyze is not installed (Debian package systemd)');
-      return;
-    }
-    const unitDir = join(dir.path, 'units');
-    await mkdir(unitDir);
-    const names = readdirSync(join(installed, 'deploy/systemd')).sort();
-    expect(names).toEqual(['berth-agent.service', 'berth-scheduler.service']);
-    for (const name of names) {
-      const text = await readFile(join(installed, 'deploy/systemd', name), 'utf8');
-      // The one change: where berth is installed (the units say /usr/local/bin, Debian's npm prefix).
-      expect(text).toContain('ExecStart=/usr/local/bin/berth ');
-      await writeFile(join(unitDir, name), text.replaceAll('/usr/local/bin/berth', berthBin));
-    }
-    const verify = await run('systemd-analyze', ['verify', ...names.map((n) => join(unitDir, n))], {});
-    expect(verify.code, `${verify.stdout}\n${verify.stderr}`).toBe(0);
-    expect(verify.stderr.trim()).toBe('');
-  });
+  it.skipIf(!available(systemdAnalyze(), 'the systemd unit check'))(
+    'systemd units: systemd-analyze verify passes on both, pointed at the installed berth',
+    async () => {
+      const unitDir = join(dir.path, 'units');
+      await mkdir(unitDir);
+      const names = readdirSync(join(installed, 'deploy/systemd')).sort();
+      expect(names).toEqual(['berth-agent.service', 'berth-scheduler.service']);
+      for (const name of names) {
+        const text = await readFile(join(installed, 'deploy/systemd', name), 'utf8');
+        // The one change: where berth is installed (the units say /usr/local/bin, Debian's npm prefix).
+        expect(text).toContain('ExecStart=/usr/local/bin/berth ');
+        await writeFile(join(unitDir, name), text.replaceAll('/usr/local/bin/berth', berthBin));
+      }
+      const verify = await run('systemd-analyze', ['verify', ...names.map((n) => join(unitDir, n))], {});
+      expect(verify.code, `${verify.stdout}\n${verify.stderr}`).toBe(0);
+      expect(verify.stderr.trim()).toBe('');
+    },
+  );
 });

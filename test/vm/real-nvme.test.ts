@@ -168,7 +168,7 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     const wz = out.devices.find((d) => d.address === addressOf('write-zeroes'));
     expect(wz).toMatchObject({
       driver: 'nvme',
-      type: 'NVME',
+      type: 'nvme',
       vendor_id: '1b36',
       product_id: '0010',
       class_code: '010802',
