@@ -25,7 +25,7 @@ import {
   vanished,
 } from './device-state.js';
 import type { RequestGroup } from './profile.js';
-import { facts, pciFacts } from './test-fixtures.js';
+import { facts, PROOF, pciFacts } from './test-fixtures.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
 const dev = (f: DeviceFacts = facts(), uuid = 'd1') => newDevice('h1', f, uuid, NOW);
@@ -65,8 +65,21 @@ describe('device state machine: single events', () => {
     const s = cleanupStarted(r, 'job1', NOW);
     expect(s.deviceState).toBe('cleaning');
     expect(cleanupStarted(s, 'job1', NOW)).toBe(s);
-    const ok = cleanupSucceeded(s, 'job1', 'sanitize-crypto', NOW);
+    const ok = cleanupSucceeded(s, 'job1', 'sanitize-crypto', NOW, PROOF);
     expect([ok.deviceState, ok.reserved, ok.lastCleanup?.outcome]).toEqual(['available', 0, 'succeeded']);
+  });
+
+  it('a success without a proof of erasure (an old agent, or one that omits it) is an error, not available', () => {
+    const s = cleanupStarted(
+      release(bind(dev(), { arqUuid: 'a', instanceUuid: 'i' }), { arqUuid: 'a' }, 'j'),
+      'j',
+      NOW,
+    );
+    for (const proof of [null, { ...PROOF, method: '' }]) {
+      const bad = cleanupSucceeded(s, 'j', 'sanitize-crypto', NOW, proof);
+      expect([bad.deviceState, bad.reserved, bad.lastCleanup?.outcome]).toEqual(['error', 1, 'failed']);
+      expect(bad.errorReason).toContain('without a proof of erasure');
+    }
   });
 
   it("a success keeps the agent's proof as the device's last cleanup", () => {
@@ -100,14 +113,16 @@ describe('device state machine: single events', () => {
       'j',
       NOW,
     );
-    const bad = cleanupSucceeded(s, 'j', 'shred', NOW);
+    const bad = cleanupSucceeded(s, 'j', 'shred', NOW, PROOF);
     expect(bad.deviceState).toBe('error');
     expect(bad.errorReason).toContain('"shred"');
   });
 
   it('events of a stale job are refused', () => {
     const p = release(bind(dev(), { arqUuid: 'a', instanceUuid: 'i' }), { arqUuid: 'a' }, 'j2');
-    expect(reasonOf(() => cleanupSucceeded(p, 'j1', 'sanitize-crypto', NOW))).toBe('STALE_CLEANUP_JOB');
+    expect(reasonOf(() => cleanupSucceeded(p, 'j1', 'sanitize-crypto', NOW, PROOF))).toBe(
+      'STALE_CLEANUP_JOB',
+    );
     expect(reasonOf(() => cleanupStarted(dev(), 'j1', NOW))).toBe('CLEANUP_NOT_EXPECTED');
   });
 
@@ -188,7 +203,7 @@ type Op =
   | { kind: 'releaseArq'; arq: number }
   | { kind: 'releaseWrong'; dev: number; arq: number }
   | { kind: 'started' | 'failed' | 'interrupted' | 'impossible'; dev: number; stale: boolean }
-  | { kind: 'succeeded'; dev: number; stale: boolean; wrongAction: boolean }
+  | { kind: 'succeeded'; dev: number; stale: boolean; wrongAction: boolean; noProof: boolean }
   | { kind: 'agentRestart' }
   | { kind: 'operatorClean'; dev: number; agentCanClean: boolean }
   | { kind: 'operatorRelease'; dev: number }
@@ -228,6 +243,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
       dev: dIdx,
       stale: fc.boolean(),
       wrongAction: fc.boolean(),
+      noProof: fc.boolean(),
     }),
   },
   fc.record({ kind: fc.constant('agentRestart' as const) }),
@@ -359,11 +375,19 @@ function step(w: World, op: Op): void {
       break;
     case 'succeeded': {
       const locked = w.devices[op.dev]!.cleanupAction ?? '';
-      apply(op.dev, (d) => cleanupSucceeded(d, jobOf(d, op.stale), op.wrongAction ? 'other' : locked, NOW));
+      apply(op.dev, (d) =>
+        cleanupSucceeded(
+          d,
+          jobOf(d, op.stale),
+          op.wrongAction ? 'other' : locked,
+          NOW,
+          op.noProof ? null : PROOF,
+        ),
+      );
       const d = w.devices[op.dev]!;
       if (d.deviceState === 'available' && before[op.dev]!.deviceState !== 'available') {
         // the only way back to available after a use: the current job, the locked action
-        expect(op.stale || op.wrongAction).toBe(false);
+        expect(op.stale || op.wrongAction || op.noProof).toBe(false);
         w.dirty[op.dev] = false;
         opName = 'cleanSuccess';
       }

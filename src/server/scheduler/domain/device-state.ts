@@ -314,15 +314,16 @@ function finish(
 /**
  * The agent reports that the job succeeded. Invariant 2: only the current job,
  * and only when it ran the locked-in action; a success claimed for another action
- * is not proof, so the device goes to error instead. The agent's proof (what was
- * done, how much was read back, full or sample) becomes the device's last cleanup.
+ * is not proof, so the device goes to error instead; so does a success without
+ * the agent's proof of erasure. The proof (what was done, how much was read back,
+ * full or sample) becomes the device's last cleanup.
  */
 export function cleanupSucceeded(
   d: DeviceRecord,
   jobId: string,
   action: string,
   now: string,
-  proof: CleanupProofRecord | null = null,
+  proof: CleanupProofRecord | null,
 ): DeviceRecord {
   assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
   if (!d.cleanupAction || action !== d.cleanupAction) {
@@ -334,11 +335,22 @@ export function cleanupSucceeded(
       lastCleanup: finish(d, jobId, 'failed', reason, now),
     });
   }
+  if (!proof?.method) {
+    // A success is believed only with the agent's proof of erasure: an agent that
+    // predates proofs (or one that lies by omission) cannot make a device available.
+    const reason = `cleanup job ${jobId} reported success without a proof of erasure (is the agent older than the scheduler?); clean the device again with an up-to-date agent`;
+    return settle(d, {
+      deviceState: 'error',
+      errorReason: reason,
+      cleanupJobId: null,
+      lastCleanup: finish(d, jobId, 'failed', reason, now),
+    });
+  }
   return settle(d, {
     deviceState: 'available',
     errorReason: '',
     cleanupJobId: null,
-    lastCleanup: finish(d, jobId, 'succeeded', proof ? proof.findings.join('; ') : '', now, proof),
+    lastCleanup: finish(d, jobId, 'succeeded', proof.findings.join('; '), now, proof),
   });
 }
 

@@ -3,7 +3,7 @@
  * itself: both the property tests and the store contract build fleets with it.
  */
 
-import type { DeviceFacts } from './device-state.js';
+import type { CleanupProofRecord, DeviceFacts } from './device-state.js';
 
 export interface FactsOptions extends Partial<DeviceFacts> {
   /** Shorthand: device index → address 0000:<bus>:00.0 and IOMMU group. */
@@ -59,3 +59,13 @@ export function pciFacts(opts: FactsOptions = {}): DeviceFacts {
     ...opts,
   });
 }
+
+/** A proof of erasure as an agent reports it with a successful cleanup. */
+export const PROOF: CleanupProofRecord = {
+  method: 'sanitize',
+  readBack: 'sample',
+  bytesWritten: 0,
+  bytesRead: 4096,
+  bytesTotal: 1 << 20,
+  findings: ['nvme0n1: the sanitize log shows this sanitize completed'],
+};

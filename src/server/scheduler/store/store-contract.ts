@@ -12,7 +12,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import { allocatable, type DeviceFacts } from '../domain/device-state.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, pciFacts } from '../domain/test-fixtures.js';
+import { facts, PROOF, pciFacts } from '../domain/test-fixtures.js';
 import type { CleanupEvent, HostRegistration, Store } from './store.js';
 
 export type OpenStore = (path: string) => Promise<Store>;
@@ -227,6 +227,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         message: '',
         time: new Date().toISOString(),
         sequence,
+        ...(phase === 'succeeded' ? { proof: PROOF } : {}),
       });
       expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).device.deviceState).toBe('cleaning');
       expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).applied).toBe(false);
