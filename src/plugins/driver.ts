@@ -21,8 +21,13 @@ export interface HostContext {
   sysfsRoot: string;
   /** Root of device nodes: /dev, or a simulated directory. */
   devRoot: string;
-  /** Directory the driver may keep state in (already created). */
+  /** Directory the driver may keep state in (already created, unless `readOnly`). */
   stateDir: string;
+  /**
+   * True in the operator's dry run (`berth agent discover`): read what the state
+   * dir holds, never write it — the running agent's state is not the dry run's.
+   */
+  readOnly?: boolean;
   hostname: string;
   runner: CommandRunner;
   logger: Logger;

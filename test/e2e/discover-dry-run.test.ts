@@ -4,7 +4,8 @@
  * broken configuration (non-zero exit, the error named).
  */
 import { execFile } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
+import { existsSync, readdirSync } from 'node:fs';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -104,6 +105,28 @@ describe('berth agent discover', () => {
     expect(table.code).toBe(0);
     expect(table.stdout).toContain('Excluded (matched by a device_spec entry, not offered):');
     expect(table.stdout).toContain('sanitize-crypto');
+  });
+
+  it("writes nothing into the state dir: the running agent's state is not the dry run's", async () => {
+    const cfg = join(dir.path, 'read-only.yaml');
+    // A state dir that does not exist stays missing.
+    const fresh = join(dir.path, 'no-state-yet');
+    await writeFile(cfg, JSON.stringify({ ...sim.agentConfig, state_dir: fresh }));
+    const first = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(first.code, first.stderr).toBe(0);
+    expect(existsSync(fresh)).toBe(false);
+    // The running agent's identities (here: one for a device a guest holds, which the
+    // dry run cannot identify) are read, and left exactly as they were.
+    const kept = join(dir.path, 'agent-state');
+    await mkdir(kept);
+    const identities = join(kept, 'nvme-identities.json');
+    await writeFile(identities, '{}');
+    await writeFile(cfg, JSON.stringify({ ...sim.agentConfig, state_dir: kept }));
+    const second = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(second.code, second.stderr).toBe(0);
+    expect(JSON.parse(second.stdout).devices).toHaveLength(9);
+    expect(await readFile(identities, 'utf8')).toBe('{}');
+    expect(readdirSync(kept)).toEqual(['nvme-identities.json']);
   });
 
   it('says each exclusion once, in its output, not again as log lines', async () => {

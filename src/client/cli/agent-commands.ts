@@ -95,6 +95,7 @@ export function registerAgentCommands(program: Command): void {
         sysfsRoot: config.sysfsRoot,
         devRoot: config.devRoot,
         stateDir: config.stateDir,
+        readOnly: true,
         hostname: config.host,
         runner: new ExecRunner(),
         logger,

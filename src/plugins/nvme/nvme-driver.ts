@@ -211,7 +211,7 @@ export class NvmeDriver extends GenericDriver {
     }
     await Promise.all(work);
     const now = this.serializeIdentities();
-    if (now !== known) await this.saveIdentities(ctx, now);
+    if (now !== known && !ctx.readOnly) await this.saveIdentities(ctx, now);
     devices.sort((a, b) => a.address.localeCompare(b.address));
     excluded.sort((a, b) => a.address.localeCompare(b.address));
     return { devices, excluded };
