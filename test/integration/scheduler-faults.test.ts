@@ -298,23 +298,29 @@ describe('scheduler invariants under failure (gRPC)', () => {
     expect(after.every((d) => d.allocatable)).toBe(true);
   }, 60_000);
 
-  it('an N-1 agent without cleanup.v1: a released NVMe device goes to error (AGENT_CANNOT_CLEAN), never available', async () => {
+  it('an N-1 agent (no binding.v1, no cleanup.v1): an NVMe bind is refused and the device stays available; VFs still cycle', async () => {
     const hosts = (await c.client.hosts.listHosts({})).hosts;
     expect(hosts.find((h) => h.name === OLD)?.features).toEqual(['inventory.v1']);
-    const b = await useAndRelease(OLD, 'nvme1', 'vm-old-agent');
-    const end = await settled(OLD, b.deviceAddress);
-    expect(stateName(end.deviceState)).toBe('DEVICE_STATE_ERROR');
-    expect(end.errorReason).toContain('AGENT_CANNOT_CLEAN');
-    expect(end.reserved).toBe(1);
-    expect(end.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_FAILED);
-    // Stays in error: no later dispatch may turn it available.
-    await new Promise((r) => setTimeout(r, 1_500));
-    expect(stateName((await dev(OLD, b.deviceAddress)).deviceState)).toBe('DEVICE_STATE_ERROR');
+    const address = nvmeAddr(c.host(OLD).sim, 'nvme1');
+    const [arq] = (
+      await c.client.arqs.createAcceleratorRequests({ profileName: 'pick-nvme1', requestId: '', tags: [] })
+    ).acceleratorRequests;
+    // Invariant 9 needs the agent's own record of the binding: an agent that cannot keep one gets no
+    // device that is cleaned. The bind was never acknowledged, so no guest had it: no cleanup needed.
     await expectCode(
-      c.client.devices.cleanDevice({ device: uuidRef(end.uuid), requestId: '' }),
+      c.client.arqs.bindAcceleratorRequests({
+        bindings: [{ arqUuid: arq!.uuid, instanceUuid: 'vm-old-agent', host: OLD, tag: '' }],
+      }),
       'FAILED_PRECONDITION',
-      'AGENT_CANNOT_CLEAN',
+      'AGENT_CANNOT_RECORD_BINDINGS',
     );
+    const d = await dev(OLD, address);
+    expect(stateName(d.deviceState)).toBe('DEVICE_STATE_AVAILABLE');
+    expect([d.reserved, d.instanceUuid, d.allocatable]).toEqual([0, '', true]);
+    const { acceleratorRequest } = await c.client.arqs.getAcceleratorRequest({ uuid: arq!.uuid });
+    expect(acceleratorRequest?.deviceAddress).toBe('');
+    expect(acceleratorRequest?.error).toContain('too old to record bindings');
+    await c.client.arqs.deleteAcceleratorRequests({ uuids: [arq!.uuid], instanceUuid: '' });
     // A device that needs no cleaning still cycles normally on that host.
     const vf = await createAndBind(c.client, 'vf', 'vm-old-vf', OLD);
     await c.client.arqs.deleteAcceleratorRequests({ uuids: [vf.uuid], instanceUuid: '' });

@@ -13,6 +13,8 @@ import {
   type ListDevicesResponse,
   type PrepareMigrationRequest,
   type PrepareMigrationResponse,
+  type RecordBindingRequest,
+  type RecordBindingResponse,
   type RediscoverResponse,
   type WatchInventoryRequest,
   type WatchInventoryResponse,
@@ -110,6 +112,15 @@ export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBindin
         removed: diff.removed,
       };
     }),
+
+    recordBinding: unary(
+      'RecordBinding',
+      logger,
+      async (req: RecordBindingRequest): Promise<RecordBindingResponse> => {
+        const held = agent.cleanups.recordBinding(req.address, req.arqUuid, req.instanceUuid);
+        return { since: new Date(held.since) };
+      },
+    ),
 
     cleanupDevice: serverStream('CleanupDevice', logger, async function* (req: CleanupDeviceRequest, ctx) {
       const job = agent.cleanups.startOrAttach(req.address, req.jobId);

@@ -34,7 +34,11 @@ import { PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
 
 /** What this agent can do; the scheduler checks these before relying on a capability. */
-export const AGENT_FEATURES = ['inventory.v1', 'cleanup.v1', 'migration.v1'];
+/**
+ * What this agent can do, advertised at registration. `binding.v1`: it records
+ * bindings (RecordBinding) and reports the devices it holds as dirty.
+ */
+export const AGENT_FEATURES = ['inventory.v1', 'cleanup.v1', 'migration.v1', 'binding.v1'];
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -206,6 +210,11 @@ export class Agent {
           agentVersion: BERTH_VERSION,
           features: this.features,
           drivers: this.host.drivers.map((d) => d.name),
+          heldDevices: this.cleanups.heldDevices().map(({ address, arqUuid, instanceUuid }) => ({
+            address,
+            arqUuid,
+            instanceUuid,
+          })),
         }),
       });
       this.registration.start();

@@ -26,7 +26,24 @@ const MIGRATIONS = [
      event TEXT NOT NULL,
      PRIMARY KEY (job_id, sequence)
    );`,
+  // Devices handed to a guest and not cleaned since (RecordBinding): the agent's
+  // own record of tenant data, independent of the scheduler's database.
+  `CREATE TABLE held_devices (
+     address TEXT PRIMARY KEY,
+     arq_uuid TEXT NOT NULL,
+     instance_uuid TEXT NOT NULL,
+     since INTEGER NOT NULL
+   );`,
 ];
+
+/** A device the journal records as holding tenant data (handed to a guest, not cleaned since). */
+export interface HeldDevice {
+  address: string;
+  arqUuid: string;
+  instanceUuid: string;
+  /** ms since the epoch. */
+  since: number;
+}
 
 /** Jobs kept after they end; older finished jobs are pruned at start. */
 const KEEP_FINISHED = 1000;
@@ -135,7 +152,66 @@ export class CleanupJournal {
     return row ? this.load(row.job_id) : null;
   }
 
+  /**
+   * Records that `address` is handed to a guest for `arqUuid`, durably, before
+   * the scheduler acknowledges the bind. The same binding again returns the
+   * first record; a device still held for another binding returns that one
+   * as `conflict` and records nothing.
+   */
+  hold(
+    address: string,
+    arqUuid: string,
+    instanceUuid: string,
+    now = Date.now(),
+  ): { held: HeldDevice; conflict: boolean } {
+    return this.db
+      .transaction(() => {
+        const known = this.held(address);
+        if (known) return { held: known, conflict: known.arqUuid !== arqUuid };
+        this.db
+          .prepare(`INSERT INTO held_devices (address, arq_uuid, instance_uuid, since) VALUES (?, ?, ?, ?)`)
+          .run(address, arqUuid, instanceUuid, now);
+        return { held: { address, arqUuid, instanceUuid, since: now }, conflict: false };
+      })
+      .immediate();
+  }
+
+  held(address: string): HeldDevice | null {
+    const row = this.db
+      .prepare(`SELECT address, arq_uuid, instance_uuid, since FROM held_devices WHERE address = ?`)
+      .get(address) as HeldRow | undefined;
+    return row ? fromRow(row) : null;
+  }
+
+  /** Every device the journal records as holding tenant data. */
+  heldDevices(): HeldDevice[] {
+    return (
+      this.db
+        .prepare(`SELECT address, arq_uuid, instance_uuid, since FROM held_devices ORDER BY address`)
+        .all() as HeldRow[]
+    ).map(fromRow);
+  }
+
+  /** A cleanup the agent judged clean ended: the device holds no tenant data any more. */
+  releaseHeld(address: string): void {
+    this.db.prepare(`DELETE FROM held_devices WHERE address = ?`).run(address);
+  }
+
   close(): void {
     this.db.close();
   }
 }
+
+interface HeldRow {
+  address: string;
+  arq_uuid: string;
+  instance_uuid: string;
+  since: number;
+}
+
+const fromRow = (r: HeldRow): HeldDevice => ({
+  address: r.address,
+  arqUuid: r.arq_uuid,
+  instanceUuid: r.instance_uuid,
+  since: r.since,
+});

@@ -8,12 +8,13 @@ import type { Logger } from 'pino';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
-import type { CleanupJournal } from './cleanup-journal.js';
+import type { CleanupJournal, HeldDevice } from './cleanup-journal.js';
 import { judgeEvidence } from './cleanup-judge.js';
 import type { PluginHost } from './plugin-host.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+const BINDING_ID = /^[A-Za-z0-9._:-]{1,255}$/;
 /** Progress events are journaled at most this often (phase changes and outcomes always). */
 const JOURNAL_PROGRESS_EVERY_MS = 1_000;
 
@@ -61,6 +62,58 @@ export class CleanupRunner {
       );
     }
     return jobs;
+  }
+
+  /**
+   * RecordBinding: the device is handed to a guest for `arqUuid`. Recorded in
+   * the journal (durably) before the scheduler acknowledges the bind; cleared
+   * only by a cleanup judged clean. Refused for a device still recorded for
+   * another binding (it holds that tenant's data) or being cleaned.
+   */
+  recordBinding(address: string, arqUuid: string, instanceUuid: string): HeldDevice {
+    if (!PCI_ADDRESS.test(address)) {
+      throw invalidArgument('address', `${JSON.stringify(address)} is not a PCI address like 0000:3b:00.1`);
+    }
+    for (const [field, value] of [
+      ['arq_uuid', arqUuid],
+      ['instance_uuid', instanceUuid],
+    ] as const) {
+      if (!BINDING_ID.test(value)) {
+        throw invalidArgument(field, `${JSON.stringify(value)} must be 1-255 characters of [A-Za-z0-9._:-]`);
+      }
+    }
+    const device = this.lookup(address);
+    if (!device) throw notFound('device', address);
+    if (!device.supportsCleaning) {
+      throw failedPrecondition(
+        'CLEANING_NOT_SUPPORTED',
+        `device ${address} (driver ${device.driver}) is not cleaned, so its bindings are not recorded`,
+        { address },
+      );
+    }
+    const current = this.running.get(address);
+    if (current) {
+      throw failedPrecondition(
+        'CLEANUP_IN_PROGRESS',
+        `device ${address} is being cleaned (job ${current.job.jobId})`,
+        { address, job_id: current.job.jobId },
+      );
+    }
+    const { held, conflict } = this.journal.hold(address, arqUuid, instanceUuid);
+    if (conflict) {
+      throw failedPrecondition(
+        'DEVICE_HOLDS_TENANT_DATA',
+        `device ${address} still holds the data of ARQ ${held.arqUuid} (instance ${held.instanceUuid}), ` +
+          `handed to it at ${new Date(held.since).toISOString()} and not cleaned since`,
+        { address, arq_uuid: held.arqUuid, instance_uuid: held.instanceUuid },
+      );
+    }
+    return held;
+  }
+
+  /** The devices the journal records as holding tenant data (reported at every registration). */
+  heldDevices(): HeldDevice[] {
+    return this.journal.heldDevices();
   }
 
   /**
@@ -183,6 +236,8 @@ export class CleanupRunner {
         },
         true,
       );
+      // Only now does the device hold no tenant data in the agent's own record.
+      this.journal.releaseHeld(job.address);
       log.info({ proof }, 'cleanup succeeded');
       this.options.onOutcome?.(
         job.action,

@@ -97,6 +97,7 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${AGENT}/Rediscover`]: [A, SC],
   [`${AGENT}/CleanupDevice`]: [A, SC],
   [`${AGENT}/PrepareMigration`]: [A, SC],
+  [`${AGENT}/RecordBinding`]: [A, SC],
 };
 
 /** Services anyone may call (see the module comment for why). */

@@ -53,7 +53,8 @@ export interface Arq {
 const ALLOWED: Record<ArqState, readonly ArqState[]> = {
   initial: ['bind_started', 'deleting'],
   bind_started: ['bound', 'bind_failed', 'deleting'],
-  bound: ['deleting'],
+  // A bind its device's agent did not confirm (RecordBinding) is undone.
+  bound: ['deleting', 'bind_failed'],
   // A failed bind may be retried.
   bind_failed: ['bind_started', 'deleting'],
   deleting: [],
@@ -91,6 +92,20 @@ export function arqBound(arq: Arq, device: DeviceRecord, instanceUuid: string, t
     deviceType: device.type,
     tag,
     error: '',
+  });
+}
+
+/** A bind the device's agent did not confirm: bound → bind_failed, holding nothing. */
+export function arqUnconfirmed(arq: Arq, error: string): Arq {
+  return transitionArq(arq, 'bind_failed', {
+    instanceUuid: null,
+    host: null,
+    deviceUuid: null,
+    deviceAddress: null,
+    attachHandle: null,
+    deviceType: '',
+    guestAddress: null,
+    error,
   });
 }
 

@@ -406,6 +406,24 @@ export function agentRestarted(d: DeviceRecord, now: string): DeviceRecord {
 }
 
 /**
+ * Its agent reports the device holds tenant data (handed to a guest and not
+ * cleaned since, in the agent's own journal) while this record says it is
+ * available: the database lost the binding (restored, rolled back, a lost WAL).
+ * Invariant 9: it is cleaned before it is offered again. A device in any other
+ * state is already out of the pool and unchanged.
+ */
+export function reportedHeldByAgent(d: DeviceRecord, jobId: string): DeviceRecord {
+  if (d.deviceState !== 'available') return d;
+  if (!d.supportsCleaning || !d.cleanupAction) {
+    return settle(d, {
+      deviceState: 'error',
+      errorReason: 'its agent reports it holds tenant data, and it has no cleanup action',
+    });
+  }
+  return settle(d, { deviceState: 'pending_cleaning', cleanupJobId: jobId, errorReason: '' });
+}
+
+/**
  * The operator asks for a cleanup (CleanDevice), following the spec's table:
  * only a device in error is cleaned again, with the same locked-in action.
  */

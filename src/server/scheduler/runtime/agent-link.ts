@@ -170,6 +170,18 @@ export class AgentLink {
     return this.client.cleanupDevice({ address, jobId }, this.metadata());
   }
 
+  /** RecordBinding: the agent records, durably, that the device is handed to a guest (bounded by a deadline). */
+  recordBinding(address: string, arqUuid: string, instanceUuid: string, timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.client.recordBinding(
+        { address, arqUuid, instanceUuid },
+        this.metadata(),
+        { deadline: Date.now() + timeoutMs },
+        (err) => (err ? reject(err) : resolve()),
+      );
+    });
+  }
+
   /** Runs PrepareMigration to completion (bounded by a deadline). */
   prepareMigration(
     migrationId: string,

@@ -20,6 +20,7 @@ import type { SchedulerCore } from '../core.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { PROFILE_NAME } from '../domain/profile.js';
 import { validateTag } from '../domain/tags.js';
+import { bindGate, confirmBindings } from '../runtime/binding-recorder.js';
 import { maxItems, optionalRequestId, requireHost, requireInstance, requireUuid } from './validate.js';
 
 /** Dispatches the cleanups a release queued, host by host. */
@@ -66,7 +67,9 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
           host: requireHost(`bindings[${i}].host`, b.host),
           tag: b.tag === '' ? undefined : validateTag(`bindings[${i}].tag`, b.tag),
         }));
-        const result = await store.bindArqs(bindings);
+        const result = await store.bindArqs(bindings, undefined, bindGate(core));
+        // Acknowledged only once every device's agent has recorded the binding (invariant 9).
+        await confirmBindings(core, bindings, result);
         hub.notify();
         return { acceleratorRequests: result.arqs.map(arqToProto) };
       },

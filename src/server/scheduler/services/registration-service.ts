@@ -15,10 +15,12 @@ import {
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { SchedulerCore } from '../core.js';
+import { dispatchReleased } from './arq-service.js';
 import { maxItems, requireHost } from './validate.js';
 
 const ENDPOINT = /^[A-Za-z0-9.-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/;
 const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
+const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 
 function checkRequest(req: RegisterRequest): void {
   requireHost('host', req.host);
@@ -28,6 +30,15 @@ function checkRequest(req: RegisterRequest): void {
     throw invalidArgument('boot_id', `${JSON.stringify(req.bootId)} is not a boot id`);
   if (!TOKEN.test(req.epoch))
     throw invalidArgument('epoch', `${JSON.stringify(req.epoch)} is not an agent epoch`);
+  maxItems('held_devices', req.heldDevices, 4096);
+  req.heldDevices.forEach((h, i) => {
+    if (!PCI_ADDRESS.test(h.address)) {
+      throw invalidArgument(
+        `held_devices[${i}].address`,
+        `${JSON.stringify(h.address)} is not a PCI address`,
+      );
+    }
+  });
   for (const [field, list] of [
     ['features', req.features],
     ['drivers', req.drivers],
@@ -56,6 +67,7 @@ export async function register(
     const link = core.links.get(req.host);
     if (link && !link.isConnected) link.poke();
     await store.touchHost(req.host);
+    await reconcileHeld(core, req, logger);
     return { schedulerId: core.schedulerId, heartbeatIntervalSeconds: core.heartbeatSeconds };
   }
   const agentRestarted = existing !== null && existing.agentEpoch !== req.epoch;
@@ -86,8 +98,29 @@ export async function register(
   }
   logger.info({ host: req.host, endpoint: req.endpoint, features: req.features }, 'agent registered');
   core.connectAgent(req.host, req.endpoint, req.features);
+  await reconcileHeld(core, req, logger);
   core.hub.notify();
   return { schedulerId: core.schedulerId, heartbeatIntervalSeconds: core.heartbeatSeconds };
+}
+
+/**
+ * Invariant 9: the devices the agent's journal records as holding tenant data
+ * are never offered; one this database thinks available is queued for cleanup.
+ */
+async function reconcileHeld(core: SchedulerCore, req: RegisterRequest, logger: Logger): Promise<void> {
+  if (req.heldDevices.length === 0) return;
+  const moved = await core.store.reconcileHeldDevices(req.host, req.heldDevices);
+  if (moved.length === 0) return;
+  logger.warn(
+    {
+      host: req.host,
+      devices: moved.map((d) => d.address),
+      held: req.heldDevices.filter((h) => moved.some((d) => d.address === h.address)),
+    },
+    "its agent reports devices holding tenant data that this scheduler's database thought available (a lost or restored database?); they are cleaned before they are offered",
+  );
+  core.hub.notify();
+  dispatchReleased(core, moved);
 }
 
 export function registrationServiceBinding(core: SchedulerCore): ServiceBinding {

@@ -10,6 +10,7 @@
  * carry their gRPC code.
  */
 
+import type { BerthError } from '../../../errors.js';
 import type { PickFn } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type {
@@ -107,6 +108,13 @@ export interface CleanupEvent {
   proof?: CleanupProofRecord | null;
 }
 
+/** A device an agent's journal records as handed to a guest and not cleaned since. */
+export interface HeldDeviceReport {
+  address: string;
+  arqUuid: string;
+  instanceUuid: string;
+}
+
 export interface CleanupJob {
   jobId: string;
   deviceUuid: string;
@@ -115,8 +123,8 @@ export interface CleanupJob {
   /** The device's locked-in action when the job was created. */
   action: string;
   state: CleanupJobState;
-  /** What asked for it: release of an ARQ/migration, or an operator. */
-  origin: 'release' | 'operator';
+  /** What asked for it: release (of an ARQ/migration), operator (CleanDevice), or agent (its agent reports it holds tenant data). */
+  origin: 'release' | 'operator' | 'agent';
   message: string;
   lastSequence: number;
   createdAt: string;
@@ -139,9 +147,18 @@ export interface ArqBinding {
   tag?: string;
 }
 
+/**
+ * Whether a device that is cleaned may be bound on `host` now (its agent is
+ * connected and records bindings): null, or the error to refuse with before
+ * anything is allocated.
+ */
+export type BindGate = (host: string) => BerthError | null;
+
 export interface BindResult {
   arqs: Arq[];
   devices: DeviceRecord[];
+  /** The ARQs this call bound (the others were already bound so: a retried request). */
+  newlyBound: string[];
 }
 
 export interface DeleteArqsResult {
@@ -232,6 +249,12 @@ export interface Store {
    * dispatched again under their job id.
    */
   reconcileAgentRestart(host: string): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }>;
+  /**
+   * The devices the host's agent reports as holding tenant data (its journal):
+   * any this store thinks available goes to pending_cleaning with a job (origin
+   * agent). Returns the devices it moved.
+   */
+  reconcileHeldDevices(host: string, held: readonly HeldDeviceReport[]): Promise<DeviceRecord[]>;
   setHostConnected(host: string, connected: boolean): Promise<HostRecord>;
   getHost(name: string): Promise<HostRecord>;
   listHosts(): Promise<HostRecord[]>;
@@ -296,7 +319,14 @@ export interface Store {
    * update the ARQ, log. A retried identical binding returns the same devices.
    * On failure nothing is bound and the ARQs are marked bind_failed with the error.
    */
-  bindArqs(bindings: ArqBinding[], pick?: PickFn): Promise<BindResult>;
+  bindArqs(bindings: ArqBinding[], pick?: PickFn, gate?: BindGate): Promise<BindResult>;
+  /**
+   * Undo a bind whose devices' agents did not confirm it (RecordBinding): each
+   * ARQ still bound as `bindings` asked goes to bind_failed with `reason`, and
+   * its device is released (a cleanup, for devices that are cleaned: invariant
+   * 2). Returns the released devices.
+   */
+  revertUnconfirmedBind(bindings: ArqBinding[], reason: string): Promise<DeviceRecord[]>;
   /** By uuids or instance; devices go through release. Deleting what is gone is a no-op. */
   deleteArqs(selector: { uuids?: string[]; instanceUuid?: string }): Promise<DeleteArqsResult>;
 

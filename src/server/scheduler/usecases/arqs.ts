@@ -3,11 +3,17 @@
 import { randomUUID } from 'node:crypto';
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
-import { type Arq, arqBound, sameBinding, transitionArq } from '../domain/arq.js';
+import { type Arq, arqBound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
 import { bind, type DeviceRecord } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
-import type { ArqBinding, BindResult, CreateArqsRequest, DeleteArqsResult } from '../store/store.js';
+import type {
+  ArqBinding,
+  BindGate,
+  BindResult,
+  CreateArqsRequest,
+  DeleteArqsResult,
+} from '../store/store.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { pickOnHost } from './allocate.js';
 import { read, type UseCaseDeps, write } from './context.js';
@@ -90,13 +96,16 @@ export async function listArqs(deps: UseCaseDeps, instanceUuid?: string): Promis
 /**
  * Bind every ARQ to an allocatable device on its host, all or nothing, in one
  * unit: lock the host, pick among its candidates, bind, update the ARQ. A
- * retried identical binding returns the same devices. On failure nothing is
- * bound and the ARQs are marked bind_failed with the error (a second unit).
+ * retried identical binding returns the same devices. A device that is cleaned
+ * is bound only when `gate` lets its host (its agent can record the binding).
+ * On failure nothing is bound and the ARQs are marked bind_failed with the
+ * error (a second unit).
  */
 export async function bindArqs(
   deps: UseCaseDeps,
   bindings: ArqBinding[],
   pick: PickFn = pickDevice,
+  gate?: BindGate,
 ): Promise<BindResult> {
   const seenUuids = new Set<string>();
   bindings.forEach((b, i) => {
@@ -113,6 +122,7 @@ export async function bindArqs(
     return await write(deps, async (tx) => {
       const arqs: Arq[] = [];
       const devices: DeviceRecord[] = [];
+      const newlyBound: string[] = [];
       for (const [i, b] of bindings.entries()) {
         await tx.uow.lockInstance(b.instanceUuid);
         const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
@@ -140,6 +150,10 @@ export async function bindArqs(
             { arq_uuid: arq.uuid, host: b.host },
           );
         }
+        // A device that is cleaned needs its agent to record the binding (invariant 9):
+        // refuse before anything is allocated when it cannot.
+        const refusal = result.device.supportsCleaning ? (gate?.(b.host) ?? null) : null;
+        if (refusal) throw refusal;
         const device = await writeDevice(
           tx,
           result.device,
@@ -159,8 +173,9 @@ export async function bindArqs(
         if (dups[0]) throw invalidArgument(dups[0].field, dups[0].description);
         arqs.push(await writeArq(tx, bound));
         devices.push(device);
+        newlyBound.push(arq.uuid);
       }
-      return { arqs, devices };
+      return { arqs, devices, newlyBound };
     });
   } catch (e) {
     if (e instanceof BerthError && e.code === 'FAILED_PRECONDITION' && e.reason !== 'ARQ_ALREADY_BOUND') {
@@ -168,6 +183,35 @@ export async function bindArqs(
     }
     throw e;
   }
+}
+
+/**
+ * Undo a committed bind that a device's agent did not confirm (RecordBinding
+ * unreachable or refused): every ARQ given, still bound as asked, goes to
+ * bind_failed with the reason, and its device is released the normal way —
+ * into a cleanup for devices that are cleaned (invariant 2: the agent may have
+ * recorded the binding before its answer was lost, and a refused device holds
+ * another tenant's data).
+ */
+export async function revertUnconfirmedBind(
+  deps: UseCaseDeps,
+  bindings: ArqBinding[],
+  reason: string,
+): Promise<DeviceRecord[]> {
+  return write(deps, async (tx) => {
+    const released: DeviceRecord[] = [];
+    for (const b of bindings) {
+      await tx.uow.lockInstance(b.instanceUuid);
+      const arq = await tx.uow.arq(b.arqUuid, FOR_UPDATE);
+      if (!arq || !sameBinding(arq, b)) continue;
+      const d = arq.deviceUuid ? await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE) : null;
+      if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
+        released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
+      }
+      await writeArq(tx, arqUnconfirmed(arq, reason));
+    }
+    return released;
+  });
 }
 
 /** After a rolled-back bind, record why on the ARQs that could have been bound. */

@@ -1,11 +1,12 @@
 /** Use cases: hosts (registration, heartbeats, agent restarts). */
 
+import { randomUUID } from 'node:crypto';
 import { invalidArgument } from '../../../errors.js';
-import { agentRestarted, type DeviceRecord } from '../domain/device-state.js';
-import type { HostRecord, HostRegistration } from '../store/store.js';
+import { agentRestarted, type DeviceRecord, reportedHeldByAgent } from '../domain/device-state.js';
+import type { HeldDeviceReport, HostRecord, HostRegistration } from '../store/store.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps, write } from './context.js';
-import { finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
+import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
 
 export async function registerHost(deps: UseCaseDeps, reg: HostRegistration): Promise<HostRecord> {
   if (!reg.name) throw invalidArgument('host', 'a host name is required');
@@ -49,6 +50,44 @@ export async function reconcileAgentRestart(
       interrupted.push(next);
     }
     return { interrupted, toDispatch };
+  });
+}
+
+/**
+ * Invariant 9, the agent's side: a device its agent records as holding tenant
+ * data is never offered, whatever this database says. One it thinks available
+ * (the binding was lost: a restored or rolled-back database, a lost WAL) goes
+ * to pending_cleaning with a job; devices the inventory has not brought in yet
+ * are reconciled at the next registration (until then RecordBinding refuses
+ * to let them be bound).
+ */
+export async function reconcileHeldDevices(
+  deps: UseCaseDeps,
+  host: string,
+  held: readonly HeldDeviceReport[],
+): Promise<DeviceRecord[]> {
+  if (held.length === 0) return [];
+  // Most heartbeats change nothing: look before taking locks.
+  const suspects = await read(deps, async (r) => {
+    const out: string[] = [];
+    for (const h of held) {
+      const d = await r.device({ host, address: h.address });
+      if (d?.deviceState === 'available') out.push(h.address);
+    }
+    return out;
+  });
+  if (suspects.length === 0) return [];
+  return write(deps, async (tx) => {
+    const moved: DeviceRecord[] = [];
+    for (const address of suspects) {
+      const d = await tx.uow.device({ host, address }, FOR_UPDATE);
+      if (d?.deviceState !== 'available') continue;
+      const jobId = randomUUID();
+      const next = await writeDevice(tx, d, reportedHeldByAgent(d, jobId));
+      if (next.deviceState === 'pending_cleaning') await createJob(tx, next, jobId, 'agent');
+      moved.push(next);
+    }
+    return moved;
   });
 }
 

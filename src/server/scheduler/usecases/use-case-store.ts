@@ -10,6 +10,7 @@ import type { DeviceRecord, DeviceStatus } from '../domain/device-state.js';
 import type { Profile, ProfileSpec } from '../domain/profile.js';
 import type {
   ArqBinding,
+  BindGate,
   BindResult,
   CleanupEvent,
   CleanupJob,
@@ -20,6 +21,7 @@ import type {
   DevicePage,
   DeviceRef,
   GuestBinding,
+  HeldDeviceReport,
   HostRecord,
   HostRegistration,
   InstanceDevices,
@@ -78,6 +80,10 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
 
   reconcileAgentRestart(host: string): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }> {
     return hosts.reconcileAgentRestart(this.deps, host);
+  }
+
+  reconcileHeldDevices(host: string, held: readonly HeldDeviceReport[]): Promise<DeviceRecord[]> {
+    return hosts.reconcileHeldDevices(this.deps, host, held);
   }
 
   setHostConnected(host: string, connected: boolean): Promise<HostRecord> {
@@ -185,8 +191,12 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
     return arqs.listArqs(this.deps, instanceUuid);
   }
 
-  bindArqs(bindings: ArqBinding[], pick?: PickFn): Promise<BindResult> {
-    return arqs.bindArqs(this.deps, bindings, pick);
+  bindArqs(bindings: ArqBinding[], pick?: PickFn, gate?: BindGate): Promise<BindResult> {
+    return arqs.bindArqs(this.deps, bindings, pick, gate);
+  }
+
+  revertUnconfirmedBind(bindings: ArqBinding[], reason: string): Promise<DeviceRecord[]> {
+    return arqs.revertUnconfirmedBind(this.deps, bindings, reason);
   }
 
   deleteArqs(selector: { uuids?: string[]; instanceUuid?: string }): Promise<DeleteArqsResult> {

@@ -116,6 +116,19 @@ export function cleanupPhaseToJSON(object: CleanupPhase): string {
   }
 }
 
+export interface RecordBindingRequest {
+  /** PCI address of the device on this host. */
+  address: string;
+  /** The accelerator request the device is bound to, and its instance. */
+  arqUuid: string;
+  instanceUuid: string;
+}
+
+export interface RecordBindingResponse {
+  /** When the agent first recorded this binding. */
+  since: Date | undefined;
+}
+
 export interface DriverInfo {
   name: string;
   /** The driver API version the plugin was written against. */
@@ -244,6 +257,182 @@ export interface PrepareMigrationResponse {
   /** Why the device is not ready; empty when ready. */
   reason: string;
 }
+
+function createBaseRecordBindingRequest(): RecordBindingRequest {
+  return { address: "", arqUuid: "", instanceUuid: "" };
+}
+
+export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
+  encode(message: RecordBindingRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.address !== "") {
+      writer.uint32(10).string(message.address);
+    }
+    if (message.arqUuid !== "") {
+      writer.uint32(18).string(message.arqUuid);
+    }
+    if (message.instanceUuid !== "") {
+      writer.uint32(26).string(message.instanceUuid);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordBindingRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordBindingRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.address = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.arqUuid = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.instanceUuid = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecordBindingRequest {
+    return {
+      address: isSet(object.address) ? globalThis.String(object.address) : "",
+      arqUuid: isSet(object.arqUuid)
+        ? globalThis.String(object.arqUuid)
+        : isSet(object.arq_uuid)
+        ? globalThis.String(object.arq_uuid)
+        : "",
+      instanceUuid: isSet(object.instanceUuid)
+        ? globalThis.String(object.instanceUuid)
+        : isSet(object.instance_uuid)
+        ? globalThis.String(object.instance_uuid)
+        : "",
+    };
+  },
+
+  toJSON(message: RecordBindingRequest): unknown {
+    const obj: any = {};
+    if (message.address !== "") {
+      obj.address = message.address;
+    }
+    if (message.arqUuid !== "") {
+      obj.arqUuid = message.arqUuid;
+    }
+    if (message.instanceUuid !== "") {
+      obj.instanceUuid = message.instanceUuid;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RecordBindingRequest>, I>>(base?: I): RecordBindingRequest {
+    return RecordBindingRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecordBindingRequest>, I>>(object: I): RecordBindingRequest {
+    const message = createBaseRecordBindingRequest();
+    message.address = object.address ?? "";
+    message.arqUuid = object.arqUuid ?? "";
+    message.instanceUuid = object.instanceUuid ?? "";
+    return message;
+  },
+};
+
+function createBaseRecordBindingResponse(): RecordBindingResponse {
+  return { since: undefined };
+}
+
+export const RecordBindingResponse: MessageFns<RecordBindingResponse> = {
+  encode(message: RecordBindingResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RecordBindingResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRecordBindingResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RecordBindingResponse {
+    return { since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined };
+  },
+
+  toJSON(message: RecordBindingResponse): unknown {
+    const obj: any = {};
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RecordBindingResponse>, I>>(base?: I): RecordBindingResponse {
+    return RecordBindingResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RecordBindingResponse>, I>>(object: I): RecordBindingResponse {
+    const message = createBaseRecordBindingResponse();
+    message.since = object.since ?? undefined;
+    return message;
+  },
+};
 
 function createBaseDriverInfo(): DriverInfo {
   return { name: "", apiVersion: "", supportsCleaning: false, source: "" };
@@ -2170,6 +2359,26 @@ export const AgentServiceService = {
       Buffer.from(PrepareMigrationResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): PrepareMigrationResponse => PrepareMigrationResponse.decode(value),
   },
+  /**
+   * RecordBinding records durably, in the agent's journal, that a device is
+   * handed to a guest: the scheduler calls it before it acknowledges a bind.
+   * The record stays until a cleanup the agent judged clean ends, so the agent
+   * keeps its own account of which devices hold tenant data, whatever happens
+   * to the scheduler's database (DESIGN invariant 9). Recording the same
+   * binding again is a no-op; a device still recorded for another binding is
+   * refused with FAILED_PRECONDITION (reason DEVICE_HOLDS_TENANT_DATA), and so
+   * is a device being cleaned (CLEANUP_IN_PROGRESS).
+   */
+  recordBinding: {
+    path: "/berth.agent.v1.AgentService/RecordBinding" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: RecordBindingRequest): Buffer => Buffer.from(RecordBindingRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): RecordBindingRequest => RecordBindingRequest.decode(value),
+    responseSerialize: (value: RecordBindingResponse): Buffer =>
+      Buffer.from(RecordBindingResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): RecordBindingResponse => RecordBindingResponse.decode(value),
+  },
 } as const;
 
 export interface AgentServiceServer extends UntypedServiceImplementation {
@@ -2198,6 +2407,17 @@ export interface AgentServiceServer extends UntypedServiceImplementation {
    * is ready to receive a migrating guest; one response per device.
    */
   prepareMigration: handleServerStreamingCall<PrepareMigrationRequest, PrepareMigrationResponse>;
+  /**
+   * RecordBinding records durably, in the agent's journal, that a device is
+   * handed to a guest: the scheduler calls it before it acknowledges a bind.
+   * The record stays until a cleanup the agent judged clean ends, so the agent
+   * keeps its own account of which devices hold tenant data, whatever happens
+   * to the scheduler's database (DESIGN invariant 9). Recording the same
+   * binding again is a no-op; a device still recorded for another binding is
+   * refused with FAILED_PRECONDITION (reason DEVICE_HOLDS_TENANT_DATA), and so
+   * is a device being cleaned (CLEANUP_IN_PROGRESS).
+   */
+  recordBinding: handleUnaryCall<RecordBindingRequest, RecordBindingResponse>;
 }
 
 export interface AgentServiceClient extends Client {
@@ -2292,6 +2512,31 @@ export interface AgentServiceClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<PrepareMigrationResponse>;
+  /**
+   * RecordBinding records durably, in the agent's journal, that a device is
+   * handed to a guest: the scheduler calls it before it acknowledges a bind.
+   * The record stays until a cleanup the agent judged clean ends, so the agent
+   * keeps its own account of which devices hold tenant data, whatever happens
+   * to the scheduler's database (DESIGN invariant 9). Recording the same
+   * binding again is a no-op; a device still recorded for another binding is
+   * refused with FAILED_PRECONDITION (reason DEVICE_HOLDS_TENANT_DATA), and so
+   * is a device being cleaned (CLEANUP_IN_PROGRESS).
+   */
+  recordBinding(
+    request: RecordBindingRequest,
+    callback: (error: ServiceError | null, response: RecordBindingResponse) => void,
+  ): ClientUnaryCall;
+  recordBinding(
+    request: RecordBindingRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: RecordBindingResponse) => void,
+  ): ClientUnaryCall;
+  recordBinding(
+    request: RecordBindingRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: RecordBindingResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const AgentServiceClient = makeGenericClientConstructor(

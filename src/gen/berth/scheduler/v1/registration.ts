@@ -32,6 +32,19 @@ export interface RegisterRequest {
   agentVersion: string;
   features: string[];
   drivers: string[];
+  /**
+   * The devices the agent's journal records as handed to a guest and not
+   * cleaned since (RecordBinding). The scheduler never offers them, whatever
+   * its own database says, and queues their cleanup.
+   */
+  heldDevices: HeldDevice[];
+}
+
+/** HeldDevice is a device an agent records as holding tenant data. */
+export interface HeldDevice {
+  address: string;
+  arqUuid: string;
+  instanceUuid: string;
 }
 
 export interface RegisterResponse {
@@ -42,7 +55,16 @@ export interface RegisterResponse {
 }
 
 function createBaseRegisterRequest(): RegisterRequest {
-  return { host: "", endpoint: "", bootId: "", epoch: "", agentVersion: "", features: [], drivers: [] };
+  return {
+    host: "",
+    endpoint: "",
+    bootId: "",
+    epoch: "",
+    agentVersion: "",
+    features: [],
+    drivers: [],
+    heldDevices: [],
+  };
 }
 
 export const RegisterRequest: MessageFns<RegisterRequest> = {
@@ -67,6 +89,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     }
     for (const v of message.drivers) {
       writer.uint32(58).string(v!);
+    }
+    for (const v of message.heldDevices) {
+      HeldDevice.encode(v!, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -140,6 +165,14 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
             message.drivers.push(reader.string());
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.heldDevices.push(HeldDevice.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -169,6 +202,11 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
         : "",
       features: globalThis.Array.isArray(object?.features) ? object.features.map((e: any) => globalThis.String(e)) : [],
       drivers: globalThis.Array.isArray(object?.drivers) ? object.drivers.map((e: any) => globalThis.String(e)) : [],
+      heldDevices: globalThis.Array.isArray(object?.heldDevices)
+        ? object.heldDevices.map((e: any) => HeldDevice.fromJSON(e))
+        : globalThis.Array.isArray(object?.held_devices)
+        ? object.held_devices.map((e: any) => HeldDevice.fromJSON(e))
+        : [],
     };
   },
 
@@ -195,6 +233,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     if (message.drivers?.length) {
       obj.drivers = message.drivers;
     }
+    if (message.heldDevices?.length) {
+      obj.heldDevices = message.heldDevices.map((e) => HeldDevice.toJSON(e));
+    }
     return obj;
   },
 
@@ -210,6 +251,116 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     message.agentVersion = object.agentVersion ?? "";
     message.features = object.features?.map((e) => e) || [];
     message.drivers = object.drivers?.map((e) => e) || [];
+    message.heldDevices = object.heldDevices?.map((e) => HeldDevice.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseHeldDevice(): HeldDevice {
+  return { address: "", arqUuid: "", instanceUuid: "" };
+}
+
+export const HeldDevice: MessageFns<HeldDevice> = {
+  encode(message: HeldDevice, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.address !== "") {
+      writer.uint32(10).string(message.address);
+    }
+    if (message.arqUuid !== "") {
+      writer.uint32(18).string(message.arqUuid);
+    }
+    if (message.instanceUuid !== "") {
+      writer.uint32(26).string(message.instanceUuid);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HeldDevice {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHeldDevice();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.address = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.arqUuid = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.instanceUuid = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HeldDevice {
+    return {
+      address: isSet(object.address) ? globalThis.String(object.address) : "",
+      arqUuid: isSet(object.arqUuid)
+        ? globalThis.String(object.arqUuid)
+        : isSet(object.arq_uuid)
+        ? globalThis.String(object.arq_uuid)
+        : "",
+      instanceUuid: isSet(object.instanceUuid)
+        ? globalThis.String(object.instanceUuid)
+        : isSet(object.instance_uuid)
+        ? globalThis.String(object.instance_uuid)
+        : "",
+    };
+  },
+
+  toJSON(message: HeldDevice): unknown {
+    const obj: any = {};
+    if (message.address !== "") {
+      obj.address = message.address;
+    }
+    if (message.arqUuid !== "") {
+      obj.arqUuid = message.arqUuid;
+    }
+    if (message.instanceUuid !== "") {
+      obj.instanceUuid = message.instanceUuid;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HeldDevice>, I>>(base?: I): HeldDevice {
+    return HeldDevice.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HeldDevice>, I>>(object: I): HeldDevice {
+    const message = createBaseHeldDevice();
+    message.address = object.address ?? "";
+    message.arqUuid = object.arqUuid ?? "";
+    message.instanceUuid = object.instanceUuid ?? "";
     return message;
   },
 };

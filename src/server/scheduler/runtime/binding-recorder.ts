@@ -1,0 +1,103 @@
+/**
+ * Invariant 9, at bind time: before the scheduler acknowledges a bind, the
+ * agent of every bound device that is cleaned records the binding in its own
+ * durable journal (RecordBinding).
+ *
+ * - Before anything is allocated, `bindGate` refuses a device that is cleaned
+ *   on a host whose agent is not connected (UNAVAILABLE) or too old to record
+ *   bindings (FAILED_PRECONDITION).
+ * - After the bind committed, `confirmBindings` asks the agents. If one does
+ *   not answer or refuses (the device still holds another tenant's data, or is
+ *   being cleaned), what this request bound is undone: nothing stays bound and
+ *   the devices go through the release path — a cleanup, since the agent may
+ *   have recorded the binding before its answer was lost (invariant 2). The
+ *   caller gets UNAVAILABLE or FAILED_PRECONDITION naming the device and why.
+ */
+import type { ServiceError } from '@grpc/grpc-js';
+import { BerthError, failedPrecondition } from '../../../errors.js';
+import { decodeServiceError } from '../../grpc/status.js';
+import type { SchedulerCore } from '../core.js';
+import type { DeviceRecord } from '../domain/device-state.js';
+import type { ArqBinding, BindGate, BindResult } from '../store/store.js';
+import { isUnreachable } from './agent-link.js';
+
+/** The feature an agent advertises when it records bindings. */
+export const BINDING_FEATURE = 'binding.v1';
+
+/** Refuses, before allocation, a host whose agent cannot record a binding now. */
+export function bindGate(core: SchedulerCore): BindGate {
+  return (host) => {
+    const link = core.links.get(host);
+    if (!link?.isConnected) {
+      return new BerthError(
+        'UNAVAILABLE',
+        `the agent of host ${host} is not connected, so it cannot record a binding of a device that is cleaned; retry when it is back`,
+        { reason: 'AGENT_UNAVAILABLE', metadata: { host } },
+      );
+    }
+    if (!link.has(BINDING_FEATURE)) {
+      return failedPrecondition(
+        'AGENT_CANNOT_RECORD_BINDINGS',
+        `the agent of host ${host} is too old to record bindings (no ${BINDING_FEATURE}); upgrade it before binding devices that are cleaned`,
+        { host },
+      );
+    }
+    return null;
+  };
+}
+
+/**
+ * Asks each device's agent to record the binding; if any did not, undoes what
+ * this request bound and throws. ARQs that were already bound (a retried
+ * request, acknowledged before) are asked again but never undone.
+ */
+export async function confirmBindings(
+  core: SchedulerCore,
+  bindings: ArqBinding[],
+  result: BindResult,
+): Promise<void> {
+  const errors = await Promise.all(
+    result.devices.map((d, i) =>
+      d.supportsCleaning ? recordOne(core, d, result.arqs[i]!.uuid) : Promise.resolve(null),
+    ),
+  );
+  const failed = errors.find((e): e is BerthError => e !== null);
+  if (!failed) return;
+  const fresh = new Set(result.newlyBound);
+  const released = await core.store.revertUnconfirmedBind(
+    bindings.filter((b) => fresh.has(b.arqUuid)),
+    failed.message,
+  );
+  core.logger.warn(
+    { err: failed.message, devices: released.map((d) => `${d.host}/${d.address}`) },
+    'bind undone: an agent did not record it',
+  );
+  core.hub.notify();
+  const hosts = new Set(released.filter((d) => d.deviceState === 'pending_cleaning').map((d) => d.host));
+  for (const h of hosts) void core.dispatcher.dispatchBacklog(h);
+  throw failed;
+}
+
+async function recordOne(core: SchedulerCore, d: DeviceRecord, arqUuid: string): Promise<BerthError | null> {
+  const where = `device ${d.address} on host ${d.host}`;
+  const refusal = bindGate(core)(d.host);
+  if (refusal) return new BerthError(refusal.code, `nothing is bound: ${refusal.message}`, refusal);
+  try {
+    await core.links.get(d.host)!.recordBinding(d.address, arqUuid, d.instanceUuid ?? '');
+    return null;
+  } catch (err) {
+    const e = decodeServiceError(err as ServiceError);
+    if (isUnreachable(err)) {
+      return new BerthError(
+        'UNAVAILABLE',
+        `nothing is bound: the agent of host ${d.host} did not confirm it recorded the binding of ${where} (${e.message}); it is cleaned before it is offered again`,
+        { reason: 'AGENT_UNAVAILABLE', metadata: { host: d.host, address: d.address } },
+      );
+    }
+    return failedPrecondition(
+      e.reason && e.reason !== e.codeName ? e.reason : 'AGENT_REFUSED_BINDING',
+      `nothing is bound: the agent of host ${d.host} refused to record the binding of ${where}: ${e.message}; it is cleaned before it is offered again`,
+      { host: d.host, address: d.address },
+    );
+  }
+}

@@ -1,0 +1,164 @@
+/**
+ * Invariant 9: the agent's journal is a second, independent record of which
+ * devices hold tenant data. The scheduler tells the agent of every bind before
+ * it acknowledges it (RecordBinding); a judged cleanup clears the record; the
+ * agent reports what it holds at every registration. Losing the scheduler's
+ * database — all of it, or the last commits (a restored copy, a lost WAL) —
+ * never hands out a device that still holds the previous tenant's data. The
+ * media is read from outside Berth to check.
+ */
+import { copyFile, rm } from 'node:fs/promises';
+import { credentials } from '@grpc/grpc-js';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { AgentServiceClient } from '../../src/gen/berth/agent/v1/agent.js';
+import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
+import { parseAgentConfig } from '../../src/server/agent/config.js';
+import { decodeServiceError } from '../../src/server/grpc/status.js';
+import { demoHostDefinition } from '../../src/sim/host.js';
+import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
+import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { eventually } from '../helpers/grpc.js';
+import {
+  createAndBind,
+  createNvmeProfile,
+  expectCode,
+  getDevice,
+  type NvmeName,
+  settledDevice,
+} from '../helpers/invariants.js';
+
+const HOST = 'record-host';
+const DB_FILES = ['', '-wal', '-shm'];
+
+describe("the agent's record of devices that hold tenant data", () => {
+  let c: Cluster;
+  const sim = () => c.host(HOST).sim;
+  const addressOf = (ctrl: NvmeName) => sim().definition.nvme.find((n) => n.controller === ctrl)!.address;
+  const agent = () => c.host(HOST).agent!;
+  const held = () => agent().cleanups.heldDevices();
+  const tenantDataOn = (ctrl: NvmeName) => readableTenantData(sim().nvmeStatePath, ctrl);
+
+  beforeEach(async () => {
+    c = await startCluster([demoHostDefinition(HOST)]);
+    await c.waitForDevices(HOST, 9);
+  }, 60_000);
+  afterEach(async () => {
+    await c?.stop();
+  });
+
+  /** Binds `ctrl` to `instance` and writes the tenant's data onto it. */
+  async function useDevice(ctrl: NvmeName, instance: string) {
+    const profile = await createNvmeProfile(c.client, ctrl);
+    const arq = await createAndBind(c.client, profile, instance, HOST);
+    expect(arq.deviceAddress).toBe(addressOf(ctrl));
+    expect(await plantTenantData(sim().nvmeStatePath, ctrl, spreadTenantWrites(1))).not.toEqual([]);
+    expect(await tenantDataOn(ctrl)).not.toEqual([]);
+    return arq;
+  }
+
+  /** The scheduler's database as it is now, to be restored later (the last commits lost). */
+  async function snapshotDatabase(): Promise<() => Promise<void>> {
+    await c.restartScheduler(); // a clean stop checkpoints the WAL into the main file
+    for (const f of DB_FILES) await copyFile(`${c.dbPath}${f}`, `${c.dbPath}${f}.saved`).catch(() => {});
+    return async () => {
+      for (const f of DB_FILES) {
+        await rm(`${c.dbPath}${f}`, { force: true });
+        await copyFile(`${c.dbPath}${f}.saved`, `${c.dbPath}${f}`).catch(() => {});
+      }
+    };
+  }
+
+  it('records every bind of a device that is cleaned before it is acknowledged; a judged cleanup clears it', async () => {
+    const arq = await useDevice('nvme0', 'vm-recorded');
+    expect(held()).toEqual([
+      expect.objectContaining({
+        address: addressOf('nvme0'),
+        arqUuid: arq.uuid,
+        instanceUuid: 'vm-recorded',
+      }),
+    ]);
+    // The agent refuses the device to any other binding while it holds the tenant's data.
+    const raw = new AgentServiceClient(agent().address, credentials.createInsecure());
+    try {
+      const err = await new Promise<Error | null>((resolve) =>
+        raw.recordBinding(
+          { address: addressOf('nvme0'), arqUuid: 'another-arq', instanceUuid: 'vm-other' },
+          (e) => resolve(e),
+        ),
+      );
+      const decoded = decodeServiceError(err as never);
+      expect([decoded.codeName, decoded.reason]).toEqual(['FAILED_PRECONDITION', 'DEVICE_HOLDS_TENANT_DATA']);
+      expect(decoded.message).toContain(arq.uuid);
+    } finally {
+      raw.close();
+    }
+    await c.client.arqs.deleteAcceleratorRequests({ uuids: [arq.uuid], instanceUuid: '' });
+    const d = await settledDevice(c.client, HOST, addressOf('nvme0'));
+    expect(d.deviceState).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+    expect(held()).toEqual([]);
+    expect(await tenantDataOn('nvme0')).toEqual([]);
+  }, 60_000);
+
+  it('a whole database lost: the agent refuses the next bind of the dirty device, which is cleaned before it is offered', async () => {
+    const first = await useDevice('nvme2', 'vm-first-tenant');
+    // The scheduler's database is lost; the agent restarts too, and then stays quiet (no
+    // heartbeat for an hour), so the window before it reports what it holds stays open.
+    await c.host(HOST).stop();
+    await c.scheduler.stop();
+    for (const f of DB_FILES) await rm(`${c.dbPath}${f}`, { force: true });
+    await c.restartScheduler();
+    const h = c.host(HOST);
+    await h.start({
+      config: parseAgentConfig(
+        {
+          ...h.sim.agentConfig,
+          scheduler: c.scheduler.address,
+          register_interval: 3600,
+          discovery_interval: 3600,
+        },
+        {},
+        c.root,
+      ),
+    });
+    await c.waitForDevices(HOST, 9);
+    // The new database believes the device is clean.
+    expect((await getDevice(c.client, HOST, addressOf('nvme2'))).deviceState).toBe(
+      DeviceState.DEVICE_STATE_AVAILABLE,
+    );
+    const profile = await createNvmeProfile(c.client, 'nvme2');
+    const err = await expectCode(
+      createAndBind(c.client, profile, 'vm-next-tenant', HOST),
+      'FAILED_PRECONDITION',
+      'DEVICE_HOLDS_TENANT_DATA',
+    );
+    expect(err.message).toContain(first.uuid);
+    // Nothing is bound; the device is cleaned (with proof) before anyone gets it.
+    const d = await settledDevice(c.client, HOST, addressOf('nvme2'));
+    expect(d.deviceState).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+    expect(d.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
+    expect(d.lastCleanup?.proof?.method).toBeTruthy();
+    expect(await tenantDataOn('nvme2')).toEqual([]);
+    expect(held()).toEqual([]);
+    // And now it is offered.
+    const next = await createAndBind(c.client, profile, 'vm-next-tenant', HOST);
+    expect(next.deviceAddress).toBe(addressOf('nvme2'));
+  }, 90_000);
+
+  it('the last commits lost (an older copy of the database): the agent reports the device at registration and it is cleaned', async () => {
+    const restore = await snapshotDatabase();
+    await useDevice('nvme1', 'vm-lost-commit');
+    await c.scheduler.stop();
+    await restore();
+    await c.restartScheduler();
+    // The restored database says available; the agent's next heartbeat says otherwise.
+    const d = await eventually(
+      () => getDevice(c.client, HOST, addressOf('nvme1')),
+      (x) => x.lastCleanup?.outcome === CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED,
+      60_000,
+    );
+    expect(d.deviceState).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+    expect(d.lastCleanup?.proof?.method).toBeTruthy();
+    expect(await tenantDataOn('nvme1')).toEqual([]);
+    expect(held()).toEqual([]);
+  }, 90_000);
+});
