@@ -63,6 +63,9 @@ export const notFound = (kind: string, id: string) =>
 export const failedPrecondition = (reason: string, message: string, metadata: Record<string, string> = {}) =>
   new BerthError('FAILED_PRECONDITION', message, { reason, metadata });
 
+export const permissionDenied = (reason: string, message: string, metadata: Record<string, string> = {}) =>
+  new BerthError('PERMISSION_DENIED', message, { reason, metadata });
+
 export const isBerthError = (e: unknown): e is BerthError => e instanceof BerthError;
 
 /**

@@ -99,8 +99,12 @@ describe('berth up instances, tokens and gRPC tooling', () => {
       host: 'sim-host-1',
       scheduler: `127.0.0.1:${port}`,
       state_dir: join(stateDir, 'agents', 'sim-host-1'),
-      auth: { static_tokens_file: join(stateDir, 'tokens.yaml') },
-      scheduler_token_file: join(stateDir, 'agent.token'),
+      auth: {
+        static_tokens_file: join(stateDir, 'tokens.yaml'),
+        scheduler_public_key_file: join(stateDir, 'scheduler-signing.pub'),
+      },
+      // Its own token: an agent registers only its own host (invariant 10).
+      scheduler_token_file: join(stateDir, 'agent-sim-host-1.token'),
     });
     expect(existsSync(join(stateDir, 'agents', 'sim-host-1', 'agent-journal.db'))).toBe(true);
     // The file is a working agent configuration: the dry run reads it as it is.

@@ -108,7 +108,8 @@ describe('fuzz: every scheduler RPC', () => {
           mode: 'token',
           staticTokens: [
             { token: admin, roles: ['admin'] },
-            { token: agentToken, roles: ['agent'] },
+            // An agent principal speaks for its own host only (invariant 10).
+            { token: agentToken, roles: ['agent'], subject: 'sim-host-1' },
           ],
         },
       },

@@ -2,23 +2,20 @@
  * A gRPC proxy in front of a real agent that can rewrite what the agent says:
  * for tests of what the scheduler believes from an agent it cannot trust to be
  * current or honest (an agent older than the scheduler, or one that lies by
- * omission). Every AgentService call is forwarded unchanged, except the
- * CleanupDevice stream's messages, which pass through `rewriteCleanup`.
+ * omission). Every AgentService call is forwarded; the messages of its server
+ * streams (CleanupDevice, WatchInventory, …) pass through `rewrite`.
  */
 import {
   credentials,
   type handleServerStreamingCall,
   type handleUnaryCall,
+  type Metadata,
   Server,
   ServerCredentials,
   type ServiceError,
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
-import {
-  AgentServiceClient,
-  AgentServiceService,
-  type CleanupDeviceResponse,
-} from '../../src/gen/berth/agent/v1/agent.js';
+import { AgentServiceClient, AgentServiceService } from '../../src/gen/berth/agent/v1/agent.js';
 
 export interface AgentProxy {
   /** host:port the scheduler should dial (the agent's `advertise`). */
@@ -30,7 +27,9 @@ type Method = keyof typeof AgentServiceService;
 
 export async function startAgentProxy(
   target: string,
-  rewriteCleanup: (r: CleanupDeviceResponse) => CleanupDeviceResponse,
+  rewrite: (method: keyof typeof AgentServiceService, message: unknown) => unknown = (_m, r) => r,
+  /** Sees every call's metadata as the caller sent it (e.g. to capture a credential). */
+  onCall: (method: string, metadata: Metadata) => void = () => {},
 ): Promise<AgentProxy> {
   const upstream = new AgentServiceClient(target, credentials.createInsecure());
   const forward = upstream as unknown as Record<Method, (...args: unknown[]) => unknown>;
@@ -38,16 +37,17 @@ export async function startAgentProxy(
   for (const [name, def] of Object.entries(AgentServiceService) as [Method, { responseStream: boolean }][]) {
     const call = forward[name].bind(upstream);
     if (!def.responseStream) {
-      const unary: handleUnaryCall<unknown, unknown> = (c, done) =>
-        void call(c.request, c.metadata, (err: ServiceError | null, res: unknown) => done(err, res));
+      const unary: handleUnaryCall<unknown, unknown> = (c, done) => {
+        onCall(name, c.metadata);
+        call(c.request, c.metadata, (err: ServiceError | null, res: unknown) => done(err, res));
+      };
       impl[name] = unary;
       continue;
     }
     const stream: handleServerStreamingCall<unknown, unknown> = (c) => {
+      onCall(name, c.metadata);
       const up = call(c.request, c.metadata) as NodeJS.EventEmitter & { cancel(): void };
-      up.on('data', (m: unknown) =>
-        c.write(name === 'cleanupDevice' ? rewriteCleanup(m as CleanupDeviceResponse) : m),
-      );
+      up.on('data', (m: unknown) => c.write(rewrite(name, m)));
       up.on('end', () => c.end());
       up.on('error', (err: ServiceError) => c.emit('error', err));
       c.on('cancelled', () => up.cancel());

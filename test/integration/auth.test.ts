@@ -4,6 +4,7 @@
  * two directions between a real agent and the scheduler, each with its own
  * credential.
  */
+import { generateKeyPairSync } from 'node:crypto';
 import { Client, credentials } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient, type BerthClientError } from '../../src/client/sdk.js';
@@ -151,23 +152,29 @@ describe('agent ↔ scheduler, each with its own credential', () => {
   const readerToken = generateStaticToken();
 
   it('registers, is followed, and refuses callers without the scheduler or admin role', async () => {
+    // The scheduler reaches the agent with a credential for this host only (invariant 10).
+    const signing = generateKeyPairSync('ed25519', {
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+    });
     const c = await startCluster([demoHostDefinition('auth-host')], {
       scheduler: {
         logger: quiet(),
         auth: {
           mode: 'token',
           staticTokens: [
-            { token: agentToken, roles: ['agent'] },
+            { token: agentToken, roles: ['agent'], subject: 'auth-host' },
             { token: adminToken, roles: ['admin'] },
           ],
         },
-        agentToken: schedulerToken,
+        agentSigningKey: signing.privateKey,
       },
       agent: {
         logger: quiet(),
         schedulerToken: agentToken,
         auth: {
           mode: 'token',
+          schedulerKey: { publicKey: signing.publicKey, audience: 'auth-host' },
           staticTokens: [
             { token: schedulerToken, roles: ['scheduler'] },
             { token: adminToken, roles: ['admin'] },

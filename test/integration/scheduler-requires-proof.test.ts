@@ -8,6 +8,7 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
+import type { CleanupDeviceResponse } from '../../src/gen/berth/agent/v1/agent.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
@@ -48,8 +49,9 @@ describe('a cleanup success without a proof of erasure', () => {
     client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000 });
     const sim = await buildSimHost(join(dir.path, HOST), demoHostDefinition(HOST));
     const agentPort = await freePort();
-    proxy = await startAgentProxy(`127.0.0.1:${agentPort}`, (r) => {
-      if (!strip || !r.event?.proof) return r;
+    proxy = await startAgentProxy(`127.0.0.1:${agentPort}`, (method, message) => {
+      const r = message as CleanupDeviceResponse;
+      if (method !== 'cleanupDevice' || !strip || !r.event?.proof) return r;
       const { proof: _dropped, ...event } = r.event;
       return { event: { ...event, proof: undefined } };
     });

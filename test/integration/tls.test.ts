@@ -144,15 +144,16 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
   });
 
   /** A scheduler and a real agent on a simulated host, each with its own certificate. */
-  async function pair(schedulerCn: string, agentCa: 'good' | 'rogue', host: string) {
+  async function pair(schedulerCn: string, agentCa: 'good' | 'rogue', host: string, certHost?: string) {
     const schedCert = await good.leaf(schedulerCn);
-    const agentCert = await (agentCa === 'good' ? good : other).leaf('berth-agent');
+    // The agent's certificate names its host (invariant 10).
+    const agentCert = await (agentCa === 'good' ? good : other).leaf(certHost ?? host);
     const sched = await Scheduler.start({
       listen: '127.0.0.1:0',
       logger: quiet(),
       heartbeatSeconds: 1,
       tls: schedCert,
-      auth: { mode: 'token', certRoles: { 'berth-agent': 'agent' } },
+      auth: { mode: 'token', certRoles: { '*': 'agent' } },
     });
     const sim = await buildSimHost(join(dir.path, host), demoHostDefinition(host));
     const config = parseAgentConfig(
@@ -192,6 +193,16 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
 
   it('refuses an agent whose certificate is from another CA', async () => {
     const p = await pair('berth-scheduler', 'rogue', 'rogue-agent');
+    try {
+      await new Promise((r) => setTimeout(r, 1_500));
+      expect(await p.host()).toBeUndefined();
+    } finally {
+      await p.stop();
+    }
+  }, 60_000);
+
+  it('refuses an agent whose certificate names another host (impersonation)', async () => {
+    const p = await pair('berth-scheduler', 'good', 'victim-host', 'attacker-host');
     try {
       await new Promise((r) => setTimeout(r, 1_500));
       expect(await p.host()).toBeUndefined();

@@ -4,6 +4,7 @@ import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { type AuthOptions, loadAuthOptions } from '../../server/grpc/auth.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
+import { parseStrictYaml } from '../../strict-yaml.js';
 import { withListenHint } from './listen-hint.js';
 
 interface ServeFlags {
@@ -20,7 +21,29 @@ interface ServeFlags {
   tlsKey?: string;
   tlsCa?: string;
   agentTokenFile?: string;
+  agentSigningKey?: string;
+  insecureSharedAgentToken?: boolean;
+  hostPrincipals?: string;
   insecureNoAuth?: boolean;
+}
+
+/** `--host-principals FILE`: YAML lines `subject: host`. */
+async function readHostPrincipals(file: string): Promise<Record<string, string>> {
+  const doc = parseStrictYaml(await readFile(file, 'utf8'));
+  if (doc === null || doc === undefined) return {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new ConfigError(`--host-principals ${file}: expected lines of "subject: host"`);
+  }
+  const out: Record<string, string> = Object.create(null);
+  for (const [subject, host] of Object.entries(doc as Record<string, unknown>)) {
+    if (typeof host !== 'string' || host === '') {
+      throw new ConfigError(
+        `--host-principals ${file}: ${subject}: expected a host name, got ${JSON.stringify(host)}`,
+      );
+    }
+    out[subject] = host;
+  }
+  return out;
 }
 
 /** Authentication from flags; with none given and no --insecure-no-auth, the scheduler refuses to start. */
@@ -67,19 +90,35 @@ export function registerSchedulerCommands(program: Command): void {
     .option('--tls-cert <file>', 'serve TLS with this certificate (PEM)')
     .option('--tls-key <file>', 'private key of --tls-cert')
     .option('--tls-ca <file>', 'CA bundle: require client certificates from it (mutual TLS)')
-    .option('--agent-token-file <file>', 'bearer token (role scheduler) the scheduler presents to agents')
+    .option(
+      '--agent-signing-key <file>',
+      "Ed25519 private key (PEM): signs each agent's own short-lived credential (the agents hold the public key)",
+    )
+    .option(
+      '--agent-token-file <file>',
+      'one bearer token for every agent (needs --insecure-shared-agent-token)',
+    )
+    .option('--insecure-shared-agent-token', 'allow --agent-token-file: any host can then call every agent')
+    .option(
+      '--host-principals <file>',
+      'YAML `subject: host`: principals whose subject is not their host name',
+    )
     .option('--insecure-no-auth', 'switch authentication off (anyone who reaches the port is admin)')
     .action(async (o: ServeFlags) => {
       const auth = await authFromFlags(o);
       const tls =
         o.tlsCert || o.tlsKey || o.tlsCa ? { cert: o.tlsCert, key: o.tlsKey, ca: o.tlsCa } : undefined;
       const agentToken = o.agentTokenFile ? (await readFile(o.agentTokenFile, 'utf8')).trim() : undefined;
+      const agentSigningKey = o.agentSigningKey ? await readFile(o.agentSigningKey, 'utf8') : undefined;
+      const hostPrincipals = o.hostPrincipals ? await readHostPrincipals(o.hostPrincipals) : undefined;
       const s = await Scheduler.start({
         db: o.db,
         listen: o.listen,
         auth,
         ...(tls ? { tls } : {}),
-        ...(agentToken ? { agentToken } : {}),
+        ...(agentToken ? { agentToken, insecureSharedAgentToken: o.insecureSharedAgentToken === true } : {}),
+        ...(agentSigningKey ? { agentSigningKey } : {}),
+        ...(hostPrincipals ? { hostPrincipals } : {}),
         ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
       }).catch((err: unknown) => {
         const flags: Record<string, string> = { [o.listen]: '--listen' };

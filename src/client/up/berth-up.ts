@@ -4,13 +4,14 @@
  * run on it; nothing is shared with a real deployment except the code.
  *
  * What the state directory keeps across restarts: the scheduler's database,
- * the agents' journals, the tokens (`tokens.yaml`, `agent.token`) and the
+ * the agents' journals, the credentials (`tokens.yaml`, `agent-<host>.token`, the scheduler's signing key) and the
  * agents' configurations as they run (`sim/<host>/agent.yaml`, rewritten at
  * every start with the simulated hardware, which is rebuilt fresh). One
  * `berth up` at a time per state directory: a second one refuses, naming the
  * first's pid and endpoint.
  */
 import { mkdir, rm, writeFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { stringify as toYaml } from 'yaml';
@@ -89,13 +90,21 @@ export async function startUp(options: UpOptions): Promise<Up> {
   const agents: Agent[] = [];
   const sims: SimHost[] = [];
   try {
-    // Every RPC stays authenticated, with tokens that survive a restart.
-    const tokens = await loadOrCreateUpTokens(stateDir);
-    // The agents accept the same tokens file; its roles keep each token to its side.
-    const agentAuth = { static_tokens_file: tokens.file };
+    // Every RPC stays authenticated, with credentials that survive a restart: one
+    // agent token per host (it registers that host only) and per-host scheduler
+    // credentials signed with the scheduler's key (invariant 10).
+    const simDefs = options.sysfsRoot
+      ? []
+      : Array.from({ length: options.hosts ?? 2 }, (_, k) =>
+          demoHostDefinition(`sim-host-${k + 1}`, 0x3b + k * 0x20),
+        );
+    const realHost = options.sysfsRoot ? String(options.agentConfig?.host ?? hostname()) : null;
+    const tokens = await loadOrCreateUpTokens(stateDir, realHost ? [realHost] : simDefs.map((d) => d.host));
+    // The agents accept the admin's token and the scheduler's per-host credentials.
+    const agentAuth = { static_tokens_file: tokens.file, scheduler_public_key_file: tokens.publicKeyFile };
     scheduler = await Scheduler.start({
       auth: { mode: 'token', staticTokens: tokens.staticTokens },
-      agentToken: tokens.scheduler,
+      agentSigningKey: tokens.signingKey,
       db: join(stateDir, 'scheduler.db'),
       listen: options.listen,
       logger,
@@ -103,25 +112,24 @@ export async function startUp(options: UpOptions): Promise<Up> {
       ...(options.metricsListen ? { metricsListen: options.metricsListen } : {}),
     });
     lock.setEndpoint(scheduler.address);
-    if (options.sysfsRoot) {
+    if (realHost) {
       const config = parseAgentConfig(
         {
           state_dir: join(stateDir, 'agent'),
           ...options.agentConfig,
+          host: realHost,
           sysfs_root: options.sysfsRoot,
           listen: '127.0.0.1:0',
           scheduler: scheduler.address,
           auth: agentAuth,
-          scheduler_token_file: tokens.agentTokenFile,
+          scheduler_token_file: tokens.agents.get(realHost)!.file,
         },
         {},
         process.cwd(),
       );
       agents.push(await Agent.start({ config, logger }));
     } else {
-      const n = options.hosts ?? 2;
-      for (let i = 1; i <= n; i++) {
-        const def = demoHostDefinition(`sim-host-${i}`, 0x3b + (i - 1) * 0x20);
+      for (const def of simDefs) {
         // The simulated hardware is rebuilt at every start (fresh media); the
         // scheduler's database and the agents' journals persist beside it.
         const simRoot = join(stateDir, 'sim', def.host);
@@ -134,7 +142,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
           scheduler: scheduler.address,
           register_interval: 5,
           auth: agentAuth,
-          scheduler_token_file: tokens.agentTokenFile,
+          scheduler_token_file: tokens.agents.get(def.host)!.file,
         });
         agents.push(await Agent.start({ config, logger, bootIdFile: sim.bootIdFile }));
       }

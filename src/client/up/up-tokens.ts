@@ -1,20 +1,24 @@
 /**
- * The tokens of a `berth up`, kept in its state directory so they survive a
- * restart: an exported `BERTH_TOKEN` (or a script holding the admin token)
+ * The credentials of a `berth up`, kept in its state directory so they survive
+ * a restart: an exported `BERTH_TOKEN` (or a script holding the admin token)
  * keeps working across `berth up` runs. Deleting `tokens.yaml` (or the whole
  * state directory) makes new ones at the next start.
  *
- * One static tokens file (the format `--static-tokens` and an agent's
- * `static_tokens_file` read) serves both sides: the scheduler and the agents
- * each accept it, and the roles decide what each token may call there.
+ * - `tokens.yaml` (the static tokens file `--static-tokens` and an agent's
+ *   `static_tokens_file` read): the admin token, and one agent token per host
+ *   whose subject is that host's name — an agent's token registers only its
+ *   own host (invariant 10).
+ * - `scheduler-signing.pem` / `.pub`: the scheduler's Ed25519 key pair. The
+ *   scheduler signs, per host, short-lived credentials whose audience is that
+ *   host; each agent holds the public key and refuses any other audience.
  */
+import { generateKeyPairSync } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
 import {
   generateStaticToken,
   parseStaticTokens,
-  type Role,
   type StaticToken,
   writeStaticTokenFile,
 } from '../../server/grpc/auth.js';
@@ -22,67 +26,83 @@ import {
 export interface UpTokens {
   /** The operator's token (role admin), written into the client configuration. */
   admin: string;
-  /** What the agents present to the scheduler (role agent). */
-  agent: string;
-  /** What the scheduler presents to the agents (role scheduler). */
-  scheduler: string;
-  /** All three, as the servers' static tokens. */
+  /** Per host: what its agent presents to the scheduler (role agent, subject = the host), and its file. */
+  agents: Map<string, { token: string; file: string }>;
+  /** Every static token the servers accept. */
   staticTokens: StaticToken[];
   /** `<state>/tokens.yaml`. */
   file: string;
-  /** `<state>/agent.token`: the agent token alone (an agent config's scheduler_token_file). */
-  agentTokenFile: string;
-  /** Whether this start made them (false: read from an earlier run). */
+  /** The scheduler's signing key (PEM, PKCS#8) and the public key's file, for the agents. */
+  signingKey: string;
+  publicKeyFile: string;
+  /** Whether this start made the tokens file (false: read from an earlier run). */
   created: boolean;
 }
 
-const SUBJECTS: Record<'admin' | 'agent' | 'scheduler', string> = {
-  admin: 'berth-up-admin',
-  agent: 'berth-up-agents',
-  scheduler: 'berth-up-scheduler',
-};
+const ADMIN_SUBJECT = 'berth-up-admin';
+/** Subjects earlier versions wrote: one agent token for every host, one scheduler token. */
+const RETIRED_SUBJECTS = new Set(['berth-up-agents', 'berth-up-scheduler']);
 
-/** Reads the state directory's tokens, or makes and writes them (mode 0600) on the first start. */
-export async function loadOrCreateUpTokens(stateDir: string): Promise<UpTokens> {
-  const file = join(stateDir, 'tokens.yaml');
-  const agentTokenFile = join(stateDir, 'agent.token');
-  let text: string | null = null;
+async function readOptional(path: string): Promise<string | null> {
   try {
-    text = await readFile(file, 'utf8');
+    return await readFile(path, 'utf8');
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    return null;
   }
-  let created = false;
-  let tokens: StaticToken[];
-  if (text === null) {
-    tokens = (Object.keys(SUBJECTS) as Role[]).map((role) => ({
-      token: generateStaticToken(),
-      roles: [role],
-      subject: SUBJECTS[role as keyof typeof SUBJECTS],
-    }));
-    await writeStaticTokenFile(file, tokens);
-    created = true;
-  } else {
-    tokens = parseStaticTokens(text, file);
-  }
-  const find = (role: keyof typeof SUBJECTS) => {
-    const t = tokens.find((x) => x.subject === SUBJECTS[role] && x.roles.includes(role));
-    if (!t) {
+}
+
+/** Reads the state directory's credentials, making (mode 0600) what is missing for `hosts`. */
+export async function loadOrCreateUpTokens(stateDir: string, hosts: readonly string[]): Promise<UpTokens> {
+  const file = join(stateDir, 'tokens.yaml');
+  const text = await readOptional(file);
+  const created = text === null;
+  const read = text === null ? [] : parseStaticTokens(text, file);
+  const tokens = read.filter((t) => !(t.subject && RETIRED_SUBJECTS.has(t.subject)));
+  let changed = created || tokens.length !== read.length;
+  const find = (subject: string, role: 'admin' | 'agent') =>
+    tokens.find((t) => t.subject === subject && t.roles.length === 1 && t.roles[0] === role);
+  if (!find(ADMIN_SUBJECT, 'admin')) {
+    if (!created) {
       throw new ConfigError(
-        `${file}: no ${role} token (subject ${SUBJECTS[role]}); delete the file to make new tokens`,
+        `${file}: no admin token (subject ${ADMIN_SUBJECT}); delete the file to make new tokens`,
       );
     }
-    return t.token;
-  };
-  const out = {
-    admin: find('admin'),
-    agent: find('agent'),
-    scheduler: find('scheduler'),
+    tokens.push({ token: generateStaticToken(), roles: ['admin'], subject: ADMIN_SUBJECT });
+  }
+  const agents = new Map<string, { token: string; file: string }>();
+  for (const host of hosts) {
+    let t = find(host, 'agent');
+    if (!t) {
+      t = { token: generateStaticToken(), roles: ['agent'], subject: host };
+      tokens.push(t);
+      changed = true;
+    }
+    const tokenFile = join(stateDir, `agent-${host}.token`);
+    await writeFile(tokenFile, `${t.token}\n`, { mode: 0o600 });
+    agents.set(host, { token: t.token, file: tokenFile });
+  }
+  if (changed) await writeStaticTokenFile(file, tokens);
+
+  const keyFile = join(stateDir, 'scheduler-signing.pem');
+  const publicKeyFile = join(stateDir, 'scheduler-signing.pub');
+  let signingKey = await readOptional(keyFile);
+  if (signingKey === null || (await readOptional(publicKeyFile)) === null) {
+    const pair = generateKeyPairSync('ed25519', {
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+    });
+    signingKey = pair.privateKey;
+    await writeFile(keyFile, pair.privateKey, { mode: 0o600 });
+    await writeFile(publicKeyFile, pair.publicKey, { mode: 0o644 });
+  }
+  return {
+    admin: find(ADMIN_SUBJECT, 'admin')!.token,
+    agents,
     staticTokens: tokens,
     file,
-    agentTokenFile,
+    signingKey,
+    publicKeyFile,
     created,
   };
-  await writeFile(agentTokenFile, `${out.agent}\n`, { mode: 0o600 });
-  return out;
 }

@@ -163,7 +163,7 @@ export class Agent {
   private async serve(options: AgentOptions): Promise<void> {
     const cfg = this.config;
     const authOptions =
-      options.auth ?? (cfg.auth ? await loadAuthOptions(cfg.auth) : requireAgentAuth(undefined));
+      options.auth ?? (cfg.auth ? await loadAuthOptions(cfg.auth, cfg.host) : requireAgentAuth(undefined));
     const auth = new Authenticator(authOptions);
     const tls = cfg.tls ? await loadTls(cfg.tls) : undefined;
     const schedulerToken =

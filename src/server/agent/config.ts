@@ -105,6 +105,9 @@ export const authSectionSchema = section({
   jwks_file: file('JWKS (JSON) for JWT bearer tokens'),
   jwt_issuer: text().nullish().describe('required JWT issuer'),
   jwt_audience: text().nullish().describe('required JWT audience'),
+  scheduler_public_key_file: file(
+    "the scheduler's public key (PEM): its per-host credentials, JWTs for this host only (invariant 10)",
+  ),
   cert_roles: z
     .record(z.string(), z.string({ error: (iss) => `expected a role name, got ${show(iss.input)}` }), {
       error: (iss) => `expected a mapping, got ${show(iss.input)}`,
@@ -113,12 +116,19 @@ export const authSectionSchema = section({
     .describe('client-certificate common name (or *) → role'),
 })
   .superRefine((a, ctx) => {
-    const given = [a.static_tokens_file, a.jwt_secret_file, a.jwt_public_key_file, a.jwks_file, a.cert_roles];
+    const given = [
+      a.static_tokens_file,
+      a.jwt_secret_file,
+      a.jwt_public_key_file,
+      a.jwks_file,
+      a.cert_roles,
+      a.scheduler_public_key_file,
+    ];
     if ((a.mode ?? 'token') === 'token' && given.every((g) => g == null)) {
       ctx.addIssue({
         code: 'custom',
         message:
-          'give static_tokens_file, a jwt_* key or cert_roles (or mode: none to switch authentication off)',
+          'give static_tokens_file, a jwt_* key, scheduler_public_key_file or cert_roles (or mode: none to switch authentication off)',
       });
     }
   })
@@ -250,6 +260,7 @@ function toAuth(a: z.output<typeof authSectionSchema>, baseDir: string): AuthFil
     jwksFile: resolved(baseDir, a.jwks_file),
     jwtIssuer: a.jwt_issuer ?? undefined,
     jwtAudience: a.jwt_audience ?? undefined,
+    schedulerPublicKeyFile: resolved(baseDir, a.scheduler_public_key_file),
   };
   for (const [k, v] of Object.entries(files)) if (v) (out as unknown as Record<string, string>)[k] = v;
   if (a.cert_roles)

@@ -19,7 +19,7 @@
  * Auth is off only when configured `{ mode: 'none' }`, and then the server
  * logs a warning at start.
  */
-import { createHash, createPublicKey, type KeyObject, randomBytes } from 'node:crypto';
+import { createHash, createPublicKey, type KeyObject, randomBytes, sign } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import {
   Metadata,
@@ -158,6 +158,13 @@ export type AuthOptions =
        * call carries no bearer token.
        */
       certRoles?: Record<string, Role>;
+      /**
+       * An agent's per-host scheduler credential (invariant 10): JWTs the
+       * scheduler signs with its private key for this host only. Verified
+       * against the scheduler's public key, with issuer berth-scheduler and
+       * `aud` = `audience` (this agent's host); they carry the scheduler role.
+       */
+      schedulerKey?: { publicKey: string; audience: string };
     };
 
 /** The same, as files (scheduler options, agent config): read by loadAuthOptions. */
@@ -174,6 +181,8 @@ export interface AuthFileOptions {
   jwtIssuer?: string;
   jwtAudience?: string;
   certRoles?: Record<string, string>;
+  /** The scheduler's public key (PEM): per-host scheduler credentials for this agent. */
+  schedulerPublicKeyFile?: string;
 }
 
 export function isRole(v: unknown): v is Role {
@@ -231,8 +240,11 @@ async function readText(path: string, what: string): Promise<string> {
   }
 }
 
-/** Reads the files an AuthFileOptions names into AuthOptions. */
-export async function loadAuthOptions(o: AuthFileOptions): Promise<AuthOptions> {
+/**
+ * Reads the files an AuthFileOptions names into AuthOptions. `host`: the
+ * agent's own host, the audience its scheduler credentials must name.
+ */
+export async function loadAuthOptions(o: AuthFileOptions, host?: string): Promise<AuthOptions> {
   if (o.mode === 'none') return { mode: 'none' };
   const jwt: JwtOptions = {};
   if (o.jwtSecretFile) jwt.hs256Secret = (await readText(o.jwtSecretFile, 'jwt_secret_file')).trim();
@@ -255,11 +267,20 @@ export async function loadAuthOptions(o: AuthFileOptions): Promise<AuthOptions> 
   const staticTokens = o.staticTokensFile
     ? parseStaticTokens(await readText(o.staticTokensFile, 'static_tokens_file'), o.staticTokensFile)
     : undefined;
+  let schedulerKey: { publicKey: string; audience: string } | undefined;
+  if (o.schedulerPublicKeyFile) {
+    if (!host) throw new ConfigError('scheduler_public_key_file: only an agent (with a host name) takes it');
+    schedulerKey = {
+      publicKey: await readText(o.schedulerPublicKeyFile, 'scheduler_public_key_file'),
+      audience: host,
+    };
+  }
   return {
     mode: 'token',
     ...(Object.keys(jwt).length > 0 ? { jwt } : {}),
     ...(staticTokens ? { staticTokens } : {}),
     ...(Object.keys(certRoles).length > 0 ? { certRoles } : {}),
+    ...(schedulerKey ? { schedulerKey } : {}),
   };
 }
 
@@ -382,6 +403,30 @@ export class Authenticator {
           verify: async (t) => (await jwtVerify(t, set, { ...common, algorithms: ASYMMETRIC_ALGS })).payload,
         });
       }
+    }
+    if (options.schedulerKey) {
+      let key: KeyObject;
+      try {
+        key = createPublicKey(options.schedulerKey.publicKey);
+      } catch (err) {
+        throw new ConfigError(`scheduler public key: not a PEM public key: ${(err as Error).message}`);
+      }
+      const algs = algorithmsFor(key);
+      const audience = options.schedulerKey.audience;
+      this.verifiers.push({
+        algs,
+        verify: async (t) => {
+          const { payload } = await jwtVerify(t, key, {
+            algorithms: algs,
+            issuer: SCHEDULER_ISSUER,
+            audience,
+            clockTolerance: 30,
+            requiredClaims: ['exp', 'sub', 'aud'],
+          });
+          // Whatever else it claims, a scheduler credential carries the scheduler role only.
+          return { ...payload, roles: ['scheduler'] };
+        },
+      });
     }
     if (this.verifiers.length === 0 && this.statics.size === 0 && Object.keys(this.certRoles).length === 0) {
       throw new ConfigError(
@@ -600,6 +645,32 @@ export async function writeStaticTokenFile(path: string, tokens: StaticToken[]):
         : t.roles;
   }
   await writeFile(path, `# Berth static tokens: token: role\n${stringifyYaml(doc)}`, { mode: 0o600 });
+}
+
+/** The issuer of per-host scheduler credentials. */
+export const SCHEDULER_ISSUER = 'berth-scheduler';
+
+/**
+ * Mints the scheduler's credential for one host's agent (invariant 10): an
+ * EdDSA JWT with `aud` = that host, valid `ttlSeconds`. Signed synchronously
+ * with node:crypto (jose signs only asynchronously, and a gRPC call's metadata
+ * is built synchronously); the agents verify it with jose.
+ */
+export function mintSchedulerCredential(privateKey: KeyObject, host: string, ttlSeconds = 300): string {
+  if (privateKey.asymmetricKeyType !== 'ed25519') {
+    throw new ConfigError('agent signing key: an Ed25519 private key is required');
+  }
+  const now = Math.floor(Date.now() / 1000);
+  const b64 = (o: unknown) => Buffer.from(JSON.stringify(o)).toString('base64url');
+  const head = `${b64({ alg: 'EdDSA', typ: 'JWT' })}.${b64({
+    iss: SCHEDULER_ISSUER,
+    sub: 'scheduler',
+    aud: host,
+    roles: ['scheduler'],
+    iat: now,
+    exp: now + ttlSeconds,
+  })}`;
+  return `${head}.${sign(null, Buffer.from(head), privateKey).toString('base64url')}`;
 }
 
 /** Signs an HS256 JWT (for sites that use a shared secret, and for tests). */

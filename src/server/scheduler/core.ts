@@ -20,6 +20,8 @@ export interface SchedulerCore {
   schedulerId: string;
   /** Seconds between agent re-registrations we ask for. */
   heartbeatSeconds: number;
+  /** Operator-written principal subject → host (invariant 10); otherwise a subject names its host. */
+  hostPrincipals: ReadonlyMap<string, string>;
   /** (Re)creates the link to a host's agent. */
   connectAgent(host: string, endpoint: string, features: string[]): void;
 }

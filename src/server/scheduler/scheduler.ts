@@ -3,13 +3,19 @@
  * and every berth.scheduler.v1 service on one gRPC server. Lifecycle:
  * open store → serve → (agents register) → stop (streams end, links close).
  */
-import { randomUUID } from 'node:crypto';
+import { createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
-import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
+import {
+  Authenticator,
+  type AuthOptions,
+  authInterceptor,
+  logAuthMode,
+  mintSchedulerCredential,
+} from '../grpc/auth.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import { InstanceLock } from '../instance-lock.js';
@@ -48,8 +54,24 @@ export interface SchedulerOptions {
    * client identity (and CA) when it dials agents.
    */
   tls?: TlsFiles;
-  /** Bearer token the scheduler sends to agents (role `scheduler`); omit with mTLS cert roles. */
+  /**
+   * The scheduler's credentials for agents (invariant 10): an Ed25519 private
+   * key (PEM) that signs, per host, short-lived JWTs with `aud` = that host.
+   * The agents hold the public key (`auth.scheduler_public_key_file`).
+   */
+  agentSigningKey?: string;
+  /**
+   * One bearer token sent to every agent (role `scheduler`): any host that
+   * sees it can call every other agent. Only for a single-host lab, and only
+   * with `insecureSharedAgentToken` set; logged as a warning at start.
+   */
   agentToken?: string;
+  insecureSharedAgentToken?: boolean;
+  /**
+   * Principal subject → the host it speaks for, written by the operator, for
+   * principals whose subject is not their host name (invariant 10).
+   */
+  hostPrincipals?: Record<string, string>;
   /** host:port serving Prometheus /metrics; omitted = not served. */
   metricsListen?: string;
   /** Extra services (instances, migrations) registered by later modules. */
@@ -68,6 +90,7 @@ export class Scheduler {
     const auth = new Authenticator(requireAuthOptions(options.auth));
     const tls = options.tls ? await loadTls(options.tls) : undefined;
     const agentCredentials = channelCredentials(tls);
+    const credentialFor = agentCredential(options, logger);
     // One scheduler per SQLite file: a second one refuses, naming the first.
     const lock =
       !options.store && options.db && options.db !== ':memory:'
@@ -105,6 +128,7 @@ export class Scheduler {
       metrics,
       schedulerId: randomUUID(),
       heartbeatSeconds: options.heartbeatSeconds ?? 15,
+      hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
       connectAgent(host, endpoint, features) {
         links.get(host)?.stop();
         const link = new AgentLink(host, endpoint, features, {
@@ -112,7 +136,7 @@ export class Scheduler {
           hub,
           logger,
           credentials: agentCredentials,
-          ...(options.agentToken ? { token: options.agentToken } : {}),
+          ...(credentialFor ? { credential: credentialFor } : {}),
           onConnected: (h) => void dispatcher.dispatchBacklog(h),
         });
         links.set(host, link);
@@ -199,4 +223,44 @@ function requireAuthOptions(auth: AuthOptions | undefined): AuthOptions {
     'no authentication configured: give auth (static tokens, a JWT key or client-certificate roles), ' +
       "or switch it off explicitly with {mode: 'none'} / --insecure-no-auth",
   );
+}
+
+/**
+ * What the scheduler presents to a host's agent: a JWT for that host alone,
+ * minted from the signing key and re-minted before it expires; or, only when
+ * explicitly allowed, one shared token.
+ */
+function agentCredential(options: SchedulerOptions, logger: Logger): ((host: string) => string) | undefined {
+  if (options.agentSigningKey) {
+    let key: KeyObject;
+    try {
+      key = createPrivateKey(options.agentSigningKey);
+    } catch (err) {
+      throw new ConfigError(`agent signing key: not a PEM private key: ${(err as Error).message}`);
+    }
+    mintSchedulerCredential(key, 'check'); // an unusable key fails at start, not at the first call
+    const cache = new Map<string, { token: string; renewAt: number }>();
+    return (host) => {
+      const now = Date.now();
+      const hit = cache.get(host);
+      if (hit && hit.renewAt > now) return hit.token;
+      const token = mintSchedulerCredential(key, host, 300);
+      cache.set(host, { token, renewAt: now + 120_000 });
+      return token;
+    };
+  }
+  if (options.agentToken) {
+    if (!options.insecureSharedAgentToken) {
+      throw new ConfigError(
+        'a shared agent token lets any host that sees it call every other agent: give an agent signing key, ' +
+          'or allow it explicitly for a single-host lab (--insecure-shared-agent-token)',
+      );
+    }
+    logger.warn(
+      'INSECURE: one scheduler token is sent to every agent; any host that sees it can call every other agent',
+    );
+    const token = options.agentToken;
+    return () => token;
+  }
+  return undefined;
 }

@@ -20,7 +20,10 @@ import {
   type PrepareMigrationResponse,
   type WatchInventoryResponse,
 } from '../../../gen/berth/agent/v1/agent.js';
+import type { Device as AgentDevice } from '../../../gen/berth/agent/v1/device.js';
 import { factsFromAgent } from '../convert.js';
+import type { DeviceFacts } from '../domain/device-state.js';
+import { INVENTORY_LIMITS, inventoryBoundBroken } from '../domain/inventory-bounds.js';
 import type { Store } from '../store/store.js';
 import { Backoff, sleep } from './backoff.js';
 import type { EventHub } from './event-hub.js';
@@ -39,8 +42,8 @@ export interface AgentLinkDeps {
   hub: EventHub;
   logger: Logger;
   credentials?: ChannelCredentials;
-  /** Bearer token sent on every call to the agent (the scheduler's own credential). */
-  token?: string;
+  /** The bearer token for a call to this host's agent (the scheduler's credential for that host). */
+  credential?: (host: string) => string;
   /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
   onConnected: (host: string) => void;
 }
@@ -139,22 +142,59 @@ export class AgentLink {
     }
   }
 
+  /** Devices of this host the scheduler holds (for the per-host bound). */
+  private held = new Set<string>();
+
+  /**
+   * The agent's devices within the inventory bounds; the others are not stored
+   * (one host must not break the fleet's listing) and logged with the limit.
+   */
+  private bounded(devices: AgentDevice[]): DeviceFacts[] {
+    const out: DeviceFacts[] = [];
+    for (const d of devices) {
+      const facts = factsFromAgent(d);
+      const broken = inventoryBoundBroken(facts);
+      if (broken) {
+        this.log.warn(
+          { address: d.address.slice(0, 64), limit: broken },
+          'device refused: beyond an inventory bound',
+        );
+        continue;
+      }
+      if (!this.held.has(d.address) && this.held.size >= INVENTORY_LIMITS.devicesPerHost) {
+        this.log.warn(
+          {
+            address: d.address,
+            limit: `more than ${INVENTORY_LIMITS.devicesPerHost} devices (devicesPerHost)`,
+          },
+          'device refused: beyond an inventory bound',
+        );
+        continue;
+      }
+      this.held.add(d.address);
+      out.push(facts);
+    }
+    return out;
+  }
+
   private async apply(msg: WatchInventoryResponse): Promise<void> {
     const ev = msg.event;
     if (!ev) return;
     const store = this.deps.store;
     if (ev.$case === 'snapshot') {
+      this.held = new Set();
       await store.upsertInventory(this.host, {
         kind: 'snapshot',
         revision: msg.revision,
-        devices: ev.value.devices.map(factsFromAgent),
+        devices: this.bounded(ev.value.devices),
       });
     } else {
+      if (ev.$case === 'removed') this.held.delete(ev.value.address);
       await store.upsertInventory(this.host, {
         kind: 'delta',
         revision: msg.revision,
-        added: ev.$case === 'added' ? [factsFromAgent(ev.value)] : [],
-        changed: ev.$case === 'changed' ? [factsFromAgent(ev.value)] : [],
+        added: ev.$case === 'added' ? this.bounded([ev.value]) : [],
+        changed: ev.$case === 'changed' ? this.bounded([ev.value]) : [],
         removed: ev.$case === 'removed' ? [ev.value.address] : [],
       });
     }
@@ -201,7 +241,7 @@ export class AgentLink {
 
   private metadata(): Metadata {
     const md = new Metadata();
-    if (this.deps.token) md.set('authorization', `Bearer ${this.deps.token}`);
+    if (this.deps.credential) md.set('authorization', `Bearer ${this.deps.credential(this.host)}`);
     return md;
   }
 

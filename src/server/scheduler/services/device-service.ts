@@ -5,6 +5,7 @@
  */
 
 import { BerthError, invalidArgument, notFound } from '../../../errors.js';
+import { Device as DevicePb } from '../../../gen/berth/scheduler/v1/device.js';
 import {
   type CleanDeviceRequest,
   type DeviceFilter as DeviceFilterPb,
@@ -32,6 +33,7 @@ import type { SchedulerCore } from '../core.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { CLEANUP_FEATURE } from '../runtime/cleanup-dispatcher.js';
 import type { CleanupEvent, CleanupJob, DeviceFilter } from '../store/store.js';
+import { pageTokenAfter } from '../usecases/devices.js';
 import { deviceRef, optionalHost, optionalRequestId } from './validate.js';
 
 const RC = /^[A-Z0-9_]{1,255}$/;
@@ -93,6 +95,32 @@ function syntheticEnd(job: CleanupJob, lastSequence: number): CleanupEvent | nul
 }
 
 const PAGE_MAX = 5000;
+/** Encoded devices in one ListDevices page, at most (under a client's default 4 MiB). */
+export const PAGE_BYTES = 3 * 1024 * 1024;
+
+/**
+ * A ListDevices page that also ends at `maxBytes` of encoded devices, so no
+ * inventory can make a listing too large for a client to receive (gRPC's
+ * default 4 MiB): the rest is on the next page. At least one device per page.
+ */
+export function boundedPage(
+  records: readonly DeviceRecord[],
+  nextPageToken: string,
+  maxBytes: number,
+): { devices: DevicePb[]; nextPageToken: string } {
+  const devices: DevicePb[] = [];
+  let bytes = 0;
+  for (const [i, d] of records.entries()) {
+    const pb = deviceToProto(d);
+    const n = DevicePb.encode(pb).finish().length;
+    if (devices.length > 0 && bytes + n > maxBytes) {
+      return { devices, nextPageToken: pageTokenAfter(records[i - 1]!) };
+    }
+    devices.push(pb);
+    bytes += n;
+  }
+  return { devices, nextPageToken };
+}
 
 export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
   const { store, hub, logger } = core;
@@ -103,7 +131,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
         pageSize: req.pageSize || undefined,
         pageToken: req.pageToken || undefined,
       });
-      return { devices: page.devices.map(deviceToProto), nextPageToken: page.nextPageToken };
+      return boundedPage(page.devices, page.nextPageToken, PAGE_BYTES);
     }),
 
     getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest) => ({

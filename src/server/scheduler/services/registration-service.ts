@@ -12,20 +12,24 @@ import {
   type RegistrationServiceServer,
   RegistrationServiceService,
 } from '../../../gen/berth/scheduler/v1/registration.js';
+import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { SchedulerCore } from '../core.js';
+import { type Caller, checkHostPrincipal } from '../host-identity.js';
 import { dispatchReleased } from './arq-service.js';
 import { maxItems, requireHost } from './validate.js';
 
-const ENDPOINT = /^[A-Za-z0-9.-]+:\d{1,5}$|^\[[0-9a-fA-F:]+\]:\d{1,5}$/;
+const ENDPOINT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9a-fA-F:]{2,39}\]):(\d{1,5})$/;
 const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 
 function checkRequest(req: RegisterRequest): void {
   requireHost('host', req.host);
-  if (!ENDPOINT.test(req.endpoint))
-    throw invalidArgument('endpoint', `${JSON.stringify(req.endpoint)} is not host:port`);
+  const port = Number(ENDPOINT.exec(req.endpoint)?.[1] ?? Number.NaN);
+  if (!(port >= 1 && port <= 65535)) {
+    throw invalidArgument('endpoint', `${JSON.stringify(req.endpoint)} is not host:port with a port 1-65535`);
+  }
   if (!TOKEN.test(req.bootId))
     throw invalidArgument('boot_id', `${JSON.stringify(req.bootId)} is not a boot id`);
   if (!TOKEN.test(req.epoch))
@@ -54,10 +58,21 @@ export async function register(
   core: SchedulerCore,
   req: RegisterRequest,
   logger: Logger,
+  caller: Caller = { subject: 'anonymous', roles: [] },
 ): Promise<RegisterResponse> {
   checkRequest(req);
   const { store } = core;
   const existing = await store.getHost(req.host).catch(() => null);
+  let principal: string | undefined;
+  try {
+    principal = checkHostPrincipal(caller, req.host, existing?.principal, core.hostPrincipals);
+  } catch (err) {
+    logger.warn(
+      { host: req.host, principal: caller.subject, pinned: existing?.principal, endpoint: req.endpoint },
+      'registration refused: the principal may not speak for this host',
+    );
+    throw err;
+  }
   const fresh =
     !existing ||
     existing.agentEpoch !== req.epoch ||
@@ -72,6 +87,7 @@ export async function register(
   }
   const agentRestarted = existing !== null && existing.agentEpoch !== req.epoch;
   await store.registerHost({
+    ...(principal ? { principal } : {}),
     name: req.host,
     endpoint: req.endpoint,
     bootId: req.bootId,
@@ -96,7 +112,10 @@ export async function register(
       logger.info({ host: req.host }, 'agent restarted; it was cleaning nothing');
     }
   }
-  logger.info({ host: req.host, endpoint: req.endpoint, features: req.features }, 'agent registered');
+  logger.info(
+    { host: req.host, endpoint: req.endpoint, features: req.features, principal: caller.subject },
+    'agent registered',
+  );
   core.connectAgent(req.host, req.endpoint, req.features);
   await reconcileHeld(core, req, logger);
   core.hub.notify();
@@ -125,7 +144,9 @@ async function reconcileHeld(core: SchedulerCore, req: RegisterRequest, logger: 
 
 export function registrationServiceBinding(core: SchedulerCore): ServiceBinding {
   const impl: RegistrationServiceServer = {
-    register: unary('Register', core.logger, (req: RegisterRequest) => register(core, req, core.logger)),
+    register: unary('Register', core.logger, (req: RegisterRequest, ctx) =>
+      register(core, req, core.logger, callerOf(ctx.metadata)),
+    ),
   };
   return {
     name: 'berth.scheduler.v1.RegistrationService',

@@ -32,6 +32,11 @@ export interface HostRegistration {
   agentVersion: string;
   features: string[];
   drivers: string[];
+  /**
+   * The authenticated principal the host is pinned to (its first agent
+   * registration's subject; invariant 10). Absent with authentication off.
+   */
+  principal?: string;
 }
 
 export interface HostRecord extends HostRegistration {

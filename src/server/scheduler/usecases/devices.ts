@@ -101,12 +101,14 @@ export async function listDevices(
     const rows = await r.devices(query);
     const devices = rows.slice(0, size);
     const last = devices[devices.length - 1];
-    const nextPageToken =
-      rows.length > size && last
-        ? Buffer.from(JSON.stringify([last.host, last.address])).toString('base64url')
-        : '';
+    const nextPageToken = rows.length > size && last ? pageTokenAfter(last) : '';
     return { devices, nextPageToken };
   });
+}
+
+/** The page token that continues a listing after `d` (a page cut short, e.g. by size). */
+export function pageTokenAfter(d: { host: string; address: string }): string {
+  return Buffer.from(JSON.stringify([d.host, d.address])).toString('base64url');
 }
 
 function parsePageToken(token: string): { host: string; address: string } {

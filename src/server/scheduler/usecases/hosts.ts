@@ -15,6 +15,8 @@ export async function registerHost(deps: UseCaseDeps, reg: HostRegistration): Pr
     const prev = await tx.uow.host(reg.name, FOR_UPDATE);
     return writeHost(tx, {
       ...reg,
+      // The first principal stays: registering with another one is refused before this.
+      ...(prev?.principal || reg.principal ? { principal: prev?.principal ?? reg.principal } : {}),
       features: [...reg.features],
       drivers: [...reg.drivers],
       registrations: (prev?.registrations ?? 0) + 1,

@@ -1,0 +1,233 @@
+/**
+ * Invariant 10: a principal acts only for its own host, and what the scheduler
+ * presents to an agent is valid on that agent only (issue 18's attacks, each
+ * through the real servers). Two real agents on simulated hosts; the scheduler
+ * reaches host-a's agent through a proxy that captures the credential it sends.
+ */
+import { generateKeyPairSync } from 'node:crypto';
+import { join } from 'node:path';
+import type { Metadata } from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AgentClient, SchedulerClient } from '../../src/client/sdk.js';
+import type { RegisterRequest } from '../../src/gen/berth/scheduler/v1/registration.js';
+import { Agent } from '../../src/server/agent/agent.js';
+import { parseAgentConfig } from '../../src/server/agent/config.js';
+import { generateStaticToken, signHs256Token } from '../../src/server/grpc/auth.js';
+import { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
+import { tempDir } from '../helpers/agent.js';
+import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
+import { eventually } from '../helpers/grpc.js';
+import { expectCode } from '../helpers/invariants.js';
+import { freePort } from '../helpers/processes.js';
+
+const JWT_SECRET = 'an-hs256-secret-of-at-least-32-bytes!';
+
+describe('no host can speak for another', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let scheduler: Scheduler;
+  let proxy: AgentProxy;
+  const agents = new Map<string, Agent>();
+  const tokens = { a: generateStaticToken(), b: generateStaticToken(), mapped: generateStaticToken() };
+  const admin = generateStaticToken();
+  /** What the scheduler sent to host-a's agent, as a captured credential. */
+  const captured: string[] = [];
+
+  beforeAll(async () => {
+    dir = await tempDir('berth-identity-');
+    const signing = generateKeyPairSync('ed25519', {
+      privateKeyEncoding: { type: 'pkcs8', format: 'pem' },
+      publicKeyEncoding: { type: 'spki', format: 'pem' },
+    });
+    scheduler = await Scheduler.start({
+      listen: '127.0.0.1:0',
+      heartbeatSeconds: 1,
+      auth: {
+        mode: 'token',
+        jwt: { hs256Secret: JWT_SECRET },
+        staticTokens: [
+          { token: tokens.a, roles: ['agent'], subject: 'host-a' },
+          { token: tokens.b, roles: ['agent'], subject: 'host-b' },
+          // An operator-written mapping: this principal speaks for host-a.
+          { token: tokens.mapped, roles: ['agent'], subject: 'ops-agent-7' },
+          { token: admin, roles: ['admin'], subject: 'ops' },
+        ],
+      },
+      agentSigningKey: signing.privateKey,
+      hostPrincipals: { 'ops-agent-7': 'host-a' },
+    });
+    for (const [host, token, bus] of [
+      ['host-a', tokens.a, 0x3b],
+      ['host-b', tokens.b, 0x5b],
+    ] as const) {
+      const sim = await buildSimHost(join(dir.path, host), demoHostDefinition(host, bus));
+      const port = await freePort();
+      let advertise: string | undefined;
+      if (host === 'host-a') {
+        proxy = await startAgentProxy(`127.0.0.1:${port}`, undefined, (_m: string, md: Metadata) => {
+          const v = md.get('authorization')[0];
+          if (typeof v === 'string') captured.push(v.replace(/^Bearer /, ''));
+        });
+        advertise = proxy.address;
+      }
+      const config = parseAgentConfig(
+        {
+          ...sim.agentConfig,
+          listen: `127.0.0.1:${port}`,
+          ...(advertise ? { advertise } : {}),
+          scheduler: scheduler.address,
+          register_interval: 0.5,
+          discovery_interval: 3600,
+        },
+        {},
+        dir.path,
+      );
+      const agent = await Agent.start({
+        config,
+        bootIdFile: sim.bootIdFile,
+        schedulerToken: token,
+        auth: {
+          mode: 'token',
+          schedulerKey: { publicKey: signing.publicKey, audience: host },
+          staticTokens: [{ token: admin, roles: ['admin'], subject: 'ops' }],
+        },
+      });
+      agents.set(host, agent);
+      await agent.registered;
+    }
+    const client = new SchedulerClient({ endpoint: scheduler.address, token: admin });
+    try {
+      for (const h of ['host-a', 'host-b']) {
+        await eventually(
+          () => client.hosts.getHost({ name: h }),
+          (r) => r.host?.connected === true,
+          15_000,
+        );
+      }
+    } finally {
+      client.close();
+    }
+  }, 90_000);
+
+  afterAll(async () => {
+    for (const a of agents.values()) await a.stop();
+    await proxy?.stop();
+    await scheduler?.stop();
+    await dir?.cleanup();
+  });
+
+  const registration = (host: string, endpoint = '127.0.0.1:1'): RegisterRequest => ({
+    host,
+    endpoint,
+    bootId: 'boot-1',
+    epoch: 'epoch-attacker',
+    agentVersion: '0.0.0',
+    features: ['inventory.v1', 'cleanup.v1'],
+    drivers: ['nvme'],
+    heldDevices: [],
+  });
+
+  async function registerAs(token: string, req: RegisterRequest) {
+    const c = new SchedulerClient({ endpoint: scheduler.address, token, retries: 1 });
+    try {
+      return await c.registration.register(req);
+    } finally {
+      c.close();
+    }
+  }
+
+  async function endpointOf(host: string): Promise<string> {
+    const c = new SchedulerClient({ endpoint: scheduler.address, token: admin });
+    try {
+      return (await c.hosts.getHost({ name: host })).host!.endpoint;
+    } finally {
+      c.close();
+    }
+  }
+
+  it("host-a's static token and host-a's JWT cannot register host-b", async () => {
+    const before = await endpointOf('host-b');
+    const jwt = await signHs256Token(JWT_SECRET, { sub: 'host-a', roles: ['agent'] });
+    for (const token of [tokens.a, jwt]) {
+      const err = await expectCode(
+        registerAs(token, registration('host-b')),
+        'PERMISSION_DENIED',
+        'PRINCIPAL_NOT_FOR_HOST',
+      );
+      expect(err.message).toContain('host-a');
+      expect(err.message).toContain('host-b');
+    }
+    // Nothing changed: the scheduler still follows host-b's own agent.
+    expect(await endpointOf('host-b')).toBe(before);
+  });
+
+  it('phantom hosts: an agent token registers no host but its own', async () => {
+    await expectCode(
+      registerAs(tokens.b, registration('phantom-1')),
+      'PERMISSION_DENIED',
+      'PRINCIPAL_NOT_FOR_HOST',
+    );
+    const c = new SchedulerClient({ endpoint: scheduler.address, token: admin });
+    try {
+      expect((await c.hosts.listHosts({})).hosts.map((h) => h.name).sort()).toEqual(['host-a', 'host-b']);
+    } finally {
+      c.close();
+    }
+  });
+
+  it('a host is pinned to its first principal: another one mapped to it is refused', async () => {
+    const err = await expectCode(
+      registerAs(tokens.mapped, registration('host-a')),
+      'PERMISSION_DENIED',
+      'HOST_PINNED_TO_ANOTHER_PRINCIPAL',
+    );
+    expect(err.message).toContain('ops-agent-7');
+  });
+
+  it('refuses endpoints that are not host:port with a port 1-65535', async () => {
+    for (const endpoint of ['127.0.0.1:0', '127.0.0.1:99999', 'no-port', 'bad host:80']) {
+      const err = await expectCode(
+        registerAs(tokens.a, registration('host-a', endpoint)),
+        'INVALID_ARGUMENT',
+      );
+      expect(err.fieldViolations[0]?.field).toBe('endpoint');
+    }
+  });
+
+  it("the scheduler's credential for host-a is refused by host-b's agent", async () => {
+    expect(captured.length).toBeGreaterThan(0);
+    const credential = captured.at(-1)!;
+    const onAgent = async (host: string) => {
+      const c = new AgentClient({ endpoint: agents.get(host)!.address, token: credential, retries: 1 });
+      try {
+        return await c.agent.listDevices({}).then(
+          () => 'OK',
+          (e: { codeName: string }) => e.codeName,
+        );
+      } finally {
+        c.close();
+      }
+    };
+    expect(await onAgent('host-a')).toBe('OK');
+    expect(await onAgent('host-b')).toBe('UNAUTHENTICATED');
+    // Nor can it start a cleanup there.
+    const c = new AgentClient({ endpoint: agents.get('host-b')!.address, token: credential, retries: 1 });
+    try {
+      const d = agents
+        .get('host-b')!
+        .inventory.list()
+        .find((x) => x.supportsCleaning)!;
+      const outcome = await (async () => {
+        try {
+          for await (const _ of c.cleanupDevice({ address: d.address, jobId: 'replayed' })) return 'STARTED';
+          return 'ENDED';
+        } catch (e) {
+          return (e as { codeName: string }).codeName;
+        }
+      })();
+      expect(outcome).toBe('UNAUTHENTICATED');
+    } finally {
+      c.close();
+    }
+  });
+});
