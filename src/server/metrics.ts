@@ -63,12 +63,26 @@ export class Metrics {
       registers: [this.registry],
       async collect() {
         this.reset();
+        // A store that cannot answer (damaged, closing) leaves the gauge empty, not the scrape broken.
+        const counts = await Promise.resolve()
+          .then(read)
+          .catch(() => [] as DeviceCount[]);
         // Label values are spelt as everywhere else outside the proto: lower case (nvme, pending_cleaning).
-        for (const c of await read()) {
+        for (const c of counts) {
           this.set({ host: c.host, type: c.type.toLowerCase(), state: c.state.toLowerCase() }, c.count);
         }
       },
     });
+  }
+
+  /** berth_store_damaged: 1 (with the reason) once the scheduler's database is found damaged. */
+  storeDamaged(why: string): void {
+    new Gauge({
+      name: 'berth_store_damaged',
+      help: "1 when the scheduler's database is damaged and it serves nothing (the reason is a label)",
+      labelNames: ['why'],
+      registers: [this.registry],
+    }).set({ why: why.slice(0, 200) }, 1);
   }
 
   observeCleanup(action: string, outcome: string, seconds: number): void {

@@ -168,10 +168,22 @@ export class Scheduler {
       throw err;
     }
     lock?.setEndpoint(server.address);
+    // A damaged database (found at start or by any later unit) stops the scheduler
+    // serving: health NOT_SERVING, every call UNAVAILABLE with STORE_DAMAGED, and
+    // the log and /metrics say why, until an operator restores it.
+    let damaged = false;
+    store.onDamage?.((why) => {
+      damaged = true;
+      server.setServing(false);
+      metrics.storeDamaged(why);
+      logger.error({ db: options.db, why }, 'the database is damaged: serving nothing until it is restored');
+    });
     // Hosts known from before a restart are followed again as soon as their
     // agents re-register (within one heartbeat); until then they show as disconnected.
-    for (const h of await store.listHosts()) {
-      if (h.connected) await store.setHostConnected(h.name, false);
+    if (!damaged) {
+      for (const h of await store.listHosts()) {
+        if (h.connected) await store.setHostConnected(h.name, false);
+      }
     }
     logger.info({ address: server.address }, 'scheduler serving');
     const scheduler = new Scheduler(core, server, lock);

@@ -24,6 +24,7 @@ import type { DeviceRecord } from '../domain/device-state.js';
 import type { Profile } from '../domain/profile.js';
 import { UseCaseStore, type UseCaseStoreOptions } from '../usecases/use-case-store.js';
 import { MIGRATIONS } from './migrations.js';
+import { classifySqliteFailure, storeDamaged } from './storage-faults.js';
 import type {
   CleanupEvent,
   CleanupJob,
@@ -86,14 +87,62 @@ export class SqliteDatabase implements TransactionRunner {
   /** Whether a unit (or a batch of them) is using the connection; others wait in `waiters`. */
   private busy = false;
   private readonly waiters: Array<() => void> = [];
+  /** Why the file is known to be damaged (then every unit is refused), or null. */
+  private damage: string | null = null;
+  private readonly damageListeners: Array<(why: string) => void> = [];
 
-  constructor(path: string, options: { busyTimeoutMs?: number } = {}) {
+  constructor(
+    readonly path: string,
+    options: { busyTimeoutMs?: number } = {},
+  ) {
     this.connection = new Database(path);
-    this.connection.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs ?? 5000)}`);
-    this.connection.pragma('journal_mode = WAL');
-    this.connection.pragma('synchronous = FULL');
-    this.connection.pragma('foreign_keys = ON');
-    this.migrate();
+    try {
+      this.connection.pragma(`busy_timeout = ${Math.trunc(options.busyTimeoutMs ?? 5000)}`);
+      this.connection.pragma('journal_mode = WAL');
+      this.connection.pragma('synchronous = FULL');
+      this.connection.pragma('foreign_keys = ON');
+      // A damaged file is found at start, before it serves anything (issue 19).
+      if (path !== ':memory:') {
+        const rows = this.connection.pragma('quick_check') as { quick_check: string }[];
+        const problems = rows.map((r) => r.quick_check).filter((r) => r !== 'ok');
+        if (problems.length > 0) {
+          this.markDamaged(
+            `quick_check: ${problems.slice(0, 3).join('; ')}${problems.length > 3 ? '; …' : ''}`,
+          );
+          return;
+        }
+      }
+      this.migrate();
+    } catch (err) {
+      const fault = classifySqliteFailure(err, path);
+      if (!fault?.damage) throw fault?.error ?? err;
+      this.markDamaged(fault.damage);
+    }
+  }
+
+  /** Why the database is damaged, or null. */
+  get damaged(): string | null {
+    return this.damage;
+  }
+
+  /** Called once when the database is found damaged (at once if it already is). */
+  onDamage(listener: (why: string) => void): void {
+    if (this.damage) listener(this.damage);
+    else this.damageListeners.push(listener);
+  }
+
+  private markDamaged(why: string): void {
+    if (this.damage) return;
+    this.damage = why;
+    for (const l of this.damageListeners.splice(0)) l(why);
+  }
+
+  /** A SQLite failure in Berth's terms; a damaged file stops the store. */
+  private translate(err: unknown): unknown {
+    const fault = classifySqliteFailure(err, this.path);
+    if (!fault) return err;
+    if (fault.damage) this.markDamaged(fault.damage);
+    return fault.error;
   }
 
   /** Prepared statements are cached by their SQL: preparing is a measurable share of a bind. */
@@ -127,6 +176,7 @@ export class SqliteDatabase implements TransactionRunner {
 
   async schemaVersion(): Promise<number> {
     if (this.closed) throw closedError();
+    if (this.damage) throw storeDamaged(this.path, this.damage);
     const row = this.stmt('SELECT MAX(version) AS v FROM schema_migrations').get() as { v: number | null };
     return row.v ?? 0;
   }
@@ -151,6 +201,7 @@ export class SqliteDatabase implements TransactionRunner {
 
   run<T>(fn: (uow: UnitOfWork) => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(closedError());
+    if (this.damage) return Promise.reject(storeDamaged(this.path, this.damage));
     return new Promise<T>((resolve, reject) => {
       this.pending.push({ fn, resolve: resolve as (v: unknown) => void, reject });
       if (!this.flushScheduled) {
@@ -162,6 +213,7 @@ export class SqliteDatabase implements TransactionRunner {
 
   async read<T>(fn: (uow: ReadUnit) => Promise<T>): Promise<T> {
     if (this.closed) throw closedError();
+    if (this.damage) throw storeDamaged(this.path, this.damage);
     const wait = this.acquire();
     if (wait) await wait;
     try {
@@ -174,8 +226,10 @@ export class SqliteDatabase implements TransactionRunner {
         return await fn(unit);
       } finally {
         unit.end();
-        this.stmt('COMMIT').run();
+        if (this.connection.inTransaction) this.stmt('COMMIT').run();
       }
+    } catch (err) {
+      throw this.translate(err);
     } finally {
       this.releaseConnection();
     }
@@ -212,7 +266,7 @@ export class SqliteDatabase implements TransactionRunner {
           unit.end();
           this.stmt('ROLLBACK TO unit').run();
           this.stmt('RELEASE unit').run();
-          outcomes.push({ ok: false, error });
+          outcomes.push({ ok: false, error: this.translate(error) });
         }
       }
       this.stmt('COMMIT').run();
@@ -223,7 +277,8 @@ export class SqliteDatabase implements TransactionRunner {
       } catch {
         // The callers get the batch's own error; SQLite rolls back what it can.
       }
-      for (const item of batch) item.reject(error);
+      const reported = this.translate(error);
+      for (const item of batch) item.reject(reported);
       return;
     }
     batch.forEach((item, i) => {

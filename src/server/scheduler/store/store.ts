@@ -236,6 +236,8 @@ export interface DeviceEvent {
 }
 
 export interface Store {
+  /** Calls `listener` once if the database is (or is found) damaged: the store then refuses everything. */
+  onDamage?(listener: (why: string) => void): void;
   close(): Promise<void>;
   /** Highest schema migration applied. */
   schemaVersion(): Promise<number>;

@@ -180,4 +180,9 @@ export interface TransactionRunner {
   schemaVersion(): Promise<number>;
   /** Units already accepted finish (and commit) first; later ones are refused. */
   close(): Promise<void>;
+  /**
+   * Calls `listener` once when the backend finds its database damaged (at once
+   * if it already is); from then on every unit is refused (STORE_DAMAGED).
+   */
+  onDamage?(listener: (why: string) => void): void;
 }

@@ -64,6 +64,10 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
     return this.db.close();
   }
 
+  onDamage(listener: (why: string) => void): void {
+    this.db.onDamage?.(listener);
+  }
+
   schemaVersion(): Promise<number> {
     return this.db.schemaVersion();
   }

@@ -1,0 +1,146 @@
+/**
+ * The scheduler's database failing (issue 19): damaged pages are found at start
+ * (health NOT_SERVING, every call UNAVAILABLE naming the file, /metrics and
+ * the CLI say why) instead of a SERVING scheduler answering INTERNAL; a full
+ * disk is RESOURCE_EXHAUSTED "the scheduler's disk is full", never
+ * `internal error`. Real files: pages overwritten on disk, a tiny tmpfs (root).
+ */
+import { execFileSync } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { SchedulerClient } from '../../src/client/sdk.js';
+import { validateProfile } from '../../src/server/scheduler/domain/profile.js';
+import { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { openSqliteStore } from '../../src/server/scheduler/store/sqlite-store.js';
+import { berth, cliEnv } from '../e2e/berth-cli.js';
+import { tempDir } from '../helpers/agent.js';
+import { expectCode } from '../helpers/invariants.js';
+import { available, root } from '../helpers/prerequisites.js';
+import { freePort } from '../helpers/processes.js';
+
+const spec = (i: number) =>
+  validateProfile({
+    name: `profile-${i}`,
+    description: 'x'.repeat(400),
+    groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808', count: 1 }],
+  });
+/** The same, as CreateProfile takes it. */
+const profile = (i: number) => ({
+  profile: {
+    name: `profile-${i}`,
+    uuid: '',
+    description: 'x'.repeat(400),
+    groups: [
+      {
+        resourceClass: 'CUSTOM_NVME_144D_A808',
+        vendorId: '',
+        productId: '',
+        requiredTraits: [],
+        forbiddenTraits: [],
+        liveMigratable: 0,
+        count: 1,
+      },
+    ],
+    createdAt: undefined,
+  },
+});
+
+describe("the scheduler's database failing", () => {
+  const cleanups: (() => Promise<void>)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('damaged pages: found at start; NOT_SERVING, STORE_DAMAGED on every call, in /metrics and the CLI', async () => {
+    const dir = await tempDir('berth-damage-');
+    cleanups.push(dir.cleanup);
+    const db = join(dir.path, 'sched.db');
+    const store = await openSqliteStore(db);
+    for (let i = 0; i < 200; i++) await store.createProfile(spec(i));
+    await store.close();
+    // Three pages in the middle of the file overwritten, as a bad disk or a stray write would.
+    const fh = await open(db, 'r+');
+    try {
+      const { size } = await fh.stat();
+      expect(size).toBeGreaterThan(16 * 4096);
+      for (const page of [6, 7, 8]) await fh.write(Buffer.alloc(4096, 0xa5), 0, 4096, page * 4096);
+    } finally {
+      await fh.close();
+    }
+    const metricsPort = await freePort();
+    const s = await Scheduler.start({
+      db,
+      listen: '127.0.0.1:0',
+      auth: { mode: 'none' },
+      metricsListen: `127.0.0.1:${metricsPort}`,
+    });
+    cleanups.push(() => s.stop());
+    const client = new SchedulerClient({ endpoint: s.address, retries: 1 });
+    cleanups.push(async () => client.close());
+    const err = await expectCode(client.profiles.listProfiles({}), 'UNAVAILABLE', 'STORE_DAMAGED');
+    expect(err.message).toContain(db);
+    expect(err.message).toContain('damaged');
+    // Health says so, for load balancers and systemd.
+    const health = await berth(['health', '--endpoint', s.address], cliEnv(join(dir.path, 'cfg.yaml')));
+    expect(health.code).toBe(1);
+    expect(health.stderr).toContain('NOT_SERVING');
+    // The CLI prints why, in one line.
+    const list = await berth(
+      ['profile', 'list', '--endpoint', s.address],
+      cliEnv(join(dir.path, 'cfg.yaml'), { BERTH_TOKEN: 'unused-with-auth-off' }),
+    );
+    expect(list.code).not.toBe(0);
+    expect(list.stderr).toMatch(/^berth: UNAVAILABLE: the scheduler's database .* is damaged/m);
+    const metrics = await (await fetch(`http://${s.metricsAddress}/metrics`)).text();
+    expect(metrics).toMatch(/^berth_store_damaged\{why=".+"\} 1$/m);
+  }, 60_000);
+
+  const tmpfsTest = 'the full-disk test on a tiny tmpfs';
+  it.skipIf(!available(root(), tmpfsTest))(
+    'a full disk: RESOURCE_EXHAUSTED "the scheduler\'s disk is full", nothing half-written',
+    async (t) => {
+      const dir = await tempDir('berth-full-');
+      cleanups.push(dir.cleanup);
+      const mnt = join(dir.path, 'mnt');
+      mkdirSync(mnt);
+      try {
+        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', mnt], { stdio: 'pipe' });
+      } catch (e) {
+        t.skip(`cannot mount a tmpfs here: ${(e as Error).message.split('\n')[0]}`);
+        return;
+      }
+      cleanups.push(async () => {
+        execFileSync('umount', ['-l', mnt]);
+      });
+      const db = join(mnt, 'sched.db');
+      const s = await Scheduler.start({ db, listen: '127.0.0.1:0', auth: { mode: 'none' } });
+      cleanups.push(() => s.stop());
+      const client = new SchedulerClient({ endpoint: s.address, retries: 1 });
+      cleanups.push(async () => client.close());
+      let created = 0;
+      let refusal: Awaited<ReturnType<typeof expectCode>> | null = null;
+      for (let i = 0; i < 5000 && !refusal; i++) {
+        try {
+          await client.profiles.createProfile(profile(i));
+          created++;
+        } catch {
+          refusal = await expectCode(
+            client.profiles.createProfile(profile(i)),
+            'RESOURCE_EXHAUSTED',
+            'STORE_DISK_FULL',
+          );
+        }
+      }
+      expect(refusal, 'the disk never filled').not.toBeNull();
+      expect(created, 'some profiles fit before the disk filled').toBeGreaterThan(10);
+      expect(refusal!.message).toContain("the scheduler's disk is full");
+      expect(refusal!.message).toContain(db);
+      // What was acknowledged is there; the refused one is not.
+      const { profiles } = await client.profiles.listProfiles({});
+      expect(profiles).toHaveLength(created);
+    },
+    120_000,
+  );
+});
