@@ -21,7 +21,7 @@ import {
 import { service as healthService } from 'grpc-health-check';
 import { AgentServiceClient } from '../gen/berth/agent/v1/agent.js';
 import { AcceleratorRequestServiceClient } from '../gen/berth/scheduler/v1/accelerator_request.js';
-import { DeviceServiceClient } from '../gen/berth/scheduler/v1/device_service.js';
+import { DeviceServiceClient, type WatchDevicesResponse } from '../gen/berth/scheduler/v1/device_service.js';
 import { HostServiceClient } from '../gen/berth/scheduler/v1/host.js';
 import { InstanceServiceClient } from '../gen/berth/scheduler/v1/instance.js';
 import { MigrationServiceClient } from '../gen/berth/scheduler/v1/migration.js';
@@ -177,6 +177,34 @@ export class SchedulerClient {
 
   watchDevices(req: Parameters<DeviceServiceClient['watchDevices']>[0]) {
     return iterate('watchDevices', this.raw.devices.watchDevices(req, this.md()));
+  }
+
+  /**
+   * WatchDevices that outlives retention: when the scheduler no longer keeps
+   * the events after `fromRevision` (reason REVISION_COMPACTED, at the start or
+   * for a watcher that fell that far behind) it re-lists — the whole state
+   * comes again (`initial: true` messages, then `synced`), so a cache rebuilt
+   * from them is right — and goes on with changes. `onRelist` hears why.
+   */
+  async *watchDevicesRelisting(
+    req: Parameters<DeviceServiceClient['watchDevices']>[0],
+    onRelist: (err: BerthClientError) => void = () => {},
+  ): AsyncGenerator<WatchDevicesResponse> {
+    let from = req.fromRevision;
+    for (;;) {
+      try {
+        for await (const m of this.watchDevices({ ...req, fromRevision: from })) {
+          from = m.revision;
+          yield m;
+        }
+        return;
+      } catch (err) {
+        if (!(err instanceof BerthClientError) || err.reason !== 'REVISION_COMPACTED' || from === 0)
+          throw err;
+        onRelist(err);
+        from = 0;
+      }
+    }
   }
 
   watchCleanup(req: Parameters<DeviceServiceClient['watchCleanup']>[0]) {

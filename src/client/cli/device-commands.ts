@@ -290,10 +290,11 @@ export function registerDeviceCommands(program: Command): void {
       const max = o.maxEvents === undefined ? Number.POSITIVE_INFINITY : Number(o.maxEvents);
       let changes = 0;
       process.once('SIGINT', () => process.exit(0));
-      for await (const m of client.watchDevices({
-        filter: filterFrom(o),
-        fromRevision: Number(o.fromRevision) || 0,
-      })) {
+      const watch = client.watchDevicesRelisting(
+        { filter: filterFrom(o), fromRevision: Number(o.fromRevision) || 0 },
+        (err) => console.error(`berth: ${err.message} (re-listing the current state now)`),
+      );
+      for await (const m of watch) {
         const v = m.device ? deviceView(m.device) : null;
         if (format === 'json' || format === 'yaml') {
           const event = {

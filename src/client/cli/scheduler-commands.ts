@@ -4,8 +4,10 @@ import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { type AuthOptions, loadAuthOptions } from '../../server/grpc/auth.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
+import type { RetentionPolicy } from '../../server/scheduler/store/store.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { withListenHint } from './listen-hint.js';
+import { parseDuration } from './token-commands.js';
 
 interface ServeFlags {
   db: string;
@@ -25,6 +27,46 @@ interface ServeFlags {
   insecureSharedAgentToken?: boolean;
   hostPrincipals?: string;
   insecureNoAuth?: boolean;
+  retention: string;
+  retentionRows: string;
+  requestIdWindow: string;
+}
+
+/** `--retention`, `--retention-rows`, `--request-id-window` → the policy, each checked against its range. */
+export function retentionFromFlags(
+  o: Pick<ServeFlags, 'retention' | 'retentionRows' | 'requestIdWindow'>,
+): RetentionPolicy {
+  const within = (flag: string, value: string, seconds: number, min: number, max: number, unit: string) => {
+    if (seconds < min || seconds > max) {
+      throw new ConfigError(`${flag}: ${JSON.stringify(value)} is outside [${unit}]`);
+    }
+    return seconds * 1000;
+  };
+  const rows = Number(o.retentionRows);
+  if (!/^\d+$/.test(o.retentionRows.trim()) || rows < 1_000 || rows > 1_000_000_000) {
+    throw new ConfigError(
+      `--retention-rows: expected a whole number in [1000, 1000000000], got ${JSON.stringify(o.retentionRows)}`,
+    );
+  }
+  return {
+    historyMs: within(
+      '--retention',
+      o.retention,
+      parseDuration('--retention', o.retention),
+      3_600,
+      3_650 * 86_400,
+      '1h, 3650d',
+    ),
+    maxRows: rows,
+    requestIdMs: within(
+      '--request-id-window',
+      o.requestIdWindow,
+      parseDuration('--request-id-window', o.requestIdWindow),
+      60,
+      30 * 86_400,
+      '1m, 30d',
+    ),
+  };
 }
 
 /** `--host-principals FILE`: YAML lines `subject: host`. */
@@ -104,7 +146,15 @@ export function registerSchedulerCommands(program: Command): void {
       'YAML `subject: host`: principals whose subject is not their host name',
     )
     .option('--insecure-no-auth', 'switch authentication off (anyone who reaches the port is admin)')
+    .option(
+      '--retention <duration>',
+      'keep device events and finished cleanups this long (1h to 3650d)',
+      '7d',
+    )
+    .option('--retention-rows <n>', 'and at most this many of each (and of request ids)', '200000')
+    .option('--request-id-window <duration>', 'a request id is honoured this long (1m to 30d)', '24h')
     .action(async (o: ServeFlags) => {
+      const retention = retentionFromFlags(o);
       const auth = await authFromFlags(o);
       const tls =
         o.tlsCert || o.tlsKey || o.tlsCa ? { cert: o.tlsCert, key: o.tlsKey, ca: o.tlsCa } : undefined;
@@ -120,6 +170,7 @@ export function registerSchedulerCommands(program: Command): void {
         ...(agentSigningKey ? { agentSigningKey } : {}),
         ...(hostPrincipals ? { hostPrincipals } : {}),
         ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
+        retention,
       }).catch((err: unknown) => {
         const flags: Record<string, string> = { [o.listen]: '--listen' };
         if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';

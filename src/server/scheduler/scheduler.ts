@@ -25,6 +25,7 @@ import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
 import { DeviceFeed } from './runtime/device-feed.js';
 import { EventHub } from './runtime/event-hub.js';
+import { HistoryPruner } from './runtime/history-pruner.js';
 import { arqServiceBinding } from './services/arq-service.js';
 import { deviceServiceBinding } from './services/device-service.js';
 import { hostServiceBinding } from './services/host-service.js';
@@ -33,7 +34,8 @@ import { migrationServiceBinding } from './services/migration-service.js';
 import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
 import { openSqliteStore } from './store/sqlite-store.js';
-import type { Store } from './store/store.js';
+import type { RetentionPolicy, Store } from './store/store.js';
+import { DEFAULT_RETENTION } from './usecases/retention.js';
 
 export interface SchedulerOptions {
   /** SQLite database file. */
@@ -74,6 +76,10 @@ export interface SchedulerOptions {
   hostPrincipals?: Record<string, string>;
   /** host:port serving Prometheus /metrics; omitted = not served. */
   metricsListen?: string;
+  /** How long history is kept (default DEFAULT_RETENTION: 7 days, 200,000 rows, request ids 24 h). */
+  retention?: Partial<RetentionPolicy>;
+  /** How often retention runs (default 60 s). */
+  retentionIntervalMs?: number;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -83,6 +89,7 @@ export class Scheduler {
     readonly core: SchedulerCore,
     readonly server: GrpcServer,
     private readonly lock: InstanceLock | null,
+    readonly pruner: HistoryPruner,
   ) {}
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
@@ -185,8 +192,15 @@ export class Scheduler {
         if (h.connected) await store.setHostConnected(h.name, false);
       }
     }
+    const pruner = new HistoryPruner(
+      store,
+      { ...DEFAULT_RETENTION, ...options.retention },
+      logger.child({ component: 'retention' }),
+      options.retentionIntervalMs,
+    );
+    if (!damaged) pruner.start();
     logger.info({ address: server.address }, 'scheduler serving');
-    const scheduler = new Scheduler(core, server, lock);
+    const scheduler = new Scheduler(core, server, lock, pruner);
     if (options.metricsListen) {
       try {
         const m = await serveMetrics(options.metricsListen, metrics.registry);
@@ -215,6 +229,7 @@ export class Scheduler {
 
   async stop(): Promise<void> {
     this.core.dispatcher.stop();
+    await this.pruner.stop();
     this.core.hub.close();
     for (const l of this.core.links.values()) l.stop();
     await this.server.stop(2_000);

@@ -118,4 +118,22 @@ CREATE UNIQUE INDEX arqs_instance_guest_address ON arqs (instance_uuid, guest_ad
   WHERE guest_address IS NOT NULL;
 `,
   },
+  {
+    version: 3,
+    name: 'retention',
+    // Retention (docs/operator-guide.md "Retention"): indexes that let a pass
+    // find the oldest rows without a scan, a finished_at column for cleanup
+    // jobs, and the highest device event revision removed, so a watch resumed
+    // from before it is told to re-list instead of silently missing events.
+    sql: `
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+ALTER TABLE cleanup_jobs ADD COLUMN finished_at TEXT;
+UPDATE cleanup_jobs SET finished_at = json_extract(record, '$.finishedAt');
+CREATE INDEX cleanup_jobs_finished ON cleanup_jobs (finished_at) WHERE finished_at IS NOT NULL;
+CREATE TABLE retention_marks (
+  name TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
+`,
+  },
 ];

@@ -9,7 +9,7 @@ import { openSqliteStore, SqliteDatabase } from './sqlite-store.js';
 import { runStoreContract } from './store-contract.js';
 import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.js';
 
-runStoreContract('sqlite', (path) => openSqliteStore(path));
+runStoreContract('sqlite', (path, options) => openSqliteStore(path, options));
 runUnitOfWorkContract('sqlite', async (path) => new SqliteDatabase(path));
 
 describe('SqliteStore specifics', () => {
@@ -34,7 +34,7 @@ describe('SqliteStore specifics', () => {
       try {
         expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
         const rows = db.prepare('SELECT version FROM schema_migrations').all() as Array<{ version: number }>;
-        expect(rows.map((r) => r.version)).toEqual([1, 2]);
+        expect(rows.map((r) => r.version)).toEqual([1, 2, 3]);
         const plan = db
           .prepare(
             "EXPLAIN QUERY PLAN SELECT record FROM devices WHERE host = ? AND resource_class = ? AND device_state = 'available'",

@@ -38,6 +38,7 @@ import type {
   DeviceCount,
   DeviceQuery,
   IdempotencyRecord,
+  PruneQuery,
   ReadUnit,
   TransactionRunner,
   UnitOfWork,
@@ -492,9 +493,10 @@ class SqliteUnit implements UnitOfWork {
 
   async putCleanupJob(j: CleanupJob): Promise<void> {
     this.w(
-      `INSERT INTO cleanup_jobs (job_id, device_uuid, state, record) VALUES (?, ?, ?, ?)
-         ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, record = excluded.record`,
-    ).run(j.jobId, j.deviceUuid, j.state, JSON.stringify(j));
+      `INSERT INTO cleanup_jobs (job_id, device_uuid, state, finished_at, record) VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, finished_at = excluded.finished_at,
+           record = excluded.record`,
+    ).run(j.jobId, j.deviceUuid, j.state, j.finishedAt, JSON.stringify(j));
   }
 
   async addCleanupEvent(ev: CleanupEvent): Promise<boolean> {
@@ -641,5 +643,70 @@ class SqliteUnit implements UnitOfWork {
       removed: r.removed === 1,
       device: JSON.parse(r.record) as DeviceRecord,
     }));
+  }
+
+  async compactedRevision(): Promise<number> {
+    const row = this.q("SELECT value FROM retention_marks WHERE name = 'device_events'").get() as
+      | { value: number }
+      | undefined;
+    return row?.value ?? 0;
+  }
+
+  // --- retention -----------------------------------------------------------
+
+  async pruneDeviceEvents(q: PruneQuery): Promise<number> {
+    const newest = await this.currentRevision();
+    // The oldest `limit` rows, then the prefix that may go: O(limit), no scan of the log.
+    const rows = this.q(
+      'SELECT revision, at FROM device_events WHERE revision < ? ORDER BY revision LIMIT ?',
+    ).all(newest, q.limit) as Array<{ revision: number; at: string }>;
+    const beyondCap = newest - q.keepNewest;
+    let upTo = 0;
+    for (const r of rows) {
+      if (r.at >= q.before && r.revision > beyondCap) break;
+      upTo = r.revision;
+    }
+    if (upTo === 0) return 0;
+    const removed = this.w('DELETE FROM device_events WHERE revision <= ?').run(upTo).changes;
+    this.w(
+      `INSERT INTO retention_marks (name, value) VALUES ('device_events', ?)
+         ON CONFLICT (name) DO UPDATE SET value = MAX(value, excluded.value)`,
+    ).run(upTo);
+    return removed;
+  }
+
+  async pruneCleanupJobs(q: PruneQuery): Promise<number> {
+    const finished = (
+      this.q('SELECT COUNT(*) AS n FROM cleanup_jobs WHERE finished_at IS NOT NULL').get() as { n: number }
+    ).n;
+    const overCap = Math.max(0, finished - q.keepNewest);
+    // Oldest finished first; a device's latest job (highest rowid) always stays.
+    const rows = this.q(
+      `SELECT j.job_id AS jobId, j.finished_at AS finishedAt FROM cleanup_jobs j
+        WHERE j.finished_at IS NOT NULL
+          AND j.rowid < (SELECT MAX(k.rowid) FROM cleanup_jobs k WHERE k.device_uuid = j.device_uuid)
+        ORDER BY j.finished_at LIMIT ?`,
+    ).all(q.limit) as Array<{ jobId: string; finishedAt: string }>;
+    let removed = 0;
+    for (const r of rows) {
+      if (r.finishedAt >= q.before && removed >= overCap) break;
+      this.w('DELETE FROM cleanup_events WHERE job_id = ?').run(r.jobId);
+      removed += this.w('DELETE FROM cleanup_jobs WHERE job_id = ?').run(r.jobId).changes;
+    }
+    return removed;
+  }
+
+  async pruneIdempotencyKeys(q: PruneQuery): Promise<number> {
+    const total = (this.q('SELECT COUNT(*) AS n FROM idempotency_keys').get() as { n: number }).n;
+    const overCap = Math.max(0, total - q.keepNewest);
+    const rows = this.q(
+      'SELECT key, created_at AS createdAt FROM idempotency_keys ORDER BY created_at LIMIT ?',
+    ).all(q.limit) as Array<{ key: string; createdAt: string }>;
+    let removed = 0;
+    for (const r of rows) {
+      if (r.createdAt >= q.before && removed >= overCap) break;
+      removed += this.w('DELETE FROM idempotency_keys WHERE key = ?').run(r.key).changes;
+    }
+    return removed;
   }
 }

@@ -15,7 +15,8 @@ import { validateProfile } from '../domain/profile.js';
 import { facts, PROOF, pciFacts } from '../domain/test-fixtures.js';
 import type { CleanupEvent, HostRegistration, Store } from './store.js';
 
-export type OpenStore = (path: string) => Promise<Store>;
+/** Opens the backend on `path`; `now` is the store's clock (retention tests move it). */
+export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<Store>;
 
 const reg = (name: string, agentEpoch = 'e1'): HostRegistration => ({
   name,
@@ -45,16 +46,20 @@ export function runStoreContract(name: string, open: OpenStore): void {
     let dir: string;
     let path: string;
     let store: Store;
+    /** The store's clock: real time unless a test sets `clockAt`. */
+    let clockAt: Date | null = null;
+    const now = () => clockAt ?? new Date();
     const reopen = async () => {
       await store.close();
-      store = await open(path);
+      store = await open(path, { now });
       return store;
     };
 
     beforeEach(async () => {
       dir = mkdtempSync(join(tmpdir(), 'berth-store-'));
       path = join(dir, 'scheduler.db');
-      store = await open(path);
+      clockAt = null;
+      store = await open(path, { now });
     });
     afterEach(async () => {
       await store.close();
@@ -523,6 +528,105 @@ export function runStoreContract(name: string, open: OpenStore): void {
       ]);
       // An instance without bindings has nothing to place.
       expect(await store.assignGuestAddresses('nobody')).toEqual([]);
+    });
+
+    /** One tenant cycle at the store's clock: bind, delete, a cleanup with its proof. Returns the job id. */
+    async function tenantCycle(instance: string, requestId: string): Promise<string> {
+      const [arq] = await store.createArqs({ profileName: 'nvme', requestId });
+      await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: 'h1' }]);
+      await store.deleteArqs({ instanceUuid: instance });
+      const [entry] = await store.cleanupBacklog('h1');
+      const { job, device } = entry!;
+      await store.markCleanupDispatched(job.jobId);
+      for (const [sequence, phase] of [
+        [1, 'sanitizing'],
+        [2, 'succeeded'],
+      ] as const) {
+        await store.applyCleanupEvent({
+          jobId: job.jobId,
+          address: device.address,
+          action: 'sanitize-crypto',
+          phase,
+          step: '',
+          percent: 0,
+          bytesDone: 0,
+          bytesTotal: 0,
+          message: '',
+          time: now().toISOString(),
+          sequence,
+          ...(phase === 'succeeded' ? { proof: PROOF } : {}),
+        });
+      }
+      return job.jobId;
+    }
+
+    it('retention: old events, cleanups and request ids go in small units; the newest event and each device’s last cleanup stay', async () => {
+      const t0 = Date.parse('2026-01-01T00:00:00Z');
+      clockAt = new Date(t0);
+      await host('h1', [facts({ index: 0 })]);
+      await store.createProfile(nvmeProfile);
+      const jobs: string[] = [];
+      for (let k = 0; k < 5; k++) {
+        clockAt = new Date(t0 + k * 3_600_000);
+        jobs.push(await tenantCycle(`i${k}`, `r${k}`));
+      }
+      // A request id whose ARQ is gone is refused by name, not NOT_FOUND about the old ARQ.
+      const spent = await rejection(store.createArqs({ profileName: 'nvme', requestId: 'r1' }));
+      expect([spent.code, spent.reason]).toEqual(['FAILED_PRECONDITION', 'REQUEST_ID_SPENT']);
+      expect(spent.message).toMatch(/request id "r1" already made ARQs .* no longer exists/);
+
+      const newest = await store.currentRevision();
+      expect(newest).toBeGreaterThan(10);
+      clockAt = new Date(t0 + 10 * 86_400_000);
+      let units = 0;
+      const counts = await store.pruneHistory(
+        { historyMs: 7 * 86_400_000, maxRows: 1_000, requestIdMs: 86_400_000 },
+        { batch: 2, between: async () => void units++ },
+      );
+      expect(counts).toEqual({ deviceEvents: newest - 1, cleanupJobs: 4, idempotencyKeys: 5 });
+      expect(units).toBeGreaterThan(counts.deviceEvents / 2 - 1);
+      await reopen();
+      // The current revision survives; a resume from before what went is told to re-list.
+      expect(await store.currentRevision()).toBe(newest);
+      expect((await store.eventsSince(newest - 1, 10)).map((e) => e.revision)).toEqual([newest]);
+      const old = await rejection(store.eventsSince(3, 10));
+      expect([old.code, old.reason]).toEqual(['FAILED_PRECONDITION', 'REVISION_COMPACTED']);
+      expect(old.message).toMatch(
+        new RegExp(`from_revision 3 is older than the oldest device event kept \\(${newest}\\)`),
+      );
+      // The device's last cleanup stays with its events (device show reports its proof).
+      const device = (await store.listDevices({ host: 'h1' })).devices[0]!;
+      expect((await store.latestCleanupJob(device.uuid))?.jobId).toBe(jobs[4]);
+      expect((await store.cleanupEvents(jobs[4]!)).map((e) => e.phase)).toEqual(['sanitizing', 'succeeded']);
+      expect((await rejection(store.getCleanupJob(jobs[0]!))).code).toBe('NOT_FOUND');
+      // Past its window a request id makes a new request.
+      const [fresh] = await store.createArqs({ profileName: 'nvme', requestId: 'r1' });
+      expect(fresh!.state).toBe('initial');
+      // Nothing left to remove: a second pass removes nothing.
+      expect(
+        await store.pruneHistory({ historyMs: 7 * 86_400_000, maxRows: 1_000, requestIdMs: 86_400_000 }),
+      ).toEqual({ deviceEvents: 0, cleanupJobs: 0, idempotencyKeys: 0 });
+    });
+
+    it('retention: the row cap holds whatever the age', async () => {
+      await host('h1', [facts({ index: 0 })]);
+      await store.createProfile(nvmeProfile);
+      for (let k = 0; k < 4; k++) await tenantCycle(`i${k}`, `r${k}`);
+      const newest = await store.currentRevision();
+      const counts = await store.pruneHistory({
+        historyMs: 365 * 86_400_000,
+        maxRows: 3,
+        requestIdMs: 86_400_000,
+      });
+      expect(counts.deviceEvents).toBe(newest - 3);
+      expect(counts.idempotencyKeys).toBe(1);
+      expect(counts.cleanupJobs).toBe(1);
+      expect((await store.eventsSince(newest - 3, 10)).map((e) => e.revision)).toEqual([
+        newest - 2,
+        newest - 1,
+        newest,
+      ]);
+      expect((await rejection(store.eventsSince(newest - 4, 10))).reason).toBe('REVISION_COMPACTED');
     });
   });
 }

@@ -235,6 +235,23 @@ export interface DeviceEvent {
   removed: boolean;
 }
 
+/** How long the scheduler keeps history (docs/operator-guide.md "Retention"). */
+export interface RetentionPolicy {
+  /** Device events and finished cleanup jobs older than this go (ms). */
+  historyMs: number;
+  /** At most this many device events, finished cleanup jobs and idempotency keys each. */
+  maxRows: number;
+  /** Request ids are honoured for this long (ms); a retry after it makes a new request. */
+  requestIdMs: number;
+}
+
+/** Rows one retention pass removed. */
+export interface PruneCounts {
+  deviceEvents: number;
+  cleanupJobs: number;
+  idempotencyKeys: number;
+}
+
 export interface Store {
   /** Calls `listener` once if the database is (or is found) damaged: the store then refuses everything. */
   onDamage?(listener: (why: string) => void): void;
@@ -380,4 +397,17 @@ export interface Store {
   eventsSince(revision: number, limit: number): Promise<DeviceEvent[]>;
   /** Matching devices and the revision they are consistent with, read together. */
   snapshot(filter?: DeviceFilter): Promise<{ revision: number; devices: DeviceRecord[] }>;
+
+  // --- retention ---------------------------------------------------------
+  /**
+   * Remove device events and finished cleanup jobs past the policy's window or
+   * row cap, and idempotency keys past theirs, in units of at most `batch` rows
+   * (`between` runs between units). A device's latest cleanup job and the newest
+   * event always stay; eventsSince from before what went is FAILED_PRECONDITION
+   * (REVISION_COMPACTED).
+   */
+  pruneHistory(
+    policy: RetentionPolicy,
+    options?: { batch?: number; between?: () => Promise<void> },
+  ): Promise<PruneCounts>;
 }

@@ -131,6 +131,20 @@ export interface ReadUnit {
   currentRevision(): Promise<number>;
   /** Events with revision > `revision`, oldest first, at most `limit`. */
   eventsSince(revision: number, limit: number): Promise<DeviceEvent[]>;
+  /** The highest revision retention removed from the log (0 when none was): older resumes cannot be served. */
+  compactedRevision(): Promise<number>;
+}
+
+/**
+ * What one retention pass may remove (each call removes at most `limit` rows,
+ * oldest first, so that pruning interleaves with writes).
+ */
+export interface PruneQuery {
+  /** Rows older than this instant (ISO 8601) go. */
+  before: string;
+  /** Beyond this many rows the oldest go, whatever their age. */
+  keepNewest: number;
+  limit: number;
 }
 
 /** One transaction's reads and writes. */
@@ -168,6 +182,23 @@ export interface UnitOfWork extends ReadUnit {
 
   /** A new key (a racing insert of the same key is a transient conflict). */
   putIdempotencyKey(key: string, record: IdempotencyRecord, createdAt: string): Promise<void>;
+
+  // retention (housekeeping: nothing a use case decides on is removed)
+  /**
+   * Remove the oldest device events that are older than `before` or beyond
+   * `keepNewest`; never the newest event (the current revision stays
+   * readable). Records the highest revision removed (`compactedRevision`).
+   * Returns how many rows went.
+   */
+  pruneDeviceEvents(q: PruneQuery): Promise<number>;
+  /**
+   * Remove finished cleanup jobs (finishedAt older than `before`, or beyond
+   * `keepNewest` finished jobs) with their events — never a device's latest
+   * job, which `device show` reports with its proof.
+   */
+  pruneCleanupJobs(q: PruneQuery): Promise<number>;
+  /** Remove idempotency keys created before `before` or beyond `keepNewest`. */
+  pruneIdempotencyKeys(q: PruneQuery): Promise<number>;
 }
 
 /** Runs units of work; one per backend connection (pool). */

@@ -26,6 +26,7 @@ import {
   mustProfile,
   releaseHeld,
   remember,
+  requestIdSpent,
   writeArq,
   writeDevice,
 } from './records.js';
@@ -39,7 +40,11 @@ export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Pro
     const seen = await idempotent<string[]>(tx.uow, key, fingerprint);
     if (seen) {
       const again: Arq[] = [];
-      for (const u of seen) again.push(await mustArq(tx.uow, u));
+      for (const u of seen) {
+        const arq = await tx.uow.arq(u);
+        if (!arq) throw requestIdSpent(key!, `ARQs ${seen.join(', ')}`);
+        again.push(arq);
+      }
       return again;
     }
     const profile = await mustProfile(tx.uow, req.profileName);

@@ -22,6 +22,7 @@ import {
   mustDevice,
   mustJob,
   remember,
+  requestIdSpent,
   writeDevice,
   writeJob,
 } from './records.js';
@@ -42,7 +43,11 @@ export async function requestClean(
     const d = await mustDevice(tx.uow, ref, FOR_UPDATE);
     const key = opts.requestId ? `clean:${opts.requestId}` : undefined;
     const seen = await idempotent<{ jobId: string }>(tx.uow, key, { device: d.uuid });
-    if (seen) return { device: d, job: await mustJob(tx.uow, seen.jobId) };
+    if (seen) {
+      const job = await tx.uow.cleanupJob(seen.jobId);
+      if (!job) throw requestIdSpent(key!, `cleanup job ${seen.jobId}`);
+      return { device: d, job };
+    }
     const jobId = randomUUID();
     const next = await writeDevice(tx, d, operatorClean(d, jobId, opts.agentCanClean));
     const job = await createJob(tx, next, jobId, 'operator');

@@ -4,6 +4,7 @@ import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceEvent, DeviceFilter } from '../store/store.js';
 import type { DeviceCount } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps } from './context.js';
+import { revisionCompacted } from './retention.js';
 
 export async function currentRevision(deps: UseCaseDeps): Promise<number> {
   return read(deps, (r) => r.currentRevision());
@@ -15,7 +16,11 @@ export async function eventsSince(
   revision: number,
   limit: number,
 ): Promise<DeviceEvent[]> {
-  return read(deps, (r) => r.eventsSince(revision, Math.max(1, Math.trunc(limit))));
+  return read(deps, async (r) => {
+    const compacted = await r.compactedRevision();
+    if (revision < compacted) throw revisionCompacted(revision, compacted);
+    return r.eventsSince(revision, Math.max(1, Math.trunc(limit)));
+  });
 }
 
 /** Matching devices and the revision they are consistent with, read in one unit. */

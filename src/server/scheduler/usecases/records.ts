@@ -5,7 +5,7 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { BerthError, invalidArgument, notFound } from '../../../errors.js';
+import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
 import { type DeviceRecord, release } from '../domain/device-state.js';
 import type { Profile } from '../domain/profile.js';
@@ -94,6 +94,20 @@ export async function idempotent<T>(
     );
   }
   return JSON.parse(row.result) as T;
+}
+
+/**
+ * A request id replayed after what it made is gone (deleted ARQs, a cleanup job
+ * retention removed): the retry must not silently make it again, and must not
+ * answer NOT_FOUND about an id the caller never named.
+ */
+export function requestIdSpent(key: string, made: string): BerthError {
+  const id = key.split(':').slice(1).join(':');
+  return failedPrecondition(
+    'REQUEST_ID_SPENT',
+    `request id "${id}" already made ${made}, which no longer exists; send the request again with a new request id`,
+    { request_id: id },
+  );
 }
 
 export async function remember(

@@ -31,6 +31,8 @@ import type {
   MigrationRecord,
   PageRequest,
   PlanMigrationRequest,
+  PruneCounts,
+  RetentionPolicy,
   Store,
 } from '../store/store.js';
 import type { DeviceCount, TransactionRunner } from '../store/unit-of-work.js';
@@ -43,6 +45,7 @@ import * as hosts from './hosts.js';
 import * as instances from './instances.js';
 import * as migrations from './live-migrations.js';
 import * as profiles from './profiles.js';
+import * as retention from './retention.js';
 
 export interface UseCaseStoreOptions {
   /** Clock, for tests. */
@@ -266,5 +269,14 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
 
   snapshot(filter?: DeviceFilter): Promise<{ revision: number; devices: DeviceRecord[] }> {
     return events.snapshot(this.deps, filter);
+  }
+
+  // --- retention ---------------------------------------------------------
+
+  pruneHistory(
+    policy: RetentionPolicy,
+    options?: { batch?: number; between?: () => Promise<void> },
+  ): Promise<PruneCounts> {
+    return retention.pruneHistory(this.deps, policy, options);
   }
 }
