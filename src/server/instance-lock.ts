@@ -60,6 +60,11 @@ export class InstanceLock {
     private readonly db: Database.Database,
     private readonly ownerPath: string,
     owner: InstanceOwner,
+    /**
+     * The previous holder when it did not release the lock (killed, crashed, the
+     * machine lost power): its owner file was still there. null after a clean stop.
+     */
+    readonly uncleanPredecessor: InstanceOwner | null,
   ) {
     this.owner = owner;
   }
@@ -81,11 +86,12 @@ export class InstanceLock {
       }
       throw err;
     }
-    const lock = new InstanceLock(db, ownerPath, {
-      kind: options.kind,
-      pid: process.pid,
-      startedAt: new Date().toISOString(),
-    });
+    const lock = new InstanceLock(
+      db,
+      ownerPath,
+      { kind: options.kind, pid: process.pid, startedAt: new Date().toISOString() },
+      readOwner(ownerPath),
+    );
     lock.writeOwner();
     return lock;
   }

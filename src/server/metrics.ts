@@ -85,6 +85,16 @@ export class Metrics {
     }).set({ why: why.slice(0, 200) }, 1);
   }
 
+  /** berth_store_commits_lost: 1 when the scheduler started on a database whose write-ahead log was lost. */
+  storeCommitsLost(wal: string): void {
+    new Gauge({
+      name: 'berth_store_commits_lost',
+      help: '1 when the scheduler started after an unclean stop with its write-ahead log missing: recent commits are lost',
+      labelNames: ['wal'],
+      registers: [this.registry],
+    }).set({ wal }, 1);
+  }
+
   observeCleanup(action: string, outcome: string, seconds: number): void {
     this.cleanups.inc({ action, outcome });
     this.cleanupDuration.observe({ action, outcome }, seconds);

@@ -6,9 +6,10 @@
  * `internal error`. Real files: pages overwritten on disk, a tiny tmpfs (root).
  */
 import { execFileSync } from 'node:child_process';
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, rmSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
+import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import { validateProfile } from '../../src/server/scheduler/domain/profile.js';
@@ -18,7 +19,7 @@ import { berth, cliEnv } from '../e2e/berth-cli.js';
 import { tempDir } from '../helpers/agent.js';
 import { expectCode } from '../helpers/invariants.js';
 import { available, root } from '../helpers/prerequisites.js';
-import { freePort } from '../helpers/processes.js';
+import { freePort, schedulerProcess } from '../helpers/processes.js';
 
 const spec = (i: number) =>
   validateProfile({
@@ -143,4 +144,57 @@ describe("the scheduler's database failing", () => {
     },
     120_000,
   );
+
+  it('a write-ahead log lost after a kill -9 is reported at start (log, /metrics); a clean stop is not', async () => {
+    const dir = await tempDir('berth-wal-');
+    cleanups.push(dir.cleanup);
+    const db = join(dir.path, 'sched.db');
+    const child = await schedulerProcess(db);
+    cleanups.push(async () => void (await child.kill('SIGKILL')));
+    const endpoint = await child.start();
+    const c1 = new SchedulerClient({ endpoint, retries: 1 });
+    await c1.profiles.createProfile(profile(1));
+    c1.close();
+    await child.kill('SIGKILL');
+    expect(existsSync(`${db}-wal`), 'a killed scheduler leaves its WAL').toBe(true);
+    rmSync(`${db}-wal`);
+    rmSync(`${db}-shm`, { force: true });
+
+    const start = async () => {
+      const lines: string[] = [];
+      const logger = pino({ level: 'info' }, { write: (l: string) => void lines.push(l) });
+      const s = await Scheduler.start({
+        db,
+        listen: '127.0.0.1:0',
+        auth: { mode: 'none' },
+        logger,
+        metricsListen: `127.0.0.1:${await freePort()}`,
+      });
+      const metrics = await (await fetch(`http://${s.metricsAddress}/metrics`)).text();
+      return { s, lines, metrics };
+    };
+    const first = await start();
+    cleanups.push(() => first.s.stop());
+    const lost = first.lines.find((l) => l.includes('write-ahead log'));
+    expect(lost, first.lines.join('')).toBeDefined();
+    expect(JSON.parse(lost!)).toMatchObject({ level: 50, db });
+    expect(lost).toMatch(
+      new RegExp(
+        `pid ${child.pid}.*${db.replace(/[/.]/g, '\\$&')}-wal is missing: the commits since the last checkpoint are lost`,
+      ),
+    );
+    expect(first.metrics).toMatch(/^berth_store_commits_lost\{wal="[^"]*sched\.db-wal"[^}]*\} 1$/m);
+    // What the lost WAL held is really gone (this is the case being reported).
+    const c2 = new SchedulerClient({ endpoint: first.s.address, retries: 1 });
+    expect((await c2.profiles.listProfiles({})).profiles).toHaveLength(0);
+    c2.close();
+    await first.s.stop();
+    cleanups.pop();
+
+    // After a clean stop there is no WAL either, and nothing is reported.
+    const second = await start();
+    cleanups.push(() => second.s.stop());
+    expect(second.lines.filter((l) => l.includes('write-ahead log'))).toEqual([]);
+    expect(second.metrics).not.toContain('berth_store_commits_lost');
+  }, 60_000);
 });

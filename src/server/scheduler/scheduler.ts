@@ -4,6 +4,7 @@
  * open store → serve → (agents register) → stop (streams end, links close).
  */
 import { createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
@@ -107,6 +108,14 @@ export class Scheduler {
             hint: 'or give another --db',
           })
         : null;
+    // A scheduler that did not stop cleanly leaves its write-ahead log beside
+    // the database (SQLite deletes it only at a clean close). Without it, the
+    // commits since the last checkpoint are gone: reported, never silently
+    // accepted (issue 19). Checked before opening, which creates a new one.
+    const walLost =
+      lock?.uncleanPredecessor && options.db && existsSync(options.db) && !existsSync(`${options.db}-wal`)
+        ? lock.uncleanPredecessor
+        : null;
     let store: Store;
     try {
       store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
@@ -185,6 +194,16 @@ export class Scheduler {
       metrics.storeDamaged(why);
       logger.error({ db: options.db, why }, 'the database is damaged: serving nothing until it is restored');
     });
+    if (walLost) {
+      metrics.storeCommitsLost(`${options.db}-wal`);
+      logger.error(
+        { db: options.db, previous: walLost },
+        `the previous scheduler (pid ${walLost.pid}, started ${walLost.startedAt}) stopped without closing ` +
+          `its database and its write-ahead log ${options.db}-wal is missing: the commits since the last ` +
+          'checkpoint are lost (ARQs, profiles, bindings). Devices that held tenant data are cleaned again when ' +
+          'their agents report them (docs/operator-guide.md "What survives what").',
+      );
+    }
     // Hosts known from before a restart are followed again as soon as their
     // agents re-register (within one heartbeat); until then they show as disconnected.
     if (!damaged) {
