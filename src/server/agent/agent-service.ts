@@ -3,7 +3,7 @@
  * plugin host and cleanup runner.
  */
 import type { Logger } from 'pino';
-import { invalidArgument } from '../../errors.js';
+import { BerthError, invalidArgument } from '../../errors.js';
 import {
   type AgentServiceServer,
   AgentServiceService,
@@ -21,6 +21,7 @@ import {
 } from '../../gen/berth/agent/v1/agent.js';
 import { serverStream, unary } from '../grpc/handlers.js';
 import type { ServiceBinding } from '../grpc/server.js';
+import { classifySqliteFailure } from '../storage-faults.js';
 import type { Agent } from './agent.js';
 import { deviceToProto, jobEventToProto } from './convert.js';
 import type { InventoryEvent } from './inventory.js';
@@ -35,6 +36,22 @@ function eventToProto(epoch: string, e: InventoryEvent): WatchInventoryResponse 
     case 'removed':
       return { epoch, revision: e.revision, event: { $case: 'removed', value: { address: e.address } } };
   }
+}
+
+/**
+ * A failure of the agent itself (its journal's disk full or damaged, a bug) in
+ * words the scheduler can put into the device's error reason (issue 19), not
+ * `internal error (id …)`: the scheduler is the only caller of these RPCs.
+ */
+function agentFailure(agent: Agent, err: unknown): unknown {
+  if (err instanceof BerthError) return err;
+  const owner = `the agent on ${agent.config.host}'s`;
+  const fault = classifySqliteFailure(err, agent.journal.path, owner);
+  if (fault) return fault.error;
+  return new BerthError('INTERNAL', `the agent on ${agent.config.host} failed: ${(err as Error).message}`, {
+    reason: 'AGENT_FAILURE',
+    cause: err,
+  });
 }
 
 export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBinding {
@@ -117,13 +134,22 @@ export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBindin
       'RecordBinding',
       logger,
       async (req: RecordBindingRequest): Promise<RecordBindingResponse> => {
-        const held = agent.cleanups.recordBinding(req.address, req.arqUuid, req.instanceUuid);
-        return { since: new Date(held.since) };
+        try {
+          const held = agent.cleanups.recordBinding(req.address, req.arqUuid, req.instanceUuid);
+          return { since: new Date(held.since) };
+        } catch (err) {
+          throw agentFailure(agent, err);
+        }
       },
     ),
 
     cleanupDevice: serverStream('CleanupDevice', logger, async function* (req: CleanupDeviceRequest, ctx) {
-      const job = agent.cleanups.startOrAttach(req.address, req.jobId);
+      let job: ReturnType<typeof agent.cleanups.startOrAttach>;
+      try {
+        job = agent.cleanups.startOrAttach(req.address, req.jobId);
+      } catch (err) {
+        throw agentFailure(agent, err);
+      }
       for await (const e of job.follow(0, ctx.signal)) {
         yield { event: jobEventToProto(e) } satisfies CleanupDeviceResponse;
       }

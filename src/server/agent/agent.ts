@@ -84,7 +84,7 @@ export class Agent {
     readonly logger: Logger,
     readonly host: PluginHost,
     readonly cleanups: CleanupRunner,
-    private readonly journal: CleanupJournal,
+    readonly journal: CleanupJournal,
     readonly bootId: string,
     readonly features: string[],
     readonly metrics: Metrics,

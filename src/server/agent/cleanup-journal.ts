@@ -50,10 +50,12 @@ const KEEP_FINISHED = 1000;
 
 export class CleanupJournal {
   private readonly db: Database.Database;
+  readonly path: string;
 
   constructor(stateDir: string) {
     mkdirSync(stateDir, { recursive: true });
-    this.db = new Database(join(stateDir, 'agent-journal.db'));
+    this.path = join(stateDir, 'agent-journal.db');
+    this.db = new Database(this.path);
     this.db.pragma('journal_mode = WAL');
     this.db.pragma('synchronous = FULL');
     this.db.pragma('foreign_keys = ON');

@@ -18,13 +18,13 @@
 
 import Database from 'better-sqlite3';
 import { BerthError } from '../../../errors.js';
+import { classifySqliteFailure, storeDamaged } from '../../storage-faults.js';
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { Profile } from '../domain/profile.js';
 import { UseCaseStore, type UseCaseStoreOptions } from '../usecases/use-case-store.js';
 import { MIGRATIONS } from './migrations.js';
-import { classifySqliteFailure, storeDamaged } from './storage-faults.js';
 import type {
   CleanupEvent,
   CleanupJob,

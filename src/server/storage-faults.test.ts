@@ -17,6 +17,17 @@ describe('SQLite failures in Berth terms', () => {
     expect(f.error.message).toContain('/var/lib/berth/sched.db');
   });
 
+  it("names whose database it is: the agent's journal", () => {
+    const f = classifySqliteFailure(
+      sqliteError('SQLITE_FULL'),
+      '/var/lib/berth/agent-journal.db',
+      "the agent on h1's",
+    )!;
+    expect(f.error.message).toBe(
+      "the agent on h1's disk is full (/var/lib/berth/agent-journal.db): nothing of this request was written",
+    );
+  });
+
   it('leaves other errors (constraint violations, our own) alone', () => {
     expect(classifySqliteFailure(sqliteError('SQLITE_CONSTRAINT_UNIQUE'), 'x')).toBeNull();
     expect(classifySqliteFailure(new Error('plain'), 'x')).toBeNull();
