@@ -58,6 +58,7 @@ const EXPECTED = {
   '/berth.scheduler.v1.DeviceService/WatchCleanup': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.HostService/ListHosts': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.HostService/GetHost': 'NO_SIDE_EFFECTS',
+  '/berth.scheduler.v1.HostService/DeleteHost': 'IDEMPOTENT',
   '/berth.scheduler.v1.InstanceService/GetInstanceXml': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.InstanceService/SetInstanceDevices': 'IDEMPOTENT',
   '/berth.scheduler.v1.InstanceService/GetDeviceMetadata': 'NO_SIDE_EFFECTS',

@@ -15,6 +15,7 @@ import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { generateStaticToken, signHs256Token } from '../../src/server/grpc/auth.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
+import { berth, cliEnv } from '../e2e/berth-cli.js';
 import { tempDir } from '../helpers/agent.js';
 import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
 import { eventually } from '../helpers/grpc.js';
@@ -230,4 +231,51 @@ describe('no host can speak for another', () => {
       c.close();
     }
   });
+
+  // Last: it stops host-a's agent.
+  it('berth host delete: refused while the agent is connected; then the host, its devices and its pinned principal go', async () => {
+    const env = cliEnv(join(dir.path, 'client.yaml'), {
+      BERTH_ENDPOINT: scheduler.address,
+      BERTH_TOKEN: admin,
+    });
+    const refused = await berth(['host', 'delete', 'host-a'], env);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/^berth: FAILED_PRECONDITION: host host-a is connected/m);
+    // Only an operator may delete a host; an agent token may not, even its own.
+    const own = new SchedulerClient({ endpoint: scheduler.address, token: tokens.a, retries: 1 });
+    try {
+      await expectCode(own.hosts.deleteHost({ name: 'host-a' }), 'PERMISSION_DENIED');
+    } finally {
+      own.close();
+    }
+    await agents.get('host-a')!.stop();
+    agents.delete('host-a');
+    const c = new SchedulerClient({ endpoint: scheduler.address, token: admin });
+    try {
+      await eventually(
+        () => c.hosts.getHost({ name: 'host-a' }),
+        (r) => r.host?.connected === false,
+        15_000,
+      );
+      const count = (await c.hosts.getHost({ name: 'host-a' })).host!.deviceCount;
+      expect(count).toBeGreaterThan(0);
+      const deleted = await berth(['host', 'delete', 'host-a', '-o', 'json'], env);
+      expect(deleted.code, deleted.stderr).toBe(0);
+      expect(
+        (JSON.parse(deleted.stdout) as { removed_device_uuids: string[] }).removed_device_uuids,
+      ).toHaveLength(count);
+      await expectCode(c.hosts.getHost({ name: 'host-a' }), 'NOT_FOUND');
+      const left = await c.devices.listDevices({
+        filter: { host: 'host-a', type: 0, state: 0, resourceClass: '' },
+        pageSize: 0,
+        pageToken: '',
+      });
+      expect(left.devices).toEqual([]);
+      // The pin went with the host: the operator's mapped principal (a reinstalled host) may now register it.
+      await registerAs(tokens.mapped, registration('host-a'));
+      expect((await c.hosts.getHost({ name: 'host-a' })).host?.name).toBe('host-a');
+    } finally {
+      c.close();
+    }
+  }, 60_000);
 });

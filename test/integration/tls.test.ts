@@ -211,6 +211,43 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
     }
   }, 60_000);
 
+  it("a host that registers another agent's endpoint as its own gets no link (mutual TLS alone)", async () => {
+    const p = await pair('berth-scheduler', 'good', 'endpoint-owner');
+    try {
+      await p.agent.registered;
+      await eventually(p.host, (h) => h?.connected === true, 15_000);
+      // attacker-host holds a good certificate for itself and registers the victim's agent as its endpoint.
+      const attacker = await good.leaf('attacker-host');
+      const c = new SchedulerClient({ endpoint: p.sched.address, retries: 1, tls: await pems(attacker) });
+      try {
+        await c.registration.register({
+          host: 'attacker-host',
+          endpoint: p.agent.address,
+          bootId: 'b',
+          epoch: 'e',
+          agentVersion: '0',
+          features: ['inventory.v1', 'cleanup.v1'],
+          drivers: ['nvme'],
+          heldDevices: [],
+        });
+      } finally {
+        c.close();
+      }
+      const attackerHost = () =>
+        p.sched.store.listHosts().then((hs) => hs.find((h) => h.name === 'attacker-host'));
+      expect(await attackerHost()).toBeDefined();
+      // The scheduler dials the victim's agent as attacker-host: its certificate is for endpoint-owner, so no link.
+      await new Promise((r) => setTimeout(r, 2_000));
+      expect((await attackerHost())!.connected).toBe(false);
+      const stolen = await p.sched.store.listDevices({ host: 'attacker-host' });
+      expect(stolen.devices).toEqual([]);
+      // The victim's own link is untouched.
+      expect((await p.host())!.connected).toBe(true);
+    } finally {
+      await p.stop();
+    }
+  }, 60_000);
+
   it('an agent refuses a scheduler whose certificate identity has no role there', async () => {
     const p = await pair('not-the-scheduler', 'good', 'picky-agent');
     try {

@@ -1,4 +1,4 @@
-/** `berth host list|show`: the hosts whose agents registered with the scheduler. */
+/** `berth host list|show|delete`: the hosts whose agents registered with the scheduler. */
 import type { Command } from 'commander';
 import { ago, clientOptions, type HostView, hostView, withClient } from './client-common.js';
 import { printList, render, renderRecord, renderTable } from './output.js';
@@ -39,6 +39,23 @@ export function registerHostCommands(program: Command): void {
         render(format, v, () =>
           renderRecord({ ...v, features: v.features.join(', '), drivers: v.drivers.join(', ') }),
         ),
+      );
+    }),
+  );
+
+  clientOptions(
+    host
+      .command('delete')
+      .description(
+        'remove a host and its devices (admin): refused while its agent is connected or a device is in use or holds tenant data',
+      )
+      .argument('<name>'),
+  ).action(
+    withClient(async (client, format, name: string) => {
+      const { removedDeviceUuids } = await client.hosts.deleteHost({ name });
+      const v = { deleted: name, removed_device_uuids: removedDeviceUuids };
+      console.log(
+        render(format, v, () => `host ${name} deleted with ${removedDeviceUuids.length} device(s)`),
       );
     }),
   );

@@ -63,6 +63,7 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
 
   [`${S}.HostService/ListHosts`]: [A, SV, R],
   [`${S}.HostService/GetHost`]: [A, SV, R],
+  [`${S}.HostService/DeleteHost`]: [A],
 
   [`${S}.DeviceService/ListDevices`]: [A, SV, R],
   [`${S}.DeviceService/GetDevice`]: [A, SV, R],

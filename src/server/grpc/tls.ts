@@ -12,6 +12,7 @@
  * + clientAuth).
  */
 import { readFile } from 'node:fs/promises';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { type ChannelCredentials, credentials, ServerCredentials } from '@grpc/grpc-js';
 import { ConfigError } from '../../errors.js';
 
@@ -82,4 +83,36 @@ export function serverCredentials(tls: TlsPems): ServerCredentials {
 export function channelCredentials(tls: TlsPems | undefined): ChannelCredentials {
   if (!tls) return credentials.createInsecure();
   return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
+}
+
+/** The names a certificate is for: its CN and its DNS subject alternative names. */
+export function certificateNames(cert: PeerCertificate): string[] {
+  const names = new Set<string>();
+  const cn = cert.subject?.CN;
+  for (const n of Array.isArray(cn) ? cn : cn ? [cn] : []) names.add(n);
+  for (const entry of (cert.subjectaltname ?? '').split(',')) {
+    const m = /^\s*DNS:(.+)$/.exec(entry);
+    if (m) names.add(m[1]!.trim());
+  }
+  return [...names];
+}
+
+/**
+ * Client credentials for dialling `host`'s agent (invariant 10): besides the
+ * usual checks (the CA, the endpoint's name), the agent's certificate must be
+ * for that host (its CN or a DNS name), so a host that registers another
+ * agent's endpoint as its own gets no link, even with mutual TLS alone.
+ */
+export function agentChannelCredentials(tls: TlsPems | undefined, host: string): ChannelCredentials {
+  if (!tls) return credentials.createInsecure();
+  return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null, {
+    checkServerIdentity(hostname, cert) {
+      const usual = checkServerIdentity(hostname, cert);
+      if (usual) return usual;
+      const names = certificateNames(cert);
+      return names.includes(host)
+        ? undefined
+        : new Error(`the agent's certificate is for ${names.join(', ') || 'no name'}, not for host ${host}`);
+    },
+  });
 }

@@ -18,7 +18,7 @@ import {
   mintSchedulerCredential,
 } from '../grpc/auth.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
-import { channelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
+import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import { InstanceLock } from '../instance-lock.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
@@ -97,7 +97,6 @@ export class Scheduler {
     const logger = (options.logger ?? createLogger()).child({ component: 'scheduler' });
     const auth = new Authenticator(requireAuthOptions(options.auth));
     const tls = options.tls ? await loadTls(options.tls) : undefined;
-    const agentCredentials = channelCredentials(tls);
     const credentialFor = agentCredential(options, logger);
     // One scheduler per SQLite file: a second one refuses, naming the first.
     const lock =
@@ -151,7 +150,7 @@ export class Scheduler {
           store,
           hub,
           logger,
-          credentials: agentCredentials,
+          credentials: agentChannelCredentials(tls, host),
           ...(credentialFor ? { credential: credentialFor } : {}),
           onConnected: (h) => void dispatcher.dispatchBacklog(h),
         });

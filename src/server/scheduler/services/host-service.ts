@@ -1,10 +1,12 @@
 /** HostService: the hosts whose agents registered. */
 import {
+  type DeleteHostRequest,
   type GetHostRequest,
   type Host,
   type HostServiceServer,
   HostServiceService,
 } from '../../../gen/berth/scheduler/v1/host.js';
+import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { SchedulerCore } from '../core.js';
@@ -34,6 +36,18 @@ export function hostServiceBinding(core: SchedulerCore): ServiceBinding {
     getHost: unary('GetHost', core.logger, async (req: GetHostRequest) => ({
       host: hostToProto(await core.store.getHost(requireHost('name', req.name))),
     })),
+    deleteHost: unary('DeleteHost', core.logger, async (req: DeleteHostRequest, ctx) => {
+      const name = requireHost('name', req.name);
+      const removed = await core.store.deleteHost(name);
+      core.links.get(name)?.stop();
+      core.links.delete(name);
+      core.hub.notify();
+      core.logger.warn(
+        { host: name, devices: removed.length, by: callerOf(ctx.metadata).subject },
+        'host deleted by an operator, with its devices',
+      );
+      return { removedDeviceUuids: removed.map((d) => d.uuid) };
+    }),
   };
   return { name: 'berth.scheduler.v1.HostService', definition: HostServiceService, implementation: impl };
 }

@@ -460,14 +460,23 @@ class SqliteUnit implements UnitOfWork {
     this.lastDevice = { rec, json };
   }
 
-  async appendDeviceEvent(rec: DeviceRecord): Promise<void> {
+  async appendDeviceEvent(rec: DeviceRecord, removed = false): Promise<void> {
     // AUTOINCREMENT inside the one write transaction: revisions are in commit order.
     const json = this.lastDevice?.rec === rec ? this.lastDevice.json : JSON.stringify(rec);
-    this.w('INSERT INTO device_events (device_uuid, removed, record, at) VALUES (?, 0, ?, ?)').run(
+    this.w('INSERT INTO device_events (device_uuid, removed, record, at) VALUES (?, ?, ?, ?)').run(
       rec.uuid,
+      removed ? 1 : 0,
       json,
       rec.updatedAt,
     );
+  }
+
+  async deleteDevice(uuid: string): Promise<void> {
+    this.w('DELETE FROM devices WHERE uuid = ?').run(uuid);
+  }
+
+  async deleteHost(name: string): Promise<void> {
+    this.w('DELETE FROM hosts WHERE name = ?').run(name);
   }
 
   // --- cleanup -------------------------------------------------------------

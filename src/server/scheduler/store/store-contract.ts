@@ -628,5 +628,49 @@ export function runStoreContract(name: string, open: OpenStore): void {
       ]);
       expect((await rejection(store.eventsSince(newest - 4, 10))).reason).toBe('REVISION_COMPACTED');
     });
+
+    it('deleteHost: refused while connected or a device is in use; then the host and its devices go, logged as removed', async () => {
+      await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      expect((await rejection(store.deleteHost('nope'))).code).toBe('NOT_FOUND');
+      await store.setHostConnected('h1', true);
+      const connected = await rejection(store.deleteHost('h1'));
+      expect([connected.code, connected.reason]).toEqual(['FAILED_PRECONDITION', 'HOST_CONNECTED']);
+      await store.setHostConnected('h1', false);
+      const bound = await bindOne('i1', 'h1');
+      const inUse = await rejection(store.deleteHost('h1'));
+      expect([inUse.code, inUse.reason]).toEqual(['FAILED_PRECONDITION', 'HOST_HAS_DEVICES_IN_USE']);
+      expect(inUse.message).toContain(`${bound.devices[0]!.address} (allocated)`);
+      // Released but not yet cleaned: it still holds the tenant's data.
+      await store.deleteArqs({ instanceUuid: 'i1' });
+      expect((await rejection(store.deleteHost('h1'))).message).toContain('(pending_cleaning)');
+      const [entry] = await store.cleanupBacklog('h1');
+      await store.markCleanupDispatched(entry!.job.jobId);
+      await store.applyCleanupEvent({
+        jobId: entry!.job.jobId,
+        address: entry!.device.address,
+        action: 'sanitize-crypto',
+        phase: 'succeeded',
+        step: '',
+        percent: 100,
+        bytesDone: 0,
+        bytesTotal: 0,
+        message: '',
+        time: new Date().toISOString(),
+        sequence: 1,
+        proof: PROOF,
+      });
+      const before = await store.currentRevision();
+      const removed = await store.deleteHost('h1');
+      expect(removed.map((d) => d.address).sort()).toEqual(['0000:10:00.0', '0000:11:00.0'].sort());
+      await reopen();
+      expect((await rejection(store.getHost('h1'))).code).toBe('NOT_FOUND');
+      expect((await store.listDevices({ host: 'h1' })).devices).toEqual([]);
+      const events = await store.eventsSince(before, 10);
+      expect(events.map((e) => [e.device.address, e.removed])).toEqual(removed.map((d) => [d.address, true]));
+      // The host may come back; its devices are new records.
+      const again = await host('h1', [facts({ index: 0 })]);
+      expect(again.added[0]!.uuid).not.toBe(removed[0]!.uuid);
+    });
   });
 }

@@ -281,6 +281,13 @@ export interface Store {
   reconcileHeldDevices(host: string, held: readonly HeldDeviceReport[]): Promise<DeviceRecord[]>;
   setHostConnected(host: string, connected: boolean): Promise<HostRecord>;
   getHost(name: string): Promise<HostRecord>;
+  /**
+   * Remove a host and its devices (their removal is in the event log). NOT_FOUND
+   * for an unknown host; FAILED_PRECONDITION while it is connected
+   * (HOST_CONNECTED) or any device is in use or holds tenant data
+   * (HOST_HAS_DEVICES_IN_USE). Returns the devices removed.
+   */
+  deleteHost(name: string): Promise<DeviceRecord[]>;
   listHosts(): Promise<HostRecord[]>;
 
   // --- inventory and devices --------------------------------------------

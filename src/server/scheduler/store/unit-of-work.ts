@@ -161,8 +161,12 @@ export interface UnitOfWork extends ReadUnit {
    * stored row is not at `previousGeneration` (or exists, for an insert).
    */
   putDevice(device: DeviceRecord, previousGeneration: number | null): Promise<void>;
-  /** Log the device as it now is; the backend numbers it in commit order. */
-  appendDeviceEvent(device: DeviceRecord): Promise<void>;
+  /** Log the device as it now is (or, `removed`, that it is gone); the backend numbers it in commit order. */
+  appendDeviceEvent(device: DeviceRecord, removed?: boolean): Promise<void>;
+  /** Remove a device row (a deleted host's); its events and cleanup jobs stay until retention. */
+  deleteDevice(uuid: string): Promise<void>;
+  /** Remove a host row. */
+  deleteHost(name: string): Promise<void>;
 
   putCleanupJob(job: CleanupJob): Promise<void>;
   /** false when the job already has an event with this sequence (nothing written). */

@@ -1,7 +1,7 @@
 /** Use cases: hosts (registration, heartbeats, agent restarts). */
 
 import { randomUUID } from 'node:crypto';
-import { invalidArgument } from '../../../errors.js';
+import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import { agentRestarted, type DeviceRecord, reportedHeldByAgent } from '../domain/device-state.js';
 import type { HeldDeviceReport, HostRecord, HostRegistration } from '../store/store.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
@@ -114,5 +114,49 @@ export async function listHosts(deps: UseCaseDeps): Promise<HostRecord[]> {
     const out: HostRecord[] = [];
     for (const h of await r.hosts()) out.push(await withCount(r, h));
     return out;
+  });
+}
+
+/** Device states in which a device is in use or may hold a tenant's data. */
+const IN_USE = new Set(['allocated', 'pending_cleaning', 'cleaning']);
+
+/**
+ * An operator removes a host and its devices. Refused while its agent is
+ * connected (it would register again at its next heartbeat) and while any
+ * device is in use or may hold tenant data (reserved: allocated, being
+ * cleaned, or in error after a cleanup that did not prove erasure) — those
+ * must be cleaned first, or a reinstalled host would offer them afresh.
+ * The host's pinned principal goes with it.
+ */
+export async function deleteHost(deps: UseCaseDeps, name: string): Promise<DeviceRecord[]> {
+  return write(deps, async (tx) => {
+    const h = await mustHost(tx.uow, name, FOR_UPDATE);
+    if (h.connected) {
+      throw failedPrecondition(
+        'HOST_CONNECTED',
+        `host ${name} is connected (its agent at ${h.endpoint} is serving): stop the agent, and revoke its credential if it should not come back, then delete the host`,
+        { host: name },
+      );
+    }
+    const devices = await tx.uow.devices({ host: name }, FOR_UPDATE);
+    const busy = devices.filter((d) => IN_USE.has(d.deviceState) || d.reserved > 0);
+    if (busy.length > 0) {
+      const named = busy
+        .slice(0, 5)
+        .map((d) => `${d.address} (${d.deviceState})`)
+        .join(', ');
+      throw failedPrecondition(
+        'HOST_HAS_DEVICES_IN_USE',
+        `host ${name} has ${busy.length} device(s) in use or holding tenant data: ${named}${busy.length > 5 ? ', …' : ''}; release and clean them first`,
+        { host: name, count: String(busy.length) },
+      );
+    }
+    const now = tx.now();
+    for (const d of devices) {
+      await tx.uow.appendDeviceEvent({ ...d, updatedAt: now }, true);
+      await tx.uow.deleteDevice(d.uuid);
+    }
+    await tx.uow.deleteHost(name);
+    return devices;
   });
 }

@@ -105,6 +105,10 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
     return hosts.listHosts(this.deps);
   }
 
+  deleteHost(name: string): Promise<DeviceRecord[]> {
+    return hosts.deleteHost(this.deps, name);
+  }
+
   // --- inventory and devices --------------------------------------------
 
   upsertInventory(host: string, update: InventoryUpdate): Promise<InventoryResult> {

@@ -53,6 +53,15 @@ export interface GetHostResponse {
   host: Host | undefined;
 }
 
+export interface DeleteHostRequest {
+  name: string;
+}
+
+export interface DeleteHostResponse {
+  /** The devices removed with the host. */
+  removedDeviceUuids: string[];
+}
+
 function createBaseHost(): Host {
   return {
     name: "",
@@ -550,6 +559,146 @@ export const GetHostResponse: MessageFns<GetHostResponse> = {
   },
 };
 
+function createBaseDeleteHostRequest(): DeleteHostRequest {
+  return { name: "" };
+}
+
+export const DeleteHostRequest: MessageFns<DeleteHostRequest> = {
+  encode(message: DeleteHostRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== "") {
+      writer.uint32(10).string(message.name);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteHostRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteHostRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteHostRequest {
+    return { name: isSet(object.name) ? globalThis.String(object.name) : "" };
+  },
+
+  toJSON(message: DeleteHostRequest): unknown {
+    const obj: any = {};
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteHostRequest>, I>>(base?: I): DeleteHostRequest {
+    return DeleteHostRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteHostRequest>, I>>(object: I): DeleteHostRequest {
+    const message = createBaseDeleteHostRequest();
+    message.name = object.name ?? "";
+    return message;
+  },
+};
+
+function createBaseDeleteHostResponse(): DeleteHostResponse {
+  return { removedDeviceUuids: [] };
+}
+
+export const DeleteHostResponse: MessageFns<DeleteHostResponse> = {
+  encode(message: DeleteHostResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.removedDeviceUuids) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeleteHostResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeleteHostResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.removedDeviceUuids.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DeleteHostResponse {
+    return {
+      removedDeviceUuids: globalThis.Array.isArray(object?.removedDeviceUuids)
+        ? object.removedDeviceUuids.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.removed_device_uuids)
+        ? object.removed_device_uuids.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: DeleteHostResponse): unknown {
+    const obj: any = {};
+    if (message.removedDeviceUuids?.length) {
+      obj.removedDeviceUuids = message.removedDeviceUuids;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DeleteHostResponse>, I>>(base?: I): DeleteHostResponse {
+    return DeleteHostResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeleteHostResponse>, I>>(object: I): DeleteHostResponse {
+    const message = createBaseDeleteHostResponse();
+    message.removedDeviceUuids = object.removedDeviceUuids?.map((e) => e) || [];
+    return message;
+  },
+};
+
 /** HostService shows the hosts whose agents registered. */
 export type HostServiceService = typeof HostServiceService;
 export const HostServiceService = {
@@ -571,11 +720,37 @@ export const HostServiceService = {
     responseSerialize: (value: GetHostResponse): Buffer => Buffer.from(GetHostResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GetHostResponse => GetHostResponse.decode(value),
   },
+  /**
+   * DeleteHost removes a host and its devices (an operator's action, e.g. a
+   * decommissioned or reinstalled machine, or a host registered by mistake).
+   * Refused (FAILED_PRECONDITION) while its agent is connected (reason
+   * HOST_CONNECTED) or while any of its devices is allocated, being cleaned, or
+   * holds tenant data (HOST_HAS_DEVICES_IN_USE). The host's pinned principal
+   * goes with it: the next registration pins a new one.
+   */
+  deleteHost: {
+    path: "/berth.scheduler.v1.HostService/DeleteHost" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeleteHostRequest): Buffer => Buffer.from(DeleteHostRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeleteHostRequest => DeleteHostRequest.decode(value),
+    responseSerialize: (value: DeleteHostResponse): Buffer => Buffer.from(DeleteHostResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeleteHostResponse => DeleteHostResponse.decode(value),
+  },
 } as const;
 
 export interface HostServiceServer extends UntypedServiceImplementation {
   listHosts: handleUnaryCall<ListHostsRequest, ListHostsResponse>;
   getHost: handleUnaryCall<GetHostRequest, GetHostResponse>;
+  /**
+   * DeleteHost removes a host and its devices (an operator's action, e.g. a
+   * decommissioned or reinstalled machine, or a host registered by mistake).
+   * Refused (FAILED_PRECONDITION) while its agent is connected (reason
+   * HOST_CONNECTED) or while any of its devices is allocated, being cleaned, or
+   * holds tenant data (HOST_HAS_DEVICES_IN_USE). The host's pinned principal
+   * goes with it: the next registration pins a new one.
+   */
+  deleteHost: handleUnaryCall<DeleteHostRequest, DeleteHostResponse>;
 }
 
 export interface HostServiceClient extends Client {
@@ -608,6 +783,29 @@ export interface HostServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GetHostResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * DeleteHost removes a host and its devices (an operator's action, e.g. a
+   * decommissioned or reinstalled machine, or a host registered by mistake).
+   * Refused (FAILED_PRECONDITION) while its agent is connected (reason
+   * HOST_CONNECTED) or while any of its devices is allocated, being cleaned, or
+   * holds tenant data (HOST_HAS_DEVICES_IN_USE). The host's pinned principal
+   * goes with it: the next registration pins a new one.
+   */
+  deleteHost(
+    request: DeleteHostRequest,
+    callback: (error: ServiceError | null, response: DeleteHostResponse) => void,
+  ): ClientUnaryCall;
+  deleteHost(
+    request: DeleteHostRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeleteHostResponse) => void,
+  ): ClientUnaryCall;
+  deleteHost(
+    request: DeleteHostRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeleteHostResponse) => void,
   ): ClientUnaryCall;
 }
 
