@@ -23,7 +23,7 @@ import { SchedulerClient } from '../src/client/sdk.js';
 import { generateStaticToken } from '../src/server/grpc/auth.js';
 import { SERVER_OPTIONS } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
-import { Scheduler } from '../src/server/scheduler/scheduler.js';
+import { Scheduler, type SchedulerOptions } from '../src/server/scheduler/scheduler.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
 import { nowMs, percentile, runWorkers, sorted } from './lib.js';
 
@@ -297,6 +297,7 @@ export async function raceAndCount(
 
 export async function startScheduler(
   store: SqliteStore,
+  extra: Partial<SchedulerOptions> = {},
 ): Promise<{ scheduler: Scheduler; client: SchedulerClient; token: string }> {
   // Authenticated as in production: a static service token checked on every call.
   const token = generateStaticToken();
@@ -305,6 +306,7 @@ export async function startScheduler(
     listen: '127.0.0.1:0',
     logger: pino({ level: 'silent' }),
     auth: { mode: 'token', staticTokens: [{ token, roles: ['admin'] }] },
+    ...extra,
   });
   const client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 30_000, retries: 1, token });
   return { scheduler, client, token };
