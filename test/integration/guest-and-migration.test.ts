@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError } from '../../src/client/sdk.js';
 import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
-import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
+import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { MigrationState } from '../../src/gen/berth/scheduler/v1/migration.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { rewriteSourceAddresses } from '../../src/server/scheduler/guest/hostdev-xml.js';
@@ -486,6 +486,54 @@ describe('guest XML, metadata and live migration over gRPC', () => {
     expect(after.hostdevs[0]!.source).not.toEqual(before.hostdevs[0]!.source);
     await drop('vm-restart');
   });
+
+  it('the destination agent records a claimed NVMe device before the plan is acknowledged; a refusal undoes the plan', async () => {
+    const AVAILABLE = DeviceState.DEVICE_STATE_AVAILABLE;
+    const dstAgent = c.host(DST).agent!;
+    const held = (address: string) => dstAgent.cleanups.heldDevices().find((h) => h.address === address);
+    const bound = await bind('vm-record', SRC, [['nvme-lm', '']]);
+    const m = (await plan('vm-record', DST, 'plan-record')).migration!;
+    const dst = Object.values(m.pciDevMapSrcDst)[0]!;
+    expect(held(dst)).toMatchObject({ arqUuid: bound[0]!.uuid, instanceUuid: 'vm-record' });
+    // An abort sends the claim through its cleanup, which clears the record.
+    await c.client.migrations.abortMigration({ migrationUuid: m.uuid });
+    await eventually(
+      () => device(DST, dst),
+      (d) => d.deviceState === AVAILABLE,
+      20_000,
+    );
+    expect(held(dst)).toBeUndefined();
+
+    // Every free NVMe controller on the destination still holds another tenant's data, by its agent's journal.
+    const nvme = (await available(DST, '')).filter((d) => d.vendorId === '144d').map((d) => d.address);
+    expect(nvme.length).toBeGreaterThan(0);
+    for (const a of nvme) dstAgent.cleanups.recordBinding(a, 'arq-of-another-tenant', 'vm-of-another-tenant');
+    const e = await expectCode(
+      plan('vm-record', DST, 'plan-record-2'),
+      'FAILED_PRECONDITION',
+      'DEVICE_HOLDS_TENANT_DATA',
+    );
+    expect(e.message).toMatch(
+      new RegExp(`migration \\S+ was refused and its claims released: the agent of host ${DST} refused`),
+    );
+    // The guest keeps its source device; nothing stays claimed, and every one of those
+    // controllers is offered again only after a cleanup cleared its agent's record.
+    expect((await device(SRC, bound[0]!.deviceAddress)).arqUuid).toBe(bound[0]!.uuid);
+    await eventually(
+      async () => dstAgent.cleanups.heldDevices(),
+      (h) => h.length === 0,
+      30_000,
+    );
+    for (const a of nvme) {
+      const d = await eventually(
+        () => device(DST, a),
+        (x) => x.deviceState === AVAILABLE,
+        20_000,
+      );
+      expect([d.reserved, d.lastCleanup?.outcome]).toEqual([0, CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED]);
+    }
+    await drop('vm-record');
+  }, 90_000);
 
   it('a destination device that is gone from the host: plan refused with the reason, claims released', async () => {
     const free = (await available(DST)).map((d) => d.address);

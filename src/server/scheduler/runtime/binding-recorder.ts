@@ -12,6 +12,8 @@
  *   the devices go through the release path — a cleanup, since the agent may
  *   have recorded the binding before its answer was lost (invariant 2). The
  *   caller gets UNAVAILABLE or FAILED_PRECONDITION naming the device and why.
+ * - A live migration's destination devices are recorded the same way by the
+ *   destination agent before the plan is acknowledged (migration-service.ts).
  */
 import type { ServiceError } from '@grpc/grpc-js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
@@ -58,7 +60,9 @@ export async function confirmBindings(
 ): Promise<void> {
   const errors = await Promise.all(
     result.devices.map((d, i) =>
-      d.supportsCleaning ? recordOne(core, d, result.arqs[i]!.uuid) : Promise.resolve(null),
+      d.supportsCleaning
+        ? recordOne(core, d, result.arqs[i]!.uuid, d.instanceUuid ?? '', 'nothing is bound')
+        : Promise.resolve(null),
     ),
   );
   const failed = errors.find((e): e is BerthError => e !== null);
@@ -78,25 +82,36 @@ export async function confirmBindings(
   throw failed;
 }
 
-async function recordOne(core: SchedulerCore, d: DeviceRecord, arqUuid: string): Promise<BerthError | null> {
+/**
+ * Asks `d`'s agent to record that it is handed to `instanceUuid` for `arqUuid`;
+ * the error to return (its message starting with `undone`, what the caller
+ * undoes) when the agent is not there, cannot, or refuses; null once recorded.
+ */
+export async function recordOne(
+  core: SchedulerCore,
+  d: DeviceRecord,
+  arqUuid: string,
+  instanceUuid: string,
+  undone: string,
+): Promise<BerthError | null> {
   const where = `device ${d.address} on host ${d.host}`;
   const refusal = bindGate(core)(d.host);
-  if (refusal) return new BerthError(refusal.code, `nothing is bound: ${refusal.message}`, refusal);
+  if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
   try {
-    await core.links.get(d.host)!.recordBinding(d.address, arqUuid, d.instanceUuid ?? '');
+    await core.links.get(d.host)!.recordBinding(d.address, arqUuid, instanceUuid);
     return null;
   } catch (err) {
     const e = decodeServiceError(err as ServiceError);
     if (isUnreachable(err)) {
       return new BerthError(
         'UNAVAILABLE',
-        `nothing is bound: the agent of host ${d.host} did not confirm it recorded the binding of ${where} (${e.message}); it is cleaned before it is offered again`,
+        `${undone}: the agent of host ${d.host} did not confirm it recorded the binding of ${where} (${e.message}); it is cleaned before it is offered again`,
         { reason: 'AGENT_UNAVAILABLE', metadata: { host: d.host, address: d.address } },
       );
     }
     return failedPrecondition(
       e.reason && e.reason !== e.codeName ? e.reason : 'AGENT_REFUSED_BINDING',
-      `nothing is bound: the agent of host ${d.host} refused to record the binding of ${where}: ${e.message}; it is cleaned before it is offered again`,
+      `${undone}: the agent of host ${d.host} refused to record the binding of ${where}: ${e.message}; it is cleaned before it is offered again`,
       { host: d.host, address: d.address },
     );
   }

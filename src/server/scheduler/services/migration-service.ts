@@ -32,6 +32,7 @@ import type { ServiceBinding } from '../../grpc/server.js';
 import type { SchedulerCore } from '../core.js';
 import { rewriteSourceAddresses } from '../guest/hostdev-xml.js';
 import { isUnreachable } from '../runtime/agent-link.js';
+import { recordOne } from '../runtime/binding-recorder.js';
 import type { MigrationRecord } from '../store/store.js';
 import { dispatchReleased } from './arq-service.js';
 import { renderInstanceHostdevs } from './instance-service.js';
@@ -105,6 +106,27 @@ export function migrationServiceBinding(core: SchedulerCore): ServiceBinding {
     return out;
   }
 
+  /** RecordBinding on the destination agent for each claimed device that is cleaned; the first refusal, or null. */
+  async function recordDestinationBindings(
+    m: MigrationRecord,
+  ): Promise<{ address: string; error: BerthError } | null> {
+    const arqs = await store.listArqs(m.instanceUuid);
+    for (const [srcUuid, dstUuid] of Object.entries(m.claims)) {
+      const dst = await store.getDevice({ uuid: dstUuid });
+      if (!dst.supportsCleaning) continue;
+      const arq = arqs.find((a) => a.deviceUuid === srcUuid);
+      const error = await recordOne(
+        core,
+        dst,
+        arq?.uuid ?? '',
+        m.instanceUuid,
+        `migration ${m.uuid} was refused and its claims released`,
+      );
+      if (error) return { address: dst.address, error };
+    }
+    return null;
+  }
+
   /** PrepareMigration on the destination, then the destination XML; claims released on any failure. */
   async function prepare(m: MigrationRecord): Promise<MigrationRecord> {
     const devices = await migrationDevices(m);
@@ -156,6 +178,20 @@ export function migrationServiceBinding(core: SchedulerCore): ServiceBinding {
     if (readiness.some((r) => !r.ready)) {
       await release(m, readiness);
       throw notReadyError(m, readiness);
+    }
+    // Invariant 9: the destination agent records every claimed device that is
+    // cleaned before the plan is acknowledged — the guest may write to it from
+    // the moment it moves. An agent that cannot undoes the plan (the claims go
+    // through their cleanup, as on abort).
+    const refused = await recordDestinationBindings(m);
+    if (refused) {
+      await release(
+        m,
+        readiness.map((r) =>
+          r.address === refused.address ? { ...r, ready: false, reason: refused.error.message } : r,
+        ),
+      );
+      throw refused.error;
     }
     try {
       const { xml } = await renderInstanceHostdevs(store, m.instanceUuid);
