@@ -9,13 +9,19 @@
  */
 import { copyFile, rm } from 'node:fs/promises';
 import { credentials } from '@grpc/grpc-js';
+import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AgentServiceClient } from '../../src/gen/berth/agent/v1/agent.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { decodeServiceError } from '../../src/server/grpc/status.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
-import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
+import {
+  plantTenantData,
+  readableTenantData,
+  spreadTenantWrites,
+  withStateLock,
+} from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { eventually } from '../helpers/grpc.js';
 import {
@@ -25,7 +31,9 @@ import {
   getDevice,
   type NvmeName,
   settledDevice,
+  stateName,
 } from '../helpers/invariants.js';
+import { prng } from '../soak/cleanup-kill-driver.js';
 
 const HOST = 'record-host';
 const DB_FILES = ['', '-wal', '-shm'];
@@ -161,4 +169,121 @@ describe("the agent's record of devices that hold tenant data", () => {
     expect(await tenantDataOn('nvme1')).toEqual([]);
     expect(held()).toEqual([]);
   }, 90_000);
+
+  it('an older copy restored while the agent still cleans a device: the new job follows that cleanup to its outcome', async () => {
+    const restore = await snapshotDatabase();
+    // A slow sanitize, so the agent is still cleaning when the restored scheduler asks again.
+    await withStateLock(sim().nvmeStatePath, (state) => {
+      state.controllers.find((x) => x.name === 'nvme0')!.sanitize.durationMs = 8_000;
+      return { changed: true, result: undefined };
+    });
+    const arq = await useDevice('nvme0', 'vm-cleaning');
+    await c.client.arqs.deleteAcceleratorRequests({ uuids: [arq.uuid], instanceUuid: '' });
+    await eventually(
+      () => getDevice(c.client, HOST, addressOf('nvme0')),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_CLEANING,
+      20_000,
+    );
+    await c.scheduler.stop();
+    await restore();
+    await c.restartScheduler();
+    // The restored database knows neither the bind nor the job; the agent's record brings the
+    // device back to cleaning, and the agent answers with the cleanup it is already running.
+    const d = await eventually(
+      () => getDevice(c.client, HOST, addressOf('nvme0')),
+      (x) =>
+        x.lastCleanup !== undefined &&
+        x.deviceState !== DeviceState.DEVICE_STATE_CLEANING &&
+        x.deviceState !== DeviceState.DEVICE_STATE_PENDING_CLEANING,
+      60_000,
+    );
+    expect(stateName(d.deviceState), d.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+    expect(d.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
+    expect(await tenantDataOn('nvme0')).toEqual([]);
+    expect(held()).toEqual([]);
+  }, 90_000);
+
+  it('seeded: the database lost (all of it, or its last commits) at a random point; no next tenant gets a device holding data', async () => {
+    const seed = Number(process.env.SOAK_SEED) || Math.floor(Math.random() * 2 ** 31);
+    console.log(`dirty-record soak: seed ${seed} (replay with SOAK_SEED=${seed})`);
+    const rand = prng(seed);
+    const why = (what: string) => `${what} (seed ${seed})`;
+    const ctrls: NvmeName[] = ['nvme0', 'nvme1', 'nvme2', 'nvme3'];
+    const profiles = async () => {
+      for (const ctrl of ctrls) {
+        await createNvmeProfile(c.client, ctrl).catch((e: { codeName?: string }) => {
+          if (e.codeName !== 'ALREADY_EXISTS') throw e;
+        });
+      }
+    };
+    await profiles();
+    const bound = new Map<NvmeName, string>();
+    const rounds = 4;
+    const wholeLoss = rand.chance(0.5);
+    const copyAt = rand.int(rounds);
+    const copy = `${c.dbPath}.online-copy`;
+    let tenant = 0;
+    for (let r = 0; r < rounds; r++) {
+      if (!wholeLoss && r === copyAt) {
+        // A consistent copy taken while the scheduler serves (a backup, or what survives a lost WAL).
+        const db = new Database(c.dbPath, { readonly: true });
+        try {
+          await db.backup(copy);
+        } finally {
+          db.close();
+        }
+      }
+      for (const ctrl of ctrls) {
+        const arq = bound.get(ctrl);
+        if (arq && rand.chance(0.5)) {
+          await c.client.arqs.deleteAcceleratorRequests({ uuids: [arq], instanceUuid: '' });
+          bound.delete(ctrl);
+        } else if (
+          !arq &&
+          rand.chance(0.7) &&
+          (await getDevice(c.client, HOST, addressOf(ctrl))).deviceState ===
+            DeviceState.DEVICE_STATE_AVAILABLE
+        ) {
+          bound.set(ctrl, (await useDevice(ctrl, `vm-${++tenant}`)).uuid);
+        }
+      }
+    }
+    // The loss, with the agent still up (its journal intact).
+    await c.scheduler.stop();
+    for (const f of DB_FILES) await rm(`${c.dbPath}${f}`, { force: true });
+    if (!wholeLoss) await copyFile(copy, c.dbPath);
+    await c.restartScheduler();
+    await c.waitForDevices(HOST, 9);
+    await profiles();
+    // At once, before or after the agent's next heartbeat: whatever a next tenant is given holds no data.
+    for (const ctrl of ctrls) {
+      const next = await createAndBind(c.client, `pick-${ctrl}`, `vm-next-${ctrl}`, HOST).catch(
+        (e: { codeName?: string; reason?: string }) => e,
+      );
+      if ('uuid' in next) {
+        expect(await tenantDataOn(ctrl), why(`${ctrl} handed to a next tenant`)).toEqual([]);
+      } else {
+        expect(['FAILED_PRECONDITION', 'UNAVAILABLE'], why(`${ctrl}: ${JSON.stringify(next)}`)).toContain(
+          next.codeName,
+        );
+      }
+    }
+    // Everything released and settled: every device offered as available is clean on the media.
+    await c.client.arqs.deleteAcceleratorRequests({
+      uuids: (await c.client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests.map(
+        (a) => a.uuid,
+      ),
+      instanceUuid: '',
+    });
+    await eventually(
+      async () => held(),
+      (h) => h.length === 0,
+      60_000,
+    );
+    for (const ctrl of ctrls) {
+      const d = await settledDevice(c.client, HOST, addressOf(ctrl));
+      expect(stateName(d.deviceState), why(`${ctrl}: ${d.errorReason}`)).toBe('DEVICE_STATE_AVAILABLE');
+      expect(await tenantDataOn(ctrl), why(`${ctrl} offered as available`)).toEqual([]);
+    }
+  }, 120_000);
 });

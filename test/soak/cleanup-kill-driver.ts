@@ -96,7 +96,7 @@ const CONTROLLERS = Object.keys(NVME_PICK) as NvmeName[];
 const KIB = 1024;
 
 /** mulberry32: a tiny seeded PRNG; good enough to choose kill points reproducibly. */
-function prng(seed: number) {
+export function prng(seed: number) {
   let a = seed >>> 0;
   const next = () => {
     a = (a + 0x6d2b79f5) >>> 0;

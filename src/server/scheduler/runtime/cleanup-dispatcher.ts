@@ -83,10 +83,25 @@ export class CleanupDispatcher {
       this.hub.notify();
       const stream = link.cleanupDevice(device.address, job.jobId);
       let terminal = false;
+      let adopted = false;
       for await (const msg of stream as AsyncIterable<CleanupDeviceResponse>) {
         if (!msg.event) continue;
-        const ev = eventFromAgent(msg.event);
+        let ev = eventFromAgent(msg.event);
         if (!ev) continue;
+        if (ev.jobId !== job.jobId) {
+          // The agent was already cleaning this device under another job id (one
+          // a lost or restored database no longer knows) and re-attached this job
+          // to it. Its outcome is this job's: a device being cleaned accepts no
+          // binding, so that cleanup started after the device's last tenant.
+          if (!adopted) {
+            log.warn(
+              { agentJobId: ev.jobId },
+              'the agent re-attached this job to its running cleanup of the device (another job id); following it as this job',
+            );
+            adopted = true;
+          }
+          ev = { ...ev, jobId: job.jobId };
+        }
         const applied = await this.store.applyCleanupEvent(ev);
         if (
           applied.applied &&
@@ -105,7 +120,9 @@ export class CleanupDispatcher {
       if (!terminal)
         log.warn('cleanup stream ended without an outcome; will re-attach when the agent returns');
     } catch (err) {
-      if (isUnreachable(err)) {
+      if (this.stopped) {
+        log.info('the scheduler is stopping: the cleanup is followed again at its next start');
+      } else if (isUnreachable(err)) {
         log.warn(
           { err: (err as Error).message },
           'lost the cleanup stream; will re-attach when the agent returns',
