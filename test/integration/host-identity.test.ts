@@ -6,16 +6,18 @@
  */
 import { generateKeyPairSync } from 'node:crypto';
 import { join } from 'node:path';
-import type { Metadata } from '@grpc/grpc-js';
+import { Client, credentials, type Metadata } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient, SchedulerClient } from '../../src/client/sdk.js';
 import type { RegisterRequest } from '../../src/gen/berth/scheduler/v1/registration.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { generateStaticToken, signHs256Token } from '../../src/server/grpc/auth.js';
+import { allowedRoles, generateStaticToken, signHs256Token } from '../../src/server/grpc/auth.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { berth, cliEnv } from '../e2e/berth-cli.js';
+import { metadataWith, rawCall } from '../fuzz/raw-call.js';
+import { generatedMethods } from '../fuzz/services.js';
 import { tempDir } from '../helpers/agent.js';
 import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
 import { eventually } from '../helpers/grpc.js';
@@ -230,6 +232,39 @@ describe('no host can speak for another', () => {
     } finally {
       c.close();
     }
+  });
+
+  it("the auth matrix's wrong-host column: every agent RPC with host-a's scheduler credential on host-b; every scheduler RPC an agent may call, for another host", async () => {
+    const credential = captured.at(-1)!;
+    expect(credential).toBeTruthy();
+    const failures: string[] = [];
+    const methods = generatedMethods();
+    // Agent side: the scheduler's credential for host-a is worth nothing on host-b, on every method.
+    const onB = new Client(agents.get('host-b')!.address, credentials.createInsecure());
+    try {
+      for (const m of methods.filter((x) => x.service === 'berth.agent.v1.AgentService')) {
+        const st = await rawCall(onB, m, Buffer.alloc(0), metadataWith(`Bearer ${credential}`));
+        if (st.codeName !== 'UNAUTHENTICATED') failures.push(`agent ${m.path}: ${st.codeName} ${st.message}`);
+      }
+    } finally {
+      onB.close();
+    }
+    // Scheduler side: every method an agent principal may call, for a host that is not its own.
+    const onScheduler = new Client(scheduler.address, credentials.createInsecure());
+    try {
+      const agentMethods = methods.filter((m) => allowedRoles(m.path)?.includes('agent'));
+      expect(agentMethods.map((m) => m.name)).toEqual(['Register']);
+      for (const m of agentMethods) {
+        const body = Buffer.from(m.request.encode(m.request.fromPartial(registration('host-b'))).finish());
+        const st = await rawCall(onScheduler, m, body, metadataWith(`Bearer ${tokens.a}`));
+        if (st.codeName !== 'PERMISSION_DENIED' || st.reason !== 'PRINCIPAL_NOT_FOR_HOST') {
+          failures.push(`scheduler ${m.path}: ${st.codeName}/${st.reason} ${st.message}`);
+        }
+      }
+    } finally {
+      onScheduler.close();
+    }
+    expect(failures).toEqual([]);
   });
 
   // Last: it stops host-a's agent.
