@@ -78,6 +78,8 @@ describe('guest XML, metadata and live migration over gRPC', () => {
       'gpu-fixed': group('10de', '25b6', LiveMigratable.LIVE_MIGRATABLE_NO),
       'gpu-lm': group('10de', '25b6', LiveMigratable.LIVE_MIGRATABLE_YES),
       'nvme-lm': group('144d', 'a824', LiveMigratable.LIVE_MIGRATABLE_YES),
+      // live_migratable unset: it may get a migratable VF, but the guest must not move.
+      'vf-any': group('8086', '154c', LiveMigratable.LIVE_MIGRATABLE_UNSPECIFIED),
     };
     for (const [name, g] of Object.entries(profiles)) {
       await c.client.profiles.createProfile({
@@ -235,10 +237,10 @@ describe('guest XML, metadata and live migration over gRPC', () => {
       },
     ]);
 
-    // The GPU is not live-migratable: the plan is refused, naming it (only it), and claims nothing.
+    // The GPU's profile asked for a non-migratable device: the plan is refused, naming it (only it), and claims nothing.
     const free = (await available(DST)).length;
-    const e = await expectCode(plan('vm-xml'), 'FAILED_PRECONDITION', 'DEVICE_NOT_LIVE_MIGRATABLE');
-    expect(e.message).toContain(bound[2]!.deviceAddress);
+    const e = await expectCode(plan('vm-xml'), 'FAILED_PRECONDITION', 'PROFILE_NOT_LIVE_MIGRATABLE');
+    expect(e.message).toContain(`${bound[2]!.deviceAddress} (profile gpu-fixed, live_migratable no)`);
     expect(e.message).not.toContain(bound[0]!.deviceAddress);
     expect((await available(DST)).length).toBe(free);
     await drop('vm-xml');
@@ -392,6 +394,16 @@ describe('guest XML, metadata and live migration over gRPC', () => {
       (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
       20_000,
     );
+  });
+
+  it('refuses to move a guest whose profile left live_migratable unset, even on a migratable device', async () => {
+    const [arq] = await bind('vm-any', SRC, [['vf-any', '']]);
+    expect((await device(SRC, arq!.deviceAddress)).liveMigratable).toBe(true);
+    const free = (await available(DST)).length;
+    const e = await expectCode(plan('vm-any'), 'FAILED_PRECONDITION', 'PROFILE_NOT_LIVE_MIGRATABLE');
+    expect(e.message).toContain(`${arq!.deviceAddress} (profile vf-any, live_migratable unset)`);
+    expect((await available(DST)).length).toBe(free);
+    await drop('vm-any');
   });
 
   it('aborts: destination claims go back to available (the NVMe one through its cleanup), idempotently', async () => {

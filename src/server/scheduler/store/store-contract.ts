@@ -405,7 +405,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
 
     it('plans, commits and aborts live migrations atomically', async () => {
       const mig = (i: number) => pciFacts({ index: i, liveMigratable: true });
-      await host('src', [mig(0), pciFacts({ index: 1 })]);
+      await host('src', [mig(0), pciFacts({ index: 1 }), mig(2)]);
       await host('dst', [mig(0), mig(1)]);
       await store.createProfile(
         validateProfile({
@@ -419,10 +419,22 @@ export function runStoreContract(name: string, open: OpenStore): void {
           groups: [{ vendorId: '10de', productId: '25b6', liveMigratable: 'no' }],
         }),
       );
+      await store.createProfile(
+        validateProfile({ name: 'any', groups: [{ vendorId: '10de', productId: '25b6' }] }),
+      );
       const bound = await bindOne('i1', 'src', 'lm');
       await bindOne('i2', 'src', 'fixed');
       const e = await rejection(store.planMigration({ instanceUuid: 'i2', destinationHost: 'dst' }));
-      expect([e.reason, e.message.includes('0000:11:00.0')]).toEqual(['DEVICE_NOT_LIVE_MIGRATABLE', true]);
+      expect([e.reason, e.message.includes('0000:11:00.0 (profile fixed, live_migratable no)')]).toEqual([
+        'PROFILE_NOT_LIVE_MIGRATABLE',
+        true,
+      ]);
+      // Unset: the device it got can move, but the profile did not ask, so the guest stays.
+      const any = await bindOne('i3', 'src', 'any');
+      expect(any.devices[0]!.liveMigratable).toBe(true);
+      const unset = await rejection(store.planMigration({ instanceUuid: 'i3', destinationHost: 'dst' }));
+      expect([unset.code, unset.reason]).toEqual(['FAILED_PRECONDITION', 'PROFILE_NOT_LIVE_MIGRATABLE']);
+      expect(unset.message).toContain('live_migratable unset');
       const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst', requestId: 'm1' });
       expect(
         await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst', requestId: 'm1' }),

@@ -57,6 +57,21 @@ export async function planMigration(
     if (sourceHost === req.destinationHost) {
       throw invalidArgument('destination_host', `"${req.destinationHost}" is the instance's current host`);
     }
+    // Only a profile that asked for live_migratable: yes makes its devices follow
+    // the guest (live-migration-variant-drivers.txt); unset or no pins the guest,
+    // even when the device it happened to get could move.
+    const unasked = sources.filter((s) => s.arq.group.liveMigratable !== 'yes');
+    if (unasked.length > 0) {
+      const named = unasked.map(
+        (s) =>
+          `${s.device.address} (profile ${s.arq.profileName}, live_migratable ${s.arq.group.liveMigratable})`,
+      );
+      throw failedPrecondition(
+        'PROFILE_NOT_LIVE_MIGRATABLE',
+        `instance ${req.instanceUuid} cannot be live-migrated: its devices' profiles did not ask for live_migratable: yes: ${named.join(', ')}`,
+        { devices: unasked.map((s) => s.device.address).join(',') },
+      );
+    }
     const stuck = sources.filter((s) => !s.device.liveMigratable).map((s) => s.device.address);
     if (stuck.length > 0) {
       throw failedPrecondition(
