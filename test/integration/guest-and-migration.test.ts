@@ -248,6 +248,18 @@ describe('guest XML, metadata and live migration over gRPC', () => {
 
   it('rejects bad instance devices with INVALID_ARGUMENT naming the fields; unknown instances are NOT_FOUND', async () => {
     await bind('vm-tags', SRC, [['vf-lm', 'nic']]);
+    // An NVMe controller is a passthrough entry too: it cannot take the VF's tag.
+    const [nvmeArq] = (
+      await c.client.arqs.createAcceleratorRequests({ profileName: 'nvme-lm', requestId: '', tags: ['nic'] })
+    ).acceleratorRequests;
+    const shared = await expectCode(
+      c.client.arqs.bindAcceleratorRequests({
+        bindings: [{ arqUuid: nvmeArq!.uuid, instanceUuid: 'vm-tags', host: SRC, tag: '' }],
+      }),
+      'INVALID_ARGUMENT',
+    );
+    expect(shared.message).toMatch(/tag "nic" is already used by ARQ .* for a passthrough of this instance/);
+    await c.client.arqs.deleteAcceleratorRequests({ uuids: [nvmeArq!.uuid], instanceUuid: '' });
     const nic = { mac: '52:54:00:00:00:01', address: '', tag: 'net', vlan: undefined, model: 'virtio' };
     const dup = await expectCode(
       c.client.instances.setInstanceDevices({

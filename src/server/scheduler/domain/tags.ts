@@ -1,7 +1,9 @@
 /**
  * Device role tags (specs/device-role-tagging.txt): Nova's rules are 1-60
  * characters with no `,` or `/` (they separate tags in Nova's boot syntax), and
- * a tag is unique within (instance, device type).
+ * a tag is unique within (instance, metadata device type): `nic`, `disk`, and
+ * `passthrough` — every accelerator device, PCI or NVMe, is one `passthrough`
+ * entry, so they share one scope.
  */
 
 import { BerthError, type FieldViolation, invalidArgument } from '../../../errors.js';

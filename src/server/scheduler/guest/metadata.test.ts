@@ -173,7 +173,7 @@ describe('buildMetadata / renderMetadataJson', () => {
         vendorId: '144d',
         productId: 'a808',
         deviceType: 'NVME',
-        tag: 'gpu0',
+        tag: 'nvme-data',
       }),
       gpu({ guest: guestAddressForSlot(0x12), tag: '' }),
     ];
@@ -215,7 +215,7 @@ describe('buildMetadata / renderMetadataJson', () => {
         vendor_id: '144d',
         product_id: 'a808',
         device_type: 'NVME',
-        tags: ['gpu0'],
+        tags: ['nvme-data'],
       },
       {
         type: 'passthrough',
@@ -267,12 +267,26 @@ describe('buildMetadata / renderMetadataJson', () => {
     ).toEqual(['nics[0].address: address 0000:00:10.3 is on the guest slot of hostdevs[0] (0000:00:10.0)']);
   });
 
-  it('refuses duplicate passthrough tags within a device type, but not across types', () => {
+  it('refuses duplicate passthrough tags, PCI and NVMe alike (one passthrough scope)', () => {
     expect(
       violations(() =>
         buildMetadata({ nics: [], disks: [] }, [gpu(), gpu({ guest: guestAddressForSlot(0x11) })]),
       ),
-    ).toEqual(['hostdevs[1].tag: tag "gpu0" is already used by hostdevs[0].tag for a PCI of this instance']);
+    ).toEqual([
+      'hostdevs[1].tag: tag "gpu0" is already used by hostdevs[0].tag for a passthrough of this instance',
+    ]);
+    expect(
+      violations(() =>
+        buildMetadata({ nics: [], disks: [] }, [
+          gpu(),
+          gpu({ guest: guestAddressForSlot(0x11), vendorId: '144d', productId: 'a808', deviceType: 'NVME' }),
+        ]),
+      ),
+    ).toEqual([
+      'hostdevs[1].tag: tag "gpu0" is already used by hostdevs[0].tag for a passthrough of this instance',
+    ]);
+    // A NIC may share a passthrough device's tag (different metadata types).
+    expect(() => buildMetadata({ nics: [nic({ tag: 'gpu0' })], disks: [] }, [gpu()])).not.toThrow();
   });
 });
 

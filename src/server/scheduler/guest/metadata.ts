@@ -289,7 +289,8 @@ export function buildMetadata(
   });
   v.push(
     ...duplicateTags(
-      passthrough.map((p, i) => ({ field: `hostdevs[${i}].tag`, deviceType: p.deviceType, tag: p.tag })),
+      // Every passthrough device (PCI or NVMe) is one `passthrough` entry: one tag scope.
+      passthrough.map((p, i) => ({ field: `hostdevs[${i}].tag`, deviceType: 'passthrough', tag: p.tag })),
     ),
   );
   if (v.length > 0) throw invalid(v);

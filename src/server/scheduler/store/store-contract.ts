@@ -164,6 +164,25 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await store.listArqs()).map((a) => a.state)).toEqual(['bind_failed', 'bind_failed']);
     });
 
+    it('one tag scope for every passthrough device of an instance, PCI and NVMe alike', async () => {
+      await host('h1', [facts({ index: 0 }), pciFacts({ index: 1 })]);
+      await store.createProfile(nvmeProfile);
+      await store.createProfile(
+        validateProfile({ name: 'gpu', groups: [{ vendorId: '10de', productId: '25b6' }] }),
+      );
+      const [nvme] = await store.createArqs({ profileName: 'nvme', tags: ['data'] });
+      const [gpu] = await store.createArqs({ profileName: 'gpu', tags: ['data'] });
+      const bound = await store.bindArqs([{ arqUuid: nvme!.uuid, instanceUuid: 'i1', host: 'h1' }]);
+      expect(bound.devices[0]!.type).toBe('NVME');
+      const e = await rejection(store.bindArqs([{ arqUuid: gpu!.uuid, instanceUuid: 'i1', host: 'h1' }]));
+      expect(e.code).toBe('INVALID_ARGUMENT');
+      expect(e.message).toMatch(/tag "data" is already used by ARQ .* for a passthrough of this instance/);
+      const other = await store.bindArqs([
+        { arqUuid: gpu!.uuid, instanceUuid: 'i1', host: 'h1', tag: 'gpu' },
+      ]);
+      expect(other.devices[0]!.type).toBe('PCI');
+    });
+
     it('tags are unique within (instance, device type)', async () => {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);

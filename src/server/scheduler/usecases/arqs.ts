@@ -171,7 +171,8 @@ export async function bindArqs(
         const dups = duplicateTags(
           [...others, bound].map((a) => ({
             field: a.uuid === arq.uuid ? `bindings[${i}].tag` : `ARQ ${a.uuid}`,
-            deviceType: a.deviceType,
+            // PCI and NVMe alike are `passthrough` entries in the guest's metadata: one tag scope.
+            deviceType: 'passthrough',
             tag: a.tag,
           })),
         );
