@@ -157,6 +157,41 @@ describe('berth agent discover', () => {
     }
   });
 
+  it("a vendor driver's own cleanup must satisfy the entry's policy: the others are excluded with the reason", async () => {
+    // nvme0 (crypto erase capable) moves to the vendor example under clear_strategy crypto, which its
+    // Format SES=1 does not satisfy; nvme1 moves under auto/auto, which it does.
+    const cfg = join(dir.path, 'vendor-crypto.yaml');
+    const nvme = sim.agentConfig.nvme as Record<string, unknown>;
+    await writeFile(
+      cfg,
+      JSON.stringify({
+        ...sim.agentConfig,
+        enabled_drivers: ['pci', 'nvme', 'nvme-vendor-example'],
+        nvme: { ...nvme, device_spec: [{ address: '0000:3f:00.0' }, { address: '0000:40:00.0' }] },
+        'nvme-vendor-example': {
+          nvme_cli: nvme.nvme_cli,
+          device_spec: [{ address: '0000:3d:00.0', clear_strategy: 'crypto' }, { address: '0000:3e:00.0' }],
+        },
+      }),
+    );
+    const res = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(res.code, res.stderr).toBe(0);
+    const out = JSON.parse(res.stdout) as DryRun;
+    expect(out.excluded).toEqual([
+      {
+        address: '0000:3d:00.0',
+        driver: 'nvme-vendor-example',
+        reason: expect.stringMatching(
+          /clear_action=auto clear_strategy=crypto \(nvme-vendor-example\.device_spec\[0\]\) asks for what driver nvme-vendor-example's cleanup \(vendor-format-ses1\) does not do; it satisfies auto\/auto, auto\/block/,
+        ),
+      },
+    ]);
+    expect(out.devices.find((d) => d.address === '0000:3e:00.0')).toMatchObject({
+      driver: 'nvme-vendor-example',
+      cleanup_action: 'vendor-format-ses1',
+    });
+  });
+
   it('exits non-zero naming the entry, key and value of a bad device_spec', async () => {
     const cfg = join(dir.path, 'bad.yaml');
     await writeFile(

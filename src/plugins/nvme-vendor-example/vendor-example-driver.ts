@@ -3,7 +3,8 @@
  *
  * How a vendor driver fits in (DESIGN.md "The driver contract"):
  *
- * - It extends NvmeDriver and overrides ONLY `cleanup`. Discovery, traits,
+ * - It extends NvmeDriver and overrides only `cleanup` (and declares the two
+ *   members below). Discovery, traits,
  *   the resource class, the `nvme:`-style config keys (device_spec,
  *   cleanup_timeout, nvme_cli, poll_interval, verify) and initHost's nvme-cli
  *   check are inherited unchanged, so the scheduler sees the same device it
@@ -31,10 +32,14 @@
  *   namespace_reset → zeroing → verifying; percent never decreasing).
  *
  * This example scrubs with Format NVM, Secure Erase Setting 1 (user data
- * erase), on every namespace, then reads every namespace back. It ignores the
- * policy matrix on purpose — a vendor driver *is* the policy for the devices an
- * operator hands it — and says so: `cleanupActionName` is what discovery reports
- * as the devices' locked-in action (it is the one other member it sets).
+ * erase), on every namespace, then reads every namespace back. Besides
+ * `cleanup` it sets two members: `cleanupActionName`, what discovery reports
+ * as the devices' locked-in action, and `satisfiedPolicies`, the device_spec
+ * policies that action honours. The policy matrix still binds a vendor
+ * driver: a device whose entry asks for anything else (here clear_strategy
+ * crypto — SES=1 is not a cryptographic erase —, clear_action sanitize — it is
+ * not a sanitize —, or clear_action zero — it writes no zeroes) is excluded at
+ * discovery, with the reason in the dry run.
  */
 
 import type { CleanupEvidence } from '../cleanup-evidence.js';
@@ -54,6 +59,11 @@ export class VendorExampleNvmeDriver extends NvmeDriver {
   override readonly name: string = 'nvme-vendor-example';
   /** What this driver's cleanup does, reported as the devices' locked-in action. */
   protected override readonly cleanupActionName: string = 'vendor-format-ses1';
+  /** A user-data erase of every block: what auto/auto and auto/block ask for, nothing stricter. */
+  protected override readonly satisfiedPolicies = [
+    ['auto', 'auto'],
+    ['auto', 'block'],
+  ] as const;
 
   override async cleanup(device: DiscoveredDevice, ctx: CleanupContext): Promise<CleanupEvidence> {
     return this.withCleanupGuard(device, ctx, async (ctx) => {

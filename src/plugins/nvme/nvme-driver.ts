@@ -14,7 +14,13 @@ import { join } from 'node:path';
 import { BerthError, failedPrecondition } from '../../errors.js';
 import type { CleanupEvidence } from '../cleanup-evidence.js';
 import type { CommandResult, RunOptions } from '../command-runner.js';
-import { type DeviceSpecEntry, isValidPciAddress, matchDevice } from '../device-spec/index.js';
+import {
+  type ClearAction,
+  type ClearStrategy,
+  type DeviceSpecEntry,
+  isValidPciAddress,
+  matchDevice,
+} from '../device-spec/index.js';
 import { type CleanupContext, type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
 import {
   baseTraits,
@@ -81,6 +87,17 @@ export class NvmeDriver extends GenericDriver {
    * still resolved (a device the policy cannot serve stays excluded).
    */
   protected readonly cleanupActionName: string | null = null;
+  /**
+   * With `cleanupActionName` (a vendor's own cleanup method): the device_spec
+   * policies (`[clear_action, clear_strategy]`) that method satisfies. The
+   * policy matrix still binds a vendor driver: a device whose entry asks for a
+   * policy the method does not satisfy is excluded, with the reason, at
+   * discovery and in the dry run. Default: only auto/auto (the operator left
+   * the method to the driver).
+   */
+  protected readonly satisfiedPolicies: ReadonlyArray<readonly [ClearAction, ClearStrategy]> = [
+    ['auto', 'auto'],
+  ];
   readonly entries: DeviceSpecEntry[];
   /** cleanup_timeout in ms: the agent fires ctx.signal at this timeout; the driver also enforces it. */
   readonly cleanupTimeoutMs: number;
@@ -271,6 +288,21 @@ export class NvmeDriver extends GenericDriver {
     return this.buildDevice(fn, entry, host, id, ctrl.name, { unhealthy: null, ctx, ctrl });
   }
 
+  /** Why this vendor driver's own cleanup cannot serve the entry's policy, or null (also null for the generic driver). */
+  private vendorPolicyRefusal(entry: DeviceSpecEntry): string | null {
+    if (!this.cleanupActionName) return null;
+    const ok = this.satisfiedPolicies.some(
+      ([a, st]) => a === entry.clearAction && st === entry.clearStrategy,
+    );
+    if (ok) return null;
+    const serves = this.satisfiedPolicies.map(([a, st]) => `${a}/${st}`).join(', ');
+    return (
+      `clear_action=${entry.clearAction} clear_strategy=${entry.clearStrategy} (${entry.source}) asks for what ` +
+      `driver ${this.name}'s cleanup (${this.cleanupActionName}) does not do; it satisfies ${serves}: ` +
+      "change the entry's policy, or leave the device to a driver that satisfies it (nvme)"
+    );
+  }
+
   private buildDevice(
     fn: PciFunction,
     entry: DeviceSpecEntry,
@@ -279,6 +311,11 @@ export class NvmeDriver extends GenericDriver {
     controller: string | null,
     opts: { unhealthy: string | null; note?: string; ctx: HostContext; ctrl?: NvmeControllerInfo },
   ): DiscoveredDevice | ExcludedDevice {
+    const refusal = this.vendorPolicyRefusal(entry);
+    if (refusal) {
+      opts.ctx.logger.error({ address: fn.address, controller }, `NVMe device excluded: ${refusal}`);
+      return { address: fn.address, driver: this.name, reason: refusal };
+    }
     const caps = id ? capabilitiesOf(id) : null;
     let action: CleanupAction | null = null;
     if (id && caps) {
