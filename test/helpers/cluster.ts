@@ -30,7 +30,12 @@ export interface Cluster {
 
 export async function startCluster(
   defs: SimHostDefinition[],
-  options: { agent?: Partial<AgentOptions>; scheduler?: Partial<SchedulerOptions> } = {},
+  options: {
+    agent?: Partial<AgentOptions>;
+    scheduler?: Partial<SchedulerOptions>;
+    /** Rewrites each agent's configuration (as written, before parsing), e.g. to load another driver. */
+    agentConfig?: (config: Record<string, unknown>) => Record<string, unknown>;
+  } = {},
 ): Promise<Cluster> {
   const dir = await tempDir('berth-cluster-');
   const dbPath = join(dir.path, 'scheduler.db');
@@ -51,16 +56,13 @@ export async function startCluster(
       sim,
       agent: null,
       async start(extra = {}) {
-        const config = parseAgentConfig(
-          {
-            ...sim.agentConfig,
-            scheduler: scheduler.address,
-            register_interval: 0.5,
-            discovery_interval: 3600,
-          },
-          {},
-          dir.path,
-        );
+        const raw = {
+          ...sim.agentConfig,
+          scheduler: scheduler.address,
+          register_interval: 0.5,
+          discovery_interval: 3600,
+        };
+        const config = parseAgentConfig(options.agentConfig ? options.agentConfig(raw) : raw, {}, dir.path);
         h.agent = await Agent.start({ config, bootIdFile: sim.bootIdFile, ...options.agent, ...extra });
         await h.agent.registered;
         return h.agent;

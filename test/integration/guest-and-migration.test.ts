@@ -5,6 +5,7 @@
  * of devices, prepared and committed, aborted, not ready on the destination,
  * raced, and surviving a scheduler restart.
  */
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError } from '../../src/client/sdk.js';
 import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
@@ -25,11 +26,22 @@ const VF_CLASS = 'CUSTOM_PCI_8086_154C';
 // 4 VFs + GPU + 4 NVMe controllers per host (the PF with VFs is excluded).
 const DEVICES = 9;
 
-/** The demo host, with its NVMe controllers live-migratable so a migration can move one. */
-const host = (name: string, bus: number): SimHostDefinition => ({
-  ...demoHostDefinition(name, bus),
-  nvmeDeviceSpec: [{ vendor_id: '144d', live_migratable: true }],
-});
+/** The demo host. */
+const host = (name: string, bus: number): SimHostDefinition => demoHostDefinition(name, bus);
+
+/**
+ * Its NVMe controllers go to a vendor driver whose cleaned devices may follow
+ * their guest (the generic NVMe driver refuses live_migratable), so a
+ * migration can move a device that is cleaned.
+ */
+const migratableNvme = (config: Record<string, unknown>): Record<string, unknown> => {
+  const { nvme, ...rest } = config;
+  return {
+    ...rest,
+    enabled_drivers: ['pci', join(process.cwd(), 'test/fixtures/drivers/migratable-nvme.ts')],
+    'migratable-nvme': nvme,
+  };
+};
 
 async function expectCode(p: Promise<unknown>, codeName: string, reason?: string): Promise<BerthClientError> {
   const err = await p.then(
@@ -60,7 +72,7 @@ describe('guest XML, metadata and live migration over gRPC', () => {
   let c: Cluster;
 
   beforeAll(async () => {
-    c = await startCluster([host(SRC, 0x3b), host(DST, 0x5b)]);
+    c = await startCluster([host(SRC, 0x3b), host(DST, 0x5b)], { agentConfig: migratableNvme });
     await c.waitForDevices(SRC, DEVICES);
     await c.waitForDevices(DST, DEVICES);
     const group = (vendorId: string, productId: string, liveMigratable: LiveMigratable) => ({

@@ -215,6 +215,19 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ['JSON string of a number', ['7'], PCI, ['pci.device_spec[0]', 'not an object']],
     ['JSON list holding a non-object', ['[{}, 3]'], PCI, ['pci.device_spec[0][1]', '3']],
     ['top-level number', 5, PCI, ['pci.device_spec[0]', '5']],
+    // devices that are cleaned (nvme-secure-cleanup.txt)
+    [
+      'live_migratable on a device that is cleaned',
+      [{}, { vendor_id: '144d', live_migratable: true }],
+      NVME,
+      ['nvme.device_spec[1].live_migratable', 'true', 'does not follow a live migration'],
+    ],
+    [
+      'managed false on a device that is cleaned',
+      [{ vendor_id: '144d', managed: false }],
+      NVME,
+      ['nvme.device_spec[0].managed', 'false', 'managed mode'],
+    ],
     ['class instance', [new Date(0)], PCI, ['pci.device_spec[0]', 'not an object']],
     // vendor / product
     [

@@ -153,6 +153,20 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
     entry.devname = devname;
   }
 
+  // Devices that are cleaned (nvme-secure-cleanup.txt): the host's driver must own
+  // the controller again after the guest (libvirt's managed mode), and they hold
+  // their tenant's data, so they do not follow a live migration.
+  if (options.cleanupKeys && entry.liveMigratable) {
+    throw new ConfigError(
+      `${at('live_migratable')}: true is not accepted in ${options.section}: a device that is cleaned holds its tenant's data and does not follow a live migration (nvme-secure-cleanup.txt puts NVMe migration out of scope)`,
+    );
+  }
+  if (options.cleanupKeys && !entry.managed) {
+    throw new ConfigError(
+      `${at('managed')}: false is not accepted in ${options.section}: cleanup needs the host's nvme driver to own the controller once the guest is gone, which libvirt's managed mode gives (nvme-secure-cleanup.txt)`,
+    );
+  }
+
   if (entry.clearAction === 'zero' && entry.clearStrategy === 'crypto') {
     throw new ConfigError(
       `${source}: clear_action "zero" cannot be combined with clear_strategy "crypto" (zeroing overwrites blocks; a crypto erase is a sanitize strategy)`,

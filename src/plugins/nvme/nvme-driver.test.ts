@@ -133,7 +133,7 @@ describe('NvmeDriver on the simulator', () => {
       // 0xa0000003: NODMMAS=10b, CES, BES — printed by 2.3 as a negative int32.
       const { host: h, driver } = await setup({
         controller: { sanicap: 0xa0000003, oncs: 0x5f, oacs: 0x1e, tnvmcapBytes: 1_000_000_000_000 },
-        spec: { traits: 'fast', live_migratable: true },
+        spec: { traits: 'fast' },
       });
       const d = await discoverOne(driver, h);
       expect(d).toMatchObject({
@@ -144,17 +144,10 @@ describe('NvmeDriver on the simulator', () => {
         supportsCleaning: true,
         cleanupAction: 'sanitize-crypto',
         health: 'healthy',
-        liveMigratable: true,
+        liveMigratable: false,
       });
       expect(d.traits).toEqual(
-        [
-          'CUSTOM_FAST',
-          'HW_NVME_BES',
-          'HW_NVME_CES',
-          'HW_NVME_WZS',
-          'HW_PCI_LIVE_MIGRATABLE',
-          'OWNER_BERTH',
-        ].sort(),
+        ['CUSTOM_FAST', 'HW_NVME_BES', 'HW_NVME_CES', 'HW_NVME_WZS', 'OWNER_BERTH'].sort(),
       );
       expect(d.attributes).toMatchObject({
         nvme_controller: 'nvme0',
