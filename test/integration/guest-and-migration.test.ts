@@ -5,13 +5,16 @@
  * of devices, prepared and committed, aborted, not ready on the destination,
  * raced, and surviving a scheduler restart.
  */
+import { execFile } from 'node:child_process';
 import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError } from '../../src/client/sdk.js';
 import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { MigrationState } from '../../src/gen/berth/scheduler/v1/migration.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
+import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { rewriteSourceAddresses } from '../../src/server/scheduler/guest/hostdev-xml.js';
 import { validateMetadata } from '../../src/server/scheduler/guest/metadata.js';
 import { validateDomains, wrapInDomain } from '../../src/server/scheduler/guest/virt-xml.js';
@@ -20,6 +23,8 @@ import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { eventually } from '../helpers/grpc.js';
 import { available, virtXmlValidate } from '../helpers/prerequisites.js';
 
+const run = promisify(execFile);
+const BUF = join(process.cwd(), 'node_modules/.bin/buf');
 const SRC = 'src-host';
 const DST = 'dst-host';
 const VF_CLASS = 'CUSTOM_PCI_8086_154C';
@@ -138,6 +143,20 @@ describe('guest XML, metadata and live migration over gRPC', () => {
   const drop = (instance: string) =>
     c.client.arqs.deleteAcceleratorRequests({ uuids: [], instanceUuid: instance });
 
+  /** A call through buf curl (reflection, protojson): what a JSON client sees. */
+  async function bufCurl(method: string, body: unknown): Promise<unknown> {
+    const { stdout } = await run(BUF, [
+      'curl',
+      '--protocol',
+      'grpc',
+      '--http2-prior-knowledge',
+      '-d',
+      JSON.stringify(body),
+      `http://${c.scheduler.address}/${method}`,
+    ]);
+    return JSON.parse(stdout);
+  }
+
   const plan = (instance: string, destinationHost = DST, requestId = '') =>
     c.client.migrations.planLiveMigration({ instanceUuid: instance, destinationHost, requestId });
 
@@ -190,7 +209,17 @@ describe('guest XML, metadata and live migration over gRPC', () => {
     expect(
       res.hostdevs.map((h) => `${h.guest!.domain}:${h.guest!.bus}:${h.guest!.slot}.${h.guest!.function}`),
     ).toEqual(['0000:00:10.0', '0000:00:11.0', '0000:00:12.0']);
-    // managed comes from the device record: the GPU's spec says managed: false.
+    // managed comes from the device record at bind time: the GPU's spec says managed: false.
+    // JSON clients (buf curl, gateways) see "managed": false too, never an absent key that
+    // pci-managed-mode.txt reads as managed.
+    const arqJson = await bufCurl('berth.scheduler.v1.AcceleratorRequestService/GetAcceleratorRequest', {
+      uuid: bound[2]!.uuid,
+    });
+    expect(arqJson).toMatchObject({ acceleratorRequest: { attachHandleInfo: { managed: false } } });
+    const xmlJson = (await bufCurl('berth.scheduler.v1.InstanceService/GetInstanceXml', {
+      instanceUuid: 'vm-xml',
+    })) as { hostdevs: { managed?: boolean }[] };
+    expect(xmlJson.hostdevs.map((h) => h.managed)).toEqual([true, true, false]);
     expect(res.xml.match(/managed='yes'/g)).toHaveLength(2);
     expect(res.xml.match(/managed='no'/g)).toHaveLength(1);
     expect(res.xml).toContain(`<address domain='0x0000' bus='0x3c' slot='0x00' function='0x0'/>`);
@@ -569,6 +598,75 @@ describe('guest XML, metadata and live migration over gRPC', () => {
       expect([d.reserved, d.lastCleanup?.outcome]).toEqual([0, CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED]);
     }
     await drop('vm-record');
+  }, 90_000);
+
+  it('managed changed while a device is bound: the ARQ and the XML keep the value it was bound with; the next bind gets the new one', async () => {
+    // Nothing of the earlier tests still cleaning on the source: its agent restarts below.
+    await eventually(
+      () =>
+        c.client.devices.listDevices({
+          filter: { host: SRC, type: 0, state: 0, resourceClass: '' },
+          pageSize: 0,
+          pageToken: '',
+        }),
+      (r) =>
+        r.devices.every(
+          (d) =>
+            d.deviceState !== DeviceState.DEVICE_STATE_PENDING_CLEANING &&
+            d.deviceState !== DeviceState.DEVICE_STATE_CLEANING,
+        ),
+      30_000,
+    );
+    const restartSource = async (vfManaged: boolean) => {
+      const h = c.host(SRC);
+      await h.stop();
+      const raw = {
+        ...h.sim.agentConfig,
+        scheduler: c.scheduler.address,
+        register_interval: 0.5,
+        discovery_interval: 3600,
+        pci: {
+          device_spec: [
+            { vendor_id: '8086', product_id: '154c', live_migratable: true, managed: vfManaged },
+            { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true },
+          ],
+        },
+      };
+      await h.start({ config: parseAgentConfig(migratableNvme(raw), {}, c.root) });
+    };
+    const [arq] = await bind('vm-managed', SRC, [['vf-lm', '']]);
+    expect(arq!.attachHandleInfo?.managed).toBe(true);
+    await restartSource(false);
+    await eventually(
+      () => device(SRC, arq!.deviceAddress),
+      (d) => d.managed === false,
+      20_000,
+    );
+    // Bound with managed: the ARQ, the XML and the structured hostdev all still say so.
+    const shown = (await c.client.arqs.getAcceleratorRequest({ uuid: arq!.uuid })).acceleratorRequest!;
+    expect(shown.attachHandleInfo?.managed).toBe(true);
+    const xml = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-managed' });
+    expect(xml.hostdevs.map((h) => h.managed)).toEqual([true]);
+    expect(xml.xml).toContain("managed='yes'");
+    // The next bind of that device gets the new setting, everywhere.
+    await drop('vm-managed');
+    const [again] = await bind('vm-managed-2', SRC, [['vf-lm', '']]);
+    expect(again!.attachHandleInfo?.managed).toBe(false);
+    const xml2 = await c.client.instances.getInstanceXml({ instanceUuid: 'vm-managed-2' });
+    expect(xml2.hostdevs.map((h) => h.managed)).toEqual([false]);
+    expect(xml2.xml).toContain("managed='no'");
+    await drop('vm-managed-2');
+    await restartSource(true);
+    await eventually(
+      () =>
+        c.client.devices.listDevices({
+          filter: { host: SRC, type: 0, state: 0, resourceClass: VF_CLASS },
+          pageSize: 0,
+          pageToken: '',
+        }),
+      (r) => r.devices.every((d) => d.managed),
+      20_000,
+    );
   }, 90_000);
 
   it('a destination device that is gone from the host: plan refused with the reason, claims released', async () => {

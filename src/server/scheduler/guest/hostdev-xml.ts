@@ -186,9 +186,12 @@ export function renderInstance(hostdevs: readonly HostdevInput[]): { xml: string
 }
 
 /**
- * The hostdev input for a bound ARQ and its device. `managed` and the source
- * address come from the device record (host configuration), never from a
- * request; an ARQ that is not bound to this device is a FAILED_PRECONDITION.
+ * The hostdev input for a bound ARQ and its device. The source address comes
+ * from the device record and `managed` from the ARQ's attach handle — the
+ * device's setting when it was bound (pci-managed-mode.txt: a changed
+ * `managed` applies from the next bind), so the XML and the ARQ always agree;
+ * never from a request. An ARQ that is not bound to this device is a
+ * FAILED_PRECONDITION.
  */
 export function hostdevFromBinding(arq: Arq, device: DeviceRecord, guest: PciAddress): HostdevInput {
   if (arq.state !== 'bound' || arq.deviceUuid !== device.uuid) {
@@ -203,7 +206,7 @@ export function hostdevFromBinding(arq: Arq, device: DeviceRecord, guest: PciAdd
     deviceUuid: device.uuid,
     source: parsePciAddress('device.address', device.address),
     guest,
-    managed: device.managed,
+    managed: arq.attachHandle?.managed ?? device.managed,
     tag: arq.tag,
   };
 }

@@ -37,7 +37,8 @@ export interface RenderedInstance {
 
 /**
  * The hostdevs of an instance's bound ARQs with their (stable) guest
- * addresses. `managed` and the source address come from the device records.
+ * addresses. The source address comes from the device records, `managed` from
+ * the ARQs (the value at bind time).
  */
 export async function renderInstanceHostdevs(store: Store, instanceUuid: string): Promise<RenderedInstance> {
   const bindings = await store.assignGuestAddresses(instanceUuid);

@@ -159,7 +159,12 @@ export async function commitMigration(deps: UseCaseDeps, uuid: string): Promise<
       if (src.arqUuid === arq.uuid) released.push(await releaseHeld(tx, src, { arqUuid: arq.uuid }));
       const adopted = await writeDevice(tx, dest, adoptClaim(dest, uuid, arq.uuid));
       // Move the ARQ: bound → bound on the destination (same state, new device).
-      await writeArq(tx, arqBound({ ...arq, state: 'bind_started' }, adopted, m.instanceUuid, arq.tag));
+      const moved = arqBound({ ...arq, state: 'bind_started' }, adopted, m.instanceUuid, arq.tag);
+      // The guest keeps the managed mode it was bound with (the destination XML keeps the source's).
+      await writeArq(tx, {
+        ...moved,
+        attachHandle: { ...moved.attachHandle!, managed: arq.attachHandle?.managed ?? adopted.managed },
+      });
     }
     return { migration: await writeMigration(tx, { ...m, state: 'committed' }), released };
   });

@@ -123,8 +123,12 @@ export interface PciAttachHandle {
   bus: string;
   device: string;
   function: string;
-  /** Always present: false when the operator pre-binds the device. */
-  managed: boolean;
+  /**
+   * Always set on a bound ARQ (explicit presence, so JSON shows
+   * "managed": false too, as pci-managed-mode.txt requires): false when the
+   * operator pre-binds the device. Absent means managed, as in the spec.
+   */
+  managed?: boolean | undefined;
 }
 
 export interface AcceleratorRequest {
@@ -141,7 +145,7 @@ export interface AcceleratorRequest {
   attachHandleInfo:
     | PciAttachHandle
     | undefined;
-  /** Device role tag, unique within (instance, device type). */
+  /** Device role tag, unique among the instance's passthrough devices. */
   tag: string;
   /** Why the last bind failed. */
   error: string;
@@ -204,7 +208,7 @@ export interface DeleteAcceleratorRequestsResponse {
 }
 
 function createBasePciAttachHandle(): PciAttachHandle {
-  return { domain: "", bus: "", device: "", function: "", managed: false };
+  return { domain: "", bus: "", device: "", function: "", managed: undefined };
 }
 
 export const PciAttachHandle: MessageFns<PciAttachHandle> = {
@@ -221,7 +225,7 @@ export const PciAttachHandle: MessageFns<PciAttachHandle> = {
     if (message.function !== "") {
       writer.uint32(34).string(message.function);
     }
-    if (message.managed !== false) {
+    if (message.managed !== undefined) {
       writer.uint32(40).bool(message.managed);
     }
     return writer;
@@ -298,7 +302,7 @@ export const PciAttachHandle: MessageFns<PciAttachHandle> = {
       bus: isSet(object.bus) ? globalThis.String(object.bus) : "",
       device: isSet(object.device) ? globalThis.String(object.device) : "",
       function: isSet(object.function) ? globalThis.String(object.function) : "",
-      managed: isSet(object.managed) ? globalThis.Boolean(object.managed) : false,
+      managed: isSet(object.managed) ? globalThis.Boolean(object.managed) : undefined,
     };
   },
 
@@ -316,7 +320,7 @@ export const PciAttachHandle: MessageFns<PciAttachHandle> = {
     if (message.function !== "") {
       obj.function = message.function;
     }
-    if (message.managed !== false) {
+    if (message.managed !== undefined) {
       obj.managed = message.managed;
     }
     return obj;
@@ -331,7 +335,7 @@ export const PciAttachHandle: MessageFns<PciAttachHandle> = {
     message.bus = object.bus ?? "";
     message.device = object.device ?? "";
     message.function = object.function ?? "";
-    message.managed = object.managed ?? false;
+    message.managed = object.managed ?? undefined;
     return message;
   },
 };

@@ -35,8 +35,13 @@ export interface Hostdev {
   arqUuid: string;
   deviceUuid: string;
   source: PciAddress | undefined;
-  guest: PciAddress | undefined;
-  managed: boolean;
+  guest:
+    | PciAddress
+    | undefined;
+  /** Always set (explicit presence, so JSON shows "managed": false too). */
+  managed?:
+    | boolean
+    | undefined;
   /** ua-<tag> (or ua-<arq uuid> without a tag). */
   alias: string;
   tag: string;
@@ -210,7 +215,7 @@ export const PciAddress: MessageFns<PciAddress> = {
 };
 
 function createBaseHostdev(): Hostdev {
-  return { arqUuid: "", deviceUuid: "", source: undefined, guest: undefined, managed: false, alias: "", tag: "" };
+  return { arqUuid: "", deviceUuid: "", source: undefined, guest: undefined, managed: undefined, alias: "", tag: "" };
 }
 
 export const Hostdev: MessageFns<Hostdev> = {
@@ -227,7 +232,7 @@ export const Hostdev: MessageFns<Hostdev> = {
     if (message.guest !== undefined) {
       PciAddress.encode(message.guest, writer.uint32(34).fork()).join();
     }
-    if (message.managed !== false) {
+    if (message.managed !== undefined) {
       writer.uint32(40).bool(message.managed);
     }
     if (message.alias !== "") {
@@ -334,7 +339,7 @@ export const Hostdev: MessageFns<Hostdev> = {
         : "",
       source: isSet(object.source) ? PciAddress.fromJSON(object.source) : undefined,
       guest: isSet(object.guest) ? PciAddress.fromJSON(object.guest) : undefined,
-      managed: isSet(object.managed) ? globalThis.Boolean(object.managed) : false,
+      managed: isSet(object.managed) ? globalThis.Boolean(object.managed) : undefined,
       alias: isSet(object.alias) ? globalThis.String(object.alias) : "",
       tag: isSet(object.tag) ? globalThis.String(object.tag) : "",
     };
@@ -354,7 +359,7 @@ export const Hostdev: MessageFns<Hostdev> = {
     if (message.guest !== undefined) {
       obj.guest = PciAddress.toJSON(message.guest);
     }
-    if (message.managed !== false) {
+    if (message.managed !== undefined) {
       obj.managed = message.managed;
     }
     if (message.alias !== "") {
@@ -379,7 +384,7 @@ export const Hostdev: MessageFns<Hostdev> = {
     message.guest = (object.guest !== undefined && object.guest !== null)
       ? PciAddress.fromPartial(object.guest)
       : undefined;
-    message.managed = object.managed ?? false;
+    message.managed = object.managed ?? undefined;
     message.alias = object.alias ?? "";
     message.tag = object.tag ?? "";
     return message;
