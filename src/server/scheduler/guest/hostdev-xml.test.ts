@@ -154,7 +154,7 @@ describe('hostdevFromBinding', () => {
     host: 'host-a',
     deviceUuid: 'dev-1',
     deviceAddress: '0000:25:00.4',
-    // The attach handle says managed; the device record is what counts.
+    // The attach handle holds managed as it was at bind time; that is what counts.
     attachHandle: { domain: '0000', bus: '25', device: '00', function: '4', managed: true },
     tag: 'vf',
     error: '',
@@ -163,14 +163,17 @@ describe('hostdevFromBinding', () => {
     ...over,
   });
 
-  it('takes managed and the source address from the device record', () => {
-    const h = hostdevFromBinding(arq(), device(false), guestAddressForSlot(0x10));
+  it('takes managed from the ARQ (its value at bind time) and the source address from the device record', () => {
+    const bound = (managed: boolean) =>
+      arq({ attachHandle: { domain: '0000', bus: '25', device: '00', function: '4', managed } });
+    // The device's managed changed since the bind: the ARQ's value wins, so the XML and the ARQ agree.
+    const h = hostdevFromBinding(bound(false), device(true), guestAddressForSlot(0x10));
     expect(h).toMatchObject({ managed: false, tag: 'vf', arqUuid: ARQ, deviceUuid: 'dev-1' });
     expect(h.source).toEqual({ domain: '0000', bus: '25', slot: '00', function: '4' });
     expect(renderHostdev(h)).toContain("managed='no'");
-    expect(renderHostdev(hostdevFromBinding(arq(), device(true), guestAddressForSlot(0x10)))).toContain(
-      "managed='yes'",
-    );
+    expect(
+      renderHostdev(hostdevFromBinding(bound(true), device(false), guestAddressForSlot(0x10))),
+    ).toContain("managed='yes'");
   });
 
   it('refuses an ARQ not bound to the device', () => {
