@@ -113,6 +113,23 @@ export const systemdAnalyze = () =>
     return null;
   });
 
+/** PostgreSQL's server binaries (Debian keeps them under /usr/lib/postgresql/<version>/bin). */
+export const postgresBin = (): string | null => {
+  const base = '/usr/lib/postgresql';
+  if (!existsSync(base)) return null;
+  const versions = readdirSync(base)
+    .filter((v) => existsSync(join(base, v, 'bin', 'postgres')) && existsSync(join(base, v, 'bin', 'initdb')))
+    .sort((a, b) => Number(b) - Number(a));
+  return versions[0] ? join(base, versions[0], 'bin') : null;
+};
+export const postgresServer = () =>
+  check('postgres', ['postgresql'], () => {
+    const bin = postgresBin();
+    if (!bin) return 'no initdb/postgres under /usr/lib/postgresql/*/bin';
+    run(join(bin, 'postgres'), ['--version']);
+    return null;
+  });
+
 /** Running as root (loop devices): a property of how the tests are run, not a package. */
 export const root = () =>
   check('root', [], () => (process.getuid?.() === 0 ? null : 'the tests do not run as root'));

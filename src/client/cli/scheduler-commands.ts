@@ -120,7 +120,10 @@ export function registerSchedulerCommands(program: Command): void {
   scheduler
     .command('serve')
     .description('run the scheduler (SQLite store, one file); see docs/security.md for authentication')
-    .requiredOption('--db <file>', 'SQLite database file (created if missing)')
+    .requiredOption(
+      '--db <file|url>',
+      'SQLite database file (created if missing), or postgres://user@host/db (schema created if missing)',
+    )
     .option('--listen <addr>', 'listen address host:port', '127.0.0.1:7070')
     .option('--metrics-listen <addr>', 'serve Prometheus /metrics on host:port')
     .option('--static-tokens <file>', 'static bearer tokens (YAML: token: role)')

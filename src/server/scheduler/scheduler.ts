@@ -34,12 +34,13 @@ import { instanceServiceBinding } from './services/instance-service.js';
 import { migrationServiceBinding } from './services/migration-service.js';
 import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
+import { isPostgresUrl, openPgStore } from './store/pg-store.js';
 import { openSqliteStore } from './store/sqlite-store.js';
 import type { RetentionPolicy, Store } from './store/store.js';
 import { DEFAULT_RETENTION } from './usecases/retention.js';
 
 export interface SchedulerOptions {
-  /** SQLite database file. */
+  /** SQLite database file, or a `postgres://` URL (several schedulers may share one). */
   db?: string;
   /** Or a store already opened (tests, other backends). */
   store?: Store;
@@ -99,8 +100,9 @@ export class Scheduler {
     const tls = options.tls ? await loadTls(options.tls) : undefined;
     const credentialFor = agentCredential(options, logger);
     // One scheduler per SQLite file: a second one refuses, naming the first.
+    const postgres = options.db !== undefined && isPostgresUrl(options.db);
     const lock =
-      !options.store && options.db && options.db !== ':memory:'
+      !options.store && options.db && options.db !== ':memory:' && !postgres
         ? InstanceLock.acquire(resolve(options.db), {
             what: `database ${options.db}`,
             kind: 'scheduler',
@@ -117,7 +119,9 @@ export class Scheduler {
         : null;
     let store: Store;
     try {
-      store = options.store ?? (await openSqliteStore(options.db ?? ':memory:'));
+      store =
+        options.store ??
+        (postgres ? await openPgStore(options.db!) : await openSqliteStore(options.db ?? ':memory:'));
     } catch (err) {
       lock?.release();
       throw err;
