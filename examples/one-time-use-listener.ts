@@ -13,9 +13,9 @@
  * BERTH_DEVICE_HOST, BERTH_DEVICE_ADDRESS, BERTH_DEVICE_VENDOR_ID and
  * BERTH_DEVICE_PRODUCT_ID; its output goes to the listener's stderr. Exit 0
  * means "the device is clean": only then is it released. Anything else (an
- * exit code, a signal, --timeout, default 3600 s, passing: its whole process
- * group is killed) is logged and the device stays burned; it is tried again
- * when the listener restarts.
+ * exit code, a signal, or --timeout passing, default 3600 s, when its whole
+ * process group is killed) is logged and the device stays burned; it is tried
+ * again when the listener restarts.
  *
  * The scheduler holds all the state, so a restart is safe: the listing that
  * starts every watch shows the devices still burned, and those are handled
@@ -120,7 +120,8 @@ class Listener {
       try {
         await this.handle(next.value);
       } catch (err) {
-        // The scheduler went away mid-way: the device stays burned; the re-listing after reconnecting brings it back.
+        // An API error (the scheduler went away, the device is gone): the device stays burned, and
+        // the listing after a reconnect brings it back if it still needs cleaning.
         log('error', 'handling failed; the device stays burned', { device: next.value, error: String(err) });
       }
     }
