@@ -374,7 +374,15 @@ describe('berth client commands', () => {
       await writeFile(
         devicesFile,
         JSON.stringify({
-          nics: [{ mac: '52:54:00:aa:bb:cc', address: '0000:00:03.0', tag: 'uplink', model: 'virtio' }],
+          nics: [
+            {
+              mac: '52:54:00:aa:bb:cc',
+              address: '0000:00:03.0',
+              tag: 'uplink',
+              model: 'virtio',
+              devname: 'eth0',
+            },
+          ],
           disks: [{ serial: 'CLI-DISK-1', bus: 'pci', address: '0000:00:04.0', tag: 'root' }],
         }),
       );
@@ -401,10 +409,11 @@ describe('berth client commands', () => {
       expect(xj.hostdevs[0]).toMatchObject({ tag: 'scratch', managed: true, guest: { bus: '00' } });
       expect(setDevices.code, setDevices.stderr).toBe(0);
       expect(setDevices.stdout).toMatch(/1 NIC\(s\), 1 disk\(s\)/);
-      const meta = parseJson<{ devices: { type: string; tags: string[] }[] }>(
+      const meta = parseJson<{ devices: { type: string; tags: string[]; devname?: string }[] }>(
         await b('instance', 'metadata', 'vm-cli', '-o', 'json'),
       );
       expect(meta.devices.map((d) => d.type).sort()).toEqual(['disk', 'nic', 'passthrough']);
+      expect(meta.devices.find((d) => d.type === 'nic')).toMatchObject({ devname: 'eth0', tags: ['uplink'] });
 
       // A failed cleanup: the drive ends in error, the command says why and exits 1.
       const dev = parseJson<DeviceJson>(await b('device', 'show', `${H1}/${address}`, '-o', 'json'));

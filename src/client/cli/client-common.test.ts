@@ -170,11 +170,18 @@ describe('CLI helpers', () => {
     const file = join(dir, 'devices.yaml');
     await writeFile(
       file,
-      'nics:\n  - {mac: "52:54:00:00:00:01", address: "0000:00:03.0", tag: uplink, vlan: 100}\ndisks:\n  - {bus: scsi, address: "0:0:0:0", serial: S1}\n',
+      'nics:\n  - {mac: "52:54:00:00:00:01", address: "0000:00:03.0", tag: uplink, vlan: 100, devname: eth0}\ndisks:\n  - {bus: scsi, address: "0:0:0:0", serial: S1}\n',
     );
     const d = await instanceDevicesFromFile(file);
     expect(d.nics).toEqual([
-      { mac: '52:54:00:00:00:01', address: '0000:00:03.0', tag: 'uplink', vlan: 100, model: '' },
+      {
+        mac: '52:54:00:00:00:01',
+        address: '0000:00:03.0',
+        tag: 'uplink',
+        vlan: 100,
+        model: '',
+        devname: 'eth0',
+      },
     ]);
     expect(d.disks).toEqual([{ serial: 'S1', bus: 'scsi', address: '0:0:0:0', path: '', tag: '' }]);
     await writeFile(file, 'nics:\n  - {address: "0000:00:03.0"}\n');

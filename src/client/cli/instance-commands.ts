@@ -17,6 +17,7 @@ const nicSchema = z
     tag: z.string().optional(),
     vlan: z.number().int().min(0).optional(),
     model: z.string().optional(),
+    devname: z.string().optional(),
   })
   .strict();
 const diskSchema = z
@@ -46,6 +47,7 @@ export async function instanceDevicesFromFile(path: string): Promise<{ nics: Nic
       tag: n.tag ?? '',
       vlan: n.vlan,
       model: n.model ?? '',
+      devname: n.devname,
     })),
     disks: (parsed.data.disks ?? []).map((d) => ({
       serial: d.serial ?? '',
@@ -95,7 +97,7 @@ export function registerInstanceCommands(program: Command): void {
       .argument('<instance>')
       .requiredOption(
         '-f, --file <file>',
-        'YAML/JSON: {nics: [{mac, address, tag, vlan, model}], disks: [{serial, bus, address, path, tag}]}',
+        'YAML/JSON: {nics: [{mac, address, tag, vlan, model, devname}], disks: [{serial, bus, address, path, tag}]}',
       ),
   ).action(
     withClient(async (client, format, id: string, o: { file: string }) => {

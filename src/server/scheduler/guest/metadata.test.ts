@@ -158,7 +158,16 @@ describe('the schema file', () => {
 describe('buildMetadata / renderMetadataJson', () => {
   it('builds a schema-valid document with NICs, disks and passthrough devices at their guest addresses', () => {
     const devices = {
-      nics: [nic(), nic({ mac: '52:54:00:AB:CD:EF', address: '0000:00:04.0', tag: 'nfvfunc2', vlan: 1000 })],
+      nics: [
+        nic(),
+        nic({
+          mac: '52:54:00:AB:CD:EF',
+          address: '0000:00:04.0',
+          tag: 'nfvfunc2',
+          vlan: 1000,
+          devname: 'eth1',
+        }),
+      ],
       disks: [
         disk(),
         disk({ bus: 'virtio', address: '0000:00:07.0', serial: 'disk-vol-24235252', tag: 'squidcache' }),
@@ -186,6 +195,7 @@ describe('buildMetadata / renderMetadataJson', () => {
         bus: 'pci',
         address: '0000:00:04.0',
         mac: '52:54:00:ab:cd:ef',
+        devname: 'eth1',
         vlan: 1000,
         tags: ['nfvfunc2'],
       },
@@ -367,6 +377,43 @@ describe('validateInstanceDevices', () => {
         disks: [],
       }),
     ).not.toThrow();
+  });
+
+  it('checks NIC devnames against the Linux interface-name rules, naming the field and the value', () => {
+    const named = (devname: string, i: number) => nic({ devname, address: '', tag: `t${i}` });
+    const bad = ['', 'x'.repeat(16), '.', '..', 'eth/0', 'eth:0', 'eth 0', 'eth%d', 'eth\t0', 'éth0'];
+    expect(violations(() => validateInstanceDevices({ nics: bad.map(named), disks: [] }))).toEqual([
+      'nics[0].devname: "" is empty: leave devname unset for a NIC without a name',
+      `nics[1].devname: "${'x'.repeat(16)}" is 16 characters, more than the 15 of a Linux interface name`,
+      'nics[2].devname: "." is not allowed as an interface name',
+      'nics[3].devname: ".." is not allowed as an interface name',
+      'nics[4].devname: "eth/0" contains "/": an interface name is printable ASCII without "/", ":", "%" or spaces',
+      'nics[5].devname: "eth:0" contains ":": an interface name is printable ASCII without "/", ":", "%" or spaces',
+      'nics[6].devname: "eth 0" contains a space: an interface name is printable ASCII without "/", ":", "%" or spaces',
+      'nics[7].devname: "eth%d" contains "%": an interface name is printable ASCII without "/", ":", "%" or spaces',
+      'nics[8].devname: "eth\t0" contains "\\t": an interface name is printable ASCII without "/", ":", "%" or spaces',
+      'nics[9].devname: "éth0" contains "é": an interface name is printable ASCII without "/", ":", "%" or spaces',
+    ]);
+    const good = ['eth0', 'x'.repeat(15), 'eth0.100', 'br-lan', 'net_data', 'enp0s3', '...'];
+    const ok = validateInstanceDevices({ nics: good.map(named), disks: [] });
+    expect(ok.nics.map((n) => n.devname)).toEqual(good);
+  });
+
+  it('refuses one devname on two NICs of an instance, naming both; case matters, as in Linux', () => {
+    expect(
+      violations(() =>
+        validateInstanceDevices({
+          nics: [
+            nic({ devname: 'eth0', tag: 'a' }),
+            nic({ devname: 'ETH0', address: '', tag: 'b' }),
+            nic({ devname: 'eth0', address: '', tag: 'c' }),
+          ],
+          disks: [],
+        }),
+      ),
+    ).toEqual([
+      'nics[2].devname: "eth0" is already the name of nics[0].devname: a guest\'s interface names are unique',
+    ]);
   });
 
   it('refuses two NICs/disks at one PCI address, naming both, and normalises case', () => {

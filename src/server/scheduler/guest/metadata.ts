@@ -1,6 +1,6 @@
 /**
  * The device-role metadata document (specs/device-role-tagging.txt):
- * `{"devices": [{type, bus, address, mac | serial | path, tags}]}` for the
+ * `{"devices": [{type, bus, address, mac, devname | serial, path, tags}]}` for the
  * instance's NICs and disks (registered by the orchestration layer with
  * SetInstanceDevices) and Berth's passthrough devices, with the guest addresses
  * Berth assigned. A guest maps its role tags to hardware with it, so every
@@ -37,6 +37,8 @@ export interface NicInput {
   /** Absent when the NIC is untagged on the wire (proto `optional`). */
   vlan?: number | undefined;
   model: string;
+  /** The interface name the guest gives it (`eth0`); absent when the hypervisor sets none (proto `optional`). */
+  devname?: string | undefined;
 }
 
 /** proto Disk. */
@@ -68,6 +70,7 @@ export interface NicMetadata {
   bus: 'pci';
   address?: string;
   mac: string;
+  devname?: string;
   vlan?: number;
   tags: string[];
 }
@@ -123,6 +126,31 @@ const ADDRESS_SYNTAX: Record<Exclude<MetadataBus, 'none'>, { re: RegExp; example
 };
 
 const MAC = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/;
+
+/** IFNAMSIZ - 1: the kernel keeps interface names in 16 bytes with the NUL. */
+export const DEVNAME_MAX_BYTES = 15;
+
+/**
+ * Why `name` cannot be a Linux network interface name, or null. The kernel's
+ * rule (net/core/dev.c dev_valid_name): 1 to 15 bytes, not `.` or `..`, no
+ * `/`, `:` or white space. Also refused: `%`, which makes the kernel treat the
+ * name as a template (`eth%d` becomes eth0, eth1, ...: not the name asked
+ * for), and anything but printable ASCII, which udev/systemd-networkd refuse
+ * to name an interface with (ifname_valid).
+ */
+export function devnameProblem(name: string): string | null {
+  if (name === '') return 'is empty: leave devname unset for a NIC without a name';
+  if (name.length > DEVNAME_MAX_BYTES) {
+    return `is ${name.length} characters, more than the ${DEVNAME_MAX_BYTES} of a Linux interface name`;
+  }
+  if (name === '.' || name === '..') return 'is not allowed as an interface name';
+  const bad = [...name].find((ch) => ch < '!' || ch > '~' || ch === '/' || ch === ':' || ch === '%');
+  if (bad !== undefined) {
+    const shown = bad === ' ' ? 'a space' : /^[!-~]$/.test(bad) ? `"${bad}"` : JSON.stringify(bad);
+    return `contains ${shown}: an interface name is printable ASCII without "/", ":", "%" or spaces`;
+  }
+  return null;
+}
 export const VLAN_MIN = 1;
 export const VLAN_MAX = 4094;
 
@@ -149,7 +177,8 @@ function invalid(violations: FieldViolation[]): BerthError {
 /**
  * Check the NICs and disks the orchestration layer registers, all at once (one
  * INVALID_ARGUMENT listing every violation): tags follow Nova's rules and are
- * unique per device type; MACs are six hex octets; disk buses are known and
+ * unique per device type; MACs are six hex octets; NIC devnames are Linux
+ * interface names, unique per instance; disk buses are known and
  * addresses have their bus's syntax; VLANs are 1..4094; no two NICs/disks sit
  * at the same PCI address and none sits on a slot one of the instance's
  * hostdevs already has (`hostdevs`, e.g. `{owner: 'hostdev ua-gpu0', ...}`).
@@ -179,6 +208,7 @@ export function validateInstanceDevices(
       v.push({ field, description: `address ${address} is on the guest slot of ${h.owner} (${h.address})` });
   };
 
+  const devnames = new Map<string, string>();
   const nics = input.nics.map((n, i) => {
     const f = `nics[${i}]`;
     const tv = tagViolation(`${f}.tag`, n.tag);
@@ -195,6 +225,17 @@ export function validateInstanceDevices(
     }
     if (n.vlan !== undefined && !(Number.isInteger(n.vlan) && n.vlan >= VLAN_MIN && n.vlan <= VLAN_MAX)) {
       v.push({ field: `${f}.vlan`, description: `${n.vlan} is not a VLAN id in ${VLAN_MIN}..${VLAN_MAX}` });
+    }
+    if (n.devname !== undefined) {
+      const problem = devnameProblem(n.devname);
+      const prev = devnames.get(n.devname);
+      if (problem !== null) v.push({ field: `${f}.devname`, description: `"${n.devname}" ${problem}` });
+      else if (prev !== undefined) {
+        v.push({
+          field: `${f}.devname`,
+          description: `"${n.devname}" is already the name of ${prev}: a guest's interface names are unique`,
+        });
+      } else devnames.set(n.devname, `${f}.devname`);
     }
     return { ...n, mac: n.mac.toLowerCase() };
   });
@@ -302,6 +343,7 @@ export function buildMetadata(
       bus: 'pci',
       ...(n.address !== '' ? { address: n.address } : {}),
       mac: n.mac,
+      ...(n.devname !== undefined ? { devname: n.devname } : {}),
       ...(n.vlan !== undefined ? { vlan: n.vlan } : {}),
       tags: tags(n.tag),
     });

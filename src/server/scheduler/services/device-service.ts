@@ -152,7 +152,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
     }),
 
     releaseDevice: unary('ReleaseDevice', logger, async (req: ReleaseDeviceRequest) => {
-      const device = await store.releaseDevice(deviceRef('device', req.device));
+      const device = await store.releaseDevice(deviceRef('device', req.device), req.generation);
       hub.notify();
       return { device: deviceToProto(device) };
     }),

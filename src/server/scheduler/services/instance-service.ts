@@ -22,8 +22,9 @@ import type { ServiceBinding } from '../../grpc/server.js';
 import type { SchedulerCore } from '../core.js';
 import { parsePciAddress } from '../guest/guest-address.js';
 import { type Hostdev, hostdevFromBinding, renderInstance } from '../guest/hostdev-xml.js';
-import { type InstanceDevicesInput, passthroughFromHostdev, renderMetadataJson } from '../guest/metadata.js';
-import type { GuestBinding, InstanceDevices, Store } from '../store/store.js';
+import { passthroughFromHostdev, renderMetadataJson } from '../guest/metadata.js';
+import type { GuestBinding, Store } from '../store/store.js';
+import { devicesInput } from '../usecases/instances.js';
 import { maxItems, requireInstance } from './validate.js';
 
 /** Most NICs / disks one registration may carry (a libvirt guest has far fewer). */
@@ -63,12 +64,6 @@ export const hostdevToProto = (h: Hostdev): HostdevPb => ({
   tag: h.tag,
 });
 
-/** Stored NICs/disks in the validator's input shape (proto `optional vlan` → absent). */
-const toInput = (d: InstanceDevices): InstanceDevicesInput => ({
-  nics: d.nics.map(({ vlan, ...n }) => (vlan === null ? n : { ...n, vlan })),
-  disks: d.disks,
-});
-
 export function instanceServiceBinding(core: SchedulerCore): ServiceBinding {
   const { store, logger } = core;
   const impl: InstanceServiceServer = {
@@ -92,6 +87,7 @@ export function instanceServiceBinding(core: SchedulerCore): ServiceBinding {
           tag: n.tag,
           vlan: n.vlan ?? null,
           model: n.model,
+          devname: n.devname ?? null,
         })),
         disks: req.disks.map((d) => ({
           serial: d.serial,
@@ -114,7 +110,7 @@ export function instanceServiceBinding(core: SchedulerCore): ServiceBinding {
       const { hostdevs, bindings } = await renderInstanceHostdevs(store, instance);
       const passthrough = hostdevs.map((h, i) => passthroughFromHostdev(h, bindings[i]!.device));
       // renderMetadataJson validates the document against the schema file.
-      return { json: renderMetadataJson(toInput(registered), passthrough) };
+      return { json: renderMetadataJson(devicesInput(registered), passthrough) };
     }),
   };
   return {

@@ -54,6 +54,34 @@ describe('SqliteStore specifics', () => {
   });
 });
 
+describe('SqliteStore: records written by an older scheduler', () => {
+  it('an instance registered before NICs had a devname reads back without one', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'berth-sqlite-'));
+    const path = join(dir, 's.db');
+    try {
+      await (await openSqliteStore(path)).close();
+      const db = new Database(path);
+      const nic = { mac: '52:54:00:aa:bb:01', address: '', tag: 'net', vlan: null, model: 'virtio' };
+      db.prepare('INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)').run(
+        'old-vm',
+        JSON.stringify({ nics: [nic], disks: [] }),
+      );
+      db.close();
+      const store = await openSqliteStore(path);
+      try {
+        expect(await store.getInstanceDevices('old-vm')).toEqual({
+          nics: [{ ...nic, devname: null }],
+          disks: [],
+        });
+      } finally {
+        await store.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('SqliteDatabase: group commit and serialised units', () => {
   let dir: string;
   let db: SqliteDatabase;

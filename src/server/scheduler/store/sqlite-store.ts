@@ -605,11 +605,13 @@ class SqliteUnit implements UnitOfWork {
   // --- instances -----------------------------------------------------------
 
   async instanceDevices(instanceUuid: string): Promise<InstanceDevices | null> {
-    return parse(
+    const d = parse<InstanceDevices>(
       this.q('SELECT record FROM instance_devices WHERE instance_uuid = ?').get(instanceUuid) as
         | Row
         | undefined,
     );
+    // Records written before NICs had a devname have none.
+    return d && { ...d, nics: d.nics.map((n) => ({ ...n, devname: n.devname ?? null })) };
   }
 
   async putInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<void> {

@@ -510,9 +510,16 @@ export function runStoreContract(name: string, open: OpenStore): void {
         }),
       );
       // A NIC on Berth's first slot: the hostdevs must go around it.
-      const nic = { mac: '52:54:00:AA:BB:01', address: '0000:00:10.0', tag: 'net', vlan: 7, model: 'virtio' };
+      const nic = {
+        mac: '52:54:00:AA:BB:01',
+        address: '0000:00:10.0',
+        tag: 'net',
+        vlan: 7,
+        model: 'virtio',
+        devname: 'eth0',
+      };
       const stored = await store.registerInstanceDevices('i1', { nics: [nic], disks: [] });
-      expect(stored.nics[0]!.mac).toBe('52:54:00:aa:bb:01');
+      expect(stored.nics[0]).toMatchObject({ mac: '52:54:00:aa:bb:01', devname: 'eth0' });
       expect(await store.getInstanceDevices('i1')).toEqual(stored);
       const first = await bindOne('i1', 'src', 'lm');
       const second = await bindOne('i1', 'src', 'lm');
@@ -524,6 +531,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       ]);
       expect(await store.assignGuestAddresses('i1')).toEqual(assigned);
       await reopen();
+      expect(await store.getInstanceDevices('i1')).toEqual(stored);
       expect((await store.getArq(second.arqs[0]!.uuid)).guestAddress).toBe('0000:00:12.0');
       expect(await store.assignGuestAddresses('i1')).toEqual(assigned);
 

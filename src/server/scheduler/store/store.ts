@@ -207,6 +207,8 @@ export interface Nic {
   tag: string;
   vlan: number | null;
   model: string;
+  /** The guest's interface name; null for none (and in records written before it existed). */
+  devname: string | null;
 }
 
 export interface Disk {

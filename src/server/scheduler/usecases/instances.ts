@@ -13,9 +13,13 @@ import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps, write } from './context.js';
 import { mustDevice, writeArq } from './records.js';
 
-/** The stored NICs/disks in the validator's input shape (proto `optional vlan` → absent). */
-const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({
-  nics: d.nics.map(({ vlan, ...n }) => (vlan === null ? n : { ...n, vlan })),
+/** The stored NICs/disks in the validator's input shape (proto `optional` vlan and devname → absent). */
+export const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({
+  nics: d.nics.map(({ vlan, devname, ...n }) => ({
+    ...n,
+    ...(vlan === null ? {} : { vlan }),
+    ...(devname === null ? {} : { devname }),
+  })),
   disks: d.disks,
 });
 
@@ -66,6 +70,7 @@ export async function registerInstanceDevices(
         tag: n.tag,
         vlan: n.vlan ?? null,
         model: n.model,
+        devname: n.devname ?? null,
       })),
       disks: checked.disks.map((d) => ({
         serial: d.serial,

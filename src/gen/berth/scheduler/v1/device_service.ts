@@ -91,7 +91,14 @@ export interface CleanDeviceResponse {
 }
 
 export interface ReleaseDeviceRequest {
-  device: DeviceRef | undefined;
+  device:
+    | DeviceRef
+    | undefined;
+  /**
+   * Optional optimistic-concurrency check: ABORTED if it is not current, so a
+   * cleanup listener releases only the burn it cleaned, never a later one.
+   */
+  generation?: number | undefined;
 }
 
 export interface ReleaseDeviceResponse {
@@ -975,13 +982,16 @@ export const CleanDeviceResponse: MessageFns<CleanDeviceResponse> = {
 };
 
 function createBaseReleaseDeviceRequest(): ReleaseDeviceRequest {
-  return { device: undefined };
+  return { device: undefined, generation: undefined };
 }
 
 export const ReleaseDeviceRequest: MessageFns<ReleaseDeviceRequest> = {
   encode(message: ReleaseDeviceRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.device !== undefined) {
       DeviceRef.encode(message.device, writer.uint32(10).fork()).join();
+    }
+    if (message.generation !== undefined) {
+      writer.uint32(16).uint64(message.generation);
     }
     return writer;
   },
@@ -1007,6 +1017,14 @@ export const ReleaseDeviceRequest: MessageFns<ReleaseDeviceRequest> = {
             message.device = DeviceRef.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.generation = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1020,13 +1038,19 @@ export const ReleaseDeviceRequest: MessageFns<ReleaseDeviceRequest> = {
   },
 
   fromJSON(object: any): ReleaseDeviceRequest {
-    return { device: isSet(object.device) ? DeviceRef.fromJSON(object.device) : undefined };
+    return {
+      device: isSet(object.device) ? DeviceRef.fromJSON(object.device) : undefined,
+      generation: isSet(object.generation) ? globalThis.Number(object.generation) : undefined,
+    };
   },
 
   toJSON(message: ReleaseDeviceRequest): unknown {
     const obj: any = {};
     if (message.device !== undefined) {
       obj.device = DeviceRef.toJSON(message.device);
+    }
+    if (message.generation !== undefined) {
+      obj.generation = Math.round(message.generation);
     }
     return obj;
   },
@@ -1039,6 +1063,7 @@ export const ReleaseDeviceRequest: MessageFns<ReleaseDeviceRequest> = {
     message.device = (object.device !== undefined && object.device !== null)
       ? DeviceRef.fromPartial(object.device)
       : undefined;
+    message.generation = object.generation ?? undefined;
     return message;
   },
 };

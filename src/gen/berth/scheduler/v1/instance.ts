@@ -67,6 +67,13 @@ export interface Nic {
     | undefined;
   /** virtio, ... */
   model: string;
+  /**
+   * The interface name the guest gives the NIC (eth0, net-data), when the
+   * hypervisor sets names explicitly (containers): a Linux interface name,
+   * 1-15 bytes of printable ASCII without "/", ":", "%" or spaces, not "."
+   * or "..", unique among the instance's NICs. Unset = no name.
+   */
+  devname?: string | undefined;
 }
 
 export interface Disk {
@@ -550,7 +557,7 @@ export const GetInstanceXmlResponse: MessageFns<GetInstanceXmlResponse> = {
 };
 
 function createBaseNic(): Nic {
-  return { mac: "", address: "", tag: "", vlan: undefined, model: "" };
+  return { mac: "", address: "", tag: "", vlan: undefined, model: "", devname: undefined };
 }
 
 export const Nic: MessageFns<Nic> = {
@@ -569,6 +576,9 @@ export const Nic: MessageFns<Nic> = {
     }
     if (message.model !== "") {
       writer.uint32(42).string(message.model);
+    }
+    if (message.devname !== undefined) {
+      writer.uint32(50).string(message.devname);
     }
     return writer;
   },
@@ -626,6 +636,14 @@ export const Nic: MessageFns<Nic> = {
             message.model = reader.string();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.devname = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -645,6 +663,7 @@ export const Nic: MessageFns<Nic> = {
       tag: isSet(object.tag) ? globalThis.String(object.tag) : "",
       vlan: isSet(object.vlan) ? globalThis.Number(object.vlan) : undefined,
       model: isSet(object.model) ? globalThis.String(object.model) : "",
+      devname: isSet(object.devname) ? globalThis.String(object.devname) : undefined,
     };
   },
 
@@ -665,6 +684,9 @@ export const Nic: MessageFns<Nic> = {
     if (message.model !== "") {
       obj.model = message.model;
     }
+    if (message.devname !== undefined) {
+      obj.devname = message.devname;
+    }
     return obj;
   },
 
@@ -678,6 +700,7 @@ export const Nic: MessageFns<Nic> = {
     message.tag = object.tag ?? "";
     message.vlan = object.vlan ?? undefined;
     message.model = object.model ?? "";
+    message.devname = object.devname ?? undefined;
     return message;
   },
 };
