@@ -1,0 +1,115 @@
+/**
+ * `berth scheduler serve --db postgres://…` through the real servers (issue
+ * 13): a scheduler on PostgreSQL follows a simulated host, binds, releases and
+ * has the NVMe controller cleaned with its proof, and keeps it all across a
+ * restart; two schedulers on one database answer binds racing for the same
+ * devices without ever binding one twice. (Link ownership and watches across
+ * replicas are not built yet: the second scheduler here has no agent.)
+ */
+import { createHash } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SchedulerClient } from '../../src/client/sdk.js';
+import { CleanupOutcome } from '../../src/gen/berth/scheduler/v1/device.js';
+import { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { demoHostDefinition } from '../../src/sim/host.js';
+import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
+import { type Cluster, startCluster } from '../helpers/cluster.js';
+import {
+  createAndBind,
+  createClassProfile,
+  createNvmeProfile,
+  listChecked,
+  settledDevice,
+  stateName,
+  VF_CLASS,
+  vfHostDefinition,
+} from '../helpers/invariants.js';
+import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { available, postgresServer } from '../helpers/prerequisites.js';
+
+const usable = available(postgresServer(), 'the scheduler on PostgreSQL');
+
+describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
+  let server: PostgresServer;
+  const database = (name: string) =>
+    server.createDatabase(`berth_${createHash('sha256').update(name).digest('hex').slice(0, 12)}`);
+
+  beforeAll(async () => {
+    server = await startPostgres();
+  }, 120_000);
+  afterAll(async () => {
+    await server?.stop();
+  });
+
+  describe('one scheduler', () => {
+    let c: Cluster;
+    const HOST = 'pg-host';
+    beforeAll(async () => {
+      c = await startCluster([demoHostDefinition(HOST)], { scheduler: { db: await database('one') } });
+      await c.waitForDevices(HOST, 9);
+    }, 60_000);
+    afterAll(async () => {
+      await c?.stop();
+    });
+
+    it('binds, cleans a released NVMe controller with its proof, and keeps it all across a restart', async () => {
+      const profile = await createNvmeProfile(c.client, 'nvme0');
+      const arq = await createAndBind(c.client, profile, 'vm-pg', HOST);
+      const sim = c.host(HOST).sim;
+      expect(await plantTenantData(sim.nvmeStatePath, 'nvme0', spreadTenantWrites(1))).not.toEqual([]);
+      await c.client.arqs.deleteAcceleratorRequests({ uuids: [arq.uuid], instanceUuid: '' });
+      const d = await settledDevice(c.client, HOST, arq.deviceAddress);
+      expect(stateName(d.deviceState), d.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+      expect(d.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_SUCCEEDED);
+      expect(d.lastCleanup?.proof?.method).toBeTruthy();
+      expect(await readableTenantData(sim.nvmeStatePath, 'nvme0')).toEqual([]);
+      const before = await listChecked(c.client, HOST);
+      await c.restartScheduler();
+      await c.waitForDevices(HOST, 9);
+      const after = await listChecked(c.client, HOST);
+      expect(after.map((x) => [x.uuid, x.deviceState, x.lastCleanup?.jobId])).toEqual(
+        before.map((x) => [x.uuid, x.deviceState, x.lastCleanup?.jobId]),
+      );
+      expect((await c.client.profiles.getProfile({ name: profile })).profile?.name).toBe(profile);
+    }, 90_000);
+  });
+
+  describe('two schedulers on one database', () => {
+    let c: Cluster;
+    let second: Scheduler;
+    let secondClient: SchedulerClient;
+    const HOST = 'pg-vf-host';
+    beforeAll(async () => {
+      const url = await database('two');
+      c = await startCluster([vfHostDefinition(HOST, 10)], { scheduler: { db: url } });
+      await c.waitForDevices(HOST, 10);
+      second = await Scheduler.start({ db: url, listen: '127.0.0.1:0', auth: { mode: 'none' } });
+      secondClient = new SchedulerClient({ endpoint: second.address, timeoutMs: 30_000 });
+      await createClassProfile(c.client, 'vf', VF_CLASS);
+    }, 60_000);
+    afterAll(async () => {
+      secondClient?.close();
+      await second?.stop();
+      await c?.stop();
+    });
+
+    it('64 binds spread over both race for 10 devices: exactly 10 bound, none twice', async () => {
+      // Both see the same profiles and devices.
+      expect((await secondClient.profiles.getProfile({ name: 'vf' })).profile?.name).toBe('vf');
+      const clients = [c.client, secondClient];
+      const results = await Promise.allSettled(
+        Array.from({ length: 64 }, (_, i) => createAndBind(clients[i % 2]!, 'vf', `race-${i}`, HOST)),
+      );
+      const won = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+      const lost = results.flatMap((r) =>
+        r.status === 'rejected' ? [r.reason as { codeName?: string }] : [],
+      );
+      expect(won).toHaveLength(10);
+      expect(new Set(won.map((a) => a.deviceUuid)).size).toBe(10);
+      expect(lost.every((e) => e.codeName === 'FAILED_PRECONDITION')).toBe(true);
+      const devices = await listChecked(secondClient, HOST);
+      expect(devices.filter((d) => d.arqUuid !== '')).toHaveLength(10);
+      expect(new Set(devices.map((d) => d.arqUuid).filter((u) => u !== '')).size).toBe(10);
+    }, 90_000);
+  });
+});
