@@ -5,6 +5,7 @@
  * files (ttyS0 the console, ttyS1 the results), and no network device at all.
  */
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import type { VmHost } from './host-check.js';
 
 export interface NamespaceSpec {
@@ -95,18 +96,35 @@ export interface QemuExit {
   exitCode: number | null;
   signal: string | null;
   timedOut: boolean;
+  /** The guest reported it was done but did not power off within the grace period: stopped by us. */
+  stoppedAfterDone: boolean;
   /** QEMU's own messages (e.g. "aio failed" for writes to a read-only drive). */
   stderr: string;
   ms: number;
 }
 
-/** Runs QEMU until the guest powers off, killing it at `timeoutMs`. */
-export function runQemu(qemu: string, args: string[], timeoutMs: number): Promise<QemuExit> {
+/** How long a guest that reported `done` gets to power off before it is stopped. */
+const POWEROFF_GRACE_MS = 30_000;
+
+/**
+ * Runs QEMU until the guest powers off, killing it at `timeoutMs`. With
+ * `resultsLog`, a guest that wrote its `done` record there but has not powered
+ * off POWEROFF_GRACE_MS later is stopped too (its results are complete): a slow
+ * power-off on a loaded machine must not hold the suite for the whole timeout.
+ */
+export function runQemu(
+  qemu: string,
+  args: string[],
+  timeoutMs: number,
+  resultsLog?: string,
+): Promise<QemuExit> {
   const started = Date.now();
   return new Promise((resolve, reject) => {
     const child = spawn(qemu, args, { stdio: ['ignore', 'ignore', 'pipe'] });
     let stderr = '';
     let timedOut = false;
+    let stoppedAfterDone = false;
+    let doneAt: number | null = null;
     child.stderr.on('data', (c: Buffer) => {
       stderr += c.toString();
     });
@@ -114,13 +132,33 @@ export function runQemu(qemu: string, args: string[], timeoutMs: number): Promis
       timedOut = true;
       child.kill('SIGKILL');
     }, timeoutMs);
-    child.on('error', (err) => {
+    const watch = resultsLog
+      ? setInterval(() => {
+          if (doneAt === null) {
+            let text = '';
+            try {
+              text = readFileSync(resultsLog, 'utf8');
+            } catch {
+              return;
+            }
+            if (/"type":"done"/.test(text)) doneAt = Date.now();
+          } else if (Date.now() - doneAt > POWEROFF_GRACE_MS) {
+            stoppedAfterDone = true;
+            child.kill('SIGKILL');
+          }
+        }, 1_000)
+      : null;
+    const stop = () => {
       clearTimeout(timer);
+      if (watch) clearInterval(watch);
+    };
+    child.on('error', (err) => {
+      stop();
       reject(err);
     });
     child.on('close', (code, signal) => {
-      clearTimeout(timer);
-      resolve({ exitCode: code, signal, timedOut, stderr, ms: Date.now() - started });
+      stop();
+      resolve({ exitCode: code, signal, timedOut, stoppedAfterDone, stderr, ms: Date.now() - started });
     });
   });
 }

@@ -142,7 +142,14 @@ const backingFile = (dir: string, role: Role, nsid: number) => join(dir, `${role
 export async function bootScenarioMachine(host: VmHost, repo: string): Promise<ScenarioRun> {
   const reuse = process.env.BERTH_VM_REUSE;
   if (reuse) {
-    return collect(reuse, { exitCode: 0, signal: null, timedOut: false, stderr: '', ms: 0 });
+    return collect(reuse, {
+      exitCode: 0,
+      signal: null,
+      timedOut: false,
+      stoppedAfterDone: false,
+      stderr: '',
+      ms: 0,
+    });
   }
   const dir = mkdtempSync(join(tmpdir(), 'berth-vm-'));
   const file = (role: Role, nsid: number) => backingFile(dir, role, nsid);
@@ -248,7 +255,7 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       mode: 0o755,
     },
   );
-  return collect(dir, await runQemu(host.qemu, args, GUEST_TIMEOUT_MS));
+  return collect(dir, await runQemu(host.qemu, args, GUEST_TIMEOUT_MS, join(dir, RESULTS_LOG)));
 }
 
 const CONSOLE_LOG = 'console.log';
@@ -278,7 +285,7 @@ function collect(dir: string, qemu: QemuExit): ScenarioRun {
     const agentLog = records.find((r) => r.type === 'agent-log')?.lines.slice(-30) ?? [];
     return [
       `work dir: ${dir} (BERTH_VM_KEEP=1 keeps it; qemu.sh reruns the guest, BERTH_VM_REUSE=<dir> re-reads it)`,
-      `qemu: exit ${qemu.exitCode ?? qemu.signal}${qemu.timedOut ? ` (killed after ${GUEST_TIMEOUT_MS} ms)` : ''} in ${qemu.ms} ms`,
+      `qemu: exit ${qemu.exitCode ?? qemu.signal}${qemu.timedOut ? ` (killed after ${GUEST_TIMEOUT_MS} ms)` : ''}${qemu.stoppedAfterDone ? ' (stopped: done but no power-off)' : ''} in ${qemu.ms} ms`,
       ...(qemu.stderr ? [`qemu stderr: ${qemu.stderr.trim().split('\n').slice(-10).join(' | ')}`] : []),
       ...errors.map((e) => `guest error: ${e}`),
       ...unparsed.slice(0, 5).map((l) => `unparsed result line: ${l.slice(0, 300)}`),
