@@ -77,22 +77,27 @@ export class Metrics {
 
   /** berth_store_damaged: 1 (with the reason) once the scheduler's database is found damaged. */
   storeDamaged(why: string): void {
-    new Gauge({
-      name: 'berth_store_damaged',
-      help: "1 when the scheduler's database is damaged and it serves nothing (the reason is a label)",
-      labelNames: ['why'],
-      registers: [this.registry],
-    }).set({ why: why.slice(0, 200) }, 1);
+    this.alarm(
+      'berth_store_damaged',
+      "1 when the scheduler's database is damaged and it serves nothing (the reason is a label)",
+      'why',
+      why.slice(0, 200),
+    );
   }
 
   /** berth_store_commits_lost: 1 when the scheduler started on a database whose write-ahead log was lost. */
   storeCommitsLost(wal: string): void {
-    new Gauge({
-      name: 'berth_store_commits_lost',
-      help: '1 when the scheduler started after an unclean stop with its write-ahead log missing: recent commits are lost',
-      labelNames: ['wal'],
-      registers: [this.registry],
-    }).set({ wal }, 1);
+    this.alarm(
+      'berth_store_commits_lost',
+      '1 when the scheduler started after an unclean stop with its write-ahead log missing: recent commits are lost',
+      'wal',
+      wal,
+    );
+  }
+
+  /** A gauge that is 1, with one label saying why, from the moment something went wrong. */
+  private alarm(name: string, help: string, label: string, value: string): void {
+    new Gauge({ name, help, labelNames: [label], registers: [this.registry] }).set({ [label]: value }, 1);
   }
 
   observeCleanup(action: string, outcome: string, seconds: number): void {

@@ -1,12 +1,4 @@
-/**
- * An agent-side failure reaches the device's error reason with its cause
- * (issue 19), not as `internal error (id …); see the server log`: the agent's
- * journal sits on a tiny tmpfs (root) that fills between the bind and the
- * release, so the cleanup cannot be journaled. The device must go to error —
- * never available — and say the agent's disk is full, naming the file.
- */
-import { execFileSync } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
@@ -19,6 +11,7 @@ import { tempDir } from '../helpers/agent.js';
 import { eventually } from '../helpers/grpc.js';
 import { createAndBind, createNvmeProfile, listChecked, settledDevice } from '../helpers/invariants.js';
 import { available, root } from '../helpers/prerequisites.js';
+import { mountTinyTmpfs } from '../helpers/tmpfs.js';
 
 const HOST = 'journal-full-host';
 
@@ -33,15 +26,13 @@ describe("an agent whose journal's disk is full", () => {
     async (t) => {
       const dir = await tempDir('berth-journal-full-');
       cleanups.push(dir.cleanup);
-      const stateDir = join(dir.path, 'state');
-      mkdirSync(stateDir);
-      try {
-        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', stateDir], { stdio: 'pipe' });
-      } catch (e) {
-        t.skip(`cannot mount a tmpfs here: ${(e as Error).message.split('\n')[0]}`);
+      const fs = mountTinyTmpfs(dir.path, 'state', '1m');
+      if (fs.path === null) {
+        t.skip(fs.why);
         return;
       }
-      cleanups.push(async () => void execFileSync('umount', ['-l', stateDir]));
+      cleanups.push(fs.unmount);
+      const stateDir = fs.path;
       const scheduler = await Scheduler.start({
         db: join(dir.path, 'scheduler.db'),
         listen: '127.0.0.1:0',

@@ -1,12 +1,4 @@
-/**
- * The scheduler's database failing (issue 19): damaged pages are found at start
- * (health NOT_SERVING, every call UNAVAILABLE naming the file, /metrics and
- * the CLI say why) instead of a SERVING scheduler answering INTERNAL; a full
- * disk is RESOURCE_EXHAUSTED "the scheduler's disk is full", never
- * `internal error`. Real files: pages overwritten on disk, a tiny tmpfs (root).
- */
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -20,6 +12,7 @@ import { tempDir } from '../helpers/agent.js';
 import { expectCode } from '../helpers/invariants.js';
 import { available, root } from '../helpers/prerequisites.js';
 import { freePort, schedulerProcess } from '../helpers/processes.js';
+import { mountTinyTmpfs } from '../helpers/tmpfs.js';
 
 const spec = (i: number) =>
   validateProfile({
@@ -104,17 +97,13 @@ describe("the scheduler's database failing", () => {
     async (t) => {
       const dir = await tempDir('berth-full-');
       cleanups.push(dir.cleanup);
-      const mnt = join(dir.path, 'mnt');
-      mkdirSync(mnt);
-      try {
-        execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=512k', 'tmpfs', mnt], { stdio: 'pipe' });
-      } catch (e) {
-        t.skip(`cannot mount a tmpfs here: ${(e as Error).message.split('\n')[0]}`);
+      const fs = mountTinyTmpfs(dir.path, 'mnt', '512k');
+      if (fs.path === null) {
+        t.skip(fs.why);
         return;
       }
-      cleanups.push(async () => {
-        execFileSync('umount', ['-l', mnt]);
-      });
+      cleanups.push(fs.unmount);
+      const mnt = fs.path;
       const db = join(mnt, 'sched.db');
       const s = await Scheduler.start({ db, listen: '127.0.0.1:0', auth: { mode: 'none' } });
       cleanups.push(() => s.stop());

@@ -39,6 +39,28 @@ export async function rejection(p: Promise<unknown>): Promise<BerthError> {
   throw new Error('expected the promise to reject');
 }
 
+/** An agent's cleanup event for `job` on `address` (a success carries the proof of erasure). */
+const cleanupEvent = (
+  job: { jobId: string },
+  address: string,
+  sequence: number,
+  phase: CleanupEvent['phase'],
+  time = new Date(),
+): CleanupEvent => ({
+  jobId: job.jobId,
+  address,
+  action: 'sanitize-crypto',
+  phase,
+  step: '',
+  percent: 0,
+  bytesDone: 0,
+  bytesTotal: 0,
+  message: '',
+  time: time.toISOString(),
+  sequence,
+  ...(phase === 'succeeded' ? { proof: PROOF } : {}),
+});
+
 const nvmeProfile = validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] });
 
 export function runStoreContract(name: string, open: OpenStore): void {
@@ -239,20 +261,8 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const { job, device } = entry!;
       expect(job).toMatchObject({ state: 'queued', action: 'sanitize-crypto', origin: 'release' });
       await store.markCleanupDispatched(job.jobId);
-      const ev = (sequence: number, phase: CleanupEvent['phase']): CleanupEvent => ({
-        jobId: job.jobId,
-        address: device.address,
-        action: 'sanitize-crypto',
-        phase,
-        step: '',
-        percent: 0,
-        bytesDone: 0,
-        bytesTotal: 0,
-        message: '',
-        time: new Date().toISOString(),
-        sequence,
-        ...(phase === 'succeeded' ? { proof: PROOF } : {}),
-      });
+      const ev = (sequence: number, phase: CleanupEvent['phase']) =>
+        cleanupEvent(job, device.address, sequence, phase);
       expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).device.deviceState).toBe('cleaning');
       expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).applied).toBe(false);
       // Bind is refused while cleaning.
@@ -278,19 +288,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.deleteArqs({ instanceUuid: 'i1' });
       await store.deleteArqs({ instanceUuid: 'i2' });
       const [a, b] = await store.cleanupBacklog('h1');
-      await store.applyCleanupEvent({
-        jobId: a!.job.jobId,
-        address: a!.device.address,
-        action: 'sanitize-crypto',
-        phase: 'preparing',
-        step: '',
-        percent: 0,
-        bytesDone: 0,
-        bytesTotal: 0,
-        message: '',
-        time: new Date().toISOString(),
-        sequence: 1,
-      });
+      await store.applyCleanupEvent(cleanupEvent(a!.job, a!.device.address, 1, 'preparing'));
       await store.registerHost(reg('h1', 'e2'));
       const { interrupted, toDispatch } = await store.reconcileAgentRestart('h1');
       expect(interrupted.map((d) => [d.uuid, d.deviceState, d.reserved])).toEqual([
@@ -581,20 +579,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         [1, 'sanitizing'],
         [2, 'succeeded'],
       ] as const) {
-        await store.applyCleanupEvent({
-          jobId: job.jobId,
-          address: device.address,
-          action: 'sanitize-crypto',
-          phase,
-          step: '',
-          percent: 0,
-          bytesDone: 0,
-          bytesTotal: 0,
-          message: '',
-          time: now().toISOString(),
-          sequence,
-          ...(phase === 'succeeded' ? { proof: PROOF } : {}),
-        });
+        await store.applyCleanupEvent(cleanupEvent(job, device.address, sequence, phase, now()));
       }
       return job.jobId;
     }
@@ -685,20 +670,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await rejection(store.deleteHost('h1'))).message).toContain('(pending_cleaning)');
       const [entry] = await store.cleanupBacklog('h1');
       await store.markCleanupDispatched(entry!.job.jobId);
-      await store.applyCleanupEvent({
-        jobId: entry!.job.jobId,
-        address: entry!.device.address,
-        action: 'sanitize-crypto',
-        phase: 'succeeded',
-        step: '',
-        percent: 100,
-        bytesDone: 0,
-        bytesTotal: 0,
-        message: '',
-        time: new Date().toISOString(),
-        sequence: 1,
-        proof: PROOF,
-      });
+      await store.applyCleanupEvent(cleanupEvent(entry!.job, entry!.device.address, 1, 'succeeded'));
       const before = await store.currentRevision();
       const removed = await store.deleteHost('h1');
       expect(removed.map((d) => d.address).sort()).toEqual(['0000:10:00.0', '0000:11:00.0'].sort());

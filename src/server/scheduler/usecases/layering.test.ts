@@ -30,7 +30,9 @@ describe('scheduler layering', () => {
     const bad = imports('store').filter(
       ({ file, from }) =>
         from.includes('usecases/') &&
-        !(['store/sqlite-store.ts', 'store/pg-store.ts'].includes(file) && from.endsWith('use-case-store.js')),
+        !(
+          ['store/sqlite-store.ts', 'store/pg-store.ts'].includes(file) && from.endsWith('use-case-store.js')
+        ),
     );
     expect(bad).toEqual([]);
     expect(imports('usecases').length).toBeGreaterThan(20);
