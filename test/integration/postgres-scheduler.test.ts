@@ -111,5 +111,33 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
       expect(devices.filter((d) => d.arqUuid !== '')).toHaveLength(10);
       expect(new Set(devices.map((d) => d.arqUuid).filter((u) => u !== '')).size).toBe(10);
     }, 90_000);
+
+    it('a watch on one scheduler sees a release made through the other', async () => {
+      // One of the race's bindings, or a new one when this test runs alone.
+      const bound =
+        (await c.client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests.find(
+          (a) => a.deviceUuid !== '',
+        ) ?? (await createAndBind(c.client, 'vf', 'watched-vm', HOST));
+      const watch = secondClient.watchDevices({ filter: undefined, fromRevision: 0 });
+      // The initial state, up to `synced` (next(), not for-await: breaking out would end the stream).
+      for (let m = await watch.next(); !m.done && !m.value.synced; m = await watch.next()) {}
+      const released = (async () => {
+        for (let m = await watch.next(); !m.done; m = await watch.next()) {
+          if (m.value.device?.uuid === bound.deviceUuid && m.value.device.arqUuid === '')
+            return m.value.device;
+        }
+        return null;
+      })();
+      // Released through the first scheduler. The second one has no writer of its own:
+      // only PostgreSQL's notification can wake its watch before its 30 s safety poll.
+      await c.client.arqs.deleteAcceleratorRequests({ uuids: [bound.uuid], instanceUuid: '' });
+      const seen = await Promise.race([
+        released,
+        new Promise<'late'>((r) => setTimeout(() => r('late'), 10_000)),
+      ]);
+      await watch.return(undefined);
+      expect(seen).not.toBe('late');
+      expect(seen).toMatchObject({ uuid: bound.deviceUuid, arqUuid: '' });
+    }, 60_000);
   });
 });

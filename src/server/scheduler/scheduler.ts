@@ -127,6 +127,8 @@ export class Scheduler {
       throw err;
     }
     const hub = new EventHub();
+    // Changes committed through another scheduler on the same database wake this one's watches.
+    store.onChange?.(() => hub.notify());
     const metrics = new Metrics('scheduler');
     metrics.devicesGauge(() => store.deviceCounts());
     const links = new Map<string, AgentLink>();

@@ -97,13 +97,21 @@ function redact(url: string): string {
   }
 }
 
+/** The channel every writing unit notifies at commit, so other schedulers on the database wake their watches. */
+const CHANGES_CHANNEL = 'berth_changes';
+
 export class PgDatabase implements TransactionRunner {
   private readonly pool: pg.Pool;
   private closed = false;
   private readonly inflight = new Set<Promise<unknown>>();
   readonly where: string;
+  private readonly url: string;
+  private readonly changeListeners: Array<() => void> = [];
+  private listener: pg.Client | null = null;
+  private relisten: NodeJS.Timeout | null = null;
 
   constructor(url: string, options: { poolSize?: number } = {}) {
+    this.url = url;
     this.where = redact(url);
     this.pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 10, types: TYPES });
     // An idle connection that breaks is dropped by the pool; the next unit reports it.
@@ -156,9 +164,49 @@ export class PgDatabase implements TransactionRunner {
     return this.track(() => this.unit(fn, false));
   }
 
+  /**
+   * Calls `listener` after any unit commits a change — its own scheduler's or
+   * another's on the same database (LISTEN/NOTIFY): a watch on one scheduler
+   * sees what was changed through another. A lost listening connection is
+   * opened again (and the listeners called, as something may have changed).
+   */
+  onChange(listener: () => void): void {
+    this.changeListeners.push(listener);
+    if (!this.listener && !this.relisten) void this.listen();
+  }
+
+  private async listen(): Promise<void> {
+    this.relisten = null;
+    if (this.closed) return;
+    const client = new pg.Client({ connectionString: this.url, types: TYPES });
+    const again = () => {
+      if (this.listener !== client) return;
+      this.listener = null;
+      void client.end().catch(() => {});
+      if (!this.closed) this.relisten = setTimeout(() => void this.listen(), 1_000);
+    };
+    client.on('error', again);
+    client.on('end', again);
+    client.on('notification', () => {
+      for (const l of this.changeListeners) l();
+    });
+    this.listener = client;
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${CHANGES_CHANNEL}`);
+      for (const l of this.changeListeners) l();
+    } catch {
+      again();
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    if (this.relisten) clearTimeout(this.relisten);
+    const listener = this.listener;
+    this.listener = null;
+    await listener?.end().catch(() => {});
     await Promise.allSettled([...this.inflight]);
     await this.pool.end();
   }
@@ -199,6 +247,8 @@ export class PgDatabase implements TransactionRunner {
           try {
             const result = await fn(unit);
             await unit.flushEvents();
+            // Delivered at COMMIT (and only then) to every scheduler listening on the database.
+            if (unit.wrote) await client.query(`NOTIFY ${CHANGES_CHANNEL}`);
             unit.end();
             await client.query('COMMIT');
             return result;
@@ -262,6 +312,8 @@ const parse = <T>(row: Row | undefined): T | null => (row ? (JSON.parse(row.reco
 /** One unit's view of its connection; refuses use after the unit ended (and writes when read-only). */
 class PgUnit implements UnitOfWork {
   private open = true;
+  /** Whether the unit wrote anything (then its commit notifies the other schedulers). */
+  wrote = false;
   private readonly events: Array<{ device: DeviceRecord; removed: boolean }> = [];
 
   constructor(
@@ -286,6 +338,7 @@ class PgUnit implements UnitOfWork {
     params: unknown[] = [],
   ): Promise<pg.QueryResult<R>> {
     this.assertWritable();
+    this.wrote = true;
     return this.q<R>(sql, params);
   }
 
@@ -445,6 +498,7 @@ class PgUnit implements UnitOfWork {
 
   async appendDeviceEvent(device: DeviceRecord, removed = false): Promise<void> {
     this.assertWritable();
+    this.wrote = true;
     this.events.push({ device: structuredClone(device), removed });
   }
 

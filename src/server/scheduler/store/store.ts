@@ -257,6 +257,8 @@ export interface PruneCounts {
 export interface Store {
   /** Calls `listener` once if the database is (or is found) damaged: the store then refuses everything. */
   onDamage?(listener: (why: string) => void): void;
+  /** Calls `listener` after a change committed by any scheduler sharing the database (PostgreSQL). */
+  onChange?(listener: () => void): void;
   close(): Promise<void>;
   /** Highest schema migration applied. */
   schemaVersion(): Promise<number>;

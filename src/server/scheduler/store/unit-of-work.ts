@@ -220,4 +220,9 @@ export interface TransactionRunner {
    * if it already is); from then on every unit is refused (STORE_DAMAGED).
    */
   onDamage?(listener: (why: string) => void): void;
+  /**
+   * Backends that several schedulers share: calls `listener` after any unit
+   * (this process's or another's) committed a change, so watches wake.
+   */
+  onChange?(listener: () => void): void;
 }

@@ -71,6 +71,10 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
     this.db.onDamage?.(listener);
   }
 
+  onChange(listener: () => void): void {
+    this.db.onChange?.(listener);
+  }
+
   schemaVersion(): Promise<number> {
     return this.db.schemaVersion();
   }
