@@ -14,6 +14,7 @@ import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createClassProfile,
@@ -139,5 +140,53 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
       expect(seen).not.toBe('late');
       expect(seen).toMatchObject({ uuid: bound.deviceUuid, arqUuid: '' });
     }, 60_000);
+  });
+
+  describe('an agent given both schedulers of one database', () => {
+    let c: Cluster;
+    let standby: Scheduler;
+    let standbyClient: SchedulerClient;
+    const HOST = 'pg-failover-host';
+    beforeAll(async () => {
+      const url = await database('failover');
+      standby = await Scheduler.start({
+        db: url,
+        listen: '127.0.0.1:0',
+        heartbeatSeconds: 1,
+        auth: { mode: 'none' },
+      });
+      standbyClient = new SchedulerClient({ endpoint: standby.address, timeoutMs: 15_000 });
+      c = await startCluster([demoHostDefinition(HOST)], {
+        scheduler: { db: url },
+        // The cluster's scheduler first, the standby second.
+        agentConfig: (raw) => ({ ...raw, scheduler: [raw.scheduler, standby.address] }),
+      });
+      await c.waitForDevices(HOST, 9);
+    }, 60_000);
+    afterAll(async () => {
+      standbyClient?.close();
+      await standby?.stop();
+      await c?.stop();
+    });
+
+    it('registers with the first; when it dies, with the other, which then cleans a released device', async () => {
+      expect(c.host(HOST).agent!.config.schedulers).toEqual([c.scheduler.address, standby.address]);
+      await c.scheduler.stop();
+      // The agent's next heartbeats fail and it moves to the standby, which follows it.
+      await eventually(
+        () => standbyClient.hosts.getHost({ name: HOST }),
+        (r) => r.host?.connected === true,
+        30_000,
+      );
+      const profile = await createNvmeProfile(standbyClient, 'nvme1');
+      const arq = await createAndBind(standbyClient, profile, 'vm-failover', HOST);
+      const sim = c.host(HOST).sim;
+      expect(await plantTenantData(sim.nvmeStatePath, 'nvme1', spreadTenantWrites(1))).not.toEqual([]);
+      await standbyClient.arqs.deleteAcceleratorRequests({ uuids: [arq.uuid], instanceUuid: '' });
+      const d = await settledDevice(standbyClient, HOST, arq.deviceAddress);
+      expect(stateName(d.deviceState), d.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+      expect(d.lastCleanup?.proof?.method).toBeTruthy();
+      expect(await readableTenantData(sim.nvmeStatePath, 'nvme1')).toEqual([]);
+    }, 90_000);
   });
 });

@@ -195,9 +195,9 @@ export class Agent {
       void this.rediscover().catch((err) => this.logger.error({ err }, 'rediscovery failed'));
     }, this.config.discoveryInterval * 1000);
     this.timer.unref();
-    if (this.config.scheduler) {
+    if (this.config.schedulers.length > 0) {
       this.registration = new RegistrationLoop({
-        scheduler: this.config.scheduler,
+        schedulers: this.config.schedulers,
         credentials: channelCredentials(tls),
         ...(schedulerToken ? { token: schedulerToken } : {}),
         intervalMs: this.config.registerInterval * 1000,

@@ -41,8 +41,14 @@ export interface AgentConfig {
   listen: string;
   /** Endpoint the scheduler dials back; defaults to the bound listen address. */
   advertise: string | null;
-  /** Scheduler address; null runs the agent on its own (no registration). */
+  /** The first scheduler address; null runs the agent on its own (no registration). */
   scheduler: string | null;
+  /**
+   * Every scheduler address, in order (schedulers sharing one database): the
+   * agent registers with the first that answers and moves on when it stops
+   * answering. Empty when `scheduler` is null.
+   */
+  schedulers: string[];
   sysfsRoot: string;
   devRoot: string;
   stateDir: string;
@@ -177,7 +183,12 @@ export const agentConfigSchema = z.object({
   advertise: hostPort()
     .nullish()
     .describe('host:port the scheduler dials back (default: the bound listen address)'),
-  scheduler: hostPort().nullish().describe("the scheduler's host:port; absent: the agent runs on its own"),
+  scheduler: z
+    .union([hostPort(), z.array(hostPort()).min(1).max(8)])
+    .nullish()
+    .describe(
+      "the scheduler's host:port, or a list of them (schedulers sharing one database: the agent registers with the first that answers); absent: the agent runs on its own",
+    ),
   sysfs_root: text().nullish().describe('root of sysfs (default /sys); it must hold bus/pci/devices'),
   dev_root: text().nullish().describe('root of device nodes (default /dev)'),
   state_dir: text().nullish().describe('where the cleanup journal lives (default /var/lib/berth)'),
@@ -287,7 +298,8 @@ export function parseAgentConfig(
     host: c.host ?? hostname(),
     listen: c.listen ?? '127.0.0.1:7071',
     advertise: c.advertise ?? null,
-    scheduler: c.scheduler ?? null,
+    scheduler: schedulerList(c.scheduler)[0] ?? null,
+    schedulers: schedulerList(c.scheduler),
     sysfsRoot: resolve(baseDir, c.sysfs_root ?? '/sys'),
     devRoot: resolve(baseDir, c.dev_root ?? '/dev'),
     stateDir: resolve(baseDir, c.state_dir ?? '/var/lib/berth'),
@@ -331,4 +343,10 @@ export async function loadAgentConfig(path: string, overrides: ConfigOverrides =
     if (err instanceof ConfigError) throw new ConfigError(`${path}: ${err.message}`, { cause: err });
     throw err;
   }
+}
+
+/** `scheduler:` as a list of distinct addresses (a string is a list of one). */
+function schedulerList(value: string | string[] | null | undefined): string[] {
+  if (value === null || value === undefined) return [];
+  return [...new Set(Array.isArray(value) ? value : [value])];
 }

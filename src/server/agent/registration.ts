@@ -2,7 +2,9 @@
  * The agent's side of registration: it serves first, then calls Register on
  * the scheduler, and keeps re-registering every interval as a heartbeat. A
  * scheduler that is down or restarting is retried with jittered exponential
- * backoff; the agent keeps serving meanwhile.
+ * backoff; the agent keeps serving meanwhile. Given several schedulers (they
+ * share one database), it stays with the one that answers and, when that one
+ * stops answering, tries the next at the following attempt.
  */
 import { type ChannelCredentials, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
@@ -12,7 +14,8 @@ import {
 } from '../../gen/berth/scheduler/v1/registration.js';
 
 export interface RegistrationOptions {
-  scheduler: string;
+  /** One address, or several schedulers sharing one database (tried in turn). */
+  schedulers: readonly string[];
   request: () => RegisterRequest;
   intervalMs: number;
   logger: Logger;
@@ -24,7 +27,9 @@ export interface RegistrationOptions {
 }
 
 export class RegistrationLoop {
-  private readonly client: RegistrationServiceClient;
+  private readonly clients: RegistrationServiceClient[];
+  /** The scheduler registered with (or tried next). */
+  private current = 0;
   private timer: NodeJS.Timeout | null = null;
   private failures = 0;
   private stopped = false;
@@ -33,18 +38,18 @@ export class RegistrationLoop {
   private markRegistered!: () => void;
 
   constructor(private readonly options: RegistrationOptions) {
-    this.client = new RegistrationServiceClient(
-      options.scheduler,
-      options.credentials ?? credentials.createInsecure(),
-      {
-        'grpc.keepalive_time_ms': 20_000,
-        'grpc.keepalive_timeout_ms': 10_000,
-        // gRPC's default reconnect backoff grows to 120 s: after a long outage
-        // the agent would wait that long between attempts, far beyond a
-        // heartbeat. Same bounds as the scheduler's AgentLink (CLIENT_OPTIONS).
-        'grpc.initial_reconnect_backoff_ms': 200,
-        'grpc.max_reconnect_backoff_ms': 5_000,
-      },
+    if (options.schedulers.length === 0) throw new Error('RegistrationLoop needs a scheduler address');
+    this.clients = options.schedulers.map(
+      (address) =>
+        new RegistrationServiceClient(address, options.credentials ?? credentials.createInsecure(), {
+          'grpc.keepalive_time_ms': 20_000,
+          'grpc.keepalive_timeout_ms': 10_000,
+          // gRPC's default reconnect backoff grows to 120 s: after a long outage
+          // the agent would wait that long between attempts, far beyond a
+          // heartbeat. Same bounds as the scheduler's AgentLink (CLIENT_OPTIONS).
+          'grpc.initial_reconnect_backoff_ms': 200,
+          'grpc.max_reconnect_backoff_ms': 5_000,
+        }),
     );
     this.registered = new Promise((resolve) => {
       this.markRegistered = resolve;
@@ -60,8 +65,9 @@ export class RegistrationLoop {
     const req = this.options.request();
     const md = new Metadata();
     if (this.options.token) md.set('authorization', `Bearer ${this.options.token}`);
+    const client = this.clients[this.current]!;
     await new Promise<void>((resolve, reject) => {
-      this.client.register(
+      client.register(
         req,
         md,
         { deadline: Date.now() + (this.options.callTimeoutMs ?? 5_000) },
@@ -70,26 +76,35 @@ export class RegistrationLoop {
     });
   }
 
+  /** The address registered with (or tried next). */
+  get scheduler(): string {
+    return this.options.schedulers[this.current]!;
+  }
+
   private async tick(): Promise<void> {
     if (this.stopped) return;
     let delay = this.options.intervalMs;
+    const scheduler = this.scheduler;
     try {
       await this.registerNow();
-      if (this.failures > 0)
-        this.options.logger.info(
-          { scheduler: this.options.scheduler },
-          'registered with the scheduler again',
-        );
-      else this.options.logger.debug({ scheduler: this.options.scheduler }, 'registered with the scheduler');
+      if (this.failures > 0) this.options.logger.info({ scheduler }, 'registered with the scheduler again');
+      else this.options.logger.debug({ scheduler }, 'registered with the scheduler');
       this.failures = 0;
       this.markRegistered();
     } catch (err) {
       this.failures++;
       const base = Math.min(30_000, 250 * 2 ** Math.min(this.failures, 7));
       delay = Math.min(this.options.intervalMs, base / 2 + Math.random() * (base / 2));
+      // Another scheduler on the same database may answer: try it next.
+      this.current = (this.current + 1) % this.clients.length;
       const log = this.failures === 1 || this.failures % 10 === 0 ? 'warn' : 'debug';
       this.options.logger[log](
-        { scheduler: this.options.scheduler, failures: this.failures, err: (err as Error).message },
+        {
+          scheduler,
+          failures: this.failures,
+          err: (err as Error).message,
+          ...(this.clients.length > 1 ? { next: this.scheduler } : {}),
+        },
         'cannot register with the scheduler; retrying',
       );
     }
@@ -101,6 +116,6 @@ export class RegistrationLoop {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
-    this.client.close();
+    for (const c of this.clients) c.close();
   }
 }
