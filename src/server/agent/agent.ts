@@ -210,10 +210,11 @@ export class Agent {
           agentVersion: BERTH_VERSION,
           features: this.features,
           drivers: this.host.drivers.map((d) => d.name),
-          heldDevices: this.cleanups.heldDevices().map(({ address, arqUuid, instanceUuid }) => ({
+          heldDevices: this.cleanups.heldDevices().map(({ address, arqUuid, instanceUuid, since }) => ({
             address,
             arqUuid,
             instanceUuid,
+            since: new Date(since),
           })),
         }),
       });

@@ -128,7 +128,15 @@ export async function register(
  */
 async function reconcileHeld(core: SchedulerCore, req: RegisterRequest, logger: Logger): Promise<void> {
   if (req.heldDevices.length === 0) return;
-  const moved = await core.store.reconcileHeldDevices(req.host, req.heldDevices);
+  const moved = await core.store.reconcileHeldDevices(
+    req.host,
+    req.heldDevices.map((h) => ({
+      address: h.address,
+      arqUuid: h.arqUuid,
+      instanceUuid: h.instanceUuid,
+      ...(h.since ? { since: h.since.toISOString() } : {}),
+    })),
+  );
   if (moved.length === 0) return;
   logger.warn(
     {

@@ -683,5 +683,26 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const again = await host('h1', [facts({ index: 0 })]);
       expect(again.added[0]!.uuid).not.toBe(removed[0]!.uuid);
     });
+
+    it("reconcileHeldDevices: an agent's report older than the device's last successful cleanup is stale; a newer one is not", async () => {
+      await host('h1', [facts({ index: 0 })]);
+      await store.createProfile(nvmeProfile);
+      const bound = await bindOne('i1', 'h1');
+      const device = bound.devices[0]!;
+      await store.deleteArqs({ instanceUuid: 'i1' });
+      const [entry] = await store.cleanupBacklog('h1');
+      await store.markCleanupDispatched(entry!.job.jobId);
+      const cleanedAt = new Date('2026-03-01T12:00:00.000Z');
+      await store.applyCleanupEvent(cleanupEvent(entry!.job, device.address, 1, 'succeeded', cleanedAt));
+      const report = (since: string) => [
+        { address: device.address, arqUuid: bound.arqs[0]!.uuid, instanceUuid: 'i1', since },
+      ];
+      // Recorded before that cleanup finished (a heartbeat composed just before the agent cleared it).
+      expect(await store.reconcileHeldDevices('h1', report('2026-03-01T11:59:59.000Z'))).toEqual([]);
+      expect((await store.getDevice({ uuid: device.uuid })).deviceState).toBe('available');
+      // Recorded after it (a binding this database lost): cleaned before it is offered.
+      const moved = await store.reconcileHeldDevices('h1', report('2026-03-01T12:00:01.000Z'));
+      expect(moved.map((d) => [d.uuid, d.deviceState])).toEqual([[device.uuid, 'pending_cleaning']]);
+    });
   });
 }

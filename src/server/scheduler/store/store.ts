@@ -118,6 +118,8 @@ export interface HeldDeviceReport {
   address: string;
   arqUuid: string;
   instanceUuid: string;
+  /** When the agent recorded the binding (ISO 8601, the agent's clock); absent from older agents. */
+  since?: string;
 }
 
 export interface CleanupJob {

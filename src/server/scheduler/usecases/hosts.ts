@@ -74,7 +74,13 @@ export async function reconcileHeldDevices(
     const out: string[] = [];
     for (const h of held) {
       const d = await r.device({ host, address: h.address });
-      if (d?.deviceState === 'available') out.push(h.address);
+      if (d?.deviceState !== 'available') continue;
+      // A heartbeat composed just before the agent cleared its record can arrive
+      // after the cleanup's success: that binding was already cleaned (both times
+      // are the agent's clock), so the report is stale.
+      const last = await r.latestCleanupJob(d.uuid);
+      if (h.since && last?.state === 'succeeded' && last.finishedAt && last.finishedAt >= h.since) continue;
+      out.push(h.address);
     }
     return out;
   });

@@ -18,6 +18,7 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
+import { Timestamp } from "../../../google/protobuf/timestamp.js";
 
 export const protobufPackage = "berth.scheduler.v1";
 
@@ -45,6 +46,12 @@ export interface HeldDevice {
   address: string;
   arqUuid: string;
   instanceUuid: string;
+  /**
+   * When the agent recorded the binding (its own clock, like the times of its
+   * cleanup events): a report older than the device's last successful cleanup
+   * is stale and ignored. Absent from older agents.
+   */
+  since: Date | undefined;
 }
 
 export interface RegisterResponse {
@@ -257,7 +264,7 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
 };
 
 function createBaseHeldDevice(): HeldDevice {
-  return { address: "", arqUuid: "", instanceUuid: "" };
+  return { address: "", arqUuid: "", instanceUuid: "", since: undefined };
 }
 
 export const HeldDevice: MessageFns<HeldDevice> = {
@@ -270,6 +277,9 @@ export const HeldDevice: MessageFns<HeldDevice> = {
     }
     if (message.instanceUuid !== "") {
       writer.uint32(26).string(message.instanceUuid);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -311,6 +321,14 @@ export const HeldDevice: MessageFns<HeldDevice> = {
             message.instanceUuid = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -336,6 +354,7 @@ export const HeldDevice: MessageFns<HeldDevice> = {
         : isSet(object.instance_uuid)
         ? globalThis.String(object.instance_uuid)
         : "",
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
     };
   },
 
@@ -350,6 +369,9 @@ export const HeldDevice: MessageFns<HeldDevice> = {
     if (message.instanceUuid !== "") {
       obj.instanceUuid = message.instanceUuid;
     }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
     return obj;
   },
 
@@ -361,6 +383,7 @@ export const HeldDevice: MessageFns<HeldDevice> = {
     message.address = object.address ?? "";
     message.arqUuid = object.arqUuid ?? "";
     message.instanceUuid = object.instanceUuid ?? "";
+    message.since = object.since ?? undefined;
     return message;
   },
 };
@@ -527,6 +550,28 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
+}
 
 function isSet(value: any): boolean {
   return value !== null && value !== undefined;
