@@ -25,11 +25,16 @@ export function registerUpCommands(program: Command): void {
     .option('--metrics-listen <addr>', "serve the scheduler's Prometheus /metrics on host:port")
     .option('--sysfs-root <dir>', 'manage a real sysfs tree (e.g. /sys) instead of simulated hosts')
     .option('-c, --config <file>', 'agent configuration for --sysfs-root (device_spec, drivers)')
+    .option(
+      '--db <url>',
+      "the scheduler's database: a postgres://user@host/db URL (default: a SQLite file in the state directory)",
+    )
     .action(
       async (o: {
         listen: string;
         stateDir: string;
         metricsListen?: string;
+        db?: string;
         sysfsRoot?: string;
         config?: string;
       }) => {
@@ -50,6 +55,7 @@ export function registerUpCommands(program: Command): void {
             agentConfig,
             logger,
             ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
+            ...(o.db ? { db: o.db } : {}),
           });
         } catch (err) {
           const flags: Record<string, string> = { [o.listen]: '--listen' };

@@ -34,6 +34,8 @@ export interface UpOptions {
   hosts?: number;
   /** Serve the scheduler's Prometheus /metrics on host:port. */
   metricsListen?: string;
+  /** The scheduler's database: a postgres:// URL instead of the SQLite file in the state directory. */
+  db?: string;
   logger?: Logger;
 }
 
@@ -105,7 +107,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
     scheduler = await Scheduler.start({
       auth: { mode: 'token', staticTokens: tokens.staticTokens },
       agentSigningKey: tokens.signingKey,
-      db: join(stateDir, 'scheduler.db'),
+      db: options.db ?? join(stateDir, 'scheduler.db'),
       listen: options.listen,
       logger,
       heartbeatSeconds: 5,
