@@ -4,7 +4,7 @@
  * and its migrations live here; every use case is the same code as on SQLite
  * (../usecases, composed by UseCaseStore).
  *
- * How it keeps the port's rules (docs/decisions.md 34):
+ * How it keeps the port's rules (docs/decisions.md 36):
  * - One transaction per unit, READ COMMITTED; reads given FOR_UPDATE are
  *   `SELECT … FOR UPDATE`; `lockInstance` is a transaction-scoped advisory
  *   lock. A unit that hits a deadlock, a serialization failure or a racing
