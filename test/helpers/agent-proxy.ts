@@ -5,6 +5,8 @@
  * omission). Every AgentService call is forwarded; the messages of its server
  * streams (CleanupDevice, WatchInventory, …) pass through `rewrite`.
  */
+
+import { join } from 'node:path';
 import {
   credentials,
   type handleServerStreamingCall,
@@ -15,7 +17,14 @@ import {
   type ServiceError,
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
+import type { SchedulerClient } from '../../src/client/sdk.js';
 import { AgentServiceClient, AgentServiceService } from '../../src/gen/berth/agent/v1/agent.js';
+import { Agent } from '../../src/server/agent/agent.js';
+import { parseAgentConfig } from '../../src/server/agent/config.js';
+import type { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
+import { eventually } from './grpc.js';
+import { freePort } from './processes.js';
 
 export interface AgentProxy {
   /** host:port the scheduler should dial (the agent's `advertise`). */
@@ -69,4 +78,42 @@ export async function startAgentProxy(
       server.forceShutdown();
     },
   };
+}
+
+/**
+ * A real agent on a simulated demo host, registered with `scheduler` but
+ * reached by it only through a proxy that passes its streams through
+ * `rewrite`; resolves once the scheduler follows the host.
+ */
+export async function startAgentBehindProxy(options: {
+  scheduler: Scheduler;
+  client: SchedulerClient;
+  /** Where the simulated host and the agent's state go. */
+  dir: string;
+  host: string;
+  rewrite: Parameters<typeof startAgentProxy>[1];
+}): Promise<{ agent: Agent; proxy: AgentProxy }> {
+  const sim = await buildSimHost(join(options.dir, options.host), demoHostDefinition(options.host));
+  const port = await freePort();
+  const proxy = await startAgentProxy(`127.0.0.1:${port}`, options.rewrite);
+  const config = parseAgentConfig(
+    {
+      ...sim.agentConfig,
+      listen: `127.0.0.1:${port}`,
+      advertise: proxy.address,
+      scheduler: options.scheduler.address,
+      register_interval: 0.5,
+      discovery_interval: 3600,
+    },
+    {},
+    options.dir,
+  );
+  const agent = await Agent.start({ config, bootIdFile: sim.bootIdFile });
+  await agent.registered;
+  await eventually(
+    () => options.client.hosts.getHost({ name: options.host }),
+    (r) => r.host?.connected === true,
+    15_000,
+  );
+  return { agent, proxy };
 }

@@ -1,22 +1,11 @@
-/**
- * One host cannot break the fleet's listing (issue 18): an agent (here a proxy
- * in front of a real one) reports a device with a 5 MiB attribute and another
- * with 70 traits. Neither is stored; the unfiltered listing keeps working; and
- * a listing page also ends at a size a client can receive.
- */
-import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import type { WatchInventoryResponse } from '../../src/gen/berth/agent/v1/agent.js';
-import { Agent } from '../../src/server/agent/agent.js';
-import { parseAgentConfig } from '../../src/server/agent/config.js';
+import type { Agent } from '../../src/server/agent/agent.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { boundedPage } from '../../src/server/scheduler/services/device-service.js';
-import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
-import { eventually } from '../helpers/grpc.js';
-import { freePort } from '../helpers/processes.js';
+import { type AgentProxy, startAgentBehindProxy } from '../helpers/agent-proxy.js';
 
 const HOST = 'greedy-host';
 
@@ -32,36 +21,21 @@ describe('inventory bounds at the scheduler', () => {
     dir = await tempDir('berth-bounds-');
     scheduler = await Scheduler.start({ listen: '127.0.0.1:0', heartbeatSeconds: 1, auth: { mode: 'none' } });
     client = new SchedulerClient({ endpoint: scheduler.address });
-    const sim = await buildSimHost(join(dir.path, HOST), demoHostDefinition(HOST));
-    const port = await freePort();
-    proxy = await startAgentProxy(`127.0.0.1:${port}`, (method, message) => {
-      const m = message as WatchInventoryResponse;
-      if (method !== 'watchInventory' || m.event?.$case !== 'snapshot') return m;
-      const [a, b, ...rest] = m.event.value.devices;
-      refused.splice(0, refused.length, a!.address, b!.address);
-      const huge = { ...a!, attributes: { ...a!.attributes, model: 'M'.repeat(5 << 20) } };
-      const traits = { ...b!, traits: Array.from({ length: 70 }, (_, i) => `CUSTOM_GREEDY_${i}`) };
-      return { ...m, event: { $case: 'snapshot', value: { devices: [huge, traits, ...rest] } } };
-    });
-    const config = parseAgentConfig(
-      {
-        ...sim.agentConfig,
-        listen: `127.0.0.1:${port}`,
-        advertise: proxy.address,
-        scheduler: scheduler.address,
-        register_interval: 0.5,
-        discovery_interval: 3600,
+    ({ agent, proxy } = await startAgentBehindProxy({
+      scheduler,
+      client,
+      dir: dir.path,
+      host: HOST,
+      rewrite: (method, message) => {
+        const m = message as WatchInventoryResponse;
+        if (method !== 'watchInventory' || m.event?.$case !== 'snapshot') return m;
+        const [a, b, ...rest] = m.event.value.devices;
+        refused.splice(0, refused.length, a!.address, b!.address);
+        const huge = { ...a!, attributes: { ...a!.attributes, model: 'M'.repeat(5 << 20) } };
+        const traits = { ...b!, traits: Array.from({ length: 70 }, (_, i) => `CUSTOM_GREEDY_${i}`) };
+        return { ...m, event: { $case: 'snapshot', value: { devices: [huge, traits, ...rest] } } };
       },
-      {},
-      dir.path,
-    );
-    agent = await Agent.start({ config, bootIdFile: sim.bootIdFile });
-    await agent.registered;
-    await eventually(
-      () => client.hosts.getHost({ name: HOST }),
-      (r) => r.host?.connected === true,
-      15_000,
-    );
+    }));
   }, 60_000);
 
   afterAll(async () => {

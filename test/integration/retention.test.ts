@@ -109,7 +109,7 @@ describe('retention', () => {
     const { code } = await w.exited;
     expect(code).toBe(0);
     expect(w.stderr()).toMatch(
-      /REVISION_COMPACTED|older than the oldest device event kept.*re-listing the current state/,
+      /^berth: from_revision 1 is older than the oldest device event kept .*\(re-listing the current state now\)$/m,
     );
     const lines = w
       .stdout()

@@ -10,13 +10,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import type { CleanupDeviceResponse } from '../../src/gen/berth/agent/v1/agent.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
-import { Agent } from '../../src/server/agent/agent.js';
-import { parseAgentConfig } from '../../src/server/agent/config.js';
+import type { Agent } from '../../src/server/agent/agent.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
-import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
-import { eventually } from '../helpers/grpc.js';
+import { type AgentProxy, startAgentBehindProxy } from '../helpers/agent-proxy.js';
 import {
   createAndBind,
   createNvmeProfile,
@@ -25,7 +22,6 @@ import {
   settledDevice,
   stateName,
 } from '../helpers/invariants.js';
-import { freePort } from '../helpers/processes.js';
 
 const HOST = 'proofless-host';
 
@@ -47,33 +43,18 @@ describe('a cleanup success without a proof of erasure', () => {
       auth: { mode: 'none' },
     });
     client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000 });
-    const sim = await buildSimHost(join(dir.path, HOST), demoHostDefinition(HOST));
-    const agentPort = await freePort();
-    proxy = await startAgentProxy(`127.0.0.1:${agentPort}`, (method, message) => {
-      const r = message as CleanupDeviceResponse;
-      if (method !== 'cleanupDevice' || !strip || !r.event?.proof) return r;
-      const { proof: _dropped, ...event } = r.event;
-      return { event: { ...event, proof: undefined } };
-    });
-    const config = parseAgentConfig(
-      {
-        ...sim.agentConfig,
-        listen: `127.0.0.1:${agentPort}`,
-        advertise: proxy.address,
-        scheduler: scheduler.address,
-        register_interval: 0.5,
-        discovery_interval: 3600,
+    ({ agent, proxy } = await startAgentBehindProxy({
+      scheduler,
+      client,
+      dir: dir.path,
+      host: HOST,
+      rewrite: (method, message) => {
+        const r = message as CleanupDeviceResponse;
+        if (method !== 'cleanupDevice' || !strip || !r.event?.proof) return r;
+        const { proof: _dropped, ...event } = r.event;
+        return { event: { ...event, proof: undefined } };
       },
-      {},
-      dir.path,
-    );
-    agent = await Agent.start({ config, bootIdFile: sim.bootIdFile });
-    await agent.registered;
-    await eventually(
-      () => client.hosts.getHost({ name: HOST }),
-      (r) => r.host?.connected === true,
-      15_000,
-    );
+    }));
   }, 60_000);
 
   afterAll(async () => {
