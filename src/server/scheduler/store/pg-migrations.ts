@@ -6,8 +6,8 @@
  * The same tables as the SQLite store (migrations.ts): the full domain record
  * as JSON text in `record`, the columns queries and constraints need beside
  * it. Where SQLite orders by its implicit rowid, a `seq` identity column keeps
- * creation order. Versions match the SQLite store's, so both backends are at
- * the same schema version for the same Berth.
+ * creation order. Versions 1–3 match the SQLite store's; 4 (link leases) is
+ * PostgreSQL's alone, as only schedulers sharing a database need it.
  */
 import type { Migration } from './migrations.js';
 
@@ -127,6 +127,20 @@ CREATE TABLE retention_marks (
   name TEXT PRIMARY KEY,
   value BIGINT NOT NULL
 );
+`,
+  },
+  {
+    version: 4,
+    name: 'link_leases',
+    sql: `
+-- Which scheduler follows each host's agent (store.ts LinkLeases); times are the database's.
+CREATE TABLE link_leases (
+  host TEXT PRIMARY KEY REFERENCES hosts (name) ON DELETE CASCADE,
+  owner TEXT NOT NULL,
+  expires_at TIMESTAMPTZ NOT NULL
+);
+CREATE INDEX link_leases_owner ON link_leases (owner);
+CREATE INDEX link_leases_expires ON link_leases (expires_at);
 `,
   },
 ];

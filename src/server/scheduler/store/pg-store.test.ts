@@ -5,7 +5,8 @@
  * path names its own database, so a reopen finds what was acknowledged.
  */
 import { createHash } from 'node:crypto';
-import { afterAll, beforeAll, describe } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
@@ -33,5 +34,79 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
     const db = new PgDatabase(await databaseFor(path));
     await db.migrate();
     return db;
+  });
+
+  describe('link leases (several schedulers on one database)', () => {
+    const host = (name: string) => ({
+      name,
+      endpoint: `127.0.0.1:${name.length + 5000}`,
+      bootId: 'b1',
+      agentEpoch: 'e1',
+      agentVersion: '1.0.0',
+      features: ['cleanup.v1'],
+      drivers: ['pci'],
+    });
+
+    it('one owner at a time: a live lease is kept from others, an expired one is taken, a stolen one is not renewed', async () => {
+      const store = await openPgStore(await databaseFor('leases/owners'));
+      try {
+        const leases = store.leases!;
+        await store.registerHost(host('h1'));
+        await store.registerHost(host('h2'));
+        expect(await leases.claim('h1', 'A', 60_000)).toBe(true);
+        expect(await leases.claim('h1', 'A', 60_000)).toBe(true); // its owner may claim again
+        expect(await leases.claim('h1', 'B', 60_000)).toBe(false);
+        expect(await leases.live()).toEqual(new Map([['h1', 'A']]));
+        expect((await leases.renew('A', ['h1', 'h2'], 60_000)).map((h) => h.host)).toEqual(['h1']);
+        expect(await leases.renew('B', ['h1'], 60_000)).toEqual([]);
+        expect(await leases.expired()).toEqual([]);
+        // A stops renewing: its lease runs out (1 ms), and B takes it.
+        expect(await leases.claim('h2', 'A', 1)).toBe(true);
+        const expired = await eventually(
+          () => leases.expired(),
+          (e) => e.length === 1,
+        );
+        expect(expired).toEqual([
+          {
+            host: 'h2',
+            endpoint: '127.0.0.1:5002',
+            features: ['cleanup.v1'],
+            connected: false,
+            lastSeen: expect.any(String),
+          },
+        ]);
+        expect(await leases.claim('h2', 'B', 60_000)).toBe(true);
+        expect((await leases.renew('A', ['h1', 'h2'], 60_000)).map((h) => h.host)).toEqual(['h1']);
+        // A clean stop hands everything over at once.
+        await leases.release('A');
+        expect((await leases.expired()).map((h) => h.host)).toEqual(['h1']);
+        expect(await leases.live()).toEqual(new Map([['h2', 'B']]));
+      } finally {
+        await store.close();
+      }
+    });
+
+    it('schedulers racing for one expired lease: exactly one wins; a deleted host takes its lease with it', async () => {
+      const store = await openPgStore(await databaseFor('leases/race'));
+      try {
+        const leases = store.leases!;
+        await store.registerHost(host('h1'));
+        expect(await leases.claim('h1', 'dead', 1)).toBe(true);
+        await eventually(
+          () => leases.expired(),
+          (e) => e.length === 1,
+        );
+        const owners = Array.from({ length: 8 }, (_, i) => `s${i}`);
+        const won = await Promise.all(owners.map((o) => leases.claim('h1', o, 60_000)));
+        expect(won.filter(Boolean)).toHaveLength(1);
+        const winner = owners[won.indexOf(true)]!;
+        expect(await leases.live()).toEqual(new Map([['h1', winner]]));
+        await store.deleteHost('h1');
+        expect(await leases.live()).toEqual(new Map());
+        expect(await leases.renew(winner, ['h1'], 60_000)).toEqual([]);
+      } finally {
+        await store.close();
+      }
+    });
   });
 });

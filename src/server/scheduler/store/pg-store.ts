@@ -32,6 +32,8 @@ import type {
   DeviceRef,
   HostRecord,
   InstanceDevices,
+  LeasedHost,
+  LinkLeases,
   MigrationRecord,
 } from './store.js';
 import type {
@@ -170,6 +172,53 @@ export class PgDatabase implements TransactionRunner {
    * sees what was changed through another. A lost listening connection is
    * opened again (and the listeners called, as something may have changed).
    */
+  readonly leases: LinkLeases = {
+    claim: async (host, owner, ttlMs) => {
+      const rows = await this.query<{ owner: string }>(
+        `INSERT INTO link_leases (host, owner, expires_at) VALUES ($1, $2, now() + $3 * interval '1 millisecond')
+         ON CONFLICT (host) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
+           WHERE link_leases.owner = EXCLUDED.owner OR link_leases.expires_at < now()
+         RETURNING owner`,
+        [host, owner, ttlMs],
+      );
+      return rows.length === 1;
+    },
+    renew: async (owner, hosts, ttlMs) =>
+      leasedHosts(
+        await this.query<LeaseRow>(
+          `UPDATE link_leases l SET expires_at = now() + $3 * interval '1 millisecond' FROM hosts h
+           WHERE l.owner = $1 AND l.host = ANY($2::text[]) AND h.name = l.host
+           RETURNING l.host, h.record`,
+          [owner, hosts, ttlMs],
+        ),
+      ),
+    expired: async () =>
+      leasedHosts(
+        await this.query<LeaseRow>(
+          'SELECT l.host, h.record FROM link_leases l JOIN hosts h ON h.name = l.host WHERE l.expires_at < now() ORDER BY l.host',
+        ),
+      ),
+    live: async () =>
+      new Map(
+        (
+          await this.query<{ host: string; owner: string }>(
+            'SELECT host, owner FROM link_leases WHERE expires_at >= now()',
+          )
+        ).map((r) => [r.host, r.owner]),
+      ),
+    release: async (owner) => {
+      await this.query(
+        "UPDATE link_leases SET expires_at = now() - interval '1 second' WHERE owner = $1",
+        [owner],
+      );
+    },
+  };
+
+  /** One statement outside any unit (it commits on its own). */
+  private query<R extends pg.QueryResultRow>(sql: string, params: unknown[] = []): Promise<R[]> {
+    return this.track(() => this.withClient(async (client) => (await client.query<R>(sql, params)).rows));
+  }
+
   onChange(listener: () => void): void {
     this.changeListeners.push(listener);
     if (!this.listener && !this.relisten) void this.listen();
@@ -300,6 +349,19 @@ export class PgDatabase implements TransactionRunner {
 }
 
 type Row = { record: string };
+type LeaseRow = { host: string; record: string };
+
+const leasedHosts = (rows: LeaseRow[]): LeasedHost[] =>
+  rows.map((r) => {
+    const h = JSON.parse(r.record) as HostRecord;
+    return {
+      host: r.host,
+      endpoint: h.endpoint,
+      features: h.features,
+      connected: h.connected,
+      lastSeen: h.lastSeen,
+    };
+  });
 type ArqRow = { record: string; guest_address: string | null };
 
 const toArq = (r: ArqRow): Arq => ({

@@ -256,7 +256,40 @@ export interface PruneCounts {
   idempotencyKeys: number;
 }
 
+/** A host whose agent link is leased, with what a scheduler needs to dial it. */
+export interface LeasedHost {
+  host: string;
+  endpoint: string;
+  features: string[];
+  /** Whether the database says its follower is connected to it. */
+  connected: boolean;
+  /** When the agent last registered or sent a heartbeat (to any scheduler). */
+  lastSeen: string;
+}
+
+/**
+ * Which scheduler follows each host's agent when several share one database
+ * (issue 13, docs/decisions.md 37). A lease is held by one owner (a
+ * scheduler's id) until it expires; times are the database's, so the
+ * schedulers' clocks do not matter. Only a registration creates a lease: a
+ * host never registered through a replica is never dialled by one.
+ */
+export interface LinkLeases {
+  /** Takes the lease on `host` for `owner` (or extends it) unless another owner's is live; whether `owner` holds it. */
+  claim(host: string, owner: string, ttlMs: number): Promise<boolean>;
+  /** Extends `owner`'s leases on `hosts`; the hosts it still holds (a lease another owner took is gone). */
+  renew(owner: string, hosts: string[], ttlMs: number): Promise<LeasedHost[]>;
+  /** Hosts whose lease expired (their owner died or stopped): to be adopted. */
+  expired(): Promise<LeasedHost[]>;
+  /** Hosts whose lease is live, with their owner. */
+  live(): Promise<Map<string, string>>;
+  /** Expires `owner`'s leases now (a clean stop): the others adopt them at their next look. */
+  release(owner: string): Promise<void>;
+}
+
 export interface Store {
+  /** Link leases, on backends that several schedulers share (PostgreSQL); absent = one scheduler. */
+  readonly leases?: LinkLeases;
   /** Calls `listener` once if the database is (or is found) damaged: the store then refuses everything. */
   onDamage?(listener: (why: string) => void): void;
   /** Calls `listener` after a change committed by any scheduler sharing the database (PostgreSQL). */

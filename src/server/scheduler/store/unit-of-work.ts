@@ -46,6 +46,7 @@ import type {
   DeviceRef,
   HostRecord,
   InstanceDevices,
+  LinkLeases,
   MigrationRecord,
 } from './store.js';
 
@@ -225,4 +226,6 @@ export interface TransactionRunner {
    * (this process's or another's) committed a change, so watches wake.
    */
   onChange?(listener: () => void): void;
+  /** Link leases (store.ts), on backends several schedulers share. */
+  readonly leases?: LinkLeases;
 }

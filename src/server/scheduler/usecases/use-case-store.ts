@@ -27,6 +27,7 @@ import type {
   InstanceDevices,
   InventoryResult,
   InventoryUpdate,
+  LinkLeases,
   MigrationOutcome,
   MigrationRecord,
   PageRequest,
@@ -73,6 +74,10 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
 
   onChange(listener: () => void): void {
     this.db.onChange?.(listener);
+  }
+
+  get leases(): LinkLeases | undefined {
+    return this.db.leases;
   }
 
   schemaVersion(): Promise<number> {
