@@ -5,7 +5,7 @@
  * let it go on when the condition it waits for holds. No timer decides
  * anything: the test waits for `reached()`, does what it must, then `open()`s.
  */
-import { existsSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { eventually } from './grpc.js';
@@ -19,6 +19,8 @@ export interface Gate {
   open(): void;
   /** Resolves once a gated command is waiting at the closed gate. */
   reached(timeoutMs?: number): Promise<void>;
+  /** How many times the gated command has been run (open or closed). */
+  calls(): number;
 }
 
 const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
@@ -27,11 +29,13 @@ export async function nvmeGate(dir: string, nvmeCli: string, command: string): P
   await mkdir(dir, { recursive: true });
   const closed = join(dir, 'closed');
   const waiting = join(dir, 'waiting');
+  const calls = join(dir, 'calls');
   const script = join(dir, 'nvme');
   await writeFile(
     script,
     [
       '#!/bin/sh',
+      `if [ "$1" = ${q(command)} ]; then echo >> ${q(calls)}; fi`,
       `if [ "$1" = ${q(command)} ] && [ -e ${q(closed)} ]; then`,
       `  : > ${q(waiting)}`,
       `  while [ -e ${q(closed)} ]; do sleep 0.02; done`,
@@ -49,6 +53,9 @@ export async function nvmeGate(dir: string, nvmeCli: string, command: string): P
     },
     open() {
       rmSync(closed, { force: true });
+    },
+    calls() {
+      return existsSync(calls) ? readFileSync(calls, 'utf8').length : 0;
     },
     async reached(timeoutMs = 60_000) {
       await eventually(

@@ -72,6 +72,8 @@ export class BerthProcess {
   private stderrBuf = '';
   private stdoutBuf = '';
   endpoint = '';
+  /** The whole `{"event":"listening",…}` line of the current start (a scheduler's `scheduler_id`, …). */
+  listening: Record<string, unknown> = {};
   /** How many times the process was started. */
   starts = 0;
 
@@ -143,6 +145,7 @@ export class BerthProcess {
           try {
             const msg = JSON.parse(line) as { event?: string; endpoint?: string };
             if (msg.event === 'listening' && msg.endpoint) {
+              this.listening = msg;
               clearTimeout(timer);
               resolve(msg.endpoint);
             }
@@ -226,18 +229,18 @@ export async function stopAllProcesses(): Promise<void> {
   await Promise.all([...live].map((p) => p.kill('SIGKILL')));
 }
 
-/** `berth scheduler serve --db FILE --listen 127.0.0.1:PORT` on a fixed port. */
-export async function schedulerProcess(db: string, port?: number): Promise<BerthProcess> {
+/** `berth scheduler serve --db FILE|URL --listen 127.0.0.1:PORT` on a fixed port. */
+export async function schedulerProcess(db: string, port?: number, name = 'scheduler'): Promise<BerthProcess> {
   const p = port ?? (await freePort());
   return new BerthProcess({
-    name: 'scheduler',
+    name,
     args: ['scheduler', 'serve', '--db', db, '--listen', `127.0.0.1:${p}`, '--insecure-no-auth'],
   });
 }
 
 export interface AgentProcessOptions {
-  /** Scheduler address (host:port). */
-  scheduler: string;
+  /** Scheduler address (host:port), or several (the agent registers with the first live one). */
+  scheduler: string | string[];
   /** Fixed agent port; default a free one, kept across restarts. */
   port?: number;
   /**
@@ -268,7 +271,13 @@ export async function writeAgentConfig(sim: SimHost, patch: Record<string, unkno
  */
 export async function agentProcess(sim: SimHost, options: AgentProcessOptions): Promise<BerthProcess> {
   const port = options.port ?? (await freePort());
-  await writeAgentConfig(sim, { register_interval: 0.5, discovery_interval: 3600, ...options.config });
+  const list = Array.isArray(options.scheduler);
+  await writeAgentConfig(sim, {
+    register_interval: 0.5,
+    discovery_interval: 3600,
+    ...(list ? { scheduler: options.scheduler } : {}),
+    ...options.config,
+  });
   return new BerthProcess({
     name: `agent ${sim.definition.host}`,
     args: [
@@ -276,8 +285,7 @@ export async function agentProcess(sim: SimHost, options: AgentProcessOptions): 
       'serve',
       '--config',
       sim.configPath,
-      '--scheduler',
-      options.scheduler,
+      ...(list ? [] : ['--scheduler', options.scheduler as string]),
       '--listen',
       `127.0.0.1:${port}`,
       '--state-dir',

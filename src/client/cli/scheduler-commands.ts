@@ -183,7 +183,12 @@ export function registerSchedulerCommands(program: Command): void {
       process.once('SIGTERM', stop);
       process.once('SIGINT', stop);
       console.log(
-        JSON.stringify({ event: 'listening', endpoint: s.address, metrics: s.metricsAddress || undefined }),
+        JSON.stringify({
+          event: 'listening',
+          endpoint: s.address,
+          metrics: s.metricsAddress || undefined,
+          scheduler_id: s.core.schedulerId,
+        }),
       );
     });
 }

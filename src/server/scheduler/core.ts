@@ -1,6 +1,7 @@
 /** What every scheduler service handler needs: the store, the hub, the agent links, the dispatcher. */
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
+import type { AgentDirectory } from './runtime/agent-directory.js';
 import type { AgentLink } from './runtime/agent-link.js';
 import type { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
 import type { DeviceFeed } from './runtime/device-feed.js';
@@ -12,7 +13,10 @@ export interface SchedulerCore {
   hub: EventHub;
   /** Recent device events, read once for all WatchDevices streams. */
   feed: DeviceFeed;
+  /** The agent links this scheduler follows (one per host; with several schedulers, the hosts it holds the lease of). */
   links: Map<string, AgentLink>;
+  /** Every host's agent for the calls a request makes, followed here or by another scheduler. */
+  agents: AgentDirectory;
   dispatcher: CleanupDispatcher;
   logger: Logger;
   metrics: Metrics;
@@ -24,4 +28,9 @@ export interface SchedulerCore {
   hostPrincipals: ReadonlyMap<string, string>;
   /** (Re)creates the link to a host's agent. */
   connectAgent(host: string, endpoint: string, features: string[]): void;
+  /**
+   * Whether this scheduler may follow `host`'s agent: always with a database of
+   * its own; with a shared one, when it holds (or just took) the host's lease.
+   */
+  claimLink(host: string): Promise<boolean>;
 }

@@ -22,11 +22,13 @@ import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } fr
 import { InstanceLock } from '../instance-lock.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
+import { AgentDirectory } from './runtime/agent-directory.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
 import { DeviceFeed } from './runtime/device-feed.js';
 import { EventHub } from './runtime/event-hub.js';
 import { HistoryPruner } from './runtime/history-pruner.js';
+import { type LeaseTiming, LinkLeaseKeeper } from './runtime/link-lease-keeper.js';
 import { arqServiceBinding } from './services/arq-service.js';
 import { deviceServiceBinding } from './services/device-service.js';
 import { hostServiceBinding } from './services/host-service.js';
@@ -82,6 +84,8 @@ export interface SchedulerOptions {
   retention?: Partial<RetentionPolicy>;
   /** How often retention runs (default 60 s). */
   retentionIntervalMs?: number;
+  /** Link leases when schedulers share a PostgreSQL database (default: 6 s TTL, a look every 2 s). */
+  linkLeases?: Partial<LeaseTiming>;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -92,6 +96,7 @@ export class Scheduler {
     readonly server: GrpcServer,
     private readonly lock: InstanceLock | null,
     readonly pruner: HistoryPruner,
+    readonly leaseKeeper: LinkLeaseKeeper | null,
   ) {}
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
@@ -127,42 +132,67 @@ export class Scheduler {
       throw err;
     }
     const hub = new EventHub();
-    // Changes committed through another scheduler on the same database wake this one's watches.
-    store.onChange?.(() => hub.notify());
     const metrics = new Metrics('scheduler');
     metrics.devicesGauge(() => store.deviceCounts());
     const links = new Map<string, AgentLink>();
+    const leases = store.leases;
     const dispatcher = new CleanupDispatcher(
       store,
       hub,
       (h) => links.get(h),
       logger.child({ component: 'cleanup' }),
       metrics,
+      leases !== undefined,
     );
+    // Changes committed through another scheduler on the same database wake this
+    // one's watches, and its dispatcher (a release made there of a host followed here).
+    store.onChange?.(() => {
+      hub.notify();
+      if (links.size > 0) dispatcher.wake();
+    });
+    const schedulerId = randomUUID();
+    const dial = (host: string) => ({
+      credentials: agentChannelCredentials(tls, host),
+      ...(credentialFor ? { credential: credentialFor } : {}),
+    });
+    const connectAgent = (host: string, endpoint: string, features: string[]) => {
+      links.get(host)?.stop();
+      const link = new AgentLink(host, endpoint, features, {
+        store,
+        hub,
+        logger,
+        ...dial(host),
+        onConnected: (h) => void dispatcher.dispatchBacklog(h),
+      });
+      links.set(host, link);
+      link.start();
+    };
+    const leaseKeeper = leases
+      ? new LinkLeaseKeeper({
+          store,
+          leases,
+          owner: schedulerId,
+          links,
+          connect: connectAgent,
+          afterTick: () => void dispatcher.dispatchFollowed(),
+          logger: logger.child({ component: 'link-leases' }),
+          ...(options.linkLeases ? { timing: options.linkLeases } : {}),
+        })
+      : null;
     const core: SchedulerCore = {
       store,
       hub,
       feed: new DeviceFeed(store),
       links,
+      agents: new AgentDirectory(links, store, dial),
       dispatcher,
       logger,
       metrics,
-      schedulerId: randomUUID(),
+      schedulerId,
       heartbeatSeconds: options.heartbeatSeconds ?? 15,
       hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
-      connectAgent(host, endpoint, features) {
-        links.get(host)?.stop();
-        const link = new AgentLink(host, endpoint, features, {
-          store,
-          hub,
-          logger,
-          credentials: agentChannelCredentials(tls, host),
-          ...(credentialFor ? { credential: credentialFor } : {}),
-          onConnected: (h) => void dispatcher.dispatchBacklog(h),
-        });
-        links.set(host, link);
-        link.start();
-      },
+      connectAgent,
+      claimLink: (host) => leaseKeeper?.claim(host) ?? Promise.resolve(true),
     };
     const services = [
       registrationServiceBinding(core),
@@ -210,11 +240,15 @@ export class Scheduler {
       );
     }
     // Hosts known from before a restart are followed again as soon as their
-    // agents re-register (within one heartbeat); until then they show as disconnected.
+    // agents re-register (within one heartbeat), or, on a shared database, when
+    // this scheduler adopts them; until then they show as disconnected. Hosts
+    // another live scheduler follows are left as it says.
     if (!damaged) {
+      const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
       for (const h of await store.listHosts()) {
-        if (h.connected) await store.setHostConnected(h.name, false);
+        if (h.connected && !followedElsewhere.has(h.name)) await store.setHostConnected(h.name, false);
       }
+      leaseKeeper?.start();
     }
     const pruner = new HistoryPruner(
       store,
@@ -224,7 +258,7 @@ export class Scheduler {
     );
     if (!damaged) pruner.start();
     logger.info({ address: server.address }, 'scheduler serving');
-    const scheduler = new Scheduler(core, server, lock, pruner);
+    const scheduler = new Scheduler(core, server, lock, pruner, leaseKeeper);
     if (options.metricsListen) {
       try {
         const m = await serveMetrics(options.metricsListen, metrics.registry);
@@ -254,8 +288,11 @@ export class Scheduler {
   async stop(): Promise<void> {
     this.core.dispatcher.stop();
     await this.pruner.stop();
+    // Its hosts are adopted by the other schedulers on the database at their next look.
+    await this.leaseKeeper?.stop();
     this.core.hub.close();
     for (const l of this.core.links.values()) l.stop();
+    this.core.agents.close();
     await this.server.stop(2_000);
     this.metricsServer?.close();
     await this.core.store.close();

@@ -37,19 +37,107 @@ export const CLIENT_OPTIONS = {
   'grpc.max_reconnect_backoff_ms': 5_000,
 };
 
-export interface AgentLinkDeps {
-  store: Store;
-  hub: EventHub;
-  logger: Logger;
+/** How a scheduler reaches one host's agent: the channel and the credential it presents. */
+export interface AgentDialDeps {
   credentials?: ChannelCredentials;
   /** The bearer token for a call to this host's agent (the scheduler's credential for that host). */
   credential?: (host: string) => string;
+}
+
+export interface AgentLinkDeps extends AgentDialDeps {
+  store: Store;
+  hub: EventHub;
+  logger: Logger;
   /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
   onConnected: (host: string) => void;
 }
 
-export class AgentLink {
+/**
+ * The calls a scheduler makes to one host's agent: CleanupDevice,
+ * RecordBinding, PrepareMigration. Any scheduler sharing the database may make
+ * them (a bind through a replica that does not follow the host); following the
+ * inventory and dispatching cleanups is the link's, one scheduler's at a time.
+ */
+export class AgentCalls {
   readonly client: AgentServiceClient;
+
+  constructor(
+    readonly host: string,
+    readonly endpoint: string,
+    readonly features: readonly string[],
+    private readonly dial: AgentDialDeps,
+  ) {
+    this.client = new AgentServiceClient(
+      endpoint,
+      dial.credentials ?? credentials.createInsecure(),
+      CLIENT_OPTIONS,
+    );
+  }
+
+  has(feature: string): boolean {
+    return this.features.includes(feature);
+  }
+
+  cleanupDevice(address: string, jobId: string): ClientReadableStream<CleanupDeviceResponse> {
+    // No deadline: a cleanup can run for hours (shred) and the dispatcher
+    // re-attaches only when the link reconnects, so a deadline would strand the
+    // job. A dead agent is detected by keepalive (20 s ping, 10 s timeout),
+    // which ends the stream with UNAVAILABLE.
+    return this.client.cleanupDevice({ address, jobId }, this.metadata());
+  }
+
+  /** RecordBinding: the agent records, durably, that the device is handed to a guest (bounded by a deadline). */
+  recordBinding(address: string, arqUuid: string, instanceUuid: string, timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.client.recordBinding(
+        { address, arqUuid, instanceUuid },
+        this.metadata(),
+        { deadline: Date.now() + timeoutMs },
+        (err) => (err ? reject(err) : resolve()),
+      );
+    });
+  }
+
+  /** Runs PrepareMigration to completion (bounded by a deadline). */
+  prepareMigration(
+    migrationId: string,
+    devices: MigrationDevice[],
+    timeoutMs = 30_000,
+  ): Promise<PrepareMigrationResponse[]> {
+    return new Promise((resolve, reject) => {
+      const out: PrepareMigrationResponse[] = [];
+      const s = this.client.prepareMigration({ migrationId, devices }, this.metadata(), {
+        deadline: Date.now() + timeoutMs,
+      });
+      s.on('data', (m: PrepareMigrationResponse) => out.push(m));
+      s.on('error', reject);
+      s.on('end', () => resolve(out));
+    });
+  }
+
+  protected metadata(): Metadata {
+    const md = new Metadata();
+    if (this.dial.credential) md.set('authorization', `Bearer ${this.dial.credential(this.host)}`);
+    return md;
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}
+
+/**
+ * A host's agent as a scheduler that does not follow it sees it: its calls,
+ * and whether the scheduler that follows it says it is connected.
+ */
+export class RemoteAgent extends AgentCalls {
+  isConnected = false;
+}
+
+/** What a bind, a clean or a migration needs of a host's agent, followed here or not. */
+export type AgentHandle = AgentCalls & { readonly isConnected: boolean };
+
+export class AgentLink extends AgentCalls {
   private readonly abort = new AbortController();
   private stream: ClientReadableStream<WatchInventoryResponse> | null = null;
   private epoch = '';
@@ -58,25 +146,17 @@ export class AgentLink {
   private readonly log: Logger;
 
   constructor(
-    readonly host: string,
-    readonly endpoint: string,
-    readonly features: readonly string[],
+    host: string,
+    endpoint: string,
+    features: readonly string[],
     private readonly deps: AgentLinkDeps,
   ) {
-    this.client = new AgentServiceClient(
-      endpoint,
-      deps.credentials ?? credentials.createInsecure(),
-      CLIENT_OPTIONS,
-    );
+    super(host, endpoint, features, deps);
     this.log = deps.logger.child({ host, endpoint });
   }
 
   get isConnected(): boolean {
     return this.connected;
-  }
-
-  has(feature: string): boolean {
-    return this.features.includes(feature);
   }
 
   start(): void {
@@ -96,7 +176,9 @@ export class AgentLink {
           'inventory stream from the agent broke; reconnecting',
         );
       }
-      if (this.connected) {
+      // A link stopped on purpose (this scheduler stops, or another one took
+      // the host over) says nothing of the agent: the host's state is not its to write.
+      if (this.connected && !this.abort.signal.aborted) {
         this.connected = false;
         await this.deps.store.setHostConnected(this.host, false).catch(() => {});
         this.deps.hub.notify();
@@ -202,53 +284,10 @@ export class AgentLink {
     this.revision = msg.revision;
   }
 
-  cleanupDevice(address: string, jobId: string): ClientReadableStream<CleanupDeviceResponse> {
-    // No deadline: a cleanup can run for hours (shred) and the dispatcher
-    // re-attaches only when the link reconnects, so a deadline would strand the
-    // job. A dead agent is detected by keepalive (20 s ping, 10 s timeout),
-    // which ends the stream with UNAVAILABLE.
-    return this.client.cleanupDevice({ address, jobId }, this.metadata());
-  }
-
-  /** RecordBinding: the agent records, durably, that the device is handed to a guest (bounded by a deadline). */
-  recordBinding(address: string, arqUuid: string, instanceUuid: string, timeoutMs = 10_000): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.client.recordBinding(
-        { address, arqUuid, instanceUuid },
-        this.metadata(),
-        { deadline: Date.now() + timeoutMs },
-        (err) => (err ? reject(err) : resolve()),
-      );
-    });
-  }
-
-  /** Runs PrepareMigration to completion (bounded by a deadline). */
-  prepareMigration(
-    migrationId: string,
-    devices: MigrationDevice[],
-    timeoutMs = 30_000,
-  ): Promise<PrepareMigrationResponse[]> {
-    return new Promise((resolve, reject) => {
-      const out: PrepareMigrationResponse[] = [];
-      const s = this.client.prepareMigration({ migrationId, devices }, this.metadata(), {
-        deadline: Date.now() + timeoutMs,
-      });
-      s.on('data', (m: PrepareMigrationResponse) => out.push(m));
-      s.on('error', reject);
-      s.on('end', () => resolve(out));
-    });
-  }
-
-  private metadata(): Metadata {
-    const md = new Metadata();
-    if (this.deps.credential) md.set('authorization', `Bearer ${this.deps.credential(this.host)}`);
-    return md;
-  }
-
   stop(): void {
     this.abort.abort();
     this.stream?.cancel();
-    this.client.close();
+    this.close();
   }
 }
 

@@ -26,10 +26,13 @@ import { isUnreachable } from './agent-link.js';
 /** The feature an agent advertises when it records bindings. */
 export const BINDING_FEATURE = 'binding.v1';
 
-/** Refuses, before allocation, a host whose agent cannot record a binding now. */
+/**
+ * Refuses, before allocation, a host whose agent cannot record a binding now
+ * (`core.agents.refresh` of the request's hosts first, on a shared database).
+ */
 export function bindGate(core: SchedulerCore): BindGate {
   return (host) => {
-    const link = core.links.get(host);
+    const link = core.agents.get(host);
     if (!link?.isConnected) {
       return new BerthError(
         'UNAVAILABLE',
@@ -98,7 +101,7 @@ export async function recordOne(
   const refusal = bindGate(core)(d.host);
   if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
   try {
-    await core.links.get(d.host)!.recordBinding(d.address, arqUuid, instanceUuid);
+    await core.agents.get(d.host)!.recordBinding(d.address, arqUuid, instanceUuid);
     return null;
   } catch (err) {
     const e = decodeServiceError(err as ServiceError);

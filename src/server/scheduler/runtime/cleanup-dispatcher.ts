@@ -49,6 +49,8 @@ export class CleanupDispatcher {
     private readonly links: (host: string) => AgentLink | undefined,
     private readonly logger: Logger,
     private readonly metrics?: Metrics,
+    /** Schedulers share the database: a host not followed here is another's to clean. */
+    private readonly followedElsewhere = false,
   ) {}
 
   /** Dispatches every pending job of a host (or of all hosts). */
@@ -57,11 +59,43 @@ export class CleanupDispatcher {
     await Promise.all(backlog.map(({ device, job }) => this.dispatch(device, job)));
   }
 
+  /**
+   * Dispatches the pending jobs of the hosts this scheduler follows (when
+   * several share a database, a job another one queued — a release made
+   * through it — is dispatched by the host's follower). Never throws.
+   */
+  async dispatchFollowed(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      const backlog = await this.store.cleanupBacklog();
+      await Promise.all(
+        backlog.filter(({ job }) => this.links(job.host)).map(({ device, job }) => this.dispatch(device, job)),
+      );
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message }, 'cannot read the cleanup backlog; next look soon');
+    }
+  }
+
+  private wakeTimer: NodeJS.Timeout | null = null;
+
+  /** Something changed in the database: look at the backlog soon (changes in a burst coalesce into one look). */
+  wake(delayMs = 100): void {
+    if (this.stopped || this.wakeTimer) return;
+    this.wakeTimer = setTimeout(() => {
+      this.wakeTimer = null;
+      void this.dispatchFollowed();
+    }, delayMs);
+  }
+
   /** Dispatches one job, unless it is already being followed. Never throws. */
   async dispatch(device: DeviceRecord, job: CleanupJob): Promise<void> {
     if (this.stopped || this.following.has(job.jobId)) return;
     const log = this.logger.child({ jobId: job.jobId, host: job.host, address: job.address });
     const link = this.links(job.host);
+    if (!link && this.followedElsewhere) {
+      log.debug('another scheduler follows this host: it dispatches the cleanup');
+      return;
+    }
     if (!link?.isConnected) {
       log.info('agent not connected; the cleanup waits for it (the device stays reserved)');
       return;
@@ -144,5 +178,6 @@ export class CleanupDispatcher {
 
   stop(): void {
     this.stopped = true;
+    if (this.wakeTimer) clearTimeout(this.wakeTimer);
   }
 }

@@ -142,7 +142,8 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
       const ref = deviceRef('device', req.device);
       const requestId = optionalRequestId('request_id', req.requestId);
       const current = await store.getDevice(ref);
-      const link = core.links.get(current.host);
+      await core.agents.refresh([current.host]);
+      const link = core.agents.get(current.host);
       // An agent we have never heard of cannot be judged; the store refuses on state alone.
       const agentCanClean = link ? link.has(CLEANUP_FEATURE) : true;
       const { device, job } = await store.requestClean(ref, { requestId, agentCanClean });

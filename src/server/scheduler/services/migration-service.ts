@@ -130,6 +130,8 @@ export function migrationServiceBinding(core: SchedulerCore): ServiceBinding {
   /** PrepareMigration on the destination, then the destination XML; claims released on any failure. */
   async function prepare(m: MigrationRecord): Promise<MigrationRecord> {
     const devices = await migrationDevices(m);
+    // The destination may be followed by another scheduler sharing the database.
+    await core.agents.refresh([m.destinationHost]);
     const unreachable = async (why: string): Promise<never> => {
       const reason = `destination agent on ${m.destinationHost} unreachable: ${why}`;
       await release(
@@ -142,8 +144,8 @@ export function migrationServiceBinding(core: SchedulerCore): ServiceBinding {
         { reason: 'AGENT_UNREACHABLE', metadata: { host: m.destinationHost, migration_uuid: m.uuid } },
       );
     };
-    const link = core.links.get(m.destinationHost);
-    if (!link) return unreachable('the agent has not registered with this scheduler');
+    const link = core.agents.get(m.destinationHost);
+    if (!link) return unreachable('the agent has not registered with any scheduler');
     if (!link.has('migration.v1')) {
       const reason = `the agent on ${m.destinationHost} does not support migration.v1`;
       await release(

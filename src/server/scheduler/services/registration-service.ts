@@ -73,11 +73,12 @@ export async function register(
     );
     throw err;
   }
-  const fresh =
-    !existing ||
-    existing.agentEpoch !== req.epoch ||
-    existing.endpoint !== req.endpoint ||
-    !core.links.has(req.host);
+  const changed = !existing || existing.agentEpoch !== req.epoch || existing.endpoint !== req.endpoint;
+  // With several schedulers on one database, the one holding the host's lease
+  // follows it (a new host's lease is taken once the host is stored, below).
+  const follows = existing ? await core.claimLink(req.host) : true;
+  if (!follows) dropLink(core, req.host, logger);
+  const fresh = changed || (follows && !core.links.has(req.host));
   if (!fresh) {
     const link = core.links.get(req.host);
     if (link && !link.isConnected) link.poke();
@@ -116,10 +117,24 @@ export async function register(
     { host: req.host, endpoint: req.endpoint, features: req.features, principal: caller.subject },
     'agent registered',
   );
-  core.connectAgent(req.host, req.endpoint, req.features);
+  if (follows && (existing || (await core.claimLink(req.host)))) {
+    core.connectAgent(req.host, req.endpoint, req.features);
+  } else {
+    // Another scheduler follows this host; it dials the new endpoint at its next look.
+    dropLink(core, req.host, logger);
+  }
   await reconcileHeld(core, req, logger);
   core.hub.notify();
   return { schedulerId: core.schedulerId, heartbeatIntervalSeconds: core.heartbeatSeconds };
+}
+
+/** Another scheduler holds the host's lease: a link this one still has is closed. */
+function dropLink(core: SchedulerCore, host: string, logger: Logger): void {
+  const link = core.links.get(host);
+  if (!link) return;
+  logger.info({ host }, 'another scheduler follows this host: link closed here');
+  link.stop();
+  core.links.delete(host);
 }
 
 /**

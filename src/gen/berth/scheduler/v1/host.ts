@@ -36,6 +36,12 @@ export interface Host {
   registeredAt: Date | undefined;
   lastSeen: Date | undefined;
   deviceCount: number;
+  /**
+   * The id of the scheduler that follows the agent (its link: inventory and
+   * cleanups); with several schedulers on one database, the holder of the
+   * host's lease. Empty when none does.
+   */
+  followedBy: string;
 }
 
 export interface ListHostsRequest {
@@ -74,6 +80,7 @@ function createBaseHost(): Host {
     registeredAt: undefined,
     lastSeen: undefined,
     deviceCount: 0,
+    followedBy: "",
   };
 }
 
@@ -108,6 +115,9 @@ export const Host: MessageFns<Host> = {
     }
     if (message.deviceCount !== 0) {
       writer.uint32(80).uint32(message.deviceCount);
+    }
+    if (message.followedBy !== "") {
+      writer.uint32(90).string(message.followedBy);
     }
     return writer;
   },
@@ -205,6 +215,14 @@ export const Host: MessageFns<Host> = {
             message.deviceCount = reader.uint32();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.followedBy = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -249,6 +267,11 @@ export const Host: MessageFns<Host> = {
         : isSet(object.device_count)
         ? globalThis.Number(object.device_count)
         : 0,
+      followedBy: isSet(object.followedBy)
+        ? globalThis.String(object.followedBy)
+        : isSet(object.followed_by)
+        ? globalThis.String(object.followed_by)
+        : "",
     };
   },
 
@@ -284,6 +307,9 @@ export const Host: MessageFns<Host> = {
     if (message.deviceCount !== 0) {
       obj.deviceCount = Math.round(message.deviceCount);
     }
+    if (message.followedBy !== "") {
+      obj.followedBy = message.followedBy;
+    }
     return obj;
   },
 
@@ -302,6 +328,7 @@ export const Host: MessageFns<Host> = {
     message.registeredAt = object.registeredAt ?? undefined;
     message.lastSeen = object.lastSeen ?? undefined;
     message.deviceCount = object.deviceCount ?? 0;
+    message.followedBy = object.followedBy ?? "";
     return message;
   },
 };
