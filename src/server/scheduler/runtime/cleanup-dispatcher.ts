@@ -69,7 +69,9 @@ export class CleanupDispatcher {
     try {
       const backlog = await this.store.cleanupBacklog();
       await Promise.all(
-        backlog.filter(({ job }) => this.links(job.host)).map(({ device, job }) => this.dispatch(device, job)),
+        backlog
+          .filter(({ job }) => this.links(job.host))
+          .map(({ device, job }) => this.dispatch(device, job)),
       );
     } catch (err) {
       this.logger.warn({ err: (err as Error).message }, 'cannot read the cleanup backlog; next look soon');

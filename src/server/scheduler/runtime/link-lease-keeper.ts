@@ -66,7 +66,10 @@ export class LinkLeaseKeeper {
       if (this.stopped) return;
       this.running = this.tick()
         .catch((err) =>
-          this.deps.logger.warn({ err: (err as Error).message }, 'link leases: this look failed; next one soon'),
+          this.deps.logger.warn(
+            { err: (err as Error).message },
+            'link leases: this look failed; next one soon',
+          ),
         )
         .finally(() => {
           this.running = null;
@@ -132,7 +135,10 @@ export class LinkLeaseKeeper {
     await this.deps.leases
       .release(this.deps.owner)
       .catch((err) =>
-        this.deps.logger.warn({ err: (err as Error).message }, 'link leases: could not release them; they expire'),
+        this.deps.logger.warn(
+          { err: (err as Error).message },
+          'link leases: could not release them; they expire',
+        ),
       );
   }
 }

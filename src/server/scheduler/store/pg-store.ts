@@ -207,10 +207,9 @@ export class PgDatabase implements TransactionRunner {
         ).map((r) => [r.host, r.owner]),
       ),
     release: async (owner) => {
-      await this.query(
-        "UPDATE link_leases SET expires_at = now() - interval '1 second' WHERE owner = $1",
-        [owner],
-      );
+      await this.query("UPDATE link_leases SET expires_at = now() - interval '1 second' WHERE owner = $1", [
+        owner,
+      ]);
     },
   };
 
