@@ -25,6 +25,7 @@ import { SERVER_OPTIONS } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
 import { Scheduler, type SchedulerOptions } from '../src/server/scheduler/scheduler.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
+import type { Store } from '../src/server/scheduler/store/store.js';
 import { nowMs, percentile, runWorkers, sorted } from './lib.js';
 
 export const DEVICES_PER_HOST = 8;
@@ -78,6 +79,14 @@ export async function loadStore(
   const store = await openSqliteStore(dbPath);
   const db = rawDb(store);
   db.pragma('synchronous = OFF');
+  await loadFleet(store, hosts);
+  db.pragma('synchronous = FULL');
+  db.pragma('wal_checkpoint(TRUNCATE)');
+  return { store, loadMs: nowMs() - t0 };
+}
+
+/** Registers `hosts` hosts of DEVICES_PER_HOST devices each, and the bench profile, through the store (any backend). */
+export async function loadFleet(store: Store, hosts: number): Promise<void> {
   const devices = Array.from({ length: DEVICES_PER_HOST }, (_, i) => benchDevice(i));
   for (let h = 0; h < hosts; h++) {
     const name = hostName(h);
@@ -107,9 +116,6 @@ export async function loadStore(
       },
     ],
   });
-  db.pragma('synchronous = FULL');
-  db.pragma('wal_checkpoint(TRUNCATE)');
-  return { store, loadMs: nowMs() - t0 };
 }
 
 /** The store's connection: only for pragmas during the untimed load. */

@@ -13,7 +13,16 @@ import { cpus, loadavg, totalmem } from 'node:os';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from './lib.js';
 
-export const BENCHMARKS = ['discovery', 'bind', 'scale', 'watch', 'zeroing', 'memory', 'retention'] as const;
+export const BENCHMARKS = [
+  'discovery',
+  'bind',
+  'scale',
+  'watch',
+  'zeroing',
+  'memory',
+  'retention',
+  'replicas',
+] as const;
 /** Per-benchmark wall-clock limit; a hung benchmark is killed and counted as a crash. */
 const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
 

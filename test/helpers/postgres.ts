@@ -3,7 +3,8 @@
  * `initdb` in a temporary directory, `postgres` on a free port on 127.0.0.1
  * (its socket in the same directory), stopped and removed at the end. As root
  * both run as the `postgres` user (the server refuses to run as root). Test
- * durability is not what is measured here, so fsync is off.
+ * durability is not what is measured here, so fsync is off (benchmarks keep it:
+ * `durable`).
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { chownSync, mkdtempSync, rmSync } from 'node:fs';
@@ -28,10 +29,20 @@ function asServerUser(bin: string, args: string[]): [string, string[]] {
   return process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args];
 }
 
-export async function startPostgres(): Promise<PostgresServer> {
+export interface PostgresOptions {
+  /**
+   * Keep PostgreSQL's durability (fsync, synchronous commit, full-page
+   * writes), as a benchmark against SQLite's synchronous=FULL must; tests turn it off.
+   */
+  durable?: boolean;
+  /** Where the data directory goes (default the OS temp dir; benchmarks use a real disk). */
+  baseDir?: string;
+}
+
+export async function startPostgres(options: PostgresOptions = {}): Promise<PostgresServer> {
   const bin = postgresBin();
   if (!bin) throw new Error('PostgreSQL binaries not found under /usr/lib/postgresql');
-  const dir = mkdtempSync(join(tmpdir(), 'berth-pg-'));
+  const dir = mkdtempSync(join(options.baseDir ?? tmpdir(), 'berth-pg-'));
   if (process.getuid?.() === 0) {
     const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
     const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
@@ -59,12 +70,9 @@ export async function startPostgres(): Promise<PostgresServer> {
     dir,
     '-c',
     'listen_addresses=127.0.0.1',
-    '-c',
-    'fsync=off',
-    '-c',
-    'synchronous_commit=off',
-    '-c',
-    'full_page_writes=off',
+    ...(options.durable
+      ? []
+      : ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']),
     '-c',
     'max_connections=200',
   ]);

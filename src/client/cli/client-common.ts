@@ -396,6 +396,7 @@ export function hostView(h: Host) {
     registered_at: iso(h.registeredAt),
     last_seen: iso(h.lastSeen),
     device_count: h.deviceCount,
+    followed_by: h.followedBy,
   };
 }
 export type HostView = ReturnType<typeof hostView>;

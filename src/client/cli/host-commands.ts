@@ -17,6 +17,7 @@ export function hostTable(rows: readonly HostView[], wide = false): string {
       { header: 'last seen', get: (h) => h.last_seen, only: 'wide' },
       { header: 'features', get: (h) => h.features, only: 'wide' },
       { header: 'boot id', get: (h) => h.boot_id, only: 'wide' },
+      { header: 'followed by', get: (h) => h.followed_by, only: 'wide' },
     ],
     { wide },
   );

@@ -257,7 +257,7 @@ export class Scheduler {
       options.retentionIntervalMs,
     );
     if (!damaged) pruner.start();
-    logger.info({ address: server.address }, 'scheduler serving');
+    logger.info({ address: server.address, schedulerId }, 'scheduler serving');
     const scheduler = new Scheduler(core, server, lock, pruner, leaseKeeper);
     if (options.metricsListen) {
       try {

@@ -1,0 +1,210 @@
+/**
+ * replicas (issue 13): bind throughput with 1, 2 and 3 `berth scheduler
+ * serve` processes on one PostgreSQL database against 1 on a SQLite file, in
+ * the same run, with the same clients: 64 concurrent create → bind → delete
+ * loops in this process, spread evenly over the replicas, on the same fleet
+ * (10,000 hosts × 8 VFs; quick: 100). PostgreSQL keeps its durability (fsync,
+ * synchronous commit) as SQLite keeps synchronous=FULL; both data directories
+ * are on the same disk (/var/tmp). The schedulers run as the package runs
+ * (bin/berth, child processes) without authentication on either side.
+ *
+ * And P3 on PostgreSQL (`scale-postgres`): bind p50 at 10,000 hosts against
+ * 100 hosts, one replica each, small-large-small as bench/scale.ts.
+ *
+ * The replica rows have no goal of their own (the issue asks for the figures);
+ * each passes when no call failed and the database holds no device bound twice.
+ * On two cores the replicas, PostgreSQL and the clients share the same CPUs,
+ * so more replicas add processes, not cores: the figures say what that costs.
+ */
+import { existsSync } from 'node:fs';
+import pg from 'pg';
+import { SchedulerClient } from '../src/client/sdk.js';
+import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
+import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js';
+import { postgresBin } from '../test/helpers/prerequisites.js';
+import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
+import { bindLoop, dbFile, type LoopStats, loadFleet, loadStore } from './bind-harness.js';
+import { emit, parseArgs, percentile, round, sorted, tempDir } from './lib.js';
+
+const CONCURRENCY = 64;
+
+/** The bind loop against `endpoints`, CONCURRENCY workers split evenly over them; merged stats. */
+async function loopOver(
+  endpoints: string[],
+  hosts: number,
+  seconds: number,
+  quick: boolean,
+): Promise<LoopStats> {
+  const clients = endpoints.map(
+    (endpoint) => new SchedulerClient({ endpoint, timeoutMs: 30_000, retries: 1 }),
+  );
+  try {
+    const parts = await Promise.all(
+      clients.map((client, i) =>
+        bindLoop(client, hosts, {
+          concurrency: Math.floor(CONCURRENCY / clients.length) + (i < CONCURRENCY % clients.length ? 1 : 0),
+          seconds,
+          maxCycles: 1_000_000,
+          warmupCycles: quick ? 16 : 256,
+        }),
+      ),
+    );
+    const bindMs = parts.flatMap((p) => p.bindMs);
+    const cycleMs = parts.flatMap((p) => p.cycleMs);
+    const s = sorted(bindMs);
+    const c = sorted(cycleMs);
+    const wall = Math.max(...parts.map((p) => p.seconds));
+    return {
+      cycles: bindMs.length,
+      errors: parts.reduce((n, p) => n + p.errors, 0),
+      firstError: parts.find((p) => p.firstError)?.firstError ?? '',
+      seconds: wall,
+      throughput: bindMs.length / wall,
+      bindMs,
+      cycleMs,
+      p50: percentile(s, 50),
+      p99: percentile(s, 99),
+      cycleP50: percentile(c, 50),
+      cycleP99: percentile(c, 99),
+      doubleAllocationsSeen: parts.reduce((n, p) => n + p.doubleAllocationsSeen, 0),
+    };
+  } finally {
+    for (const c of clients) c.close();
+  }
+}
+
+/** Starts `n` scheduler processes on `db`, runs the loop over them, stops them. */
+async function withReplicas(
+  db: string,
+  n: number,
+  run: (endpoints: string[]) => Promise<LoopStats>,
+): Promise<LoopStats> {
+  const procs: BerthProcess[] = [];
+  try {
+    for (let i = 0; i < n; i++) {
+      const p = await schedulerProcess(db, undefined, `scheduler ${i + 1}`);
+      await p.start();
+      procs.push(p);
+    }
+    return await run(procs.map((p) => p.endpoint));
+  } finally {
+    await Promise.all(procs.map((p) => p.stop()));
+  }
+}
+
+/** Devices the PostgreSQL database holds bound to two ARQs (must be 0). */
+async function pgDoubleAllocations(url: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const r = await c.query<{ n: string }>(
+      `SELECT COUNT(*) AS n FROM (SELECT device_uuid FROM arqs WHERE device_uuid IS NOT NULL
+       GROUP BY device_uuid HAVING COUNT(*) > 1) t`,
+    );
+    return Number(r.rows[0]?.n ?? 0);
+  } finally {
+    await c.end();
+  }
+}
+
+/** Loads the fleet into a new database, with synchronous commit off for the (untimed) load only. */
+async function loadPg(server: PostgresServer, name: string, hosts: number): Promise<string> {
+  const url = await server.createDatabase(name);
+  const store = await openPgStore(`${url}?options=${encodeURIComponent('-c synchronous_commit=off')}`);
+  try {
+    await loadFleet(store, hosts);
+  } finally {
+    await store.close();
+  }
+  return url;
+}
+
+const summary = (s: LoopStats) => ({
+  binds_per_s: round(s.throughput, 1),
+  p50_ms: round(s.p50),
+  p99_ms: round(s.p99),
+  cycle_p50_ms: round(s.cycleP50),
+  binds: s.cycles,
+  errors: s.errors,
+  first_error: s.firstError || undefined,
+});
+
+async function main() {
+  const { quick } = parseArgs();
+  if (!postgresBin()) {
+    process.stderr.write('replicas: skipped, PostgreSQL is not installed (apt-get install postgresql)\n');
+    return;
+  }
+  const base = existsSync('/var/tmp') ? '/var/tmp' : '/tmp';
+  const large = quick ? 100 : 10_000;
+  const small = quick ? 10 : 100;
+  const seconds = quick ? 1 : 10;
+  const dir = await tempDir(base, 'berth-bench-replicas-');
+  // Its own directory beside ours (the server runs as the postgres user, which cannot enter ours).
+  const server = await startPostgres({ durable: true, baseDir: base });
+  try {
+    // SQLite, one scheduler: the baseline.
+    const sqlitePath = dbFile(dir.path);
+    const { store } = await loadStore(sqlitePath, large);
+    await store.close();
+    const sqlite = await withReplicas(sqlitePath, 1, (e) => loopOver(e, large, seconds, quick));
+
+    const pgLarge = await loadPg(server, 'bench_large', large);
+    const replicaRuns: Array<{ n: number; stats: LoopStats }> = [];
+    for (const n of [1, 2, 3]) {
+      replicaRuns.push({
+        n,
+        stats: await withReplicas(pgLarge, n, (e) => loopOver(e, large, seconds, quick)),
+      });
+    }
+    const doubles = await pgDoubleAllocations(pgLarge);
+    for (const { n, stats } of replicaRuns) {
+      emit({
+        name: `replicas-postgres-${n}`,
+        value: stats.throughput,
+        baseline: sqlite.throughput,
+        ratio: stats.throughput / sqlite.throughput,
+        goal: 'reported against 1 scheduler on SQLite (no goal set); 0 errors, 0 double allocations',
+        pass: stats.errors === 0 && doubles === 0,
+        unit: 'binds/s',
+        replicas: n,
+        hosts: large,
+        concurrency: CONCURRENCY,
+        postgres: summary(stats),
+        sqlite: summary(sqlite),
+        devices_with_two_arqs: doubles,
+        quick,
+      });
+    }
+
+    // P3 on PostgreSQL: small, large, small (the baseline is the mean of both small runs).
+    const pgSmall = await loadPg(server, 'bench_small', small);
+    const a = await withReplicas(pgSmall, 1, (e) => loopOver(e, small, seconds / 2, quick));
+    const big = await withReplicas(pgLarge, 1, (e) => loopOver(e, large, seconds, quick));
+    const b = await withReplicas(pgSmall, 1, (e) => loopOver(e, small, seconds / 2, quick));
+    const baseline = (a.p50 + b.p50) / 2;
+    const ratio = big.p50 / baseline;
+    emit({
+      name: 'scale-postgres',
+      value: big.p50,
+      baseline,
+      ratio,
+      goal: `bind p50 at ${large} hosts <= 1.2 x bind p50 at ${small} hosts (PostgreSQL)`,
+      pass: ratio <= 1.2 && a.errors + big.errors + b.errors === 0,
+      unit: 'ms',
+      hosts_small: small,
+      hosts_large: large,
+      p50_small_runs_ms: [round(a.p50), round(b.p50)],
+      p99_large_ms: round(big.p99),
+      throughput_large: round(big.throughput, 1),
+      errors: a.errors + big.errors + b.errors,
+      quick,
+    });
+  } finally {
+    await stopAllProcesses();
+    await server.stop();
+    await dir.cleanup();
+  }
+}
+
+await main();
