@@ -2,9 +2,10 @@
  * `berth scheduler serve --db postgres://…` through the real servers (issue
  * 13): a scheduler on PostgreSQL follows a simulated host, binds, releases and
  * has the NVMe controller cleaned with its proof, and keeps it all across a
- * restart; two schedulers on one database answer binds racing for the same
- * devices without ever binding one twice. (Link ownership and watches across
- * replicas are not built yet: the second scheduler here has no agent.)
+ * restart; two and three schedulers on one database answer binds racing for
+ * the same devices without ever binding one twice, and a watch on one sees a
+ * release made through another. Link leases and kill -9 of a replica:
+ * scheduler-replicas.test.ts.
  */
 import { createHash } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -75,43 +76,58 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
     }, 90_000);
   });
 
-  describe('two schedulers on one database', () => {
+  describe('two and three schedulers on one database', () => {
     let c: Cluster;
     let second: Scheduler;
+    let third: Scheduler;
     let secondClient: SchedulerClient;
+    let thirdClient: SchedulerClient;
     const HOST = 'pg-vf-host';
     beforeAll(async () => {
       const url = await database('two');
       c = await startCluster([vfHostDefinition(HOST, 10)], { scheduler: { db: url } });
       await c.waitForDevices(HOST, 10);
       second = await Scheduler.start({ db: url, listen: '127.0.0.1:0', auth: { mode: 'none' } });
+      third = await Scheduler.start({ db: url, listen: '127.0.0.1:0', auth: { mode: 'none' } });
       secondClient = new SchedulerClient({ endpoint: second.address, timeoutMs: 30_000 });
+      thirdClient = new SchedulerClient({ endpoint: third.address, timeoutMs: 30_000 });
       await createClassProfile(c.client, 'vf', VF_CLASS);
     }, 60_000);
     afterAll(async () => {
       secondClient?.close();
+      thirdClient?.close();
       await second?.stop();
+      await third?.stop();
       await c?.stop();
     });
 
-    it('64 binds spread over both race for 10 devices: exactly 10 bound, none twice', async () => {
-      // Both see the same profiles and devices.
-      expect((await secondClient.profiles.getProfile({ name: 'vf' })).profile?.name).toBe('vf');
-      const clients = [c.client, secondClient];
-      const results = await Promise.allSettled(
-        Array.from({ length: 64 }, (_, i) => createAndBind(clients[i % 2]!, 'vf', `race-${i}`, HOST)),
-      );
-      const won = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
-      const lost = results.flatMap((r) =>
-        r.status === 'rejected' ? [r.reason as { codeName?: string }] : [],
-      );
-      expect(won).toHaveLength(10);
-      expect(new Set(won.map((a) => a.deviceUuid)).size).toBe(10);
-      expect(lost.every((e) => e.codeName === 'FAILED_PRECONDITION')).toBe(true);
-      const devices = await listChecked(secondClient, HOST);
-      expect(devices.filter((d) => d.arqUuid !== '')).toHaveLength(10);
-      expect(new Set(devices.map((d) => d.arqUuid).filter((u) => u !== '')).size).toBe(10);
-    }, 90_000);
+    for (const replicas of [2, 3]) {
+      it(`64 binds spread over ${replicas} race for 10 devices: exactly 10 bound, none twice`, async () => {
+        const clients = [c.client, secondClient, thirdClient].slice(0, replicas);
+        // Every scheduler sees the same profiles; the devices start free (a VF needs no cleanup).
+        for (const cl of clients)
+          expect((await cl.profiles.getProfile({ name: 'vf' })).profile?.name).toBe('vf');
+        const held = (await c.client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests;
+        if (held.length > 0) {
+          await c.client.arqs.deleteAcceleratorRequests({ uuids: held.map((a) => a.uuid), instanceUuid: '' });
+        }
+        const results = await Promise.allSettled(
+          Array.from({ length: 64 }, (_, i) =>
+            createAndBind(clients[i % replicas]!, 'vf', `race-${replicas}-${i}`, HOST),
+          ),
+        );
+        const won = results.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+        const lost = results.flatMap((r) =>
+          r.status === 'rejected' ? [r.reason as { codeName?: string }] : [],
+        );
+        expect(won).toHaveLength(10);
+        expect(new Set(won.map((a) => a.deviceUuid)).size).toBe(10);
+        expect(lost.every((e) => e.codeName === 'FAILED_PRECONDITION')).toBe(true);
+        const devices = await listChecked(clients[replicas - 1]!, HOST);
+        expect(devices.filter((d) => d.arqUuid !== '')).toHaveLength(10);
+        expect(new Set(devices.map((d) => d.arqUuid).filter((u) => u !== '')).size).toBe(10);
+      }, 90_000);
+    }
 
     it('a watch on one scheduler sees a release made through the other', async () => {
       // One of the race's bindings, or a new one when this test runs alone.
