@@ -294,11 +294,9 @@ export class PgDatabase implements TransactionRunner {
           await client.query(writable ? 'BEGIN' : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
           try {
             const result = await fn(unit);
-            await unit.flushEvents();
-            // Delivered at COMMIT (and only then) to every scheduler listening on the database.
-            if (unit.wrote) await client.query(`NOTIFY ${CHANGES_CHANNEL}`);
+            const commit = unit.commitSql();
             unit.end();
-            await client.query('COMMIT');
+            await client.query(commit);
             return result;
           } catch (err) {
             unit.end();
@@ -420,18 +418,31 @@ class PgUnit implements UnitOfWork {
     return (await this.q<Row>(sql, params)).rows.map((r) => JSON.parse(r.record) as T);
   }
 
-  /** The unit's device events, under the event lock held to COMMIT (revisions in commit order). */
-  async flushEvents(): Promise<void> {
-    if (this.events.length === 0) return;
-    await this.q('SELECT pg_advisory_xact_lock($1)', [EVENT_LOCK]);
-    for (const e of this.events.splice(0)) {
-      await this.q('INSERT INTO device_events (device_uuid, removed, record, at) VALUES ($1, $2, $3, $4)', [
-        e.device.uuid,
-        e.removed,
-        JSON.stringify(e.device),
-        e.device.updatedAt,
-      ]);
+  /**
+   * How the unit ends, in one round trip: its device events under the event
+   * lock held to COMMIT (revisions in commit order), the notification the
+   * other schedulers get at COMMIT (and only then), and COMMIT. One string
+   * (the simple query protocol, values escaped by the driver) so the serial
+   * section under the lock costs one round trip and the WAL flush, not one
+   * round trip per statement while this process serves other requests; a
+   * statement that fails stops the rest and the unit is rolled back.
+   */
+  commitSql(): string {
+    const parts: string[] = [];
+    if (this.events.length > 0) {
+      const lit = (v: string) => this.client.escapeLiteral(v);
+      const rows = this.events
+        .splice(0)
+        .map(
+          (e) =>
+            `(${lit(e.device.uuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${lit(JSON.stringify(e.device))}, ${lit(e.device.updatedAt)})`,
+        );
+      parts.push(`SELECT pg_advisory_xact_lock(${EVENT_LOCK})`);
+      parts.push(`INSERT INTO device_events (device_uuid, removed, record, at) VALUES ${rows.join(', ')}`);
     }
+    if (this.wrote) parts.push(`NOTIFY ${CHANGES_CHANNEL}`);
+    parts.push('COMMIT');
+    return parts.join('; ');
   }
 
   // --- hosts ---------------------------------------------------------------
