@@ -82,6 +82,11 @@ async function main() {
     return;
   }
   if (role === 'agent') {
+    // As `berth agent` does before it loads the agent (src/client/cli/main.ts).
+    const { keepYoungGenerationSmall } = await fromDist<typeof import('../src/server/agent/heap-tuning.js')>(
+      'server/agent/heap-tuning.js',
+    );
+    keepYoungGenerationSmall();
     const { Agent } = await fromDist<typeof import('../src/server/agent/agent.js')>('server/agent/agent.js');
     const { loadAgentConfig } =
       await fromDist<typeof import('../src/server/agent/config.js')>('server/agent/config.js');
