@@ -55,7 +55,7 @@ const packageOf = (service: string) => service.slice(0, service.lastIndexOf('.')
  * every file they import. Only the served services are listed: the scheduler
  * imports agent.proto for CleanupEvent but does not list AgentService.
  */
-export function reflectionDescriptors(
+function reflectionDescriptors(
   codec: DescriptorCodec,
   services: readonly string[],
 ): { files: Buffer[]; services: string[] } {
