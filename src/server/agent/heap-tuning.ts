@@ -4,7 +4,7 @@
  * many young objects survive a scavenge, which module loading and the first
  * discovery of a large host both do; once grown it stays committed, so about
  * 25 MiB of the agent's ~118 MiB peak was empty nursery (bench/memory.ts,
- * decision 37). The agent's steady state is small and mostly old objects (the
+ * decision 38). The agent's steady state is small and mostly old objects (the
  * inventory), so a 1 MiB nursery costs a few more scavenges at start and
  * nothing measurable after.
  *
