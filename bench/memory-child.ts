@@ -3,8 +3,8 @@
  * --expose-gc): `bare` (an idle Node process with the same imports),
  * `scheduler <dir> <hosts>` (a scheduler serving a store of hosts × 8
  * devices), `agent <config file>` (an agent that discovered and serves a
- * large simulated host, configured by the file). Prints one JSON line: RSS after a full GC and the
- * peak (VmHWM from /proc/self/status), in MiB.
+ * large simulated host, configured by the file). Prints one JSON line: RSS
+ * after a full GC and the peak (VmHWM from /proc/self/status), in MiB.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';

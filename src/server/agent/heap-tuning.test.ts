@@ -2,8 +2,9 @@
  * keepYoungGenerationSmall takes effect when called at run time, on the Node
  * this runs on: the same allocation (many young objects that survive, as
  * module loading and a large discovery make) grows the nursery without it and
- * leaves it at the size it had when the flag was set. A Node whose V8 ignored the flag at
- * run time would fail here, not silently cost the agent 25 MiB.
+ * leaves it at the size it had when the flag was set with it. A Node whose V8
+ * ignored the flag at run time would fail here, not silently cost the agent
+ * 25 MiB.
  */
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';

@@ -129,6 +129,18 @@ describe('server reflection, loaded on first use', () => {
     expect(decoded.fieldViolations?.[0]?.field).toBe('request');
   });
 
+  it('survives first calls cancelled while it loads, and answers the next', async () => {
+    const c = client('v1');
+    for (let i = 0; i < 5; i++) {
+      const stream = c.ServerReflectionInfo() as Stream & { cancel(): void };
+      stream.on('error', () => {});
+      stream.write({ listServices: '*' });
+      stream.cancel();
+    }
+    const [answer] = await exchange(client('v1'), [{ listServices: '*' }]);
+    expect(names(answer)).toContain('grpc.health.v1.Health');
+  });
+
   it('is not loaded until a client asks: a fresh process serving has not required @grpc/reflection', async () => {
     // In a process of its own: in this one the tests above have loaded it.
     const script = `

@@ -128,11 +128,18 @@ function relay(call: ServerDuplexStream<Buffer, Buffer>, service: string, { meth
       done();
     },
   });
+  // A write fails only when the call is gone (cancelled): nothing is left to answer.
+  stream.on('error', () => {});
+  call.on('cancelled', () => stream.destroy());
+  let refused = false;
   call.on('data', (bytes: Buffer) => {
+    if (refused) return;
     let request: unknown;
     try {
       request = method.requestDeserialize(bytes);
     } catch (err) {
+      // The call ends with this status; what the client sends after it is not read.
+      refused = true;
       call.emit(
         'error',
         toServiceError(
@@ -146,7 +153,9 @@ function relay(call: ServerDuplexStream<Buffer, Buffer>, service: string, { meth
     }
     stream.push(request);
   });
-  call.on('end', () => stream.push(null));
+  call.on('end', () => {
+    if (!refused) stream.push(null);
+  });
   handler(stream);
 }
 
