@@ -2,9 +2,9 @@
  * One memory measurement in its own process (run by bench/memory.ts with
  * --expose-gc): `bare` (an idle Node process with the same imports),
  * `scheduler <dir> <hosts>` (a scheduler serving a store of hosts × 8
- * devices), `agent <sysfsRoot> <dir>` (an agent that discovered and serves a
- * large simulated host). Prints one JSON line: RSS after a full GC and the
- * peak (VmHWM from /proc/self/status), in MiB.
+ * devices), `agent <config file>` (an agent that discovered and serves a
+ * large simulated host, configured by the file). Prints one JSON line: RSS
+ * after a full GC and the peak (VmHWM from /proc/self/status), in MiB.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -82,30 +82,16 @@ async function main() {
     return;
   }
   if (role === 'agent') {
-    const { Agent } = await fromDist<typeof import('../src/server/agent/agent.js')>('server/agent/agent.js');
-    const { parseAgentConfig } =
-      await fromDist<typeof import('../src/server/agent/config.js')>('server/agent/config.js');
-    const config = parseAgentConfig(
-      {
-        host: 'bench-agent',
-        listen: '127.0.0.1:0',
-        sysfs_root: a,
-        dev_root: join(b!, 'dev'),
-        state_dir: join(b!, 'state'),
-        enabled_drivers: ['pci'],
-        discovery_interval: 3600,
-        pci: {
-          device_spec: [
-            { vendor_id: '8086', product_id: '154c' },
-            { vendor_id: '8086', product_id: '1572' },
-            { vendor_id: '144d', product_id: 'a808' },
-          ],
-        },
-      },
-      {},
-      b!,
+    // As `berth agent` does before it loads the agent (src/client/cli/main.ts).
+    const { keepYoungGenerationSmall } = await fromDist<typeof import('../src/server/agent/heap-tuning.js')>(
+      'server/agent/heap-tuning.js',
     );
-    const agent = await Agent.start({ config, logger: silent, auth: { mode: 'none' } });
+    keepYoungGenerationSmall();
+    const { Agent } = await fromDist<typeof import('../src/server/agent/agent.js')>('server/agent/agent.js');
+    const { loadAgentConfig } =
+      await fromDist<typeof import('../src/server/agent/config.js')>('server/agent/config.js');
+    const config = await loadAgentConfig(a!, { insecureNoAuth: true });
+    const agent = await Agent.start({ config, logger: silent });
     try {
       // The client lives in the parent (bench/memory.ts): the agent's RSS is
       // measured after it served ListDevices, without a client's decoded copy.

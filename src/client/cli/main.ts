@@ -8,8 +8,8 @@
 import { logVerbosity, setLogVerbosity } from '@grpc/grpc-js';
 import { Command, CommanderError } from 'commander';
 import { ConfigError, isBerthError } from '../../errors.js';
+import { keepYoungGenerationSmall } from '../../server/agent/heap-tuning.js';
 import { BERTH_VERSION } from '../../version.js';
-import { EXIT_CODE, reportError } from './client-common.js';
 
 type Register = (program: Command) => void;
 
@@ -19,7 +19,11 @@ type Register = (program: Command) => void;
  * Without a known command (`berth`, `berth --help`) every module loads.
  */
 const COMMANDS: Record<string, () => Promise<Register>> = {
-  agent: async () => (await import('./agent-commands.js')).registerAgentCommands,
+  agent: async () => {
+    // Before the agent's modules load: the agent's peak memory (heap-tuning.ts).
+    keepYoungGenerationSmall();
+    return (await import('./agent-commands.js')).registerAgentCommands;
+  },
   scheduler: async () => (await import('./scheduler-commands.js')).registerSchedulerCommands,
   up: async () => (await import('./up-commands.js')).registerUpCommands,
   device: async () => (await import('./device-commands.js')).registerDeviceCommands,
@@ -54,8 +58,13 @@ export async function buildProgram(argv: readonly string[] = process.argv): Prom
   return program;
 }
 
-/** Every error a command can end with, as one line on stderr and an exit code. */
-export function errorExit(err: unknown): number {
+/**
+ * Every error a command can end with, as one line on stderr and an exit code.
+ * client-common (and the SDK behind it) loads here, on the way out, not at
+ * start: `berth agent serve` never needs the scheduler's client.
+ */
+export async function errorExit(err: unknown): Promise<number> {
+  const { EXIT_CODE, reportError } = await import('./client-common.js');
   if (err instanceof CommanderError) {
     return err.exitCode === 0 ? EXIT_CODE.ok : EXIT_CODE.usage;
   }
@@ -80,7 +89,7 @@ export async function main(argv: string[]): Promise<void> {
   try {
     await (await buildProgram(argv)).parseAsync(argv);
   } catch (err) {
-    process.exitCode = errorExit(err);
+    process.exitCode = await errorExit(err);
   }
 }
 

@@ -11,6 +11,7 @@ import { Metadata, status } from '@grpc/grpc-js';
 import { exportJWK, SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { generatedServiceDefinitions } from '../../../test/fuzz/services.js';
+import { ConfigError } from '../../errors.js';
 import {
   AuthError,
   Authenticator,
@@ -234,6 +235,20 @@ describe('Authenticator', () => {
     expect((await off.authorize(clean, new Metadata())).roles).toEqual([...ROLES]);
     expect(() => new Authenticator({ mode: 'token' })).toThrow(/at least one/);
     expect(() => new Authenticator({ mode: 'token', jwt: { hs256Secret: 'short' } })).toThrow(/32 bytes/);
+  });
+
+  it('refuses a JWKS whose keys are not JSON objects when it is configured, not at the first token', () => {
+    // jose, which builds the key set, loads with the first token (issue 17): the
+    // shape it requires is checked here, at start, as a configuration error.
+    for (const keys of [[1], ['k'], [null], [[]]]) {
+      const bad = () =>
+        new Authenticator({
+          mode: 'token',
+          jwt: { jwks: { keys } as unknown as { keys: Record<string, unknown>[] } },
+        });
+      expect(bad).toThrow(ConfigError);
+      expect(bad).toThrow(/jwks: expected \{"keys": \[\.\.\.\]\} of JSON objects/);
+    }
   });
 });
 

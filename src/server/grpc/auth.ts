@@ -29,7 +29,7 @@ import {
   type ServerMethodDefinition,
   status,
 } from '@grpc/grpc-js';
-import { createLocalJWKSet, type JWTPayload, errors as joseErrors, jwtVerify, SignJWT } from 'jose';
+import type { JWTPayload } from 'jose';
 import type { Logger } from 'pino';
 import { stringify as stringifyYaml } from 'yaml';
 import { BerthError, ConfigError } from '../../errors.js';
@@ -345,6 +345,23 @@ const ASYMMETRIC_ALGS = [
 
 type Verifier = (token: string) => Promise<JWTPayload>;
 
+type Jose = typeof import('jose');
+let jose: Promise<Jose> | null = null;
+/**
+ * jose loads with the first token to verify or sign, not at start: an agent
+ * without JWT callers never holds it (issue 17, the agent's memory).
+ */
+const loadJose = (): Promise<Jose> => (jose ??= import('jose'));
+
+/** What jose's createLocalJWKSet accepts: {keys: [...]} of plain JSON objects. */
+function isJwkSet(v: unknown): v is { keys: Record<string, unknown>[] } {
+  const plain = (o: unknown) =>
+    typeof o === 'object' && o !== null && [Object.prototype, null].includes(Object.getPrototypeOf(o));
+  return (
+    plain(v) && Array.isArray((v as { keys?: unknown }).keys) && (v as { keys: unknown[] }).keys.every(plain)
+  );
+}
+
 /** Checks credentials against the configured keys and tokens, and the table. */
 export class Authenticator {
   private readonly verifiers: { algs: string[]; verify: Verifier }[] = [];
@@ -380,7 +397,8 @@ export class Authenticator {
         if (key.length < 32) throw new ConfigError('jwt secret: at least 32 bytes are required for HS256');
         this.verifiers.push({
           algs: ['HS256'],
-          verify: async (t) => (await jwtVerify(t, key, { ...common, algorithms: ['HS256'] })).payload,
+          verify: async (t) =>
+            (await (await loadJose()).jwtVerify(t, key, { ...common, algorithms: ['HS256'] })).payload,
         });
       }
       if (jwt.publicKey) {
@@ -393,15 +411,21 @@ export class Authenticator {
         const algs = algorithmsFor(key);
         this.verifiers.push({
           algs,
-          verify: async (t) => (await jwtVerify(t, key, { ...common, algorithms: algs })).payload,
+          verify: async (t) =>
+            (await (await loadJose()).jwtVerify(t, key, { ...common, algorithms: algs })).payload,
         });
       }
       if (jwt.jwks) {
-        if (!Array.isArray(jwt.jwks.keys)) throw new ConfigError('jwks: expected {"keys": [...]}');
-        const set = createLocalJWKSet(jwt.jwks as Parameters<typeof createLocalJWKSet>[0]);
+        const jwks = jwt.jwks;
+        if (!isJwkSet(jwks)) throw new ConfigError('jwks: expected {"keys": [...]} of JSON objects');
+        let set: ReturnType<Jose['createLocalJWKSet']> | undefined;
         this.verifiers.push({
           algs: ASYMMETRIC_ALGS,
-          verify: async (t) => (await jwtVerify(t, set, { ...common, algorithms: ASYMMETRIC_ALGS })).payload,
+          verify: async (t) => {
+            const { createLocalJWKSet, jwtVerify } = await loadJose();
+            set ??= createLocalJWKSet(jwks as Parameters<Jose['createLocalJWKSet']>[0]);
+            return (await jwtVerify(t, set, { ...common, algorithms: ASYMMETRIC_ALGS })).payload;
+          },
         });
       }
     }
@@ -417,7 +441,7 @@ export class Authenticator {
       this.verifiers.push({
         algs,
         verify: async (t) => {
-          const { payload } = await jwtVerify(t, key, {
+          const { payload } = await (await loadJose()).jwtVerify(t, key, {
             algorithms: algs,
             issuer: SCHEDULER_ISSUER,
             audience,
@@ -478,6 +502,7 @@ export class Authenticator {
     const candidates = this.verifiers.filter((v) => v.algs.includes(alg));
     if (candidates.length === 0)
       throw unauthenticated(`token algorithm ${JSON.stringify(alg)} is not accepted`);
+    const { errors: joseErrors } = await loadJose();
     let last: unknown;
     for (const v of candidates) {
       try {
@@ -680,6 +705,7 @@ export async function signHs256Token(
   claims: { sub: string; roles: Role[]; expiresInSeconds?: number; issuer?: string; audience?: string },
 ): Promise<string> {
   const key = typeof secret === 'string' ? new TextEncoder().encode(secret) : secret;
+  const { SignJWT } = await loadJose();
   let jwt = new SignJWT({ roles: claims.roles })
     .setProtectedHeader({ alg: 'HS256' })
     .setSubject(claims.sub)

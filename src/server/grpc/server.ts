@@ -1,10 +1,9 @@
 /**
  * A grpc-js server with what every Berth server carries: grpc.health.v1,
- * server reflection (so grpcurl / buf curl work without .proto files), and
- * deliberately chosen limits. Listens on host:port (port 0 = any free port).
+ * server reflection (so grpcurl / buf curl work without .proto files; loaded
+ * on its first call, lazy-reflection.ts), and deliberately chosen limits. Listens on host:port (port 0 = any free port).
  */
 
-import { readFileSync } from 'node:fs';
 import {
   type ChannelOptions,
   ServerCredentials as Creds,
@@ -14,60 +13,10 @@ import {
   type ServiceDefinition,
   type UntypedServiceImplementation,
 } from '@grpc/grpc-js';
-import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
-import descriptor from 'protobufjs/ext/descriptor/index.js';
-import { DESCRIPTOR_SET } from '../../descriptor-set.js';
 import { listenError, parseListenAddress } from '../listen-address.js';
-import { OPEN_SERVICES } from './auth.js';
+import { addLazyReflection } from './lazy-reflection.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
-
-interface FileDescriptorLike {
-  name: string;
-  package: string;
-  dependency?: string[];
-}
-interface DescriptorCodec {
-  FileDescriptorSet: { decode(b: Uint8Array): { file: FileDescriptorLike[] } };
-  FileDescriptorProto: { encode(m: FileDescriptorLike): { finish(): Uint8Array } };
-}
-
-/** The packages of the error details Berth sends (google.rpc.ErrorInfo, BadRequest, …). */
-const DETAIL_PACKAGES = ['google.rpc'];
-
-const packageOf = (service: string) => service.slice(0, service.lastIndexOf('.'));
-
-/**
- * What reflection serves, from the descriptors buf compiled file by file
- * (proto-loader's merge each package into one synthetic file without imports,
- * which grpcurl and buf curl cannot link): the files of the services this
- * server serves — its own, health and reflection —, the error detail types
- * its errors carry (so a client resolves google.rpc.ErrorInfo by name), and
- * every file they import. Only the served services are listed: the scheduler
- * imports agent.proto for CleanupEvent but does not list AgentService.
- */
-export function reflectionDescriptors(services: readonly string[]): {
-  files: Buffer[];
-  services: string[];
-} {
-  const codec = descriptor as unknown as DescriptorCodec;
-  const set = codec.FileDescriptorSet.decode(readFileSync(DESCRIPTOR_SET));
-  const byName = new Map(set.file.map((f) => [f.name, f]));
-  // Health and reflection: every server serves them (open to all, see auth.ts).
-  const listed = [...services, ...OPEN_SERVICES];
-  const roots = new Set([...listed.map(packageOf), ...DETAIL_PACKAGES]);
-  const keep = new Set<string>();
-  const add = (f: FileDescriptorLike | undefined) => {
-    if (!f || keep.has(f.name)) return;
-    keep.add(f.name);
-    for (const d of f.dependency ?? []) add(byName.get(d));
-  };
-  for (const f of set.file) if (roots.has(f.package)) add(f);
-  const files = set.file
-    .filter((f) => keep.has(f.name))
-    .map((f) => Buffer.from(codec.FileDescriptorProto.encode(f).finish()));
-  return { files, services: listed };
-}
 
 /**
  * Limits both servers share, chosen deliberately (see docs/security.md):
@@ -126,13 +75,10 @@ export class GrpcServer {
     });
     this.health = new HealthImplementation({ '': 'NOT_SERVING' });
     this.health.addToServer(this.server);
-    const served = reflectionDescriptors(options.services.map((s) => s.name));
-    new ReflectionService(
-      { files: { fileDescriptorProtos: served.files } } as unknown as ConstructorParameters<
-        typeof ReflectionService
-      >[0],
-      { services: served.services },
-    ).addToServer(this.server);
+    addLazyReflection(
+      this.server,
+      options.services.map((s) => s.name),
+    );
     for (const s of options.services) {
       this.server.addService(guardDeserializers(s.definition), s.implementation);
       this.health.setStatus(s.name, 'NOT_SERVING');
