@@ -55,7 +55,10 @@ describe.skipIf(!usable)('three scheduler replicas on one PostgreSQL database (c
   const replicas: Record<'A' | 'B' | 'C', BerthProcess> = {} as never;
   const clients: Partial<Record<'A' | 'B' | 'C', SchedulerClient>> = {};
   let nvmeSim: SimHost;
+  let vfSim: SimHost;
+  let vfAgent: BerthProcess;
   let gate: Gate;
+  const endpoints = (order: Array<'A' | 'B' | 'C'>) => order.map((n) => replicas[n].endpoint);
   const client = (name: 'A' | 'B' | 'C') => clients[name]!;
   const idOf = (name: 'A' | 'B' | 'C') => String(replicas[name].listening.scheduler_id);
   /** The scheduler following `host`, as any live scheduler reports it. */
@@ -77,14 +80,13 @@ describe.skipIf(!usable)('three scheduler replicas on one PostgreSQL database (c
     for (const n of def.nvme) n.sanitizeMs = 300;
     nvmeSim = await buildSimHost(join(dir, 'nvme'), def);
     gate = await nvmeGate(join(dir, 'gate'), nvmeSim.nvmeCli, 'sanitize');
-    const vfSim = await buildSimHost(join(dir, 'vf'), vfHostDefinition(VF_HOST, VFS));
-    const endpoints = (order: Array<'A' | 'B' | 'C'>) => order.map((n) => replicas[n].endpoint);
+    vfSim = await buildSimHost(join(dir, 'vf'), vfHostDefinition(VF_HOST, VFS));
     // The two agents list the schedulers in different orders: A follows one host, C the other.
     const nvmeAgent = await agentProcess(nvmeSim, {
       scheduler: endpoints(['A', 'B', 'C']),
       config: { nvme: { nvme_cli: gate.nvmeCli, cleanup_timeout: 120 } },
     });
-    const vfAgent = await agentProcess(vfSim, { scheduler: endpoints(['C', 'B', 'A']) });
+    vfAgent = await agentProcess(vfSim, { scheduler: endpoints(['C', 'B', 'A']) });
     await Promise.all([nvmeAgent.start(), vfAgent.start()]);
     for (const [host, count] of [
       [NVME_HOST, 9],
@@ -129,6 +131,28 @@ describe.skipIf(!usable)('three scheduler replicas on one PostgreSQL database (c
     expect(d.lastCleanup?.proof?.method).toBeTruthy();
     expect(await readableTenantData(nvmeSim.nvmeStatePath, 'nvme0')).toEqual([]);
   }, 90_000);
+
+  it('an agent that comes back on another port, registering with a scheduler that does not follow it, is followed there by its follower', async () => {
+    const before = await followerOf(VF_HOST, 'A');
+    expect(before?.followedBy).toBe(idOf('C'));
+    await vfAgent.kill('SIGKILL');
+    await eventually(
+      () => followerOf(VF_HOST, 'A'),
+      (h) => h?.connected === false,
+    );
+    // Same host and state, a new port, and B first in its list: B stores the new
+    // endpoint; C, which holds the lease, dials it at its next look.
+    vfAgent = await agentProcess(vfSim, { scheduler: endpoints(['B', 'C', 'A']) });
+    await vfAgent.start();
+    expect(vfAgent.endpoint).not.toBe(before?.endpoint);
+    const after = await eventually(
+      () => followerOf(VF_HOST, 'B'),
+      (h) => h?.connected === true && h.endpoint === vfAgent.endpoint,
+      30_000,
+    );
+    expect(after?.followedBy).toBe(idOf('C'));
+    expect(await listChecked(client('B'), VF_HOST)).toHaveLength(VFS);
+  }, 60_000);
 
   it('kill -9 of a scheduler in a bind storm: every acknowledged bind survives, none twice, its host followed again within 10 s', async () => {
     await createClassProfile(client('A'), 'vf', VF_CLASS);
