@@ -96,6 +96,18 @@ export class Metrics {
   }
 
   /** A gauge that is 1, with one label saying why, from the moment something went wrong. */
+  private reachable: Gauge | null = null;
+
+  /** Whether the last look at a shared database (PostgreSQL) reached it: 1 or 0. */
+  storeReachable(ok: boolean): void {
+    this.reachable ??= new Gauge({
+      name: 'berth_store_reachable',
+      help: "1 while the scheduler's shared database answers (its link-lease look every 2 s), 0 while it does not",
+      registers: [this.registry],
+    });
+    this.reachable.set(ok ? 1 : 0);
+  }
+
   private alarm(name: string, help: string, label: string, value: string): void {
     new Gauge({ name, help, labelNames: [label], registers: [this.registry] }).set({ [label]: value }, 1);
   }

@@ -19,14 +19,26 @@ export interface PostgresServer {
   url(database: string): string;
   /** Creates a database (if missing) and returns its URL. */
   createDatabase(name: string): Promise<string>;
+  /** Stops the server, keeping its data (the database goes away, as in an outage). */
+  halt(): Promise<void>;
+  /** Starts it again on the same port and data. */
+  resume(): Promise<void>;
   stop(): Promise<void>;
 }
 
 const USER = 'berth';
 
-/** How to run a PostgreSQL binary: as `postgres` when we are root. */
-function asServerUser(bin: string, args: string[]): [string, string[]] {
-  return process.getuid?.() === 0 ? ['runuser', ['-u', 'postgres', '--', bin, ...args]] : [bin, args];
+/**
+ * Who runs PostgreSQL's binaries: the `postgres` user when we are root (the
+ * server refuses root). Set on the child itself (spawn's uid/gid), not through
+ * runuser, so a signal reaches the server: runuser does not pass SIGINT on,
+ * and the server it leaves behind runs until it notices its directory is gone.
+ */
+function serverUser(): { uid: number; gid: number; env: NodeJS.ProcessEnv } | Record<string, never> {
+  if (process.getuid?.() !== 0) return {};
+  const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
+  const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
+  return { uid, gid, env: { ...process.env, HOME: '/var/lib/postgresql', USER: 'postgres' } };
 }
 
 export interface PostgresOptions {
@@ -43,25 +55,16 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
   const bin = postgresBin();
   if (!bin) throw new Error('PostgreSQL binaries not found under /usr/lib/postgresql');
   const dir = mkdtempSync(join(options.baseDir ?? tmpdir(), 'berth-pg-'));
-  if (process.getuid?.() === 0) {
-    const uid = Number(execFileSync('id', ['-u', 'postgres']).toString().trim());
-    const gid = Number(execFileSync('id', ['-g', 'postgres']).toString().trim());
-    chownSync(dir, uid, gid);
-  }
+  const user = serverUser();
+  if ('uid' in user) chownSync(dir, user.uid, user.gid);
   const data = join(dir, 'data');
-  const [initCmd, initArgs] = asServerUser(join(bin, 'initdb'), [
-    '-D',
-    data,
-    '-U',
-    USER,
-    '--auth=trust',
-    '--no-sync',
-    '-E',
-    'UTF8',
-  ]);
-  execFileSync(initCmd, initArgs, { stdio: 'pipe', timeout: 120_000 });
+  execFileSync(join(bin, 'initdb'), ['-D', data, '-U', USER, '--auth=trust', '--no-sync', '-E', 'UTF8'], {
+    stdio: 'pipe',
+    timeout: 120_000,
+    ...user,
+  });
   const port = await freePort();
-  const [cmd, args] = asServerUser(join(bin, 'postgres'), [
+  const args = [
     '-D',
     data,
     '-p',
@@ -75,30 +78,48 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
       : ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off']),
     '-c',
     'max_connections=200',
-  ]);
-  const server: ChildProcess = spawn(cmd, args, { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  server.stderr?.on('data', (c: Buffer) => {
-    log = (log + c.toString()).slice(-4000);
-  });
-  const exited = new Promise<void>((resolve) => server.once('exit', () => resolve()));
+  ];
   const url = (database: string) => `postgres://${USER}@127.0.0.1:${port}/${database}`;
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    const c = new pg.Client({ connectionString: url('postgres') });
-    try {
-      await c.connect();
-      await c.end();
-      break;
-    } catch (err) {
-      await c.end().catch(() => {});
-      if (server.exitCode !== null || Date.now() > deadline) {
-        server.kill('SIGKILL');
-        rmSync(dir, { recursive: true, force: true });
-        throw new Error(`PostgreSQL did not start: ${(err as Error).message}\n${log}`);
+  let server: ChildProcess;
+  let exited: Promise<void>;
+  /** Starts the server on the data directory and waits until it accepts connections. */
+  const run = async () => {
+    server = spawn(join(bin, 'postgres'), args, { stdio: ['ignore', 'ignore', 'pipe'], ...user });
+    let log = '';
+    server.stderr?.on('data', (c: Buffer) => {
+      log = (log + c.toString()).slice(-4000);
+    });
+    exited = new Promise<void>((resolve) => server.once('exit', () => resolve()));
+    const deadline = Date.now() + 60_000;
+    for (;;) {
+      const c = new pg.Client({ connectionString: url('postgres') });
+      try {
+        await c.connect();
+        await c.end();
+        return;
+      } catch (err) {
+        await c.end().catch(() => {});
+        if (server.exitCode !== null || Date.now() > deadline) {
+          server.kill('SIGKILL');
+          throw new Error(`PostgreSQL did not start: ${(err as Error).message}\n${log}`);
+        }
+        await new Promise((r) => setTimeout(r, 100));
       }
-      await new Promise((r) => setTimeout(r, 100));
     }
+  };
+  /** Fast shutdown (SIGINT), SIGKILL if it lingers. */
+  const halt = async () => {
+    if (server.exitCode !== null || server.signalCode !== null) return;
+    server.kill('SIGINT');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
+    if (server.exitCode === null && server.signalCode === null) server.kill('SIGKILL');
+    await exited;
+  };
+  try {
+    await run();
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
   }
   const created = new Set<string>();
   return {
@@ -117,10 +138,10 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
       }
       return url(name);
     },
+    halt,
+    resume: run,
     async stop() {
-      server.kill('SIGINT'); // fast shutdown
-      await Promise.race([exited, new Promise((r) => setTimeout(r, 15_000))]);
-      if (server.exitCode === null && server.signalCode === null) server.kill('SIGKILL');
+      await halt();
       rmSync(dir, { recursive: true, force: true });
     },
   };

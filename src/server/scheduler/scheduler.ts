@@ -167,6 +167,7 @@ export class Scheduler {
       links.set(host, link);
       link.start();
     };
+    let databaseReachable: (reachable: boolean, why?: string) => void = () => {};
     const leaseKeeper = leases
       ? new LinkLeaseKeeper({
           store,
@@ -175,6 +176,7 @@ export class Scheduler {
           links,
           connect: connectAgent,
           afterTick: () => void dispatcher.dispatchFollowed(),
+          onDatabase: (reachable, why) => databaseReachable(reachable, why),
           logger: logger.child({ component: 'link-leases' }),
           ...(options.linkLeases ? { timing: options.linkLeases } : {}),
         })
@@ -223,6 +225,18 @@ export class Scheduler {
     // serving: health NOT_SERVING, every call UNAVAILABLE with STORE_DAMAGED, and
     // the log and /metrics say why, until an operator restores it.
     let damaged = false;
+    // A shared database that stops answering (the lease keeper looks every 2 s):
+    // health NOT_SERVING, so load balancers and agents go to another replica,
+    // until it answers again.
+    let reachable = true;
+    databaseReachable = (ok, why) => {
+      metrics.storeReachable(ok);
+      if (ok === reachable || damaged) return;
+      reachable = ok;
+      server.setServing(ok);
+      if (ok) logger.warn('the database answers again: serving');
+      else logger.error({ why }, 'the database does not answer: health NOT_SERVING until it does');
+    };
     store.onDamage?.((why) => {
       damaged = true;
       server.setServing(false);

@@ -40,6 +40,8 @@ export interface LinkLeaseKeeperDeps {
   connect: (host: string, endpoint: string, features: string[]) => void;
   /** After each look: dispatch the cleanups of the hosts followed here. */
   afterTick: () => void;
+  /** After each look: whether the database answered it (and why not). */
+  onDatabase?: (reachable: boolean, why?: string) => void;
   logger: Logger;
   timing?: Partial<LeaseTiming>;
 }
@@ -65,12 +67,12 @@ export class LinkLeaseKeeper {
     const loop = () => {
       if (this.stopped) return;
       this.running = this.tick()
-        .catch((err) =>
-          this.deps.logger.warn(
-            { err: (err as Error).message },
-            'link leases: this look failed; next one soon',
-          ),
-        )
+        .then(() => this.deps.onDatabase?.(true))
+        .catch((err) => {
+          const why = (err as Error).message;
+          this.deps.logger.warn({ err: why }, 'link leases: this look failed; next one soon');
+          if (!this.stopped) this.deps.onDatabase?.(false, why);
+        })
         .finally(() => {
           this.running = null;
           if (!this.stopped) this.timer = setTimeout(loop, this.timing.intervalMs);

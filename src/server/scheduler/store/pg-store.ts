@@ -115,7 +115,14 @@ export class PgDatabase implements TransactionRunner {
   constructor(url: string, options: { poolSize?: number } = {}) {
     this.url = url;
     this.where = redact(url);
-    this.pool = new pg.Pool({ connectionString: url, max: options.poolSize ?? 10, types: TYPES });
+    // A database that does not answer at all (a black-holed network) fails a
+    // unit after 10 s instead of holding it forever.
+    this.pool = new pg.Pool({
+      connectionString: url,
+      max: options.poolSize ?? 10,
+      types: TYPES,
+      connectionTimeoutMillis: 10_000,
+    });
     // An idle connection that breaks is dropped by the pool; the next unit reports it.
     this.pool.on('error', () => {});
   }
@@ -166,12 +173,7 @@ export class PgDatabase implements TransactionRunner {
     return this.track(() => this.unit(fn, false));
   }
 
-  /**
-   * Calls `listener` after any unit commits a change — its own scheduler's or
-   * another's on the same database (LISTEN/NOTIFY): a watch on one scheduler
-   * sees what was changed through another. A lost listening connection is
-   * opened again (and the listeners called, as something may have changed).
-   */
+  /** Link leases (store.ts LinkLeases): one statement each, outside any unit. */
   readonly leases: LinkLeases = {
     claim: async (host, owner, ttlMs) => {
       const rows = await this.query<{ owner: string }>(
@@ -218,6 +220,12 @@ export class PgDatabase implements TransactionRunner {
     return this.track(() => this.withClient(async (client) => (await client.query<R>(sql, params)).rows));
   }
 
+  /**
+   * Calls `listener` after any unit commits a change — its own scheduler's or
+   * another's on the same database (LISTEN/NOTIFY): a watch on one scheduler
+   * sees what was changed through another. A lost listening connection is
+   * opened again (and the listeners called, as something may have changed).
+   */
   onChange(listener: () => void): void {
     this.changeListeners.push(listener);
     if (!this.listener && !this.relisten) void this.listen();
@@ -275,13 +283,26 @@ export class PgDatabase implements TransactionRunner {
     try {
       client = await this.pool.connect();
     } catch (err) {
-      throw this.translate(err);
+      const e = this.translate(err);
+      // Not a PostgreSQL error (a timeout, a refused or reset connection): the database is out of reach.
+      if (e instanceof BerthError || typeof (e as { code?: unknown }).code === 'string') throw e;
+      throw new BerthError(
+        'UNAVAILABLE',
+        `the scheduler's database ${this.where} is unreachable (${(e as Error).message})`,
+        { reason: 'STORE_UNAVAILABLE' },
+      );
     }
+    // While checked out, the pool no longer listens for the client's errors: a
+    // connection the server drops (a restart, a failover) must fail this unit's
+    // query — which it does — not the whole process as an unhandled 'error'.
+    const ignore = () => {};
+    client.on('error', ignore);
     try {
       return await fn(client);
     } catch (err) {
       throw this.translate(err);
     } finally {
+      client.removeListener('error', ignore);
       client.release();
     }
   }

@@ -1,0 +1,106 @@
+/**
+ * A scheduler whose PostgreSQL database stops answering (issue 13: with
+ * several replicas, a load balancer and the agents must go to another one):
+ * its health turns NOT_SERVING within a look of its link-lease keeper, every
+ * call is UNAVAILABLE with STORE_UNAVAILABLE (never INTERNAL), /metrics says
+ * `berth_store_reachable 0`; when the database is back, it serves again.
+ */
+import { createHash } from 'node:crypto';
+import { credentials, Metadata, makeClientConstructor } from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
+import { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { eventually } from '../helpers/grpc.js';
+import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
+import { available, postgresServer } from '../helpers/prerequisites.js';
+
+const usable = available(postgresServer(), 'a scheduler whose PostgreSQL goes away');
+
+const HealthClient = makeClientConstructor(
+  healthService as unknown as Parameters<typeof makeClientConstructor>[0],
+  'grpc.health.v1.Health',
+);
+
+/** The overall health status ('' service) a server reports over gRPC. */
+function health(endpoint: string): Promise<string> {
+  const client = new HealthClient(endpoint, credentials.createInsecure()) as unknown as {
+    check(
+      req: { service: string },
+      md: Metadata,
+      opts: { deadline: number },
+      cb: (err: Error | null, res: { status: string }) => void,
+    ): void;
+    close(): void;
+  };
+  return new Promise<string>((resolve, reject) =>
+    client.check({ service: '' }, new Metadata(), { deadline: Date.now() + 5_000 }, (err, res) => {
+      client.close();
+      if (err) reject(err);
+      else resolve(res.status);
+    }),
+  );
+}
+
+describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering', () => {
+  let pg: PostgresServer;
+  let scheduler: Scheduler;
+  let client: SchedulerClient;
+
+  beforeAll(async () => {
+    pg = await startPostgres();
+    const url = await pg.createDatabase(
+      `berth_${createHash('sha256').update('unreachable').digest('hex').slice(0, 12)}`,
+    );
+    scheduler = await Scheduler.start({
+      db: url,
+      listen: '127.0.0.1:0',
+      auth: { mode: 'none' },
+      metricsListen: '127.0.0.1:0',
+      linkLeases: { intervalMs: 200, ttlMs: 2_000 },
+    });
+    client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000, retries: 0 });
+  }, 120_000);
+  afterAll(async () => {
+    client?.close();
+    await scheduler?.stop();
+    await pg?.stop();
+  });
+
+  const metric = async () => {
+    const text = await (await fetch(`http://${scheduler.metricsAddress}/metrics`)).text();
+    return /^berth_store_reachable(?:\{[^}]*\})? (\d)/m.exec(text)?.[1];
+  };
+
+  it('NOT_SERVING and STORE_UNAVAILABLE while it is down; serving again when it is back', async () => {
+    expect(await health(scheduler.address)).toBe('SERVING');
+    expect(await eventually(metric, (v) => v === '1')).toBe('1');
+
+    await pg.halt();
+    expect(
+      await eventually(
+        () => health(scheduler.address),
+        (s) => s === 'NOT_SERVING',
+        30_000,
+      ),
+    ).toBe('NOT_SERVING');
+    expect(await metric()).toBe('0');
+    const err = await client.hosts.listHosts({}).then(
+      () => null,
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(BerthClientError);
+    expect(err).toMatchObject({ codeName: 'UNAVAILABLE', reason: 'STORE_UNAVAILABLE' });
+
+    await pg.resume();
+    expect(
+      await eventually(
+        () => health(scheduler.address),
+        (s) => s === 'SERVING',
+        30_000,
+      ),
+    ).toBe('SERVING');
+    expect(await metric()).toBe('1');
+    expect((await client.hosts.listHosts({})).hosts).toEqual([]);
+  }, 120_000);
+});
