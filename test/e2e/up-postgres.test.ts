@@ -65,4 +65,52 @@ describe.skipIf(!usable)('berth up --db postgres://', () => {
     const again = parseJson<{ uuid: string }[]>(await berth(['device', 'list', '-o', 'json'], env));
     expect(again.map((d) => d.uuid).sort()).toEqual((listed as { uuid: string }[]).map((d) => d.uuid).sort());
   }, 300_000);
+
+  it('--replicas 2: two schedulers on the database, each answering, every host followed by one of them', async () => {
+    const url = await server.createDatabase(
+      `berth_${createHash('sha256').update(`${dir.path}/replicas`).digest('hex').slice(0, 12)}`,
+    );
+    const env = cliEnv(join(dir.path, 'client-config-replicas.yaml'));
+    const state = join(dir.path, 'state-replicas');
+    const refused = await berth(['up', '--state-dir', state, '--replicas', '2'], env);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(
+      '--replicas 2: several schedulers share one PostgreSQL database; give --db',
+    );
+    const bad = await berth(['up', '--state-dir', state, '--db', url, '--replicas', 'two'], env);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('--replicas: "two" is not a number of schedulers from 1 to 9');
+
+    await stop(up);
+    up = start(
+      [
+        'up',
+        '--listen',
+        `127.0.0.1:${await freePort()}`,
+        '--state-dir',
+        state,
+        '--db',
+        url,
+        '--replicas',
+        '2',
+      ],
+      env,
+    );
+    await up.waitFor(/Berth is up/, UP_TIMEOUT);
+    const second = /scheduler\s+(\S+)\s+\(replica 2, same database\)/.exec(up.stdout())?.[1];
+    expect(second, up.stdout()).toBeTruthy();
+    const first = parseJson<{ uuid: string }[]>(await berth(['device', 'list', '-o', 'json'], env));
+    const viaSecond = parseJson<{ uuid: string }[]>(
+      await berth(['device', 'list', '-o', 'json', '--endpoint', second!], env),
+    );
+    expect(viaSecond.map((d) => d.uuid).sort()).toEqual(first.map((d) => d.uuid).sort());
+    const hosts = parseJson<{ name: string; connected: boolean; followed_by: string }[]>(
+      await berth(['host', 'list', '-o', 'json', '--endpoint', second!], env),
+    );
+    expect(hosts.length).toBe(2);
+    for (const h of hosts) {
+      expect(h.connected, h.name).toBe(true);
+      expect(h.followed_by, h.name).toMatch(/^[0-9a-f-]{36}$/);
+    }
+  }, 300_000);
 });

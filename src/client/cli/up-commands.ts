@@ -29,8 +29,19 @@ export function registerUpCommands(program: Command): void {
       '--db <url>',
       "the scheduler's database: a postgres://user@host/db URL (default: a SQLite file in the state directory)",
     )
+    .option(
+      '--replicas <n>',
+      'run n schedulers on the --db postgres:// database, as a replicated control plane (the agents list them all)',
+      (v: string) => {
+        if (!/^[1-9]$/.test(v)) {
+          throw new ConfigError(`--replicas: ${JSON.stringify(v)} is not a number of schedulers from 1 to 9`);
+        }
+        return Number(v);
+      },
+    )
     .action(
       async (o: {
+        replicas?: number;
         listen: string;
         stateDir: string;
         metricsListen?: string;
@@ -56,6 +67,7 @@ export function registerUpCommands(program: Command): void {
             logger,
             ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
             ...(o.db ? { db: o.db } : {}),
+            ...(o.replicas !== undefined ? { replicas: o.replicas } : {}),
           });
         } catch (err) {
           const flags: Record<string, string> = { [o.listen]: '--listen' };
@@ -73,6 +85,9 @@ export function registerUpCommands(program: Command): void {
         const lines = [
           `Berth is up.`,
           `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
+          ...up.schedulers
+            .slice(1)
+            .map((x, i) => `  scheduler  ${x.address}   (replica ${i + 2}, same database)`),
           ...up.agents.map(
             (a) => `  agent      ${a.address}   host ${a.config.host}, ${a.inventory.list().length} devices`,
           ),

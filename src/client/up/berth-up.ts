@@ -15,11 +15,13 @@ import { hostname } from 'node:os';
 import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { stringify as toYaml } from 'yaml';
+import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
 import { Agent } from '../../server/agent/agent.js';
 import { loadAgentConfig, parseAgentConfig } from '../../server/agent/config.js';
 import { InstanceLock } from '../../server/instance-lock.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
+import { isPostgresUrl } from '../../server/scheduler/store/pg-store.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../sim/host.js';
 import { loadOrCreateUpTokens, type UpTokens } from './up-tokens.js';
 
@@ -36,6 +38,8 @@ export interface UpOptions {
   metricsListen?: string;
   /** The scheduler's database: a postgres:// URL instead of the SQLite file in the state directory. */
   db?: string;
+  /** Schedulers on that database (PostgreSQL only): the first on `listen`, the others on free ports. */
+  replicas?: number;
   logger?: Logger;
 }
 
@@ -44,6 +48,8 @@ export interface Up {
   adminToken: string;
   tokens: UpTokens;
   scheduler: Scheduler;
+  /** Every scheduler (the first is `scheduler`); more than one with `replicas`. */
+  schedulers: Scheduler[];
   agents: Agent[];
   sims: SimHost[];
   endpoint: string;
@@ -88,7 +94,19 @@ export async function startUp(options: UpOptions): Promise<Up> {
     kind: 'berth up',
     hint: 'or use another --state-dir',
   });
+  const replicas = options.replicas ?? 1;
+  if (!Number.isInteger(replicas) || replicas < 1 || replicas > 9) {
+    throw new ConfigError(
+      `--replicas: ${JSON.stringify(options.replicas)} is not a number of schedulers from 1 to 9`,
+    );
+  }
+  if (replicas > 1 && !(options.db && isPostgresUrl(options.db))) {
+    throw new ConfigError(
+      `--replicas ${replicas}: several schedulers share one PostgreSQL database; give --db postgres://…`,
+    );
+  }
   let scheduler: Scheduler | undefined;
+  const schedulers: Scheduler[] = [];
   const agents: Agent[] = [];
   const sims: SimHost[] = [];
   try {
@@ -104,16 +122,23 @@ export async function startUp(options: UpOptions): Promise<Up> {
     const tokens = await loadOrCreateUpTokens(stateDir, realHost ? [realHost] : simDefs.map((d) => d.host));
     // The agents accept the admin's token and the scheduler's per-host credentials.
     const agentAuth = { static_tokens_file: tokens.file, scheduler_public_key_file: tokens.publicKeyFile };
-    scheduler = await Scheduler.start({
-      auth: { mode: 'token', staticTokens: tokens.staticTokens },
-      agentSigningKey: tokens.signingKey,
-      db: options.db ?? join(stateDir, 'scheduler.db'),
-      listen: options.listen,
-      logger,
-      heartbeatSeconds: 5,
-      ...(options.metricsListen ? { metricsListen: options.metricsListen } : {}),
-    });
+    for (let i = 0; i < replicas; i++) {
+      schedulers.push(
+        await Scheduler.start({
+          auth: { mode: 'token', staticTokens: tokens.staticTokens },
+          agentSigningKey: tokens.signingKey,
+          db: options.db ?? join(stateDir, 'scheduler.db'),
+          listen: i === 0 ? options.listen : '127.0.0.1:0',
+          logger: i === 0 ? logger : logger.child({ replica: i + 1 }),
+          heartbeatSeconds: 5,
+          ...(options.metricsListen && i === 0 ? { metricsListen: options.metricsListen } : {}),
+        }),
+      );
+    }
+    scheduler = schedulers[0]!;
     lock.setEndpoint(scheduler.address);
+    // Agents list every scheduler: each registers with the first that answers.
+    const schedulerList = schedulers.length === 1 ? scheduler.address : schedulers.map((x) => x.address);
     if (realHost) {
       const config = parseAgentConfig(
         {
@@ -122,7 +147,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
           host: realHost,
           sysfs_root: options.sysfsRoot,
           listen: '127.0.0.1:0',
-          scheduler: scheduler.address,
+          scheduler: schedulerList,
           auth: agentAuth,
           scheduler_token_file: tokens.agents.get(realHost)!.file,
         },
@@ -141,7 +166,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
         const config = await writeAgentConfig(sim.configPath, {
           ...sim.agentConfig,
           state_dir: join(stateDir, 'agents', def.host),
-          scheduler: scheduler.address,
+          scheduler: schedulerList,
           register_interval: 5,
           auth: agentAuth,
           scheduler_token_file: tokens.agents.get(def.host)!.file,
@@ -158,6 +183,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
       adminToken: tokens.admin,
       tokens,
       scheduler,
+      schedulers,
       agents,
       sims,
       endpoint: scheduler.address,
@@ -165,13 +191,13 @@ export async function startUp(options: UpOptions): Promise<Up> {
       stateDir,
       async stop() {
         for (const a of agents) await a.stop();
-        await s.stop();
+        for (const x of schedulers) await x.stop();
         lock.release();
       },
     };
   } catch (err) {
     for (const a of agents) await a.stop();
-    await scheduler?.stop();
+    for (const x of schedulers) await x.stop();
     lock.release();
     throw err;
   }
