@@ -27,7 +27,7 @@ import { parseAgentConfig } from '../src/server/agent/config.js';
 import { PluginHost } from '../src/server/agent/plugin-host.js';
 import { buildSysfs, largeHostSpec } from '../src/sim/sysfs/index.js';
 import { emit, median, nowMs, parseArgs, tempDir, timed } from './lib.js';
-import { buildFloor, recordSysfsOps } from './sysfs-floor.js';
+import { buildFloor, recordSysfsOps, replayInNode } from './sysfs-floor.js';
 
 const run = promisify(execFile);
 
@@ -109,6 +109,8 @@ async function main() {
     }
     const berthMs: number[] = [];
     const floorMs: number[] = [];
+    const floorProcessMs: number[] = [];
+    const nodeReplayMs: number[] = [];
     const lspciMs: number[] = [];
     let devices = first.value.devices.length;
     let excluded = first.value.excluded.length;
@@ -124,7 +126,10 @@ async function main() {
           devices = r.value.devices.length;
           excluded = r.value.excluded.length;
         } else if (side === 'floor') {
-          floorMs.push((await floor.run()).ms);
+          const r = await floor.run();
+          floorMs.push(r.ms);
+          floorProcessMs.push(r.processMs);
+          nodeReplayMs.push(replayInNode(recorded.ops));
         } else if (lspciAvailable) {
           const r = await timed(() => run('lspci', lspciArgs, { maxBuffer: 64 << 20 }));
           lspciMs.push(r.ms);
@@ -159,6 +164,12 @@ async function main() {
       ...common,
       floor: floor.kind,
       floor_ms: floorMs.map((x) => Math.round(x * 10) / 10),
+      // The same floor timed as a whole process (start, list parsing, exit), as lspci is.
+      floor_process_ms: Math.round(median(floorProcessMs) * 10) / 10,
+      // The same list replayed by bare node:fs calls here: Node's share, no Berth work.
+      node_replay_ms: Math.round(median(nodeReplayMs) * 10) / 10,
+      node_replay_ratio: Math.round((median(nodeReplayMs) / floorMedian) * 1000) / 1000,
+      ratio_to_floor_process: Math.round((value / median(floorProcessMs)) * 1000) / 1000,
       floor_ops: recorded.ops.length,
       floor_ops_by_kind: {
         read: counts.r ?? 0,

@@ -16,7 +16,15 @@
  * only the reads, recorded in the result's note).
  */
 import { execFile } from 'node:child_process';
-import fs from 'node:fs';
+import fs, {
+  closeSync,
+  existsSync,
+  openSync,
+  readdirSync,
+  readlinkSync,
+  readSync,
+  realpathSync,
+} from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { syncBuiltinESMExports } from 'node:module';
 import { join } from 'node:path';
@@ -163,9 +171,10 @@ export interface Floor {
   /**
    * Runs the floor once. `ms`: the replay alone for c (timed inside the
    * program: no process start, no list parsing), the whole process for cat.
+   * `processMs`: the whole process, start to exit, as lspci is timed.
    * `did`: what it did ("ok failed bytes" for c).
    */
-  run(): Promise<{ ms: number; did: string }>;
+  run(): Promise<{ ms: number; processMs: number; did: string }>;
   note: string;
 }
 
@@ -181,8 +190,11 @@ export async function buildFloor(dir: string, ops: readonly [SysfsOp, string][])
     return {
       kind: 'c',
       run: async () => {
-        const [ok, failed, bytes, ns] = (await run(bin, [list])).stdout.trim().split(' ');
-        return { ms: Number(ns) / 1e6, did: `${ok} ok, ${failed} absent, ${bytes} bytes` };
+        const t0 = performance.now();
+        const { stdout } = await run(bin, [list]);
+        const processMs = performance.now() - t0;
+        const [ok, failed, bytes, ns] = stdout.trim().split(' ');
+        return { ms: Number(ns) / 1e6, processMs, did: `${ok} ok, ${failed} absent, ${bytes} bytes` };
       },
       note: 'a C program replaying every recorded operation (open+read, readlink, readdir, access, realpath), timed inside the program',
     };
@@ -196,9 +208,38 @@ export async function buildFloor(dir: string, ops: readonly [SysfsOp, string][])
       run: async () => {
         const t0 = performance.now();
         const r = await run('sh', ['-c', 'xargs -0 cat -- < "$1" > /dev/null 2>&1; echo $?', 'sh', catList]);
-        return { ms: performance.now() - t0, did: `cat exit ${r.stdout.trim()}` };
+        const ms = performance.now() - t0;
+        return { ms, processMs: ms, did: `cat exit ${r.stdout.trim()}` };
       },
       note: `cc not found: cat (through xargs) over the ${files.length} files read, timed as a process (no readdir/readlink/realpath)`,
     };
   }
+}
+
+/**
+ * The same operations replayed by bare node:fs calls in this process, with no
+ * parsing or matching: what Node's fs bindings alone cost for Berth's list —
+ * the part of Berth's time a JavaScript reader cannot remove. Returns ms.
+ */
+export function replayInNode(ops: readonly [SysfsOp, string][]): number {
+  const buf = Buffer.alloc(4096);
+  const t0 = performance.now();
+  for (const [op, p] of ops) {
+    try {
+      if (op === 'r') {
+        const fd = openSync(p, 'r');
+        try {
+          readSync(fd, buf, 0, buf.length, 0);
+        } finally {
+          closeSync(fd);
+        }
+      } else if (op === 'l') readlinkSync(p);
+      else if (op === 'd') readdirSync(p);
+      else if (op === 's') existsSync(p);
+      else realpathSync(p);
+    } catch {
+      // absent, as for Berth's reader
+    }
+  }
+  return performance.now() - t0;
 }
