@@ -217,6 +217,8 @@ async function main() {
   }
   const b: number[] = [];
   const e: number[] = [];
+  // Process CPU per change (servers and clients share this process): steadier than latency under load.
+  const cpu = { berth: 0, base: 0 };
   let missed = 0;
   try {
     // Both sides open at once; their changes alternate (the order swapping each
@@ -224,9 +226,14 @@ async function main() {
     for (let k = 0; k < warmup + changes; k++) {
       const order = k % 2 === 0 ? ([berth, base] as const) : ([base, berth] as const);
       for (const side of order) {
+        const c0 = process.cpuUsage();
         const r = await side.change(k);
+        const c = process.cpuUsage(c0);
         if (!r.ok) missed++;
-        if (k >= warmup) (side === berth ? b : e).push(r.ms);
+        if (k >= warmup) {
+          (side === berth ? b : e).push(r.ms);
+          cpu[side === berth ? 'berth' : 'base'] += (c.user + c.system) / 1000;
+        }
         await sleep(5);
       }
     }
@@ -251,6 +258,8 @@ async function main() {
     baseline_p50_ms: round(percentile(es, 50)),
     p90_ms: round(percentile(bs, 90)),
     baseline_p90_ms: round(percentile(es, 90)),
+    cpu_ms_per_change: round(cpu.berth / changes),
+    baseline_cpu_ms_per_change: round(cpu.base / changes),
     subscribers,
     channels,
     changes,
