@@ -1,7 +1,7 @@
 /**
  * Responses encoded once and written to many calls. A WatchDevices change goes
- * to every watcher as the same message; encoding it once per watcher was the
- * largest piece of Berth's own work in the fan-out (bench/watch.ts). A handler
+ * to every watcher as the same message; encoding it once per watcher cost about
+ * 4 ms of CPU per change with 1,000 watchers (bench/watch.ts). A handler
  * yields `encodeOnce(codec, message)` — or shares one such value between calls —
  * and every method's response serializer, wrapped by `passEncodedResponses`
  * (GrpcServer applies it to every service it serves), sends those bytes as they
