@@ -3,25 +3,27 @@
  * a durable SQLite file (WAL + synchronous FULL, on a real disk) preloaded
  * with `hosts` × 8 devices, driven over gRPC on loopback by concurrent clients
  * doing CreateAcceleratorRequests + BindAcceleratorRequests +
- * DeleteAcceleratorRequests; and the baseline, an empty unary RPC on a plain
- * grpc-js server with the same server options, in the same process layout
- * (server and clients in this process), at the same concurrency.
+ * DeleteAcceleratorRequests, or by binds alone (ARQs created before and
+ * deleted after, untimed); and the baseline, an empty unary RPC on the same
+ * scheduler server (same interceptors, auth included), through the same client
+ * code, at the same concurrency.
  */
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import {
+  type CallOptions,
+  type Client,
   credentials,
+  type Metadata,
   makeGenericClientConstructor,
-  Server,
-  ServerCredentials,
   type ServiceDefinition,
   type ServiceError,
 } from '@grpc/grpc-js';
 import Database from 'better-sqlite3';
 import { pino } from 'pino';
-import { SchedulerClient } from '../src/client/sdk.js';
+import { promisify, SchedulerClient } from '../src/client/sdk.js';
 import { generateStaticToken } from '../src/server/grpc/auth.js';
-import { SERVER_OPTIONS } from '../src/server/grpc/server.js';
+import type { ServiceBinding } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
 import { Scheduler, type SchedulerOptions } from '../src/server/scheduler/scheduler.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
@@ -318,66 +320,96 @@ export async function startScheduler(
   return { scheduler, client, token };
 }
 
-// ---- baseline: an empty unary RPC -------------------------------------------
+// ---- baseline: an empty unary RPC on the scheduler's own server ------------
 
+/**
+ * The baseline method. It is registered on the scheduler's own grpc.Server
+ * through the `extraServices` seam, so a call to it passes the very interceptors
+ * a BindAcceleratorRequests call passes (metrics, auth with the same static
+ * token and the role table, the malformed-request guard, the deserializer
+ * guard). The auth table refuses any path it does not list, and the only paths
+ * it lists that the scheduler does not serve are the agent's: the empty method
+ * therefore takes the path of the agent's GetAgentInfo (admin may call it) —
+ * with empty request and response bytes, no handler work and no store access.
+ */
+export const EMPTY_PATH = '/berth.agent.v1.AgentService/GetAgentInfo';
+
+const identity = (x: Buffer) => x;
 const EMPTY: ServiceDefinition = {
-  ping: {
-    path: '/bench.Empty/Ping',
+  getAgentInfo: {
+    path: EMPTY_PATH,
     requestStream: false,
     responseStream: false,
-    requestSerialize: (x: Buffer) => x,
-    requestDeserialize: (x: Buffer) => x,
-    responseSerialize: (x: Buffer) => x,
-    responseDeserialize: (x: Buffer) => x,
+    requestSerialize: identity,
+    requestDeserialize: identity,
+    responseSerialize: identity,
+    responseDeserialize: identity,
   },
 };
 
-/** A grpc-js server (Berth's server options) with one empty unary method, and a client for it. */
-export async function startEmptyServer(): Promise<{
-  call(): Promise<void>;
-  stop(): Promise<void>;
-}> {
-  const server = new Server(SERVER_OPTIONS);
-  server.addService(EMPTY, {
-    ping: (_call: unknown, cb: (err: ServiceError | null, res: Buffer) => void) => cb(null, Buffer.alloc(0)),
-  });
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (e, p) =>
-      e ? reject(e) : resolve(p),
-    ),
-  );
-  const Ctor = makeGenericClientConstructor(EMPTY, 'Empty');
-  const client = new Ctor(`127.0.0.1:${port}`, credentials.createInsecure()) as unknown as {
-    ping(req: Buffer, opts: { deadline: number }, cb: (err: ServiceError | null) => void): void;
-    close(): void;
-  };
-  return {
-    call: () =>
-      new Promise<void>((resolve, reject) =>
-        client.ping(Buffer.alloc(0), { deadline: Date.now() + 30_000 }, (e) => (e ? reject(e) : resolve())),
-      ),
-    async stop() {
-      client.close();
-      await new Promise<void>((r) => {
-        const t = setTimeout(() => {
-          server.forceShutdown();
-          r();
-        }, 2_000);
-        server.tryShutdown(() => {
-          clearTimeout(t);
-          r();
-        });
-      });
+/** Pass as `extraServices` to startScheduler: the empty method on the same server. */
+export const emptyOnScheduler = (): ServiceBinding[] => [
+  {
+    name: 'berth.agent.v1.AgentService',
+    definition: EMPTY,
+    implementation: {
+      getAgentInfo: (_call: unknown, cb: (err: ServiceError | null, res: Buffer) => void) =>
+        cb(null, Buffer.alloc(0)),
     },
+  },
+];
+
+type EmptyStub = Client & {
+  getAgentInfo(
+    req: Buffer,
+    md: Metadata,
+    opts: Partial<CallOptions>,
+    cb: (err: ServiceError | null, res: Buffer) => void,
+  ): unknown;
+};
+
+/**
+ * A client of the empty method built like the SDK's clients (a generated-style
+ * grpc-js client on the same endpoint and credentials, so grpc-js shares the
+ * connection; the SDK's own promise wrapper: token metadata, deadline, retry
+ * policy lookup).
+ */
+export function emptyClient(endpoint: string, token: string): { call(): Promise<void>; close(): void } {
+  const Ctor = makeGenericClientConstructor(EMPTY, 'Empty');
+  const stub = new Ctor(endpoint, credentials.createInsecure()) as unknown as EmptyStub;
+  const p = promisify(stub, { endpoint, token, timeoutMs: 30_000, retries: 1 });
+  return {
+    call: async () => {
+      await p.getAgentInfo(Buffer.alloc(0));
+    },
+    close: () => stub.close(),
   };
 }
 
-export async function emptyLoop(
+/** Latencies (ms) of calls and the seconds they were measured over; segments add up. */
+export interface Samples {
+  ms: number[];
+  seconds: number;
+}
+
+export const emptySamples = (): Samples => ({ ms: [], seconds: 0 });
+
+export function summarize(s: Samples): { calls: number; throughput: number; p50: number; p99: number } {
+  const x = sorted(s.ms);
+  return {
+    calls: x.length,
+    throughput: x.length / s.seconds,
+    p50: percentile(x, 50),
+    p99: percentile(x, 99),
+  };
+}
+
+/** `concurrency` workers calling `call` for `seconds`; latencies and time are added to `into`. */
+export async function emptySegment(
   call: () => Promise<void>,
+  into: Samples,
   opts: { concurrency: number; seconds: number; maxCalls: number },
-): Promise<{ calls: number; throughput: number; p50: number; p99: number }> {
-  await runWorkers(opts.concurrency, { deadline: nowMs() + 5_000, maxIterations: 2_000 }, () => call());
-  const ms: number[] = [];
+): Promise<void> {
   const t0 = nowMs();
   await runWorkers(
     opts.concurrency,
@@ -385,17 +417,102 @@ export async function emptyLoop(
     async () => {
       const t = nowMs();
       await call();
-      ms.push(nowMs() - t);
+      into.ms.push(nowMs() - t);
     },
   );
-  const seconds = (nowMs() - t0) / 1000;
-  const s = sorted(ms);
-  return {
-    calls: ms.length,
-    throughput: ms.length / seconds,
-    p50: percentile(s, 50),
-    p99: percentile(s, 99),
-  };
+  into.seconds += (nowMs() - t0) / 1000;
+}
+
+// ---- the bind phase alone ----------------------------------------------------
+
+/** Runs `task(i)` for i in 0..n-1 with at most `concurrency` in flight. */
+async function forEachConcurrent(
+  n: number,
+  concurrency: number,
+  task: (i: number) => Promise<void>,
+): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(concurrency, n) }, async () => {
+      while (next < n) await task(next++);
+    }),
+  );
+}
+
+export interface BindPhaseStats {
+  /** Bind calls timed (all rounds). */
+  samples: Samples;
+  errors: number;
+  firstError: string;
+  /** A device returned by two binds within one round (nothing is deleted during a round). */
+  doubleAllocationsSeen: number;
+  rounds: number;
+  /** Untimed set-up and tear-down, for the record. */
+  createSeconds: number;
+  deleteSeconds: number;
+}
+
+/**
+ * One round of the bind phase: `size` ARQs are created first (untimed), then
+ * bound by `concurrency` workers — each BindAcceleratorRequests call is timed,
+ * hosts round-robin — until all are bound or `maxSeconds` of binding have
+ * passed, then all of them are deleted (untimed, 100 per call). Only the binds
+ * are measured: one RPC, one durable transaction each.
+ */
+export async function bindRound(
+  client: SchedulerClient,
+  hosts: number,
+  into: BindPhaseStats,
+  opts: { concurrency: number; size: number; maxSeconds: number },
+): Promise<void> {
+  const uuids: string[] = new Array(opts.size);
+  const tc = nowMs();
+  await forEachConcurrent(opts.size, opts.concurrency, async (i) => {
+    const created = await client.arqs.createAcceleratorRequests({
+      profileName: PROFILE,
+      requestId: '',
+      tags: [],
+    });
+    uuids[i] = created.acceleratorRequests[0]!.uuid;
+  });
+  into.createSeconds += (nowMs() - tc) / 1000;
+  const holders = new Set<string>();
+  let hostCursor = Math.floor(Math.random() * hosts);
+  let next = 0;
+  const t0 = nowMs();
+  const deadline = t0 + opts.maxSeconds * 1000;
+  await Promise.all(
+    Array.from({ length: opts.concurrency }, async () => {
+      while (next < uuids.length && nowMs() < deadline) {
+        const arqUuid = uuids[next++]!;
+        const host = hostName(hostCursor++ % hosts);
+        const t = nowMs();
+        try {
+          const bound = await client.arqs.bindAcceleratorRequests({
+            bindings: [{ arqUuid, instanceUuid: randomUUID(), host, tag: '' }],
+          });
+          into.samples.ms.push(nowMs() - t);
+          const device = bound.acceleratorRequests[0]!.deviceUuid;
+          if (holders.has(device)) into.doubleAllocationsSeen++;
+          holders.add(device);
+        } catch (e) {
+          into.errors++;
+          if (!into.firstError) into.firstError = (e as Error).message;
+        }
+      }
+    }),
+  );
+  into.samples.seconds += (nowMs() - t0) / 1000;
+  into.rounds++;
+  const td = nowMs();
+  const batches = Math.ceil(uuids.length / 100);
+  await forEachConcurrent(batches, opts.concurrency, async (b) => {
+    await client.arqs.deleteAcceleratorRequests({
+      uuids: uuids.slice(b * 100, b * 100 + 100),
+      instanceUuid: '',
+    });
+  });
+  into.deleteSeconds += (nowMs() - td) / 1000;
 }
 
 export const dbFile = (dir: string) => join(dir, 'scheduler.db');

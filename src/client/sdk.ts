@@ -84,7 +84,12 @@ function creds(o: ClientOptions): ChannelCredentials {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function promisify<C extends Client>(client: C, o: ClientOptions): Promisified<C> {
+/**
+ * The promise form of any grpc-js client: deadline, bearer token, retries on
+ * UNAVAILABLE for calls the API declares safe to repeat, BerthClientError.
+ * Exported so a benchmark's baseline calls go through the same client code.
+ */
+export function promisify<C extends Client>(client: C, o: ClientOptions): Promisified<C> {
   const metadata = () => {
     const md = new Metadata();
     if (o.token) md.set('authorization', `Bearer ${o.token}`);

@@ -12,6 +12,7 @@ import type {
   ServerWritableStream,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import type { Encoded } from './encoded.js';
 import { toServiceError } from './status.js';
 
 export interface CallContext {
@@ -24,7 +25,8 @@ export interface CallContext {
 }
 
 export type UnaryFn<Req, Res> = (request: Req, ctx: CallContext) => Promise<Res>;
-export type StreamFn<Req, Res> = (request: Req, ctx: CallContext) => AsyncIterable<Res>;
+/** A stream handler may yield messages or, for fan-out, messages encoded once (encoded.ts). */
+export type StreamFn<Req, Res> = (request: Req, ctx: CallContext) => AsyncIterable<Res | Encoded<Res>>;
 
 function contextFor(
   call: ServerUnaryCall<unknown, unknown> | ServerWritableStream<unknown, unknown>,
@@ -61,7 +63,8 @@ export function serverStream<Req, Res>(
       try {
         for await (const msg of fn(call.request, ctx)) {
           if (ctx.signal.aborted) return;
-          if (!call.write(msg)) {
+          // An Encoded goes through the serializer GrpcServer wraps (passEncodedResponses).
+          if (!call.write(msg as Res)) {
             await new Promise<void>((resolve) => {
               const done = () => {
                 call.off('drain', done);

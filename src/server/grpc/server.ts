@@ -15,6 +15,7 @@ import {
 } from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import { listenError, parseListenAddress } from '../listen-address.js';
+import { passEncodedResponses } from './encoded.js';
 import { addLazyReflection } from './lazy-reflection.js';
 import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
 
@@ -80,7 +81,7 @@ export class GrpcServer {
       options.services.map((s) => s.name),
     );
     for (const s of options.services) {
-      this.server.addService(guardDeserializers(s.definition), s.implementation);
+      this.server.addService(passEncodedResponses(guardDeserializers(s.definition)), s.implementation);
       this.health.setStatus(s.name, 'NOT_SERVING');
     }
   }

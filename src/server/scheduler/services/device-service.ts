@@ -18,9 +18,10 @@ import {
   type WatchCleanupRequest,
   type WatchCleanupResponse,
   type WatchDevicesRequest,
-  type WatchDevicesResponse,
+  WatchDevicesResponse,
 } from '../../../gen/berth/scheduler/v1/device_service.js';
 import { cleanupEventToProto } from '../../cleanup-event-proto.js';
+import { type Encoded, encodeOnce } from '../../grpc/encoded.js';
 import { serverStream, unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import {
@@ -32,6 +33,7 @@ import {
 import type { SchedulerCore } from '../core.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { CLEANUP_FEATURE } from '../runtime/cleanup-dispatcher.js';
+import type { FeedEvent } from '../runtime/device-feed.js';
 import type { CleanupEvent, CleanupJob, DeviceFilter } from '../store/store.js';
 import { pageTokenAfter } from '../usecases/devices.js';
 import { deviceRef, optionalHost, optionalRequestId } from './validate.js';
@@ -122,6 +124,28 @@ export function boundedPage(
   return { devices, nextPageToken };
 }
 
+/**
+ * A change as every watcher receives it, encoded once for all of them: with a
+ * thousand watchers, one encode instead of a thousand. Kept as long as the feed
+ * keeps the event.
+ */
+const updateBytes = new WeakMap<FeedEvent, Encoded<WatchDevicesResponse>>();
+
+function encodedUpdate(e: FeedEvent): Encoded<WatchDevicesResponse> {
+  let bytes = updateBytes.get(e);
+  if (!bytes) {
+    bytes = encodeOnce(WatchDevicesResponse, {
+      revision: e.revision,
+      initial: false,
+      device: e.proto,
+      removed: e.removed,
+      synced: false,
+    });
+    updateBytes.set(e, bytes);
+  }
+  return bytes;
+}
+
 export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
   const { store, hub, logger } = core;
   const impl: DeviceServiceServer = {
@@ -206,13 +230,7 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
           if (!match && !shown.has(e.device.uuid)) continue;
           if (match) shown.add(e.device.uuid);
           else shown.delete(e.device.uuid);
-          yield {
-            revision,
-            initial: false,
-            device: e.proto,
-            removed: e.removed,
-            synced: false,
-          };
+          yield encodedUpdate(e);
         }
         if (events.length === 1000) continue;
         await hub.wait(ctx.signal, seen);
