@@ -6,11 +6,14 @@
  * `berth_store_reachable 0`; when the database is back, it serves again.
  */
 import { createHash } from 'node:crypto';
+import { join } from 'node:path';
 import { credentials, Metadata, makeClientConstructor } from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { berth, cliEnv } from '../e2e/berth-cli.js';
+import { tempDir } from '../helpers/agent.js';
 import { eventually } from '../helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
@@ -46,8 +49,10 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
   let pg: PostgresServer;
   let scheduler: Scheduler;
   let client: SchedulerClient;
+  let dir: Awaited<ReturnType<typeof tempDir>>;
 
   beforeAll(async () => {
+    dir = await tempDir('berth-pg-unreachable-');
     pg = await startPostgres();
     const url = await pg.createDatabase(
       `berth_${createHash('sha256').update('unreachable').digest('hex').slice(0, 12)}`,
@@ -65,6 +70,7 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
     client?.close();
     await scheduler?.stop();
     await pg?.stop();
+    await dir?.cleanup();
   });
 
   const metric = async () => {
@@ -91,6 +97,13 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
     );
     expect(err).toBeInstanceOf(BerthClientError);
     expect(err).toMatchObject({ codeName: 'UNAVAILABLE', reason: 'STORE_UNAVAILABLE' });
+    // The operator's probe says why.
+    const probe = await berth(
+      ['health', '--endpoint', scheduler.address],
+      cliEnv(join(dir.path, 'cfg.yaml')),
+    );
+    expect(probe.code).toBe(1);
+    expect(probe.stderr).toContain('is not serving: NOT_SERVING (STORE_UNAVAILABLE: ');
 
     await pg.resume();
     expect(

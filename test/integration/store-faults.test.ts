@@ -79,7 +79,7 @@ describe("the scheduler's database failing", () => {
     // Health says so, for load balancers and systemd.
     const health = await berth(['health', '--endpoint', s.address], cliEnv(join(dir.path, 'cfg.yaml')));
     expect(health.code).toBe(1);
-    expect(health.stderr).toContain('NOT_SERVING');
+    expect(health.stderr).toContain('is not serving: NOT_SERVING (STORE_DAMAGED: ');
     // The CLI prints why, in one line.
     const list = await berth(
       ['profile', 'list', '--endpoint', s.address],

@@ -20,6 +20,7 @@ import { ConfigError } from '../../errors.js';
 import { loadAgentConfig } from '../../server/agent/config.js';
 import { channelCredentials, loadTls, type TlsFiles } from '../../server/grpc/tls.js';
 import { resolveClient } from '../client-config.js';
+import { SchedulerClient } from '../sdk.js';
 import { EXIT_CODE } from './client-common.js';
 
 interface HealthFlags {
@@ -51,6 +52,33 @@ function parseWait(v: string): number {
     throw new ConfigError(`--wait: expected a number of seconds in [0, 3600], got ${JSON.stringify(v)}`);
   }
   return n * 1000;
+}
+
+/**
+ * Why a scheduler says NOT_SERVING, when it is its database (damaged, out of
+ * reach): the health protocol carries no reason, but every call then fails
+ * with one (STORE_DAMAGED, STORE_UNAVAILABLE), so one cheap call asks.
+ * Undefined when the answer says nothing of the store (or there is no scheduler).
+ */
+async function storeReason(endpoint: string, tls: TlsFiles | null): Promise<string | undefined> {
+  const { token } = await resolveClient({ endpoint }).catch(() => ({ token: undefined }));
+  const files = tls ? await loadTls(tls) : undefined;
+  const client = new SchedulerClient({
+    endpoint,
+    ...(token ? { token } : {}),
+    ...(files ? { tls: { ca: files.ca, cert: files.cert, key: files.key } } : {}),
+    timeoutMs: 5_000,
+    retries: 1,
+  });
+  try {
+    await client.hosts.listHosts({});
+    return undefined;
+  } catch (err) {
+    const reason = (err as { reason?: string }).reason ?? '';
+    return reason.startsWith('STORE_') ? `${reason}: ${(err as Error).message}` : undefined;
+  } finally {
+    client.close();
+  }
 }
 
 export function registerHealthCommands(program: Command): void {
@@ -96,9 +124,11 @@ export function registerHealthCommands(program: Command): void {
             return;
           }
           if (Date.now() >= deadline) {
+            const why =
+              answer.status === 'NOT_SERVING' && !o.config ? await storeReason(endpoint, tls) : undefined;
             const what = answer.error
               ? `${grpcStatus[answer.error.code]}: ${answer.error.details.replace(/\s*Resolution note:\s*$/, '')}`
-              : `${answer.status}`;
+              : `${answer.status}${why ? ` (${why})` : ''}`;
             console.error(`berth: ${endpoint}${o.service ? ` (${o.service})` : ''} is not serving: ${what}`);
             process.exitCode =
               answer.error && answer.error.code !== grpcStatus.NOT_FOUND
