@@ -8,6 +8,7 @@
  * scheduler-replicas.test.ts.
  */
 import { createHash } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import { CleanupOutcome } from '../../src/gen/berth/scheduler/v1/device.js';
@@ -155,6 +156,63 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
       await watch.return(undefined);
       expect(seen).not.toBe('late');
       expect(seen).toMatchObject({ uuid: bound.deviceUuid, arqUuid: '' });
+    }, 60_000);
+  });
+
+  describe('a scheduler that stalls past its lease', () => {
+    let c: Cluster;
+    let other: Scheduler;
+    let url: string;
+    const HOST = 'pg-stall-host';
+    const leaseTiming = { intervalMs: 200, ttlMs: 1_500 };
+    beforeAll(async () => {
+      url = await database('stall');
+      c = await startCluster([vfHostDefinition(HOST, 4)], {
+        scheduler: { db: url, linkLeases: leaseTiming },
+      });
+      await c.waitForDevices(HOST, 4);
+      other = await Scheduler.start({
+        db: url,
+        listen: '127.0.0.1:0',
+        auth: { mode: 'none' },
+        linkLeases: leaseTiming,
+      });
+    }, 60_000);
+    afterAll(async () => {
+      await other?.stop();
+      await c?.stop();
+    });
+
+    it('finds at its next look that another took the host and closes its link; the host is followed again', async () => {
+      expect(c.scheduler.core.links.has(HOST)).toBe(true);
+      // As if it stalled past its lease (a long GC pause, a frozen VM) and the
+      // other scheduler took the host meanwhile, holding it for 2 s.
+      const db = new pg.Client({ connectionString: url });
+      await db.connect();
+      try {
+        await db.query(
+          "UPDATE link_leases SET owner = $2, expires_at = now() + interval '2 seconds' WHERE host = $1",
+          [HOST, other.core.schedulerId],
+        );
+      } finally {
+        await db.end();
+      }
+      // Its next renewal does not return the host: the link is closed, the host's state left alone.
+      await eventually(
+        () => c.scheduler.core.links.has(HOST),
+        (has) => !has,
+        10_000,
+      );
+      // The taker held it without following it; once that lease runs out one of the two adopts it.
+      const host = await eventually(
+        () => c.client.hosts.getHost({ name: HOST }),
+        (r) =>
+          r.host?.connected === true &&
+          [c.scheduler.core.schedulerId, other.core.schedulerId].includes(r.host.followedBy) &&
+          (c.scheduler.core.links.has(HOST) || other.core.links.has(HOST)),
+        15_000,
+      );
+      expect(host.host?.deviceCount).toBe(4);
     }, 60_000);
   });
 

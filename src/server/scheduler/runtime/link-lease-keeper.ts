@@ -58,8 +58,9 @@ export class LinkLeaseKeeper {
     this.timing = { ...DEFAULT_LEASE_TIMING, ...deps.timing };
   }
 
-  /** Takes (or keeps) the lease on `host` for this scheduler: whether it may follow it. */
+  /** Takes (or keeps) the lease on `host` for this scheduler: whether it may follow it (never once stopping). */
   claim(host: string): Promise<boolean> {
+    if (this.stopped) return Promise.resolve(false);
     return this.deps.leases.claim(host, this.deps.owner, this.timing.ttlMs);
   }
 
@@ -84,11 +85,14 @@ export class LinkLeaseKeeper {
   /** One look: renew, adopt, wake. Exposed for tests. */
   async tick(): Promise<void> {
     const { leases, owner, links, logger } = this.deps;
-    const held = await leases.renew(owner, [...links.keys()], this.timing.ttlMs);
+    // Only the links asked about: one a registration opens meanwhile has a fresh lease.
+    const asked = [...links.keys()];
+    const held = await leases.renew(owner, asked, this.timing.ttlMs);
     if (this.stopped) return;
-    const heldNow = new Map(held.map((h) => [h.host, h]));
-    for (const [host, link] of links) {
-      if (heldNow.has(host)) continue;
+    const heldNow = new Set(held.map((h) => h.host));
+    for (const host of asked) {
+      const link = links.get(host);
+      if (!link || heldNow.has(host)) continue;
       logger.warn(
         { host },
         'another scheduler follows this host now (this one did not renew its lease in time); link closed here',
