@@ -4,13 +4,22 @@
  * another scheduler follows, dialled directly for the calls a request needs
  * (RecordBinding for a bind, PrepareMigration, a clean's capability check).
  * Whether such an agent is connected is what its follower wrote in the
- * database, read again before each request that needs it (`refresh`).
+ * database, read again (at most once a second per host) before a request
+ * that needs it (`refresh`).
  */
-import type { Store } from '../store/store.js';
+import type { HostRecord, Store } from '../store/store.js';
 import { type AgentDialDeps, type AgentHandle, type AgentLink, RemoteAgent } from './agent-link.js';
+
+/**
+ * How long what the database said of a host followed elsewhere is trusted.
+ * Staleness is safe: the call the request then makes (RecordBinding) is what
+ * proves the agent is there, and a bind it does not confirm is undone.
+ */
+const FRESH_MS = 1_000;
 
 export class AgentDirectory {
   private readonly remote = new Map<string, RemoteAgent>();
+  private readonly checkedAt = new Map<string, number>();
 
   constructor(
     private readonly links: ReadonlyMap<string, AgentLink>,
@@ -30,26 +39,41 @@ export class AgentDirectory {
    */
   async refresh(hosts: Iterable<string>): Promise<void> {
     if (!this.store.leases) return;
+    const now = Date.now();
     for (const name of new Set(hosts)) {
-      if (this.links.has(name)) continue;
+      if (this.links.has(name) || now - (this.checkedAt.get(name) ?? -Infinity) < FRESH_MS) continue;
       const h = await this.store.getHost(name).catch(() => null);
-      let agent = this.remote.get(name);
-      if (!h) {
-        agent?.close();
+      if (h) {
+        this.observe(h);
+      } else {
+        this.remote.get(name)?.close();
         this.remote.delete(name);
-        continue;
+        this.checkedAt.delete(name);
       }
-      if (!agent || agent.endpoint !== h.endpoint || agent.features.join() !== h.features.join()) {
-        agent?.close();
-        agent = new RemoteAgent(name, h.endpoint, h.features, this.dial(name));
-        this.remote.set(name, agent);
-      }
-      agent.isConnected = h.connected;
     }
+  }
+
+  /**
+   * The host's agent, given its record as just read (a bind reads it under a
+   * lock anyway): followed here, or another scheduler's, as the record says.
+   */
+  observe(h: HostRecord): AgentHandle | undefined {
+    const own = this.links.get(h.name);
+    if (own || !this.store.leases) return own;
+    let agent = this.remote.get(h.name);
+    if (!agent || agent.endpoint !== h.endpoint || agent.features.join() !== h.features.join()) {
+      agent?.close();
+      agent = new RemoteAgent(h.name, h.endpoint, h.features, this.dial(h.name));
+      this.remote.set(h.name, agent);
+    }
+    agent.isConnected = h.connected;
+    this.checkedAt.set(h.name, Date.now());
+    return agent;
   }
 
   close(): void {
     for (const a of this.remote.values()) a.close();
     this.remote.clear();
+    this.checkedAt.clear();
   }
 }

@@ -21,34 +21,37 @@ import { decodeServiceError } from '../../grpc/status.js';
 import type { SchedulerCore } from '../core.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { ArqBinding, BindGate, BindResult } from '../store/store.js';
-import { isUnreachable } from './agent-link.js';
+import { type AgentHandle, isUnreachable } from './agent-link.js';
 
 /** The feature an agent advertises when it records bindings. */
 export const BINDING_FEATURE = 'binding.v1';
 
 /**
- * Refuses, before allocation, a host whose agent cannot record a binding now
- * (`core.agents.refresh` of the request's hosts first, on a shared database).
+ * Refuses, before allocation, a host whose agent cannot record a binding now:
+ * the host's record is the one the bind just read under its lock (on a shared
+ * database, another scheduler's agent is judged by what its follower wrote).
  */
 export function bindGate(core: SchedulerCore): BindGate {
-  return (host) => {
-    const link = core.agents.get(host);
-    if (!link?.isConnected) {
-      return new BerthError(
-        'UNAVAILABLE',
-        `the agent of host ${host} is not connected, so it cannot record a binding of a device that is cleaned; retry when it is back`,
-        { reason: 'AGENT_UNAVAILABLE', metadata: { host } },
-      );
-    }
-    if (!link.has(BINDING_FEATURE)) {
-      return failedPrecondition(
-        'AGENT_CANNOT_RECORD_BINDINGS',
-        `the agent of host ${host} is too old to record bindings (no ${BINDING_FEATURE}); upgrade it before binding devices that are cleaned`,
-        { host },
-      );
-    }
-    return null;
-  };
+  return (host) => agentRefusal(core.agents.observe(host), host.name);
+}
+
+/** Why `agent` (host `host`'s) cannot record a binding now, or null. */
+function agentRefusal(agent: AgentHandle | undefined, host: string): BerthError | null {
+  if (!agent?.isConnected) {
+    return new BerthError(
+      'UNAVAILABLE',
+      `the agent of host ${host} is not connected, so it cannot record a binding of a device that is cleaned; retry when it is back`,
+      { reason: 'AGENT_UNAVAILABLE', metadata: { host } },
+    );
+  }
+  if (!agent.has(BINDING_FEATURE)) {
+    return failedPrecondition(
+      'AGENT_CANNOT_RECORD_BINDINGS',
+      `the agent of host ${host} is too old to record bindings (no ${BINDING_FEATURE}); upgrade it before binding devices that are cleaned`,
+      { host },
+    );
+  }
+  return null;
 }
 
 /**
@@ -98,10 +101,13 @@ export async function recordOne(
   undone: string,
 ): Promise<BerthError | null> {
   const where = `device ${d.address} on host ${d.host}`;
-  const refusal = bindGate(core)(d.host);
+  // Seen by the bind's gate a moment ago, or read now (a retried bind, a migration's destination).
+  await core.agents.refresh([d.host]);
+  const agent = core.agents.get(d.host);
+  const refusal = agentRefusal(agent, d.host);
   if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
   try {
-    await core.agents.get(d.host)!.recordBinding(d.address, arqUuid, instanceUuid);
+    await agent!.recordBinding(d.address, arqUuid, instanceUuid);
     return null;
   } catch (err) {
     const e = decodeServiceError(err as ServiceError);

@@ -67,7 +67,6 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
           host: requireHost(`bindings[${i}].host`, b.host),
           tag: b.tag === '' ? undefined : validateTag(`bindings[${i}].tag`, b.tag),
         }));
-        await core.agents.refresh(bindings.map((b) => b.host));
         const result = await store.bindArqs(bindings, undefined, bindGate(core));
         // Acknowledged only once every device's agent has recorded the binding (invariant 9).
         await confirmBindings(core, bindings, result);

@@ -159,7 +159,7 @@ export interface ArqBinding {
  * connected and records bindings): null, or the error to refuse with before
  * anything is allocated.
  */
-export type BindGate = (host: string) => BerthError | null;
+export type BindGate = (host: HostRecord) => BerthError | null;
 
 export interface BindResult {
   arqs: Arq[];

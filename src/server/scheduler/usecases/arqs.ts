@@ -143,7 +143,7 @@ export async function bindArqs(
             { arq_uuid: arq.uuid },
           );
         }
-        await mustHost(tx.uow, b.host, FOR_UPDATE);
+        const host = await mustHost(tx.uow, b.host, FOR_UPDATE);
         const started = transitionArq(arq, 'bind_started');
         const { result, candidates } = await pickOnHost(tx.uow, b.host, arq.group, pick);
         if (!result.device) {
@@ -157,7 +157,7 @@ export async function bindArqs(
         }
         // A device that is cleaned needs its agent to record the binding (invariant 9):
         // refuse before anything is allocated when it cannot.
-        const refusal = result.device.supportsCleaning ? (gate?.(b.host) ?? null) : null;
+        const refusal = result.device.supportsCleaning ? (gate?.(host) ?? null) : null;
         if (refusal) throw refusal;
         const device = await writeDevice(
           tx,
