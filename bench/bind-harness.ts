@@ -210,22 +210,33 @@ export async function bindLoop(
     { deadline: t0 + opts.seconds * 1000, maxIterations: opts.maxCycles },
     () => cycle(true, bindMs, cycleMs),
   );
-  const seconds = (nowMs() - t0) / 1000;
-  const s = sorted(bindMs);
-  const c = sorted(cycleMs);
+  return loopStats({ bindMs, cycleMs, seconds: (nowMs() - t0) / 1000, errors, firstError, doubles });
+}
+
+/** A loop's figures from its samples (also for loops run side by side and merged: bench/replicas.ts). */
+export function loopStats(r: {
+  bindMs: number[];
+  cycleMs: number[];
+  seconds: number;
+  errors: number;
+  firstError: string;
+  doubles: number;
+}): LoopStats {
+  const s = sorted(r.bindMs);
+  const c = sorted(r.cycleMs);
   return {
-    cycles: bindMs.length,
-    errors,
-    firstError,
-    seconds,
-    throughput: bindMs.length / seconds,
-    bindMs,
-    cycleMs,
+    cycles: r.bindMs.length,
+    errors: r.errors,
+    firstError: r.firstError,
+    seconds: r.seconds,
+    throughput: r.bindMs.length / r.seconds,
+    bindMs: r.bindMs,
+    cycleMs: r.cycleMs,
     p50: percentile(s, 50),
     p99: percentile(s, 99),
     cycleP50: percentile(c, 50),
     cycleP99: percentile(c, 99),
-    doubleAllocationsSeen: doubles,
+    doubleAllocationsSeen: r.doubles,
   };
 }
 

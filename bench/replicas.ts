@@ -23,8 +23,8 @@ import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
 import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js';
 import { postgresBin } from '../test/helpers/prerequisites.js';
 import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
-import { bindLoop, dbFile, type LoopStats, loadFleet, loadStore } from './bind-harness.js';
-import { emit, parseArgs, percentile, round, sorted, tempDir } from './lib.js';
+import { bindLoop, dbFile, type LoopStats, loadFleet, loadStore, loopStats } from './bind-harness.js';
+import { emit, parseArgs, round, tempDir } from './lib.js';
 
 const CONCURRENCY = 64;
 
@@ -49,25 +49,14 @@ async function loopOver(
         }),
       ),
     );
-    const bindMs = parts.flatMap((p) => p.bindMs);
-    const cycleMs = parts.flatMap((p) => p.cycleMs);
-    const s = sorted(bindMs);
-    const c = sorted(cycleMs);
-    const wall = Math.max(...parts.map((p) => p.seconds));
-    return {
-      cycles: bindMs.length,
+    return loopStats({
+      bindMs: parts.flatMap((p) => p.bindMs),
+      cycleMs: parts.flatMap((p) => p.cycleMs),
+      seconds: Math.max(...parts.map((p) => p.seconds)),
       errors: parts.reduce((n, p) => n + p.errors, 0),
       firstError: parts.find((p) => p.firstError)?.firstError ?? '',
-      seconds: wall,
-      throughput: bindMs.length / wall,
-      bindMs,
-      cycleMs,
-      p50: percentile(s, 50),
-      p99: percentile(s, 99),
-      cycleP50: percentile(c, 50),
-      cycleP99: percentile(c, 99),
-      doubleAllocationsSeen: parts.reduce((n, p) => n + p.doubleAllocationsSeen, 0),
-    };
+      doubles: parts.reduce((n, p) => n + p.doubleAllocationsSeen, 0),
+    });
   } finally {
     for (const c of clients) c.close();
   }
