@@ -16,6 +16,8 @@ import { type AgentDialDeps, type AgentHandle, type AgentLink, RemoteAgent } fro
  * proves the agent is there, and a bind it does not confirm is undone.
  */
 const FRESH_MS = 1_000;
+/** Direct clients kept at most (least recently used closed first): one channel each. */
+const MAX_REMOTE = 256;
 
 export class AgentDirectory {
   private readonly remote = new Map<string, RemoteAgent>();
@@ -64,7 +66,15 @@ export class AgentDirectory {
     if (!agent || agent.endpoint !== h.endpoint || agent.features.join() !== h.features.join()) {
       agent?.close();
       agent = new RemoteAgent(h.name, h.endpoint, h.features, this.dial(h.name));
-      this.remote.set(h.name, agent);
+    }
+    // Most recently used last; the oldest go past MAX_REMOTE.
+    this.remote.delete(h.name);
+    this.remote.set(h.name, agent);
+    for (const [name, old] of this.remote) {
+      if (this.remote.size <= MAX_REMOTE) break;
+      old.close();
+      this.remote.delete(name);
+      this.checkedAt.delete(name);
     }
     agent.isConnected = h.connected;
     this.checkedAt.set(h.name, Date.now());
