@@ -53,10 +53,14 @@ export class CleanupDispatcher {
     private readonly followedElsewhere = false,
   ) {}
 
-  /** Dispatches every pending job of a host (or of all hosts). */
-  async dispatchBacklog(host?: string): Promise<void> {
-    const backlog = await this.store.cleanupBacklog(host);
-    await Promise.all(backlog.map(({ device, job }) => this.dispatch(device, job)));
+  /**
+   * Dispatches every pending job of a host (or of all hosts). Never throws: it
+   * runs unawaited (a link that just connected), and a backlog it cannot read
+   * now (the store closing under a stopping scheduler, a database out of
+   * reach) is read again at the link's next connect or the next look.
+   */
+  dispatchBacklog(host?: string): Promise<void> {
+    return this.dispatchPending(host, () => true);
   }
 
   /**
@@ -64,17 +68,27 @@ export class CleanupDispatcher {
    * several share a database, a job another one queued — a release made
    * through it — is dispatched by the host's follower). Never throws.
    */
-  async dispatchFollowed(): Promise<void> {
+  dispatchFollowed(): Promise<void> {
+    return this.dispatchPending(undefined, (job) => this.links(job.host) !== undefined);
+  }
+
+  private async dispatchPending(
+    host: string | undefined,
+    wanted: (job: CleanupJob) => boolean,
+  ): Promise<void> {
     if (this.stopped) return;
     try {
-      const backlog = await this.store.cleanupBacklog();
+      const backlog = await this.store.cleanupBacklog(host);
       await Promise.all(
-        backlog
-          .filter(({ job }) => this.links(job.host))
-          .map(({ device, job }) => this.dispatch(device, job)),
+        backlog.filter(({ job }) => wanted(job)).map(({ device, job }) => this.dispatch(device, job)),
       );
     } catch (err) {
-      this.logger.warn({ err: (err as Error).message }, 'cannot read the cleanup backlog; next look soon');
+      if (!this.stopped) {
+        this.logger.warn(
+          { host, err: (err as Error).message },
+          'cannot read the cleanup backlog; next look soon',
+        );
+      }
     }
   }
 
