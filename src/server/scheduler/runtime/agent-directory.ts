@@ -63,7 +63,7 @@ export class AgentDirectory {
     const own = this.links.get(h.name);
     if (own || !this.store.leases) return own;
     let agent = this.remote.get(h.name);
-    if (!agent || agent.endpoint !== h.endpoint || agent.features.join() !== h.features.join()) {
+    if (!agent?.matches(h.endpoint, h.features)) {
       agent?.close();
       agent = new RemoteAgent(h.name, h.endpoint, h.features, this.dial(h.name));
     }

@@ -2,8 +2,9 @@
  * The scheduler's connection to one host agent. It dials the endpoint the agent
  * registered, follows WatchInventory (a snapshot, then deltas; resumed from the
  * last applied revision of the same agent epoch after a break, with jittered
- * backoff), and applies every message to the store in order. It also carries
- * the calls the scheduler makes to the agent: CleanupDevice, PrepareMigration.
+ * backoff), and applies every message to the store in order. The calls the
+ * scheduler makes to the agent (CleanupDevice, RecordBinding, PrepareMigration)
+ * are AgentCalls, which a scheduler that does not follow the host makes too.
  */
 import {
   type ChannelCredentials,
@@ -76,6 +77,11 @@ export class AgentCalls {
 
   has(feature: string): boolean {
     return this.features.includes(feature);
+  }
+
+  /** Whether this is still the agent a host record describes (same endpoint and features). */
+  matches(endpoint: string, features: readonly string[]): boolean {
+    return this.endpoint === endpoint && this.features.join() === features.join();
   }
 
   cleanupDevice(address: string, jobId: string): ClientReadableStream<CleanupDeviceResponse> {

@@ -117,7 +117,7 @@ export class LinkLeaseKeeper {
   private async keepUp(h: LeasedHost): Promise<void> {
     const link = this.deps.links.get(h.host);
     if (!link) return;
-    if (link.endpoint !== h.endpoint || link.features.join() !== h.features.join()) {
+    if (!link.matches(h.endpoint, h.features)) {
       // The agent registered a new endpoint through another scheduler.
       this.deps.connect(h.host, h.endpoint, h.features);
       return;

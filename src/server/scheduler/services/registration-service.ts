@@ -75,8 +75,12 @@ export async function register(
   }
   const changed = !existing || existing.agentEpoch !== req.epoch || existing.endpoint !== req.endpoint;
   // With several schedulers on one database, the one holding the host's lease
-  // follows it (a new host's lease is taken once the host is stored, below).
-  const follows = existing ? await core.claimLink(req.host) : true;
+  // follows it (a new host's lease is taken once the host is stored, below). A
+  // plain heartbeat to the follower costs no lease write: its keeper renews the
+  // lease, and drops the link at its next look if another scheduler took it.
+  const follows = existing
+    ? (!changed && core.links.has(req.host)) || (await core.claimLink(req.host))
+    : true;
   if (!follows) dropLink(core, req.host, logger);
   const fresh = changed || (follows && !core.links.has(req.host));
   if (!fresh) {
