@@ -175,6 +175,7 @@ async function main() {
         read: counts.r ?? 0,
         readlink: counts.l ?? 0,
         readdir: counts.d ?? 0,
+        first_entry: counts.e ?? 0,
         exists: counts.s ?? 0,
         realpath: counts.p ?? 0,
       },

@@ -19,6 +19,7 @@ import { execFile } from 'node:child_process';
 import fs, {
   closeSync,
   existsSync,
+  opendirSync,
   openSync,
   readdirSync,
   readlinkSync,
@@ -32,15 +33,19 @@ import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
-/** r: open + read + close; l: readlink; d: readdir; s: existence probe; p: realpath. */
-export type SysfsOp = 'r' | 'l' | 'd' | 's' | 'p';
+/**
+ * r: open + read + close; l: readlink; d: readdir (every entry); e: a
+ * directory's first entry (opendir, one read, close); s: existence probe;
+ * p: realpath.
+ */
+export type SysfsOp = 'r' | 'l' | 'd' | 'e' | 's' | 'p';
 
 const SYNC_OPS: Record<string, SysfsOp> = {
   openSync: 'r',
   readFileSync: 'r',
   readlinkSync: 'l',
   readdirSync: 'd',
-  opendirSync: 'd',
+  opendirSync: 'e',
   existsSync: 's',
   statSync: 's',
   lstatSync: 's',
@@ -52,7 +57,7 @@ const ASYNC_OPS: Record<string, SysfsOp> = {
   readFile: 'r',
   readlink: 'l',
   readdir: 'd',
-  opendir: 'd',
+  opendir: 'e',
   stat: 's',
   lstat: 's',
   access: 's',
@@ -114,8 +119,9 @@ const READER_C = String.raw`
 #include <unistd.h>
 /*
  * Replays "<op> <path>" lines: r open+read+close, l readlink, d readdir,
- * s access, p realpath. The list is loaded first; only the replay is timed
- * (no process start, no parsing). Prints: ok failed bytes nanoseconds.
+ * e opendir + first readdir + closedir, s access, p realpath. The list is
+ * loaded first; only the replay is timed (no process start, no parsing).
+ * Prints: ok failed bytes nanoseconds.
  */
 int main(int argc, char **argv) {
   if (argc != 2) return 2;
@@ -150,6 +156,11 @@ int main(int argc, char **argv) {
     case 'd': {
       DIR *d = opendir(p);
       if (d) { while (readdir(d)) ; closedir(d); good = 1; }
+      break;
+    }
+    case 'e': {
+      DIR *d = opendir(p);
+      if (d) { readdir(d); closedir(d); good = 1; }
       break;
     }
     case 's': good = access(p, F_OK) == 0; break;
@@ -235,7 +246,14 @@ export function replayInNode(ops: readonly [SysfsOp, string][]): number {
         }
       } else if (op === 'l') readlinkSync(p);
       else if (op === 'd') readdirSync(p);
-      else if (op === 's') existsSync(p);
+      else if (op === 'e') {
+        const d = opendirSync(p);
+        try {
+          d.readSync();
+        } finally {
+          d.closeSync();
+        }
+      } else if (op === 's') existsSync(p);
       else realpathSync(p);
     } catch {
       // absent, as for Berth's reader

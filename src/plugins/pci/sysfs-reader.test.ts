@@ -12,6 +12,7 @@ import type { PciFunction } from '../types.js';
 import {
   assertPciAddress,
   PCI_ADDRESS_RE,
+  parsePciUevent,
   readNvmeController,
   readPciFunction,
   readPciFunctions,
@@ -301,6 +302,55 @@ describe('reading a simulated host', () => {
     expect(await resolveNetdevAddress(root, 'ens1f0')).toBeNull();
   });
 
+  it('takes ids, class and driver from uevent; the attributes only when uevent does not say them', async () => {
+    const dev = path.join(root, 'devices/pci0000:00/0000:65:00.1');
+    const uevent = path.join(dev, 'uevent');
+    // The scan trusts uevent: the attributes it no longer opens can say anything.
+    await writeFile(path.join(dev, 'vendor'), '0xdead\n');
+    await writeFile(path.join(dev, 'class'), 'garbage\n');
+    await unlink(path.join(dev, 'driver'));
+    let f = byAddress(await readPciFunctions(root)).get('0000:65:00.1');
+    expect(f).toMatchObject({
+      vendorId: '10de',
+      productId: '228b',
+      classCode: '040300',
+      kernelDriver: 'snd_hda_intel',
+    });
+    // A uevent without the ids, of another function, or absent: the attributes decide.
+    await writeFile(path.join(dev, 'vendor'), '0x10de\n');
+    await writeFile(path.join(dev, 'class'), '0x040300\n');
+    await symlink('../../../bus/pci/drivers/vfio-pci', path.join(dev, 'driver'));
+    for (const text of [
+      'DRIVER=snd_hda_intel\nPCI_SLOT_NAME=0000:65:00.1\n',
+      'DRIVER=x\nPCI_CLASS=40300\nPCI_ID=10DE:228B\nPCI_SLOT_NAME=0000:65:00.0\n',
+      'PCI_CLASS=40300\nPCI_ID=10DE:22\n',
+      null,
+    ]) {
+      if (text === null) await unlink(uevent);
+      else await writeFile(uevent, text);
+      f = byAddress(await readPciFunctions(root)).get('0000:65:00.1');
+      expect(f).toMatchObject({
+        vendorId: '10de',
+        productId: '228b',
+        classCode: '040300',
+        kernelDriver: 'vfio-pci',
+      });
+    }
+    // Garbage in both: the function is not reported.
+    await writeFile(path.join(dev, 'class'), 'garbage\n');
+    expect(byAddress(await readPciFunctions(root)).has('0000:65:00.1')).toBe(false);
+  });
+
+  it('lists a PF directory for its VFs only when sriov_numvfs cannot be read', async () => {
+    await unlink(path.join(root, 'devices/pci0000:00/0000:3b:00.0/sriov_numvfs'));
+    const m = byAddress(await readPciFunctions(root));
+    expect(m.get('0000:3b:00.0')).toMatchObject({
+      sriovNumVfs: 0,
+      virtfns: ['0000:3b:02.0', '0000:3b:02.1', '0000:3b:02.2'],
+    });
+    expect(m.get('0000:3b:02.2')?.physfn).toBe('0000:3b:00.0');
+  });
+
   it('follows driver binds: the NVMe controller exists only while nvme is bound', async () => {
     await b.setDriver('0000:b1:00.0', 'vfio-pci');
     let f = await readPciFunction(root, '0000:b1:00.0');
@@ -374,6 +424,54 @@ describe('reading a simulated host', () => {
 
   it('returns an empty list for a tree without PCI', async () => {
     expect(await readPciFunctions(path.join(root, 'nowhere'))).toEqual([]);
+  });
+});
+
+describe('parsePciUevent', () => {
+  // As this machine's kernel prints it (drivers/pci/pci-driver.c pci_uevent).
+  const real = [
+    'DRIVER=virtio-pci',
+    'PCI_CLASS=20000',
+    'PCI_ID=1AF4:1041',
+    'PCI_SUBSYS_ID=1AF4:1041',
+    'PCI_SLOT_NAME=0000:00:03.0',
+    'MODALIAS=pci:v00001AF4d00001041sv00001AF4sd00001041bc02sc00i00',
+  ].join('\n');
+
+  it('reads the ids lower-case, the class padded to six digits, the driver', () => {
+    expect(parsePciUevent(real, '0000:00:03.0')).toEqual({
+      vendorId: '1af4',
+      productId: '1041',
+      classCode: '020000',
+      kernelDriver: 'virtio-pci',
+    });
+    expect(parsePciUevent('PCI_CLASS=FFFF00\nPCI_ID=8086:0D57', '0000:00:00.0')).toEqual({
+      vendorId: '8086',
+      productId: '0d57',
+      classCode: 'ffff00',
+      kernelDriver: null,
+    });
+  });
+
+  it('counts a key given twice once, first, and a key only at the start of a line', () => {
+    const text = 'XPCI_ID=1111:2222\nPCI_ID=8086:154C\nPCI_ID=1234:5678\nPCI_CLASS=20000\nDRIVER=\n';
+    expect(parsePciUevent(text, '0000:00:00.0')).toMatchObject({
+      vendorId: '8086',
+      productId: '154c',
+      kernelDriver: null,
+    });
+  });
+
+  it.each([
+    ['another function', real, '0000:00:04.0'],
+    ['no ids', 'DRIVER=x\nPCI_CLASS=20000', '0000:00:03.0'],
+    ['no class', 'PCI_ID=8086:154C', '0000:00:03.0'],
+    ['short ids', 'PCI_ID=8086:154\nPCI_CLASS=20000', '0000:00:03.0'],
+    ['ids that are not hex', 'PCI_ID=80g6:154C\nPCI_CLASS=20000', '0000:00:03.0'],
+    ['a class of seven digits', 'PCI_ID=8086:154C\nPCI_CLASS=1020000', '0000:00:03.0'],
+    ['empty', '', '0000:00:03.0'],
+  ])('is undefined for %s', (_what, text, address) => {
+    expect(parsePciUevent(text, address)).toBeUndefined();
   });
 });
 

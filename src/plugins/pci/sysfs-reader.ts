@@ -10,7 +10,17 @@
  * defaults, because older kernels and other architectures omit some of them.
  */
 
-import { closeSync, existsSync, openSync, readdirSync, readlinkSync, readSync, realpathSync } from 'node:fs';
+import {
+  closeSync,
+  type Dir,
+  existsSync,
+  opendirSync,
+  openSync,
+  readdirSync,
+  readlinkSync,
+  readSync,
+  realpathSync,
+} from 'node:fs';
 import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
@@ -123,12 +133,21 @@ function intAttr(raw: string | undefined, fallback: number): number {
   return Number.parseInt(raw, 10);
 }
 
+/** A link target's last component (path.basename without its checks: targets never end in `/`). */
+function lastComponent(target: string): string {
+  return target.slice(target.lastIndexOf('/') + 1);
+}
+
 function numericSuffix(name: string, prefix: string): number {
   return Number.parseInt(name.slice(prefix.length), 10);
 }
 
-/** Functions read between two yields to the event loop in readPciFunctions. */
-const READ_BATCH = 64;
+/**
+ * How long readPciFunctions reads before it yields to the event loop: bounds
+ * the stall it causes the agent's gRPC server (a yield costs ~15 µs; 64
+ * functions a batch made 68 of them on the benchmark's 4,368 functions).
+ */
+const READ_SLICE_MS = 4;
 
 const VIRTFN_RE = /^virtfn\d+$/;
 
@@ -225,21 +244,96 @@ function classChildren(sysfsRoot: string, klass: string, kind: string): Map<stri
   return out;
 }
 
-/** address → bound driver, from the drivers' own directories (a link per bound device). */
-function driverMap(sysfsRoot: string): Map<string, string> {
-  const dir = path.join(sysfsRoot, 'bus', 'pci', 'drivers');
-  const out = new Map<string, string>();
-  for (const driver of readdirOptional(dir)) {
-    for (const entry of readdirOptional(path.join(dir, driver))) {
-      if (PCI_ADDRESS_RE.test(entry)) out.set(entry, driver);
-    }
-  }
-  return out;
-}
-
 interface ScannedFunction {
   fn: PciFunction;
   dir: string;
+}
+
+/** What a function's `uevent` says of it: the ids, the class and the bound driver. */
+interface Identity {
+  vendorId: string;
+  productId: string;
+  classCode: string;
+  kernelDriver: string | null;
+}
+
+const PCI_ID_RE = /^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$/;
+const CLASS_RE = /^[0-9A-Fa-f]{1,6}$/;
+
+/**
+ * Parses a PCI function's `uevent` (the kernel's pci_uevent: `PCI_ID=8086:154C`,
+ * `PCI_CLASS=20000`, `DRIVER=` while a driver is bound, `PCI_SLOT_NAME=`). The
+ * kernel prints these from the same fields of struct pci_dev as the `vendor`,
+ * `device` and `class` attributes and the `driver` link, so one read gives
+ * what four operations gave. Undefined when the text is not a uevent of this
+ * function (no ids, ids that are not hex, another function's slot name):
+ * the caller then reads the attributes. A key given twice counts once, first.
+ */
+export function parsePciUevent(text: string, address: string): Identity | undefined {
+  let id: string | undefined;
+  let cls: string | undefined;
+  let driver: string | undefined;
+  let slot: string | undefined;
+  for (let at = 0; at < text.length; ) {
+    let end = text.indexOf('\n', at);
+    if (end === -1) end = text.length;
+    if (id === undefined && text.startsWith('PCI_ID=', at)) id = text.slice(at + 7, end);
+    else if (cls === undefined && text.startsWith('PCI_CLASS=', at)) cls = text.slice(at + 10, end);
+    else if (driver === undefined && text.startsWith('DRIVER=', at)) driver = text.slice(at + 7, end);
+    else if (slot === undefined && text.startsWith('PCI_SLOT_NAME=', at)) slot = text.slice(at + 14, end);
+    at = end + 1;
+  }
+  if (slot !== undefined && slot !== address) return undefined;
+  if (id === undefined || cls === undefined || !PCI_ID_RE.test(id) || !CLASS_RE.test(cls)) return undefined;
+  return {
+    vendorId: id.slice(0, 4).toLowerCase(),
+    productId: id.slice(5).toLowerCase(),
+    classCode: cls.toLowerCase().padStart(6, '0'),
+    kernelDriver: driver === undefined || driver === '' ? null : driver,
+  };
+}
+
+/**
+ * A function's identity from its `uevent`, or — when there is none that says
+ * it (a tree written by an older simulator, a kernel that prints less) — from
+ * the `vendor`, `device` and `class` attributes and the `driver` link. Null
+ * when the function is gone or its ids are garbage.
+ */
+function readIdentity(dir: string, address: string): Identity | null {
+  const text = readAttr(`${dir}/uevent`);
+  const parsed = text === undefined ? undefined : parsePciUevent(text, address);
+  if (parsed !== undefined) return parsed;
+  const vendorId = hexAttr(readAttr(`${dir}/vendor`), 4);
+  const productId = hexAttr(readAttr(`${dir}/device`), 4);
+  const classCode = hexAttr(readAttr(`${dir}/class`), 6);
+  if (vendorId === undefined || productId === undefined || classCode === undefined) return null;
+  const driver = readlinkOptional(`${dir}/driver`);
+  return {
+    vendorId,
+    productId,
+    classCode,
+    kernelDriver: driver === undefined ? null : path.basename(driver),
+  };
+}
+
+/**
+ * Whether the host has IOMMU groups at all: the first entry of
+ * kernel/iommu_groups, not a listing of every group.
+ */
+function hasIommuGroups(sysfsRoot: string): boolean {
+  let dir: Dir;
+  try {
+    dir = opendirSync(path.join(sysfsRoot, 'kernel', 'iommu_groups'));
+  } catch {
+    return false;
+  }
+  try {
+    return dir.readSync() !== null;
+  } catch {
+    return false;
+  } finally {
+    dir.closeSync();
+  }
 }
 
 /**
@@ -247,23 +341,21 @@ interface ScannedFunction {
  * own directory has. Returns null when the function vanished.
  */
 function scanFunction(dir: string, address: string, withGroups: boolean): PciFunction | null {
-  const vendorId = hexAttr(readAttr(`${dir}/vendor`), 4);
-  const productId = hexAttr(readAttr(`${dir}/device`), 4);
-  const classCode = hexAttr(readAttr(`${dir}/class`), 6);
-  if (vendorId === undefined || productId === undefined || classCode === undefined) return null;
+  const id = readIdentity(dir, address);
+  if (id === null) return null;
   let iommuGroup: number | null = null;
   if (withGroups) {
     const group = readlinkOptional(`${dir}/iommu_group`);
-    const name = group === undefined ? '' : path.basename(group);
+    const name = group === undefined ? '' : lastComponent(group);
     if (/^\d+$/.test(name)) iommuGroup = Number(name);
   }
   const isPf = existsSync(`${dir}/sriov_totalvfs`);
   return {
     address,
-    vendorId,
-    productId,
-    classCode,
-    kernelDriver: null,
+    vendorId: id.vendorId,
+    productId: id.productId,
+    classCode: id.classCode,
+    kernelDriver: id.kernelDriver,
     physfn: null,
     virtfns: [],
     sriovTotalVfs: isPf ? Math.max(0, intAttr(readOptional(`${dir}/sriov_totalvfs`), 0)) : 0,
@@ -275,14 +367,24 @@ function scanFunction(dir: string, address: string, withGroups: boolean): PciFun
   };
 }
 
-/** A PF's virtfnN links in N order, as addresses. */
-function readVirtfns(dir: string): string[] {
-  const names = readdirOptional(dir).filter((n) => VIRTFN_RE.test(n));
-  names.sort((a, b) => numericSuffix(a, 'virtfn') - numericSuffix(b, 'virtfn'));
+/**
+ * A PF's VFs in index order, as addresses. The kernel links virtfn0 …
+ * virtfn<numvfs-1>, so those are read by name; only when sriov_numvfs could
+ * not be read is the PF's directory listed for its virtfnN links.
+ */
+function readVirtfns(dir: string, numVfs: number): string[] {
+  let names: string[];
+  if (numVfs > 0) {
+    names = [];
+    for (let i = 0; i < numVfs; i++) names.push(`virtfn${i}`);
+  } else {
+    names = readdirOptional(dir).filter((n) => VIRTFN_RE.test(n));
+    names.sort((a, b) => numericSuffix(a, 'virtfn') - numericSuffix(b, 'virtfn'));
+  }
   const out: string[] = [];
   for (const n of names) {
     const l = readlinkOptional(`${dir}/${n}`);
-    const a = l === undefined ? '' : path.basename(l);
+    const a = l === undefined ? '' : lastComponent(l);
     if (PCI_ADDRESS_RE.test(a)) out.push(a);
   }
   return out;
@@ -295,11 +397,11 @@ function readVirtfns(dir: string): string[] {
  *
  * The result is what readPciFunction gives for each function, but gathered the
  * way that costs fewest syscalls on a big host (the benchmark reads 4,368
- * functions against lspci): per function only vendor/device/class/numa_node,
- * the iommu_group link and an SR-IOV probe; drivers come from the drivers'
- * directories, netdevs and NVMe controllers from class/net and class/nvme, and
- * physfn from the PFs' virtfnN links (the kernel keeps both directions). On a
- * host without IOMMU groups the per-function group link is not even tried.
+ * functions against lspci): per function its `uevent` (ids, class and bound
+ * driver in one read), numa_node, the iommu_group link and an SR-IOV probe;
+ * netdevs and NVMe controllers from class/net and class/nvme, and physfn from
+ * the PFs' virtfnN links (the kernel keeps both directions). On a host
+ * without IOMMU groups the per-function group link is not even tried.
  * Reads in batches with a yield to the event loop between them, so a host with
  * thousands of functions never stalls the agent's gRPC server for long.
  */
@@ -313,10 +415,14 @@ export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]
     throw e;
   }
   const addresses = names.filter((n) => PCI_ADDRESS_RE.test(n)).sort();
-  const withGroups = readdirOptional(path.join(sysfsRoot, 'kernel', 'iommu_groups')).length > 0;
+  const withGroups = hasIommuGroups(sysfsRoot);
   const scanned: ScannedFunction[] = [];
+  let sliceStart = performance.now();
   for (let i = 0; i < addresses.length; i++) {
-    if (i > 0 && i % READ_BATCH === 0) await yieldToEventLoop();
+    if (performance.now() - sliceStart >= READ_SLICE_MS) {
+      await yieldToEventLoop();
+      sliceStart = performance.now();
+    }
     const a = addresses[i]!;
     const dir = `${devicesDir}/${a}`;
     const fn = scanFunction(dir, a, withGroups);
@@ -324,23 +430,22 @@ export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]
   }
   // Relations last: read after the functions, they describe the same moment or
   // a later one, and never name a function the list has dropped.
-  const drivers = driverMap(sysfsRoot);
   const netdevs = classChildren(sysfsRoot, 'net', 'net');
   const controllers = classChildren(sysfsRoot, 'nvme', 'nvme');
   const physfns = new Map<string, string>();
   for (const { fn, dir } of scanned) {
     if (fn.sriovTotalVfs > 0 || fn.sriovNumVfs > 0) {
-      fn.virtfns = readVirtfns(dir);
+      fn.virtfns = readVirtfns(dir, fn.sriovNumVfs);
       for (const vf of fn.virtfns) physfns.set(vf, fn.address);
     }
   }
   return scanned.map(({ fn }) => {
-    fn.kernelDriver = drivers.get(fn.address) ?? null;
     fn.physfn = physfns.get(fn.address) ?? null;
-    fn.netdevs = (netdevs.get(fn.address) ?? []).sort();
-    fn.nvmeControllers = (controllers.get(fn.address) ?? []).sort(
-      (x, y) => numericSuffix(x, 'nvme') - numericSuffix(y, 'nvme'),
-    );
+    const nets = netdevs.get(fn.address);
+    if (nets !== undefined) fn.netdevs = nets.sort();
+    const ctrls = controllers.get(fn.address);
+    if (ctrls !== undefined)
+      fn.nvmeControllers = ctrls.sort((x, y) => numericSuffix(x, 'nvme') - numericSuffix(y, 'nvme'));
     return fn;
   });
 }

@@ -73,6 +73,35 @@ describe('SysfsBuilder layout', () => {
     expect((await readFile(path.join(dev('0000:65:00.0'), 'config'))).readUInt16LE(4)).toBe(0x0006);
   });
 
+  it('writes uevent as the kernel prints it, DRIVER only while a driver is bound', async () => {
+    const b = new SysfsBuilder(root);
+    await b.addFunction({
+      address: '0000:b1:00.0',
+      vendorId: '144d',
+      productId: 'a808',
+      classCode: '010802',
+      driver: 'nvme',
+      subsystemVendorId: '144d',
+      subsystemProductId: 'a801',
+    });
+    const uevent = path.join(dev('0000:b1:00.0'), 'uevent');
+    expect(await text(uevent)).toBe(
+      [
+        'DRIVER=nvme',
+        'PCI_CLASS=10802',
+        'PCI_ID=144D:A808',
+        'PCI_SUBSYS_ID=144D:A801',
+        'PCI_SLOT_NAME=0000:b1:00.0',
+        'MODALIAS=pci:v0000144Dd0000A808sv0000144Dsd0000A801bc01sc08i02',
+        '',
+      ].join('\n'),
+    );
+    await b.setDriver('0000:b1:00.0', null);
+    expect(await text(uevent)).not.toContain('DRIVER=');
+    await b.setDriver('0000:b1:00.0', 'vfio-pci');
+    expect((await text(uevent)).split('\n')[0]).toBe('DRIVER=vfio-pci');
+  });
+
   it('places VFs by offset/stride and links physfn/virtfnN like the kernel', async () => {
     const b = new SysfsBuilder(root);
     const spec = { vendorId: '8086', productId: '1572', totalVfs: 64, vf: { productId: '154c' } };

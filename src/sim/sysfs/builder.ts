@@ -176,6 +176,26 @@ function assertDriverName(driver: string): void {
   }
 }
 
+/**
+ * The function's `uevent`, as the kernel prints it (drivers/base/core.c
+ * dev_uevent, then drivers/pci/pci-driver.c pci_uevent): DRIVER only while a
+ * driver is bound; ids in upper-case hex, the class with at least four digits
+ * (`PCI_CLASS=20000` for 0x020000).
+ */
+function uevent(st: FunctionState): string {
+  const up = (hex: string) => hex.toUpperCase();
+  const cls = Number.parseInt(st.classCode, 16);
+  return [
+    ...(st.driver === null ? [] : [`DRIVER=${st.driver}`]),
+    `PCI_CLASS=${up(cls.toString(16).padStart(4, '0'))}`,
+    `PCI_ID=${up(st.vendorId)}:${up(st.productId)}`,
+    `PCI_SUBSYS_ID=${up(st.subsystemVendorId)}:${up(st.subsystemProductId)}`,
+    `PCI_SLOT_NAME=${st.address}`,
+    `MODALIAS=pci:v0000${up(st.vendorId)}d0000${up(st.productId)}sv0000${up(st.subsystemVendorId)}sd0000${up(st.subsystemProductId)}bc${up(st.classCode.slice(0, 2))}sc${up(st.classCode.slice(2, 4))}i${up(st.classCode.slice(4, 6))}`,
+    '',
+  ].join('\n');
+}
+
 /** The kernel pads these identify-controller strings with spaces to their field widths. */
 function pad(value: string, width: number): string {
   return value.slice(0, width).padEnd(width, ' ');
@@ -311,6 +331,7 @@ export class SysfsBuilder {
     const after = this.visibleChildren(st);
     const dir = this.devDir(address);
     this.linkDriver(st);
+    writeFileSync(path.join(dir, 'uevent'), uevent(st));
     writeFileSync(path.join(dir, 'enable'), driver ? '1\n' : '0\n');
     writeFileSync(path.join(dir, 'config'), this.config(st));
     for (const n of before.netdevs) if (!after.netdevs.has(n)) this.removeNetdevFiles(st, n);
@@ -528,6 +549,7 @@ export class SysfsBuilder {
     w('subsystem_device', `0x${st.subsystemProductId}\n`);
     w('revision', `0x${st.revision}\n`);
     w('numa_node', `${st.numaNode}\n`);
+    w('uevent', uevent(st));
     w('config', this.config(st));
     // 6 BARs + ROM + 6 IOV BARs, none assigned.
     w('resource', '0x0000000000000000 0x0000000000000000 0x0000000000000000\n'.repeat(13));
