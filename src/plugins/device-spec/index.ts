@@ -4,7 +4,7 @@
  * specifications"). The PCI and NVMe drivers each parse their own section.
  */
 export { isValidPciAddress } from './address.js';
-export { entryMatches, matchDevice } from './match.js';
+export { compileMatcher, entryMatches, matchDevice } from './match.js';
 export { deviceSpecListSchema, parseBool, parseDeviceSpecs } from './parse.js';
 export { normalizeResourceClass, normalizeTrait } from './placement-names.js';
 export { deviceSpecInputSchema } from './schema.js';

@@ -19,7 +19,7 @@ import {
   traitInput,
 } from './arbitraries.js';
 import { makeFunction, makeLookup } from './fixtures.js';
-import { matchDevice } from './match.js';
+import { compileMatcher, matchDevice } from './match.js';
 import { parseDeviceSpecs } from './parse.js';
 import { normalizeTrait } from './placement-names.js';
 
@@ -107,6 +107,114 @@ describe('properties', () => {
         expect(trait).toMatch(/^CUSTOM_[A-Z0-9_]{1,248}$/);
       }),
       { numRuns: propertyRuns(2000) },
+    );
+  });
+});
+
+/**
+ * A small host where specs and functions meet often: one domain, two buses,
+ * two slots, PFs with VFs, netdevs; ids from a short list.
+ */
+const smallAddress = fc
+  .record({
+    bus: fc.constantFrom('3b', '3c'),
+    slot: fc.constantFrom('00', '01'),
+    fn: fc.integer({ min: 0, max: 7 }),
+  })
+  .map(({ bus, slot, fn }) => `0000:${bus}:${slot}.${fn}`);
+const smallId = fc.constantFrom('8086', '15b3', '10de');
+const smallHost = fc
+  .uniqueArray(
+    fc.record({
+      address: smallAddress,
+      vendorId: smallId,
+      productId: smallId,
+      pf: fc.boolean(),
+      netdev: fc.constantFrom(null, 'eth0', 'eth1', 'ens0'),
+      stray: fc.boolean(),
+    }),
+    { selector: (f) => f.address, minLength: 1, maxLength: 12 },
+  )
+  .map((specs) => {
+    const fns = specs.map((s) =>
+      makeFunction(s.address, {
+        vendorId: s.vendorId,
+        productId: s.productId,
+        sriovTotalVfs: s.pf ? 8 : 0,
+        netdevs: s.netdev === null ? [] : [s.netdev],
+      }),
+    );
+    // The other functions on a PF's bus are its VFs; a "stray" one names a
+    // function that is no PF as its physfn (matching must still ask).
+    fns.forEach((f, i) => {
+      const bus = f.address.slice(0, 7);
+      const others = fns.filter((p) => p !== f && p.address.slice(0, 7) === bus);
+      const pf = specs[i]!.stray ? others[0] : others.find((p) => p.sriovTotalVfs > 0);
+      if (pf && f.sriovTotalVfs === 0) f.physfn = pf.address;
+    });
+    return fns;
+  });
+const smallIds = fc.record(
+  {
+    vendor_id: fc.constantFrom('8086', '15B3', '10de', '*', '0x8086'),
+    product_id: fc.constantFrom('8086', '15b3', '*'),
+  },
+  { requiredKeys: [] },
+);
+/** An entry with an address, a devname or neither (both together do not parse). */
+const smallEntry = fc
+  .tuple(
+    smallIds,
+    fc.oneof(
+      fc.constant({}),
+      fc.record({ devname: fc.constantFrom('eth0', 'eth1', 'ens0', 'nope') }),
+      fc.record({
+        address: fc.oneof(
+          smallAddress,
+          fc.constantFrom('3b:00.*', '*:01.*', '0000:3c:*.*', ':00.', '*', '3b:01.7', '0001:3b:00.0'),
+          fc.record(
+            {
+              domain: fc.constantFrom('0000', '.*'),
+              bus: fc.constantFrom('3[bc]', '3b', '3c', '.*'),
+              slot: fc.constantFrom('00', '0[01]', '01'),
+              function: fc.constantFrom('[0-3]', '0', '1', '.*'),
+            },
+            { requiredKeys: [] },
+          ),
+        ),
+      }),
+    ),
+  )
+  .map(([ids, where]) => ({ ...ids, ...where }));
+
+describe('compileMatcher', () => {
+  it('decides as matchDevice for every function of a host', () => {
+    fc.assert(
+      fc.property(smallHost, fc.array(smallEntry, { maxLength: 6 }), (fns, raw) => {
+        const entries = parseDeviceSpecs(raw, { section: 'pci', cleanupKeys: false });
+        const lookup = makeLookup(fns);
+        const match = compileMatcher(entries, lookup);
+        for (const fn of fns) expect(match(fn)).toBe(matchDevice(entries, fn, lookup));
+      }),
+      { numRuns: propertyRuns(2000) },
+    );
+  });
+
+  it('decides as matchDevice on any input that parses', () => {
+    fc.assert(
+      fc.property(deviceSpecInput, fc.array(anyPciFunction, { maxLength: 4 }), (raw, fns) => {
+        let entries: ReturnType<typeof parseDeviceSpecs>;
+        try {
+          entries = parseDeviceSpecs(raw, { section: 'pci', cleanupKeys: false });
+        } catch (error) {
+          if (error instanceof ConfigError) return;
+          throw error;
+        }
+        const lookup = makeLookup(fns);
+        const match = compileMatcher(entries, lookup);
+        for (const fn of fns) expect(match(fn)).toBe(matchDevice(entries, fn, lookup));
+      }),
+      { numRuns: propertyRuns(1000) },
     );
   });
 });

@@ -17,9 +17,9 @@ import type { CommandResult, RunOptions } from '../command-runner.js';
 import {
   type ClearAction,
   type ClearStrategy,
+  compileMatcher,
   type DeviceSpecEntry,
   isValidPciAddress,
-  matchDevice,
 } from '../device-spec/index.js';
 import { type CleanupContext, type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
 import {
@@ -206,8 +206,9 @@ export class NvmeDriver extends GenericDriver {
     const devices: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
     const work: Promise<void>[] = [];
+    const match = compileMatcher(this.entries, host.lookup);
     for (const fn of host.functions) {
-      const entry = matchDevice(this.entries, fn, host.lookup);
+      const entry = match(fn);
       if (!entry) continue;
       // An NVMe function without a controller is one a guest owns (vfio-pci): still ours.
       if (fn.nvmeControllers.length === 0 && !fn.classCode.startsWith('0108')) continue;
@@ -328,12 +329,12 @@ export class NvmeDriver extends GenericDriver {
     if (caps?.bes) capTraits.push('HW_NVME_BES');
     if (caps?.wzs) capTraits.push('HW_NVME_WZS');
     const device = deviceFromFunction(fn, entry, host, {
+      driver: this.name,
       type: 'NVME',
       resourceClass:
         entry.resourceClass ?? `CUSTOM_NVME_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
       traits: baseTraits(entry, capTraits),
     });
-    device.driver = this.name;
     device.supportsCleaning = true;
     device.cleanupAction = action && this.cleanupActionName ? this.cleanupActionName : action;
     if (opts.unhealthy) {

@@ -6,10 +6,10 @@
  */
 import { section as configSection, parseConfig } from '../../config-schema.js';
 import {
+  compileMatcher,
   type DeviceSpecEntry,
   deviceSpecListSchema,
   type FunctionLookup,
-  matchDevice,
 } from '../device-spec/index.js';
 import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
 import type {
@@ -95,7 +95,7 @@ export function deviceFromFunction(
   fn: PciFunction,
   entry: DeviceSpecEntry,
   host: HostFunctions,
-  fields: { type: DiscoveredDevice['type']; resourceClass: string; traits: string[] },
+  fields: { driver: string; type: DiscoveredDevice['type']; resourceClass: string; traits: string[] },
 ): DiscoveredDevice {
   const peers =
     fn.iommuGroup === null ? [] : (host.groups.get(fn.iommuGroup) ?? []).filter((a) => a !== fn.address);
@@ -107,7 +107,7 @@ export function deviceFromFunction(
     productId: fn.productId,
     classCode: fn.classCode,
     kernelDriver: fn.kernelDriver,
-    driver: '',
+    driver: fields.driver,
     type: fields.type,
     functionKind: functionKind(fn),
     physfn: fn.physfn,
@@ -141,20 +141,30 @@ export class PciDriver extends GenericDriver {
     const host = await readHostFunctions(ctx, this.entries);
     const devices: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
+    const match = compileMatcher(this.entries, host.lookup);
+    // Every device of an entry gets the same traits: worked out once per entry
+    // and shared, frozen, so that no holder can change another device's.
+    const traits = new Map<DeviceSpecEntry, string[]>();
     for (const fn of host.functions) {
-      const entry = matchDevice(this.entries, fn, host.lookup);
+      const entry = match(fn);
       if (!entry) continue;
       const reason = exclusionReason(fn, entry);
       if (reason) {
         excluded.push({ address: fn.address, driver: this.name, reason });
         continue;
       }
+      let entryTraits = traits.get(entry);
+      if (entryTraits === undefined) {
+        entryTraits = Object.freeze(baseTraits(entry)) as string[];
+        traits.set(entry, entryTraits);
+      }
       devices.push(
         deviceFromFunction(fn, entry, host, {
+          driver: this.name,
           type: 'PCI',
           resourceClass:
             entry.resourceClass ?? `CUSTOM_PCI_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
-          traits: baseTraits(entry),
+          traits: entryTraits,
         }),
       );
     }

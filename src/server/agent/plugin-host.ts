@@ -146,37 +146,46 @@ export class PluginHost {
         cause: f.error,
       });
     }
-    const claims = new Map<string, DiscoveredDevice[]>();
+    const claims: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
     for (const { d, result } of results) {
       if (!result) continue;
       for (const dev of result.devices) {
-        const withDriver = { ...dev, driver: d.name };
-        const list = claims.get(dev.address) ?? [];
-        list.push(withDriver);
-        claims.set(dev.address, list);
+        // The built-in drivers fill in their name; anything else gets a copy that says it.
+        claims.push(dev.driver === d.name ? dev : { ...dev, driver: d.name });
       }
-      for (const ex of result.excluded) excluded.push({ ...ex, driver: ex.driver || d.name });
+      for (const ex of result.excluded) excluded.push(ex.driver ? ex : { ...ex, driver: d.name });
     }
+    // Sorted by address (stable: claims of one address stay in driver order),
+    // an address claimed twice is a run of equal addresses.
+    claims.sort(byAddress);
     const devices: DiscoveredDevice[] = [];
-    for (const [address, list] of claims) {
-      if (list.length === 1) {
-        devices.push(list[0]!);
-        continue;
+    for (let i = 0; i < claims.length; ) {
+      const address = claims[i]!.address;
+      let end = i + 1;
+      while (end < claims.length && claims[end]!.address === address) end++;
+      if (end === i + 1) {
+        devices.push(claims[i]!);
+      } else {
+        const list = claims.slice(i, end);
+        const err = new DuplicateClaimError(
+          address,
+          list.map((x) => x.driver),
+        );
+        if (options.strict) throw err;
+        this.ctx.logger.error({ address, drivers: err.drivers }, err.message);
+        for (const x of list) excluded.push({ address, driver: x.driver, reason: err.message });
       }
-      const err = new DuplicateClaimError(
-        address,
-        list.map((x) => x.driver),
-      );
-      if (options.strict) throw err;
-      this.ctx.logger.error({ address, drivers: err.drivers }, err.message);
-      for (const x of list) excluded.push({ address, driver: x.driver, reason: err.message });
+      i = end;
     }
     markSharedIommuGroups(devices);
-    devices.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
-    excluded.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
+    excluded.sort(byAddress);
     return { devices, excluded, failedDrivers: failed.map((f) => f.d.name) };
   }
+}
+
+function byAddress(a: { address: string }, b: { address: string }): number {
+  return a.address < b.address ? -1 : a.address > b.address ? 1 : 0;
 }
 
 /**
@@ -186,8 +195,11 @@ export class PluginHost {
  * manages stay allocatable; the scheduler keeps them from different tenants.
  */
 export function markSharedIommuGroups(devices: DiscoveredDevice[]): void {
+  // Most functions sit alone in their group: the set is built only when one does not.
+  if (devices.every((d) => d.iommuGroupPeers.length === 0)) return;
   const managed = new Set(devices.map((d) => d.address));
   for (const d of devices) {
+    if (d.iommuGroupPeers.length === 0) continue;
     const foreign = d.iommuGroupPeers.filter((p) => !managed.has(p));
     if (foreign.length > 0 && d.unallocatableReason === '') {
       d.unallocatableReason = `IOMMU group ${d.iommuGroup} also holds ${foreign.join(', ')}, which Berth does not manage`;
