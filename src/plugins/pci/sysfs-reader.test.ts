@@ -342,13 +342,21 @@ describe('reading a simulated host', () => {
   });
 
   it('lists a PF directory for its VFs only when sriov_numvfs cannot be read', async () => {
-    await unlink(path.join(root, 'devices/pci0000:00/0000:3b:00.0/sriov_numvfs'));
+    const numVfs = path.join(root, 'devices/pci0000:00/0000:3b:00.0/sriov_numvfs');
+    for (const write of [() => unlink(numVfs), () => writeFile(numVfs, 'busy\n')]) {
+      await write();
+      const m = byAddress(await readPciFunctions(root));
+      expect(m.get('0000:3b:00.0')).toMatchObject({
+        sriovNumVfs: 0,
+        virtfns: ['0000:3b:02.0', '0000:3b:02.1', '0000:3b:02.2'],
+      });
+      expect(m.get('0000:3b:02.2')?.physfn).toBe('0000:3b:00.0');
+    }
+    // Read, it is believed: virtfn0 .. virtfn<n-1> only.
+    await writeFile(numVfs, '2\n');
     const m = byAddress(await readPciFunctions(root));
-    expect(m.get('0000:3b:00.0')).toMatchObject({
-      sriovNumVfs: 0,
-      virtfns: ['0000:3b:02.0', '0000:3b:02.1', '0000:3b:02.2'],
-    });
-    expect(m.get('0000:3b:02.2')?.physfn).toBe('0000:3b:00.0');
+    expect(m.get('0000:3b:00.0')?.virtfns).toEqual(['0000:3b:02.0', '0000:3b:02.1']);
+    expect(m.get('0000:3b:02.2')?.physfn).toBeNull();
   });
 
   it('follows driver binds: the NVMe controller exists only while nvme is bound', async () => {

@@ -247,6 +247,8 @@ function classChildren(sysfsRoot: string, klass: string, kind: string): Map<stri
 interface ScannedFunction {
   fn: PciFunction;
   dir: string;
+  /** A PF whose sriov_numvfs could not be read (or is not a number): its VFs are found by listing it. */
+  numVfsUnread: boolean;
 }
 
 /** What a function's `uevent` says of it: the ids, the class and the bound driver. */
@@ -340,7 +342,7 @@ function hasIommuGroups(sysfsRoot: string): boolean {
  * The per-function part of a full scan: the attributes only the function's
  * own directory has. Returns null when the function vanished.
  */
-function scanFunction(dir: string, address: string, withGroups: boolean): PciFunction | null {
+function scanFunction(dir: string, address: string, withGroups: boolean): ScannedFunction | null {
   const id = readIdentity(dir, address);
   if (id === null) return null;
   let iommuGroup: number | null = null;
@@ -350,7 +352,8 @@ function scanFunction(dir: string, address: string, withGroups: boolean): PciFun
     if (/^\d+$/.test(name)) iommuGroup = Number(name);
   }
   const isPf = existsSync(`${dir}/sriov_totalvfs`);
-  return {
+  const numVfs = isPf ? readOptional(`${dir}/sriov_numvfs`) : undefined;
+  const fn: PciFunction = {
     address,
     vendorId: id.vendorId,
     productId: id.productId,
@@ -359,22 +362,23 @@ function scanFunction(dir: string, address: string, withGroups: boolean): PciFun
     physfn: null,
     virtfns: [],
     sriovTotalVfs: isPf ? Math.max(0, intAttr(readOptional(`${dir}/sriov_totalvfs`), 0)) : 0,
-    sriovNumVfs: isPf ? Math.max(0, intAttr(readOptional(`${dir}/sriov_numvfs`), 0)) : 0,
+    sriovNumVfs: Math.max(0, intAttr(numVfs, 0)),
     iommuGroup,
     numaNode: Math.max(-1, intAttr(readOptional(`${dir}/numa_node`), -1)),
     netdevs: [],
     nvmeControllers: [],
   };
+  return { fn, dir, numVfsUnread: isPf && (numVfs === undefined || !/^\d+$/.test(numVfs)) };
 }
 
 /**
  * A PF's VFs in index order, as addresses. The kernel links virtfn0 …
  * virtfn<numvfs-1>, so those are read by name; only when sriov_numvfs could
- * not be read is the PF's directory listed for its virtfnN links.
+ * not be read (`numVfs` null) is the PF's directory listed for its virtfnN links.
  */
-function readVirtfns(dir: string, numVfs: number): string[] {
+function readVirtfns(dir: string, numVfs: number | null): string[] {
   let names: string[];
-  if (numVfs > 0) {
+  if (numVfs !== null) {
     names = [];
     for (let i = 0; i < numVfs; i++) names.push(`virtfn${i}`);
   } else {
@@ -425,17 +429,17 @@ export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]
     }
     const a = addresses[i]!;
     const dir = `${devicesDir}/${a}`;
-    const fn = scanFunction(dir, a, withGroups);
-    if (fn !== null) scanned.push({ fn, dir });
+    const scan = scanFunction(dir, a, withGroups);
+    if (scan !== null) scanned.push(scan);
   }
   // Relations last: read after the functions, they describe the same moment or
   // a later one, and never name a function the list has dropped.
   const netdevs = classChildren(sysfsRoot, 'net', 'net');
   const controllers = classChildren(sysfsRoot, 'nvme', 'nvme');
   const physfns = new Map<string, string>();
-  for (const { fn, dir } of scanned) {
-    if (fn.sriovTotalVfs > 0 || fn.sriovNumVfs > 0) {
-      fn.virtfns = readVirtfns(dir, fn.sriovNumVfs);
+  for (const { fn, dir, numVfsUnread } of scanned) {
+    if (fn.sriovNumVfs > 0 || numVfsUnread) {
+      fn.virtfns = readVirtfns(dir, numVfsUnread ? null : fn.sriovNumVfs);
       for (const vf of fn.virtfns) physfns.set(vf, fn.address);
     }
   }
