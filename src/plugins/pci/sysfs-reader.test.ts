@@ -477,6 +477,8 @@ describe('parsePciUevent', () => {
     ['short ids', 'PCI_ID=8086:154\nPCI_CLASS=20000', '0000:00:03.0'],
     ['ids that are not hex', 'PCI_ID=80g6:154C\nPCI_CLASS=20000', '0000:00:03.0'],
     ['a class of seven digits', 'PCI_ID=8086:154C\nPCI_CLASS=1020000', '0000:00:03.0'],
+    ['a driver name with a slash', 'DRIVER=../x\nPCI_ID=8086:154C\nPCI_CLASS=20000', '0000:00:03.0'],
+    ['a driver named ..', 'DRIVER=..\nPCI_ID=8086:154C\nPCI_CLASS=20000', '0000:00:03.0'],
     ['empty', '', '0000:00:03.0'],
   ])('is undefined for %s', (_what, text, address) => {
     expect(parsePciUevent(text, address)).toBeUndefined();

@@ -261,6 +261,8 @@ interface Identity {
 
 const PCI_ID_RE = /^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$/;
 const CLASS_RE = /^[0-9A-Fa-f]{1,6}$/;
+/** A kernel driver's name: what a module or built-in driver can be called. */
+const DRIVER_NAME_RE = /^[A-Za-z0-9_.+-]{1,64}$/;
 
 /**
  * Parses a PCI function's `uevent` (the kernel's pci_uevent: `PCI_ID=8086:154C`,
@@ -268,8 +270,9 @@ const CLASS_RE = /^[0-9A-Fa-f]{1,6}$/;
  * kernel prints these from the same fields of struct pci_dev as the `vendor`,
  * `device` and `class` attributes and the `driver` link, so one read gives
  * what four operations gave. Undefined when the text is not a uevent of this
- * function (no ids, ids that are not hex, another function's slot name):
- * the caller then reads the attributes. A key given twice counts once, first.
+ * function (no ids, ids that are not hex, another function's slot name, a
+ * driver name no driver has): the caller then reads the attributes. A key
+ * given twice counts once, first.
  */
 export function parsePciUevent(text: string, address: string): Identity | undefined {
   let id: string | undefined;
@@ -287,6 +290,8 @@ export function parsePciUevent(text: string, address: string): Identity | undefi
   }
   if (slot !== undefined && slot !== address) return undefined;
   if (id === undefined || cls === undefined || !PCI_ID_RE.test(id) || !CLASS_RE.test(cls)) return undefined;
+  if (driver !== undefined && driver !== '' && (!DRIVER_NAME_RE.test(driver) || /^\.+$/.test(driver)))
+    return undefined;
   return {
     vendorId: id.slice(0, 4).toLowerCase(),
     productId: id.slice(5).toLowerCase(),
