@@ -193,16 +193,21 @@ function byAddress(a: { address: string }, b: { address: string }): number {
  * be handed to a guest safely (VFIO gives the guest the whole group), so it is
  * reported unallocatable with the reason. Functions of one group that Berth all
  * manages stay allocatable; the scheduler keeps them from different tenants.
+ * A marked device is replaced in the list by a copy: the record a driver
+ * returned is never changed (a driver may keep it for its next pass).
  */
 export function markSharedIommuGroups(devices: DiscoveredDevice[]): void {
   // Most functions sit alone in their group: the set is built only when one does not.
   if (devices.every((d) => d.iommuGroupPeers.length === 0)) return;
   const managed = new Set(devices.map((d) => d.address));
-  for (const d of devices) {
-    if (d.iommuGroupPeers.length === 0) continue;
+  devices.forEach((d, i) => {
+    if (d.iommuGroupPeers.length === 0 || d.unallocatableReason !== '') return;
     const foreign = d.iommuGroupPeers.filter((p) => !managed.has(p));
-    if (foreign.length > 0 && d.unallocatableReason === '') {
-      d.unallocatableReason = `IOMMU group ${d.iommuGroup} also holds ${foreign.join(', ')}, which Berth does not manage`;
+    if (foreign.length > 0) {
+      devices[i] = {
+        ...d,
+        unallocatableReason: `IOMMU group ${d.iommuGroup} also holds ${foreign.join(', ')}, which Berth does not manage`,
+      };
     }
-  }
+  });
 }
