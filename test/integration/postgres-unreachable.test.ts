@@ -78,18 +78,19 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
     return /^berth_store_reachable(?:\{[^}]*\})? (\d)/m.exec(text)?.[1];
   };
 
+  const healthBecomes = (state: string) =>
+    eventually(
+      () => health(scheduler.address),
+      (s) => s === state,
+      30_000,
+    );
+
   it('NOT_SERVING and STORE_UNAVAILABLE while it is down; serving again when it is back', async () => {
     expect(await health(scheduler.address)).toBe('SERVING');
     expect(await eventually(metric, (v) => v === '1')).toBe('1');
 
     await pg.halt();
-    expect(
-      await eventually(
-        () => health(scheduler.address),
-        (s) => s === 'NOT_SERVING',
-        30_000,
-      ),
-    ).toBe('NOT_SERVING');
+    expect(await healthBecomes('NOT_SERVING')).toBe('NOT_SERVING');
     expect(await metric()).toBe('0');
     const err = await client.hosts.listHosts({}).then(
       () => null,
@@ -106,13 +107,7 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
     expect(probe.stderr).toContain('is not serving: NOT_SERVING (STORE_UNAVAILABLE: ');
 
     await pg.resume();
-    expect(
-      await eventually(
-        () => health(scheduler.address),
-        (s) => s === 'SERVING',
-        30_000,
-      ),
-    ).toBe('SERVING');
+    expect(await healthBecomes('SERVING')).toBe('SERVING');
     expect(await metric()).toBe('1');
     expect((await client.hosts.listHosts({})).hosts).toEqual([]);
   }, 120_000);

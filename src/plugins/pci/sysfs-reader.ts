@@ -2,7 +2,8 @@
  * Reads PCI functions (and the NVMe controllers and network interfaces hanging
  * off them) from a sysfs tree: the real /sys, or a simulated tree built by
  * src/sim/sysfs. Discovery runs this on an interval, so it is written to do few
- * syscalls per function and to read all functions concurrently.
+ * syscalls per function (synchronous calls, yielding to the event loop between
+ * time slices).
  *
  * Hot-unplug can remove a function while we read it; that must never fail a
  * discovery pass — the function is simply reported missing (null / left out).
@@ -161,7 +162,7 @@ const VIRTFN_RE = /^virtfn\d+$/;
  * Synchronous on purpose: these attributes are values the kernel has cached
  * (no device access, no blocking), and sync calls skip the libuv thread-pool
  * round trip per operation, which makes a full scan of thousands of functions
- * several times faster. Callers bound the event-loop stall by batching.
+ * several times faster. Callers bound the event-loop stall by yielding.
  */
 function readFunctionDir(dir: string, address: string): PciFunction | null {
   let entries: string[];
@@ -411,8 +412,8 @@ function readVirtfns(dir: string, numVfs: number | null): string[] {
  * netdevs and NVMe controllers from class/net and class/nvme, and physfn from
  * the PFs' virtfnN links (the kernel keeps both directions). On a host
  * without IOMMU groups the per-function group link is not even tried.
- * Reads in batches with a yield to the event loop between them, so a host with
- * thousands of functions never stalls the agent's gRPC server for long.
+ * Yields to the event loop every READ_SLICE_MS, so a host with thousands of
+ * functions never stalls the agent's gRPC server for long.
  */
 export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]> {
   const devicesDir = path.join(sysfsRoot, 'bus', 'pci', 'devices');
