@@ -67,6 +67,53 @@ export interface DiscoveredDevice {
   unallocatableReason: string;
   /** physical_network, trusted, remote_managed, nvme_controller, model, serial, ... */
   attributes: Record<string, string>;
+  /**
+   * The media the function gives access to (docs/media-identity.md). A driver
+   * that leaves it out gets the weakest identity, the slot's, from the agent.
+   */
+  media?: MediaIdentity;
+  /** What the agent's journal says of that media; the agent fills it in, never a driver. */
+  mediaRecord?: MediaRecord;
+}
+
+/** What a media identity is read from (proto MediaIdentityKind). */
+export type MediaIdentityKind = 'NVME_SUBSYSTEM' | 'PCI_DSN' | 'PCI_SLOT';
+
+/** One NVMe namespace's identifiers; '' where the namespace reports none. */
+export interface NamespaceIdentity {
+  nsid: number;
+  nguid: string;
+  eui64: string;
+  uuid: string;
+}
+
+/** The media behind a device (proto berth.agent.v1.MediaIdentity). */
+export interface MediaIdentity {
+  /** Equal keys reach the same media, on any host: `nvme:<subsysnqn>`, `pci-dsn:…`, `pci-slot:…`. */
+  key: string;
+  kind: MediaIdentityKind;
+  subsystemNqn: string;
+  serial: string;
+  model: string;
+  namespaces: NamespaceIdentity[];
+  /** PCIe Device Serial Number as lspci prints it, '' when none. */
+  deviceSerialNumber: string;
+}
+
+/** What an agent's journal says of the data on a media (proto MediaCondition). */
+export type MediaCondition = 'clean' | 'held' | 'dirty' | 'declared_clean' | 'not_cleanable';
+
+/** An agent journal's entry for one media (proto berth.agent.v1.MediaRecord). */
+export interface MediaRecord {
+  key: string;
+  condition: MediaCondition;
+  burned: boolean;
+  /** ms since the epoch, the agent's clock: when the condition or the burn last changed. */
+  since: number;
+  lastAddress: string;
+  /** While held: the binding it is held for ('' otherwise). */
+  arqUuid: string;
+  instanceUuid: string;
 }
 
 /** A function a driver's device_spec matched but that it will not offer. */

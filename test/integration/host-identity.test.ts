@@ -128,6 +128,7 @@ describe('no host can speak for another', () => {
     features: ['inventory.v1', 'cleanup.v1'],
     drivers: ['nvme'],
     heldDevices: [],
+    mediaRecords: [],
   });
 
   async function registerAs(token: string, req: RegisterRequest) {

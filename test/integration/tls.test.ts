@@ -229,6 +229,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
           features: ['inventory.v1', 'cleanup.v1'],
           drivers: ['nvme'],
           heldDevices: [],
+          mediaRecords: [],
         });
       } finally {
         c.close();

@@ -3,7 +3,7 @@
  * plugin host and cleanup runner.
  */
 import type { Logger } from 'pino';
-import { BerthError, invalidArgument } from '../../errors.js';
+import { BerthError, failedPrecondition, invalidArgument } from '../../errors.js';
 import {
   type AgentServiceServer,
   AgentServiceService,
@@ -142,6 +142,14 @@ export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBindin
         }
       },
     ),
+
+    // Transitional: the journal does not follow media yet (docs/media-identity.md).
+    releaseDevice: unary('ReleaseDevice', logger, async () => {
+      throw failedPrecondition(
+        'MEDIA_JOURNAL_UNSUPPORTED',
+        `the agent on ${agent.config.host} does not record burns by media yet`,
+      );
+    }),
 
     cleanupDevice: serverStream('CleanupDevice', logger, async function* (req: CleanupDeviceRequest, ctx) {
       let job: ReturnType<typeof agent.cleanups.startOrAttach>;

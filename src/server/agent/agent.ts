@@ -215,7 +215,10 @@ export class Agent {
             arqUuid,
             instanceUuid,
             since: new Date(since),
+            // Filled in when the journal follows media (docs/media-identity.md).
+            mediaKey: '',
           })),
+          mediaRecords: [],
         }),
       });
       this.registration.start();

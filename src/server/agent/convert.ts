@@ -3,6 +3,7 @@ import type { CleanupEvent } from '../../gen/berth/agent/v1/agent.js';
 import { type Device, DeviceType, FunctionKind, Health } from '../../gen/berth/agent/v1/device.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { cleanupEventToProto } from '../cleanup-event-proto.js';
+import { mediaIdentityToProto, mediaRecordToProto } from '../media-proto.js';
 import type { JobEvent } from './cleanup-job.js';
 
 const TYPES: Record<string, DeviceType> = {
@@ -40,6 +41,8 @@ export function deviceToProto(d: DiscoveredDevice): Device {
     healthReason: d.healthReason,
     unallocatableReason: d.unallocatableReason,
     attributes: d.attributes,
+    media: d.media ? mediaIdentityToProto(d.media) : undefined,
+    mediaRecord: d.mediaRecord ? mediaRecordToProto(d.mediaRecord) : undefined,
   };
 }
 

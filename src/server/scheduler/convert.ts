@@ -129,6 +129,8 @@ export function deviceToProto(d: DeviceRecord): Device {
       : undefined,
     attributes: d.attributes,
     updatedAt: ts(d.updatedAt),
+    // Filled in when the store keeps media identities (docs/media-identity.md).
+    media: undefined,
   };
 }
 

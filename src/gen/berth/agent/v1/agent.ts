@@ -22,7 +22,7 @@ import {
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../../google/protobuf/timestamp.js";
 import { CleanupProof } from "./cleanup_proof.js";
-import { Device } from "./device.js";
+import { Device, MediaRecord } from "./device.js";
 
 export const protobufPackage = "berth.agent.v1";
 
@@ -114,6 +114,22 @@ export function cleanupPhaseToJSON(object: CleanupPhase): string {
     default:
       return "UNRECOGNIZED";
   }
+}
+
+export interface ReleaseDeviceRequest {
+  /** PCI address of the device on this host. */
+  address: string;
+  /**
+   * The media key the caller means (MediaIdentity.key); refused with
+   * FAILED_PRECONDITION (MEDIA_CHANGED) when the device at the address now
+   * reaches other media.
+   */
+  mediaKey: string;
+}
+
+export interface ReleaseDeviceResponse {
+  /** The journal's record of the media after the release. */
+  mediaRecord: MediaRecord | undefined;
 }
 
 export interface RecordBindingRequest {
@@ -257,6 +273,170 @@ export interface PrepareMigrationResponse {
   /** Why the device is not ready; empty when ready. */
   reason: string;
 }
+
+function createBaseReleaseDeviceRequest(): ReleaseDeviceRequest {
+  return { address: "", mediaKey: "" };
+}
+
+export const ReleaseDeviceRequest: MessageFns<ReleaseDeviceRequest> = {
+  encode(message: ReleaseDeviceRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.address !== "") {
+      writer.uint32(10).string(message.address);
+    }
+    if (message.mediaKey !== "") {
+      writer.uint32(18).string(message.mediaKey);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseDeviceRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseDeviceRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.address = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mediaKey = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseDeviceRequest {
+    return {
+      address: isSet(object.address) ? globalThis.String(object.address) : "",
+      mediaKey: isSet(object.mediaKey)
+        ? globalThis.String(object.mediaKey)
+        : isSet(object.media_key)
+        ? globalThis.String(object.media_key)
+        : "",
+    };
+  },
+
+  toJSON(message: ReleaseDeviceRequest): unknown {
+    const obj: any = {};
+    if (message.address !== "") {
+      obj.address = message.address;
+    }
+    if (message.mediaKey !== "") {
+      obj.mediaKey = message.mediaKey;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseDeviceRequest>, I>>(base?: I): ReleaseDeviceRequest {
+    return ReleaseDeviceRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseDeviceRequest>, I>>(object: I): ReleaseDeviceRequest {
+    const message = createBaseReleaseDeviceRequest();
+    message.address = object.address ?? "";
+    message.mediaKey = object.mediaKey ?? "";
+    return message;
+  },
+};
+
+function createBaseReleaseDeviceResponse(): ReleaseDeviceResponse {
+  return { mediaRecord: undefined };
+}
+
+export const ReleaseDeviceResponse: MessageFns<ReleaseDeviceResponse> = {
+  encode(message: ReleaseDeviceResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaRecord !== undefined) {
+      MediaRecord.encode(message.mediaRecord, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ReleaseDeviceResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseReleaseDeviceResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaRecord = MediaRecord.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ReleaseDeviceResponse {
+    return {
+      mediaRecord: isSet(object.mediaRecord)
+        ? MediaRecord.fromJSON(object.mediaRecord)
+        : isSet(object.media_record)
+        ? MediaRecord.fromJSON(object.media_record)
+        : undefined,
+    };
+  },
+
+  toJSON(message: ReleaseDeviceResponse): unknown {
+    const obj: any = {};
+    if (message.mediaRecord !== undefined) {
+      obj.mediaRecord = MediaRecord.toJSON(message.mediaRecord);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ReleaseDeviceResponse>, I>>(base?: I): ReleaseDeviceResponse {
+    return ReleaseDeviceResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ReleaseDeviceResponse>, I>>(object: I): ReleaseDeviceResponse {
+    const message = createBaseReleaseDeviceResponse();
+    message.mediaRecord = (object.mediaRecord !== undefined && object.mediaRecord !== null)
+      ? MediaRecord.fromPartial(object.mediaRecord)
+      : undefined;
+    return message;
+  },
+};
 
 function createBaseRecordBindingRequest(): RecordBindingRequest {
   return { address: "", arqUuid: "", instanceUuid: "" };
@@ -2379,6 +2559,22 @@ export const AgentServiceService = {
       Buffer.from(RecordBindingResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): RecordBindingResponse => RecordBindingResponse.decode(value),
   },
+  /**
+   * ReleaseDevice clears the burn of a one-time-use device's media in the
+   * agent's journal: the scheduler calls it when an operator releases the
+   * device, before it clears its own record, so a burn has two records
+   * (DESIGN invariant 13). Releasing media that is not burned is a no-op.
+   */
+  releaseDevice: {
+    path: "/berth.agent.v1.AgentService/ReleaseDevice" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ReleaseDeviceRequest): Buffer => Buffer.from(ReleaseDeviceRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ReleaseDeviceRequest => ReleaseDeviceRequest.decode(value),
+    responseSerialize: (value: ReleaseDeviceResponse): Buffer =>
+      Buffer.from(ReleaseDeviceResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ReleaseDeviceResponse => ReleaseDeviceResponse.decode(value),
+  },
 } as const;
 
 export interface AgentServiceServer extends UntypedServiceImplementation {
@@ -2418,6 +2614,13 @@ export interface AgentServiceServer extends UntypedServiceImplementation {
    * is a device being cleaned (CLEANUP_IN_PROGRESS).
    */
   recordBinding: handleUnaryCall<RecordBindingRequest, RecordBindingResponse>;
+  /**
+   * ReleaseDevice clears the burn of a one-time-use device's media in the
+   * agent's journal: the scheduler calls it when an operator releases the
+   * device, before it clears its own record, so a burn has two records
+   * (DESIGN invariant 13). Releasing media that is not burned is a no-op.
+   */
+  releaseDevice: handleUnaryCall<ReleaseDeviceRequest, ReleaseDeviceResponse>;
 }
 
 export interface AgentServiceClient extends Client {
@@ -2536,6 +2739,27 @@ export interface AgentServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: RecordBindingResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ReleaseDevice clears the burn of a one-time-use device's media in the
+   * agent's journal: the scheduler calls it when an operator releases the
+   * device, before it clears its own record, so a burn has two records
+   * (DESIGN invariant 13). Releasing media that is not burned is a no-op.
+   */
+  releaseDevice(
+    request: ReleaseDeviceRequest,
+    callback: (error: ServiceError | null, response: ReleaseDeviceResponse) => void,
+  ): ClientUnaryCall;
+  releaseDevice(
+    request: ReleaseDeviceRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ReleaseDeviceResponse) => void,
+  ): ClientUnaryCall;
+  releaseDevice(
+    request: ReleaseDeviceRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ReleaseDeviceResponse) => void,
   ): ClientUnaryCall;
 }
 

@@ -6,6 +6,7 @@
 
 /* eslint-disable */
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
+import { Timestamp } from "../../../google/protobuf/timestamp.js";
 
 export const protobufPackage = "berth.agent.v1";
 
@@ -143,6 +144,137 @@ export function healthToJSON(object: Health): string {
   }
 }
 
+/**
+ * MediaIdentityKind says what a media identity is read from, and so how much it
+ * can prove (docs/media-identity.md).
+ */
+export enum MediaIdentityKind {
+  MEDIA_IDENTITY_KIND_UNSPECIFIED = 0,
+  /**
+   * MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM - An NVMe controller: the NVM subsystem's NQN, as the kernel gives it
+   * (subsysnqn), names the media; every controller of one subsystem has the
+   * same key.
+   */
+  MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM = 1,
+  /** MEDIA_IDENTITY_KIND_PCI_DSN - A PCI function with the PCIe Device Serial Number extended capability. */
+  MEDIA_IDENTITY_KIND_PCI_DSN = 2,
+  /**
+   * MEDIA_IDENTITY_KIND_PCI_SLOT - Neither: the host, the address and the vendor/product/subsystem ids. It
+   * follows the slot, not the device: a card moved to another slot is a new one.
+   */
+  MEDIA_IDENTITY_KIND_PCI_SLOT = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function mediaIdentityKindFromJSON(object: any): MediaIdentityKind {
+  switch (object) {
+    case 0:
+    case "MEDIA_IDENTITY_KIND_UNSPECIFIED":
+      return MediaIdentityKind.MEDIA_IDENTITY_KIND_UNSPECIFIED;
+    case 1:
+    case "MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM":
+      return MediaIdentityKind.MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM;
+    case 2:
+    case "MEDIA_IDENTITY_KIND_PCI_DSN":
+      return MediaIdentityKind.MEDIA_IDENTITY_KIND_PCI_DSN;
+    case 3:
+    case "MEDIA_IDENTITY_KIND_PCI_SLOT":
+      return MediaIdentityKind.MEDIA_IDENTITY_KIND_PCI_SLOT;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return MediaIdentityKind.UNRECOGNIZED;
+  }
+}
+
+export function mediaIdentityKindToJSON(object: MediaIdentityKind): string {
+  switch (object) {
+    case MediaIdentityKind.MEDIA_IDENTITY_KIND_UNSPECIFIED:
+      return "MEDIA_IDENTITY_KIND_UNSPECIFIED";
+    case MediaIdentityKind.MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM:
+      return "MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM";
+    case MediaIdentityKind.MEDIA_IDENTITY_KIND_PCI_DSN:
+      return "MEDIA_IDENTITY_KIND_PCI_DSN";
+    case MediaIdentityKind.MEDIA_IDENTITY_KIND_PCI_SLOT:
+      return "MEDIA_IDENTITY_KIND_PCI_SLOT";
+    case MediaIdentityKind.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/** MediaCondition is what an agent's journal says of the data on a media. */
+export enum MediaCondition {
+  MEDIA_CONDITION_UNSPECIFIED = 0,
+  /** MEDIA_CONDITION_CLEAN - Cleaned by Berth with a proof the agent accepted, and not handed out since. */
+  MEDIA_CONDITION_CLEAN = 1,
+  /** MEDIA_CONDITION_HELD - Handed to a guest (RecordBinding) and not cleaned since. */
+  MEDIA_CONDITION_HELD = 2,
+  /**
+   * MEDIA_CONDITION_DIRTY - Of unknown provenance (never cleaned by Berth), or its last cleanup was
+   * not proven: it is cleaned before it is offered.
+   */
+  MEDIA_CONDITION_DIRTY = 3,
+  /**
+   * MEDIA_CONDITION_DECLARED_CLEAN - Never cleaned by Berth, but the operator's device_spec declares it clean
+   * (assume_clean); logged by the agent.
+   */
+  MEDIA_CONDITION_DECLARED_CLEAN = 4,
+  /**
+   * MEDIA_CONDITION_NOT_CLEANABLE - A device that is not cleaned (no cleanup action): its condition is not
+   * tracked, only its burn.
+   */
+  MEDIA_CONDITION_NOT_CLEANABLE = 5,
+  UNRECOGNIZED = -1,
+}
+
+export function mediaConditionFromJSON(object: any): MediaCondition {
+  switch (object) {
+    case 0:
+    case "MEDIA_CONDITION_UNSPECIFIED":
+      return MediaCondition.MEDIA_CONDITION_UNSPECIFIED;
+    case 1:
+    case "MEDIA_CONDITION_CLEAN":
+      return MediaCondition.MEDIA_CONDITION_CLEAN;
+    case 2:
+    case "MEDIA_CONDITION_HELD":
+      return MediaCondition.MEDIA_CONDITION_HELD;
+    case 3:
+    case "MEDIA_CONDITION_DIRTY":
+      return MediaCondition.MEDIA_CONDITION_DIRTY;
+    case 4:
+    case "MEDIA_CONDITION_DECLARED_CLEAN":
+      return MediaCondition.MEDIA_CONDITION_DECLARED_CLEAN;
+    case 5:
+    case "MEDIA_CONDITION_NOT_CLEANABLE":
+      return MediaCondition.MEDIA_CONDITION_NOT_CLEANABLE;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return MediaCondition.UNRECOGNIZED;
+  }
+}
+
+export function mediaConditionToJSON(object: MediaCondition): string {
+  switch (object) {
+    case MediaCondition.MEDIA_CONDITION_UNSPECIFIED:
+      return "MEDIA_CONDITION_UNSPECIFIED";
+    case MediaCondition.MEDIA_CONDITION_CLEAN:
+      return "MEDIA_CONDITION_CLEAN";
+    case MediaCondition.MEDIA_CONDITION_HELD:
+      return "MEDIA_CONDITION_HELD";
+    case MediaCondition.MEDIA_CONDITION_DIRTY:
+      return "MEDIA_CONDITION_DIRTY";
+    case MediaCondition.MEDIA_CONDITION_DECLARED_CLEAN:
+      return "MEDIA_CONDITION_DECLARED_CLEAN";
+    case MediaCondition.MEDIA_CONDITION_NOT_CLEANABLE:
+      return "MEDIA_CONDITION_NOT_CLEANABLE";
+    case MediaCondition.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /** Device is one function as a host agent discovered it. */
 export interface Device {
   /** PCI address, lower case: 0000:3b:00.1. */
@@ -193,11 +325,73 @@ export interface Device {
    * nvme_controller, model, serial, firmware, capacity_bytes, devname, ...
    */
   attributes: { [key: string]: string };
+  /**
+   * The media the function gives access to: what tenant data lives on, and
+   * what dirt, holds and burns follow (docs/media-identity.md).
+   */
+  media:
+    | MediaIdentity
+    | undefined;
+  /** What this agent's journal says of that media. */
+  mediaRecord: MediaRecord | undefined;
 }
 
 export interface Device_AttributesEntry {
   key: string;
   value: string;
+}
+
+/** NamespaceIdentity is one NVMe namespace's identifiers, where it reports them. */
+export interface NamespaceIdentity {
+  nsid: number;
+  /** 32 lower-case hex digits; empty when the namespace reports none (all zero). */
+  nguid: string;
+  /** 16 lower-case hex digits; empty when none. */
+  eui64: string;
+  /** The namespace UUID (NIDT 3), lower case with dashes; empty when none. */
+  uuid: string;
+}
+
+/** MediaIdentity names the media behind a device. */
+export interface MediaIdentity {
+  /**
+   * The key tenant data is followed by: devices with equal keys reach the same
+   * media, on any host. "nvme:<subsysnqn>", "pci-dsn:<vendor>:<dsn>" or
+   * "pci-slot:<host>:<address>:<vendor>:<product>:<subsystem ids>".
+   */
+  key: string;
+  kind: MediaIdentityKind;
+  /** NVMe: the subsystem NQN (the kernel's subsysnqn). */
+  subsystemNqn: string;
+  /** NVMe: the controller's serial number, trimmed. */
+  serial: string;
+  /** NVMe: the model, trimmed. */
+  model: string;
+  /** NVMe: the namespaces the controller reaches, with their identifiers. */
+  namespaces: NamespaceIdentity[];
+  /** PCI: the Device Serial Number as lspci prints it (8 bytes, dashes), or empty. */
+  deviceSerialNumber: string;
+}
+
+/** MediaRecord is an agent journal's entry for one media. */
+export interface MediaRecord {
+  /** MediaIdentity.key. */
+  key: string;
+  condition: MediaCondition;
+  /**
+   * A one-time-use device that was handed out; only an operator's release
+   * (ReleaseDevice) clears it.
+   */
+  burned: boolean;
+  /** When the condition (or the burn) last changed, on the agent's clock. */
+  since:
+    | Date
+    | undefined;
+  /** The address the media was last seen at on this host. */
+  lastAddress: string;
+  /** While HELD: the accelerator request and instance it is held for. */
+  arqUuid: string;
+  instanceUuid: string;
 }
 
 function createBaseDevice(): Device {
@@ -225,6 +419,8 @@ function createBaseDevice(): Device {
     healthReason: "",
     unallocatableReason: "",
     attributes: {},
+    media: undefined,
+    mediaRecord: undefined,
   };
 }
 
@@ -299,6 +495,12 @@ export const Device: MessageFns<Device> = {
     globalThis.Object.entries(message.attributes).forEach(([key, value]: [string, string]) => {
       Device_AttributesEntry.encode({ key: key as any, value }, writer.uint32(186).fork()).join();
     });
+    if (message.media !== undefined) {
+      MediaIdentity.encode(message.media, writer.uint32(194).fork()).join();
+    }
+    if (message.mediaRecord !== undefined) {
+      MediaRecord.encode(message.mediaRecord, writer.uint32(202).fork()).join();
+    }
     return writer;
   },
 
@@ -502,6 +704,22 @@ export const Device: MessageFns<Device> = {
             }
             continue;
           }
+          case 24: {
+            if (tag !== 194) {
+              break;
+            }
+
+            message.media = MediaIdentity.decode(reader, reader.uint32());
+            continue;
+          }
+          case 25: {
+            if (tag !== 202) {
+              break;
+            }
+
+            message.mediaRecord = MediaRecord.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -614,6 +832,12 @@ export const Device: MessageFns<Device> = {
           {},
         )
         : {},
+      media: isSet(object.media) ? MediaIdentity.fromJSON(object.media) : undefined,
+      mediaRecord: isSet(object.mediaRecord)
+        ? MediaRecord.fromJSON(object.mediaRecord)
+        : isSet(object.media_record)
+        ? MediaRecord.fromJSON(object.media_record)
+        : undefined,
     };
   },
 
@@ -694,6 +918,12 @@ export const Device: MessageFns<Device> = {
         });
       }
     }
+    if (message.media !== undefined) {
+      obj.media = MediaIdentity.toJSON(message.media);
+    }
+    if (message.mediaRecord !== undefined) {
+      obj.mediaRecord = MediaRecord.toJSON(message.mediaRecord);
+    }
     return obj;
   },
 
@@ -733,6 +963,12 @@ export const Device: MessageFns<Device> = {
       },
       {},
     );
+    message.media = (object.media !== undefined && object.media !== null)
+      ? MediaIdentity.fromPartial(object.media)
+      : undefined;
+    message.mediaRecord = (object.mediaRecord !== undefined && object.mediaRecord !== null)
+      ? MediaRecord.fromPartial(object.mediaRecord)
+      : undefined;
     return message;
   },
 };
@@ -822,6 +1058,475 @@ export const Device_AttributesEntry: MessageFns<Device_AttributesEntry> = {
   },
 };
 
+function createBaseNamespaceIdentity(): NamespaceIdentity {
+  return { nsid: 0, nguid: "", eui64: "", uuid: "" };
+}
+
+export const NamespaceIdentity: MessageFns<NamespaceIdentity> = {
+  encode(message: NamespaceIdentity, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.nsid !== 0) {
+      writer.uint32(8).uint32(message.nsid);
+    }
+    if (message.nguid !== "") {
+      writer.uint32(18).string(message.nguid);
+    }
+    if (message.eui64 !== "") {
+      writer.uint32(26).string(message.eui64);
+    }
+    if (message.uuid !== "") {
+      writer.uint32(34).string(message.uuid);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): NamespaceIdentity {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseNamespaceIdentity();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.nsid = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nguid = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.eui64 = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.uuid = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): NamespaceIdentity {
+    return {
+      nsid: isSet(object.nsid) ? globalThis.Number(object.nsid) : 0,
+      nguid: isSet(object.nguid) ? globalThis.String(object.nguid) : "",
+      eui64: isSet(object.eui64) ? globalThis.String(object.eui64) : "",
+      uuid: isSet(object.uuid) ? globalThis.String(object.uuid) : "",
+    };
+  },
+
+  toJSON(message: NamespaceIdentity): unknown {
+    const obj: any = {};
+    if (message.nsid !== 0) {
+      obj.nsid = Math.round(message.nsid);
+    }
+    if (message.nguid !== "") {
+      obj.nguid = message.nguid;
+    }
+    if (message.eui64 !== "") {
+      obj.eui64 = message.eui64;
+    }
+    if (message.uuid !== "") {
+      obj.uuid = message.uuid;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<NamespaceIdentity>, I>>(base?: I): NamespaceIdentity {
+    return NamespaceIdentity.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<NamespaceIdentity>, I>>(object: I): NamespaceIdentity {
+    const message = createBaseNamespaceIdentity();
+    message.nsid = object.nsid ?? 0;
+    message.nguid = object.nguid ?? "";
+    message.eui64 = object.eui64 ?? "";
+    message.uuid = object.uuid ?? "";
+    return message;
+  },
+};
+
+function createBaseMediaIdentity(): MediaIdentity {
+  return { key: "", kind: 0, subsystemNqn: "", serial: "", model: "", namespaces: [], deviceSerialNumber: "" };
+}
+
+export const MediaIdentity: MessageFns<MediaIdentity> = {
+  encode(message: MediaIdentity, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.kind !== 0) {
+      writer.uint32(16).int32(message.kind);
+    }
+    if (message.subsystemNqn !== "") {
+      writer.uint32(26).string(message.subsystemNqn);
+    }
+    if (message.serial !== "") {
+      writer.uint32(34).string(message.serial);
+    }
+    if (message.model !== "") {
+      writer.uint32(42).string(message.model);
+    }
+    for (const v of message.namespaces) {
+      NamespaceIdentity.encode(v!, writer.uint32(50).fork()).join();
+    }
+    if (message.deviceSerialNumber !== "") {
+      writer.uint32(58).string(message.deviceSerialNumber);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MediaIdentity {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMediaIdentity();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.subsystemNqn = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.serial = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.model = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.namespaces.push(NamespaceIdentity.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.deviceSerialNumber = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): MediaIdentity {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      kind: isSet(object.kind) ? mediaIdentityKindFromJSON(object.kind) : 0,
+      subsystemNqn: isSet(object.subsystemNqn)
+        ? globalThis.String(object.subsystemNqn)
+        : isSet(object.subsystem_nqn)
+        ? globalThis.String(object.subsystem_nqn)
+        : "",
+      serial: isSet(object.serial) ? globalThis.String(object.serial) : "",
+      model: isSet(object.model) ? globalThis.String(object.model) : "",
+      namespaces: globalThis.Array.isArray(object?.namespaces)
+        ? object.namespaces.map((e: any) => NamespaceIdentity.fromJSON(e))
+        : [],
+      deviceSerialNumber: isSet(object.deviceSerialNumber)
+        ? globalThis.String(object.deviceSerialNumber)
+        : isSet(object.device_serial_number)
+        ? globalThis.String(object.device_serial_number)
+        : "",
+    };
+  },
+
+  toJSON(message: MediaIdentity): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.kind !== 0) {
+      obj.kind = mediaIdentityKindToJSON(message.kind);
+    }
+    if (message.subsystemNqn !== "") {
+      obj.subsystemNqn = message.subsystemNqn;
+    }
+    if (message.serial !== "") {
+      obj.serial = message.serial;
+    }
+    if (message.model !== "") {
+      obj.model = message.model;
+    }
+    if (message.namespaces?.length) {
+      obj.namespaces = message.namespaces.map((e) => NamespaceIdentity.toJSON(e));
+    }
+    if (message.deviceSerialNumber !== "") {
+      obj.deviceSerialNumber = message.deviceSerialNumber;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<MediaIdentity>, I>>(base?: I): MediaIdentity {
+    return MediaIdentity.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<MediaIdentity>, I>>(object: I): MediaIdentity {
+    const message = createBaseMediaIdentity();
+    message.key = object.key ?? "";
+    message.kind = object.kind ?? 0;
+    message.subsystemNqn = object.subsystemNqn ?? "";
+    message.serial = object.serial ?? "";
+    message.model = object.model ?? "";
+    message.namespaces = object.namespaces?.map((e) => NamespaceIdentity.fromPartial(e)) || [];
+    message.deviceSerialNumber = object.deviceSerialNumber ?? "";
+    return message;
+  },
+};
+
+function createBaseMediaRecord(): MediaRecord {
+  return { key: "", condition: 0, burned: false, since: undefined, lastAddress: "", arqUuid: "", instanceUuid: "" };
+}
+
+export const MediaRecord: MessageFns<MediaRecord> = {
+  encode(message: MediaRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== "") {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.condition !== 0) {
+      writer.uint32(16).int32(message.condition);
+    }
+    if (message.burned !== false) {
+      writer.uint32(24).bool(message.burned);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(34).fork()).join();
+    }
+    if (message.lastAddress !== "") {
+      writer.uint32(42).string(message.lastAddress);
+    }
+    if (message.arqUuid !== "") {
+      writer.uint32(50).string(message.arqUuid);
+    }
+    if (message.instanceUuid !== "") {
+      writer.uint32(58).string(message.instanceUuid);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MediaRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMediaRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.condition = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.burned = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.lastAddress = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.arqUuid = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.instanceUuid = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): MediaRecord {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : "",
+      condition: isSet(object.condition) ? mediaConditionFromJSON(object.condition) : 0,
+      burned: isSet(object.burned) ? globalThis.Boolean(object.burned) : false,
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+      lastAddress: isSet(object.lastAddress)
+        ? globalThis.String(object.lastAddress)
+        : isSet(object.last_address)
+        ? globalThis.String(object.last_address)
+        : "",
+      arqUuid: isSet(object.arqUuid)
+        ? globalThis.String(object.arqUuid)
+        : isSet(object.arq_uuid)
+        ? globalThis.String(object.arq_uuid)
+        : "",
+      instanceUuid: isSet(object.instanceUuid)
+        ? globalThis.String(object.instanceUuid)
+        : isSet(object.instance_uuid)
+        ? globalThis.String(object.instance_uuid)
+        : "",
+    };
+  },
+
+  toJSON(message: MediaRecord): unknown {
+    const obj: any = {};
+    if (message.key !== "") {
+      obj.key = message.key;
+    }
+    if (message.condition !== 0) {
+      obj.condition = mediaConditionToJSON(message.condition);
+    }
+    if (message.burned !== false) {
+      obj.burned = message.burned;
+    }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    if (message.lastAddress !== "") {
+      obj.lastAddress = message.lastAddress;
+    }
+    if (message.arqUuid !== "") {
+      obj.arqUuid = message.arqUuid;
+    }
+    if (message.instanceUuid !== "") {
+      obj.instanceUuid = message.instanceUuid;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<MediaRecord>, I>>(base?: I): MediaRecord {
+    return MediaRecord.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<MediaRecord>, I>>(object: I): MediaRecord {
+    const message = createBaseMediaRecord();
+    message.key = object.key ?? "";
+    message.condition = object.condition ?? 0;
+    message.burned = object.burned ?? false;
+    message.since = object.since ?? undefined;
+    message.lastAddress = object.lastAddress ?? "";
+    message.arqUuid = object.arqUuid ?? "";
+    message.instanceUuid = object.instanceUuid ?? "";
+    return message;
+  },
+};
+
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;
 
 export type DeepPartial<T> = T extends Builtin ? T
@@ -834,6 +1539,28 @@ export type DeepPartial<T> = T extends Builtin ? T
 type KeysOfUnion<T> = T extends T ? keyof T : never;
 export type Exact<P, I extends P> = P extends Builtin ? P
   : P & { [K in keyof P]: Exact<P[K], I[K]> } & { [K in Exclude<keyof I, KeysOfUnion<P>>]: never };
+
+function toTimestamp(date: Date): Timestamp {
+  const seconds = Math.trunc(date.getTime() / 1_000);
+  const nanos = (date.getTime() % 1_000) * 1_000_000;
+  return { seconds, nanos };
+}
+
+function fromTimestamp(t: Timestamp): Date {
+  let millis = (t.seconds || 0) * 1_000;
+  millis += (t.nanos || 0) / 1_000_000;
+  return new globalThis.Date(millis);
+}
+
+function fromJsonTimestamp(o: any): Date {
+  if (o instanceof globalThis.Date) {
+    return o;
+  } else if (typeof o === "string") {
+    return new globalThis.Date(o);
+  } else {
+    return fromTimestamp(Timestamp.fromJSON(o));
+  }
+}
 
 function isObject(value: any): boolean {
   return typeof value === "object" && value !== null;

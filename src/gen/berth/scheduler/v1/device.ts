@@ -8,6 +8,7 @@
 import { BinaryReader, BinaryWriter } from "@bufbuild/protobuf/wire";
 import { Timestamp } from "../../../google/protobuf/timestamp.js";
 import { CleanupProof } from "../../agent/v1/cleanup_proof.js";
+import { MediaIdentity } from "../../agent/v1/device.js";
 
 export const protobufPackage = "berth.scheduler.v1";
 
@@ -297,7 +298,14 @@ export interface Device {
   errorReason: string;
   lastCleanup: CleanupRecord | undefined;
   attributes: { [key: string]: string };
-  updatedAt: Date | undefined;
+  updatedAt:
+    | Date
+    | undefined;
+  /**
+   * The media the device gives access to (docs/media-identity.md): dirt,
+   * holds and burns follow its key, not the address.
+   */
+  media: MediaIdentity | undefined;
 }
 
 export interface Device_AttributesEntry {
@@ -530,6 +538,7 @@ function createBaseDevice(): Device {
     lastCleanup: undefined,
     attributes: {},
     updatedAt: undefined,
+    media: undefined,
   };
 }
 
@@ -642,6 +651,9 @@ export const Device: MessageFns<Device> = {
     });
     if (message.updatedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.updatedAt), writer.uint32(290).fork()).join();
+    }
+    if (message.media !== undefined) {
+      MediaIdentity.encode(message.media, writer.uint32(298).fork()).join();
     }
     return writer;
   },
@@ -950,6 +962,14 @@ export const Device: MessageFns<Device> = {
             message.updatedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 37: {
+            if (tag !== 298) {
+              break;
+            }
+
+            message.media = MediaIdentity.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1095,6 +1115,7 @@ export const Device: MessageFns<Device> = {
         : isSet(object.updated_at)
         ? fromJsonTimestamp(object.updated_at)
         : undefined,
+      media: isSet(object.media) ? MediaIdentity.fromJSON(object.media) : undefined,
     };
   },
 
@@ -1214,6 +1235,9 @@ export const Device: MessageFns<Device> = {
     if (message.updatedAt !== undefined) {
       obj.updatedAt = message.updatedAt.toISOString();
     }
+    if (message.media !== undefined) {
+      obj.media = MediaIdentity.toJSON(message.media);
+    }
     return obj;
   },
 
@@ -1268,6 +1292,9 @@ export const Device: MessageFns<Device> = {
       {},
     );
     message.updatedAt = object.updatedAt ?? undefined;
+    message.media = (object.media !== undefined && object.media !== null)
+      ? MediaIdentity.fromPartial(object.media)
+      : undefined;
     return message;
   },
 };

@@ -19,6 +19,7 @@ import {
   type UntypedServiceImplementation,
 } from "@grpc/grpc-js";
 import { Timestamp } from "../../../google/protobuf/timestamp.js";
+import { MediaRecord } from "../../agent/v1/device.js";
 
 export const protobufPackage = "berth.scheduler.v1";
 
@@ -39,6 +40,14 @@ export interface RegisterRequest {
    * its own database says, and queues their cleanup.
    */
   heldDevices: HeldDevice[];
+  /**
+   * Every media the agent's journal records as held, dirty or burned, seen
+   * on this host or not (a drive pulled out is still recorded): the scheduler
+   * keeps them in its own media records, so dirt and burns follow the media
+   * to another address or host even after the scheduler lost its database
+   * (DESIGN invariants 11 and 13).
+   */
+  mediaRecords: MediaRecord[];
 }
 
 /** HeldDevice is a device an agent records as holding tenant data. */
@@ -51,7 +60,11 @@ export interface HeldDevice {
    * cleanup events): a report older than the device's last successful cleanup
    * is stale and ignored. Absent from older agents.
    */
-  since: Date | undefined;
+  since:
+    | Date
+    | undefined;
+  /** The media key of the device when it was bound (MediaIdentity.key). */
+  mediaKey: string;
 }
 
 export interface RegisterResponse {
@@ -71,6 +84,7 @@ function createBaseRegisterRequest(): RegisterRequest {
     features: [],
     drivers: [],
     heldDevices: [],
+    mediaRecords: [],
   };
 }
 
@@ -99,6 +113,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     }
     for (const v of message.heldDevices) {
       HeldDevice.encode(v!, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.mediaRecords) {
+      MediaRecord.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -180,6 +197,14 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
             message.heldDevices.push(HeldDevice.decode(reader, reader.uint32()));
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.mediaRecords.push(MediaRecord.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -214,6 +239,11 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
         : globalThis.Array.isArray(object?.held_devices)
         ? object.held_devices.map((e: any) => HeldDevice.fromJSON(e))
         : [],
+      mediaRecords: globalThis.Array.isArray(object?.mediaRecords)
+        ? object.mediaRecords.map((e: any) => MediaRecord.fromJSON(e))
+        : globalThis.Array.isArray(object?.media_records)
+        ? object.media_records.map((e: any) => MediaRecord.fromJSON(e))
+        : [],
     };
   },
 
@@ -243,6 +273,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     if (message.heldDevices?.length) {
       obj.heldDevices = message.heldDevices.map((e) => HeldDevice.toJSON(e));
     }
+    if (message.mediaRecords?.length) {
+      obj.mediaRecords = message.mediaRecords.map((e) => MediaRecord.toJSON(e));
+    }
     return obj;
   },
 
@@ -259,12 +292,13 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     message.features = object.features?.map((e) => e) || [];
     message.drivers = object.drivers?.map((e) => e) || [];
     message.heldDevices = object.heldDevices?.map((e) => HeldDevice.fromPartial(e)) || [];
+    message.mediaRecords = object.mediaRecords?.map((e) => MediaRecord.fromPartial(e)) || [];
     return message;
   },
 };
 
 function createBaseHeldDevice(): HeldDevice {
-  return { address: "", arqUuid: "", instanceUuid: "", since: undefined };
+  return { address: "", arqUuid: "", instanceUuid: "", since: undefined, mediaKey: "" };
 }
 
 export const HeldDevice: MessageFns<HeldDevice> = {
@@ -280,6 +314,9 @@ export const HeldDevice: MessageFns<HeldDevice> = {
     }
     if (message.since !== undefined) {
       Timestamp.encode(toTimestamp(message.since), writer.uint32(34).fork()).join();
+    }
+    if (message.mediaKey !== "") {
+      writer.uint32(42).string(message.mediaKey);
     }
     return writer;
   },
@@ -329,6 +366,14 @@ export const HeldDevice: MessageFns<HeldDevice> = {
             message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.mediaKey = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -355,6 +400,11 @@ export const HeldDevice: MessageFns<HeldDevice> = {
         ? globalThis.String(object.instance_uuid)
         : "",
       since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+      mediaKey: isSet(object.mediaKey)
+        ? globalThis.String(object.mediaKey)
+        : isSet(object.media_key)
+        ? globalThis.String(object.media_key)
+        : "",
     };
   },
 
@@ -372,6 +422,9 @@ export const HeldDevice: MessageFns<HeldDevice> = {
     if (message.since !== undefined) {
       obj.since = message.since.toISOString();
     }
+    if (message.mediaKey !== "") {
+      obj.mediaKey = message.mediaKey;
+    }
     return obj;
   },
 
@@ -384,6 +437,7 @@ export const HeldDevice: MessageFns<HeldDevice> = {
     message.arqUuid = object.arqUuid ?? "";
     message.instanceUuid = object.instanceUuid ?? "";
     message.since = object.since ?? undefined;
+    message.mediaKey = object.mediaKey ?? "";
     return message;
   },
 };
