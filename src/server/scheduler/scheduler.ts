@@ -150,6 +150,11 @@ export class Scheduler {
       hub.notify();
       if (links.size > 0) dispatcher.wake();
     });
+    // Cleanups a unit queued on its own (media holding data nobody cleans).
+    store.onCleanupsQueued?.((hosts) => {
+      hub.notify();
+      for (const h of hosts) void dispatcher.dispatchBacklog(h);
+    });
     const schedulerId = randomUUID();
     const dial = (host: string) => ({
       credentials: agentChannelCredentials(tls, host),

@@ -104,6 +104,18 @@ export class AgentCalls {
     });
   }
 
+  /** ReleaseDevice: the agent clears its journal's record of the burn of the device's media (bounded by a deadline). */
+  releaseDevice(address: string, mediaKey: string, timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.client.releaseDevice(
+        { address, mediaKey },
+        this.metadata(),
+        { deadline: Date.now() + timeoutMs },
+        (err) => (err ? reject(err) : resolve()),
+      );
+    });
+  }
+
   /** Runs PrepareMigration to completion (bounded by a deadline). */
   prepareMigration(
     migrationId: string,
