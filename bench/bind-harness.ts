@@ -36,10 +36,15 @@ export const PROFILE = 'bench-vf';
 
 const hex2 = (n: number) => n.toString(16).padStart(2, '0');
 
-/** The i-th VF of a host: plain PCI functions that need no cleanup, so delete returns them to available. */
-export function benchDevice(i: number): DeviceFacts {
+/**
+ * The i-th VF of a host (of `host`): plain PCI functions that need no cleanup,
+ * so delete returns them to available. Each carries the slot identity and the
+ * journal record a real agent reports, so binds pay for following media.
+ */
+export function benchDevice(i: number, host = 'bench'): DeviceFacts {
+  const address = `0000:3b:${hex2(2 + Math.floor(i / 8))}.${i % 8}`;
   return {
-    address: `0000:3b:${hex2(2 + Math.floor(i / 8))}.${i % 8}`,
+    address,
     vendorId: '8086',
     productId: '154c',
     classCode: '020000',
@@ -62,6 +67,24 @@ export function benchDevice(i: number): DeviceFacts {
     healthReason: '',
     unallocatableReason: '',
     attributes: {},
+    media: {
+      key: `pci-slot:${host}:${address}:8086:154c:8086:0000`,
+      kind: 'PCI_SLOT',
+      subsystemNqn: '',
+      serial: '',
+      model: '',
+      namespaces: [],
+      deviceSerialNumber: '',
+    },
+    agentMedia: {
+      key: `pci-slot:${host}:${address}:8086:154c:8086:0000`,
+      condition: 'not_cleanable',
+      burned: false,
+      since: 0,
+      lastAddress: address,
+      arqUuid: '',
+      instanceUuid: '',
+    },
   };
 }
 
@@ -89,9 +112,9 @@ export async function loadStore(
 
 /** Registers `hosts` hosts of DEVICES_PER_HOST devices each, and the bench profile, through the store (any backend). */
 export async function loadFleet(store: Store, hosts: number): Promise<void> {
-  const devices = Array.from({ length: DEVICES_PER_HOST }, (_, i) => benchDevice(i));
   for (let h = 0; h < hosts; h++) {
     const name = hostName(h);
+    const devices = Array.from({ length: DEVICES_PER_HOST }, (_, i) => benchDevice(i, name));
     await store.registerHost({
       name,
       endpoint: `127.0.0.1:${20000 + (h % 40000)}`,

@@ -112,6 +112,19 @@ export class Metrics {
     new Gauge({ name, help, labelNames: [label], registers: [this.registry] }).set({ [label]: value }, 1);
   }
 
+  private refused: Counter<'host' | 'reason'> | null = null;
+
+  /** berth_inventory_refused_total: an agent's inventory update (or one device of it) refused at a bound. */
+  inventoryRefused(host: string, reason: string, count = 1): void {
+    this.refused ??= new Counter({
+      name: 'berth_inventory_refused_total',
+      help: 'Inventory updates or devices refused because a host went beyond a bound (domain/inventory-bounds.ts), by host and reason',
+      labelNames: ['host', 'reason'],
+      registers: [this.registry],
+    });
+    this.refused.inc({ host, reason }, count);
+  }
+
   observeCleanup(action: string, outcome: string, seconds: number): void {
     this.cleanups.inc({ action, outcome });
     this.cleanupDuration.observe({ action, outcome }, seconds);

@@ -149,6 +149,32 @@ describe('Authenticator', () => {
     expect((await failure(auth.authorize(list, bearer(noRole)))).code).toBe(status.PERMISSION_DENIED);
   });
 
+  it('refuses a JWT whose role claims are ambiguous instead of granting the most powerful reading', async () => {
+    const claims = async (c: Record<string, unknown>) =>
+      new SignJWT(c)
+        .setProtectedHeader({ alg: 'HS256' })
+        .setSubject('x')
+        .setExpirationTime('1h')
+        .sign(new TextEncoder().encode(SECRET));
+    for (const [c, why] of [
+      [{ role: 'reader', roles: ['admin'] }, /both "role" and "roles"/],
+      [{ roles: 'admin' }, /"roles" must be a list/],
+      [{ role: ['admin'] }, /"role" must be one role/],
+      [{ roles: ['reader', 'root'] }, /unknown role "root"/],
+      [{ roles: ['admin', 7] }, /unknown role 7/],
+    ] as const) {
+      const e = await failure(auth.authorize(list, bearer(await claims(c))));
+      expect([e.code, e.message], JSON.stringify(c)).toEqual([
+        status.PERMISSION_DENIED,
+        expect.stringMatching(why),
+      ]);
+    }
+    // A plain list of known roles still works.
+    expect((await auth.authorize(clean, bearer(await claims({ roles: ['reader', 'admin'] })))).roles).toEqual(
+      ['reader', 'admin'],
+    );
+  });
+
   it('refuses missing and malformed authorization headers', async () => {
     expect((await failure(auth.authorize(list, new Metadata()))).message).toMatch(/missing/);
     const md = new Metadata();

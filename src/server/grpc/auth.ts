@@ -99,6 +99,7 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${AGENT}/CleanupDevice`]: [A, SC],
   [`${AGENT}/PrepareMigration`]: [A, SC],
   [`${AGENT}/RecordBinding`]: [A, SC],
+  [`${AGENT}/ReleaseDevice`]: [A, SC],
 };
 
 /** Services anyone may call (see the module comment for why). */
@@ -218,6 +219,9 @@ export function parseStaticTokens(text: string, source = 'static tokens'): Stati
     if (typeof v === 'string' || Array.isArray(v)) roles = v;
     else if (v && typeof v === 'object') {
       const o = v as Record<string, unknown>;
+      if (o.roles !== undefined && o.role !== undefined) {
+        throw new ConfigError(`${where}: give "role" or "roles", not both`);
+      }
       roles = o.roles ?? o.role;
       if (o.subject !== undefined) {
         if (typeof o.subject !== 'string') throw new ConfigError(`${where}: subject must be a string`);
@@ -572,14 +576,36 @@ function algorithmsFor(key: KeyObject): string[] {
   }
 }
 
+/**
+ * The roles a JWT grants: exactly one of the claims `role` (a string) or
+ * `roles` (a list of strings), each a known role. Anything ambiguous — both
+ * claims, `roles` as a string, a role Berth does not know beside known ones —
+ * is refused rather than read generously: a token that could mean two things
+ * is not worth the most powerful of them.
+ */
 function rolesFromClaims(p: JWTPayload): Role[] {
-  const raw = p.roles ?? p.role;
-  const list = typeof raw === 'string' ? [raw] : Array.isArray(raw) ? raw : [];
-  const roles = list.filter(isRole);
-  if (roles.length === 0) {
-    throw new AuthError(status.PERMISSION_DENIED, 'token carries no known role (claim "role" or "roles")');
+  const refuse = (why: string) =>
+    new AuthError(status.PERMISSION_DENIED, `token refused: ${why} (claim "role" or "roles")`);
+  if (p.role !== undefined && p.roles !== undefined) {
+    throw refuse('it carries both "role" and "roles"');
   }
-  return roles;
+  let list: unknown[];
+  if (p.roles !== undefined) {
+    if (!Array.isArray(p.roles))
+      throw refuse(`"roles" must be a list of roles, not ${JSON.stringify(p.roles)}`);
+    list = p.roles;
+  } else if (p.role !== undefined) {
+    if (typeof p.role !== 'string') throw refuse(`"role" must be one role, not ${JSON.stringify(p.role)}`);
+    list = [p.role];
+  } else {
+    list = [];
+  }
+  const unknown = list.filter((r) => !isRole(r));
+  if (unknown.length > 0) {
+    throw refuse(`unknown role ${JSON.stringify(unknown[0])}; known roles: ${ROLES.join(', ')}`);
+  }
+  if (list.length === 0) throw refuse('it carries no known role');
+  return [...new Set(list as Role[])];
 }
 
 // ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ import {
   type RequestGroup as RequestGroupPb,
 } from '../../gen/berth/scheduler/v1/profile.js';
 import { proofToProto } from '../cleanup-event-proto.js';
+import { mediaIdentityFromProto, mediaIdentityToProto, mediaRecordFromProto } from '../media-proto.js';
 import type { Arq, ArqState } from './domain/arq.js';
 import {
   type DeviceFacts,
@@ -129,8 +130,7 @@ export function deviceToProto(d: DeviceRecord): Device {
       : undefined,
     attributes: d.attributes,
     updatedAt: ts(d.updatedAt),
-    // Filled in when the store keeps media identities (docs/media-identity.md).
-    media: undefined,
+    media: d.media ? mediaIdentityToProto(d.media) : undefined,
   };
 }
 
@@ -165,6 +165,8 @@ export function factsFromAgent(d: AgentDevice): DeviceFacts {
     healthReason: d.healthReason,
     unallocatableReason: d.unallocatableReason,
     attributes: d.attributes,
+    media: mediaIdentityFromProto(d.media),
+    agentMedia: mediaRecordFromProto(d.mediaRecord),
   };
 }
 

@@ -22,6 +22,7 @@ import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } fr
 import { InstanceLock } from '../instance-lock.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
+import { HOST_INFLOW_LIMITS, type HostInflowLimits, InflowBudget } from './domain/inventory-bounds.js';
 import { AgentDirectory } from './runtime/agent-directory.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
@@ -86,6 +87,8 @@ export interface SchedulerOptions {
   retentionIntervalMs?: number;
   /** Link leases when schedulers share a PostgreSQL database (default: 6 s TTL, a look every 2 s). */
   linkLeases?: Partial<LeaseTiming>;
+  /** What one host may store and send (default HOST_INFLOW_LIMITS; tests lower it). */
+  inventoryInflow?: Partial<HostInflowLimits>;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -101,6 +104,14 @@ export class Scheduler {
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
     const logger = (options.logger ?? createLogger()).child({ component: 'scheduler' });
+    const inflow = { ...HOST_INFLOW_LIMITS, ...options.inventoryInflow };
+    if (inflow.storedBytes > inflow.burstBytes) {
+      // A snapshot of everything a host may store must fit in one burst, or it could never be taken.
+      throw new ConfigError(
+        `inventory inflow: storedBytes (${inflow.storedBytes}) must not exceed burstBytes (${inflow.burstBytes})`,
+      );
+    }
+
     const auth = new Authenticator(requireAuthOptions(options.auth));
     const tls = options.tls ? await loadTls(options.tls) : undefined;
     const credentialFor = agentCredential(options, logger);
@@ -150,18 +161,29 @@ export class Scheduler {
       hub.notify();
       if (links.size > 0) dispatcher.wake();
     });
+    // Cleanups a unit queued on its own (media holding data nobody cleans).
+    store.onCleanupsQueued?.((hosts) => {
+      hub.notify();
+      for (const h of hosts) void dispatcher.dispatchBacklog(h);
+    });
     const schedulerId = randomUUID();
     const dial = (host: string) => ({
       credentials: agentChannelCredentials(tls, host),
       ...(credentialFor ? { credential: credentialFor } : {}),
     });
+    const budgets = new Map<string, InflowBudget>();
     const connectAgent = (host: string, endpoint: string, features: string[]) => {
       links.get(host)?.stop();
+      let budget = budgets.get(host);
+      if (!budget) budgets.set(host, (budget = new InflowBudget(inflow, Date.now())));
       const link = new AgentLink(host, endpoint, features, {
         store,
         hub,
         logger,
         ...dial(host),
+        metrics,
+        inflow,
+        budget,
         onConnected: (h) => void dispatcher.dispatchBacklog(h),
       });
       links.set(host, link);

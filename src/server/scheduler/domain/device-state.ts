@@ -13,6 +13,7 @@
  */
 
 import { type BerthError, failedPrecondition } from '../../../errors.js';
+import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
 
 export const DEVICE_STATES = ['available', 'allocated', 'pending_cleaning', 'cleaning', 'error'] as const;
 export type DeviceState = (typeof DEVICE_STATES)[number];
@@ -78,6 +79,10 @@ export interface DeviceFacts {
   /** The agent's reason the device must not be allocated ('' when it may). */
   unallocatableReason: string;
   attributes: Record<string, string>;
+  /** The media the device gives access to (docs/media-identity.md); null from an agent that reports none. */
+  media: MediaIdentity | null;
+  /** What the device's agent's journal says of that media; null when it says nothing. */
+  agentMedia: MediaRecord | null;
 }
 
 /** A device as the scheduler holds it: the facts plus the lifecycle it owns. */
@@ -88,6 +93,13 @@ export interface DeviceRecord extends Omit<DeviceFacts, 'unallocatableReason'> {
   hostUnallocatableReason: string;
   /** Whether the last discovery on the host still saw the device. */
   present: boolean;
+  /**
+   * Why the device's media keeps it out of the pool ('' when it does not):
+   * another device of the same media holds it or is being cleaned of it, or
+   * the media may hold tenant data (domain/media.ts). Records written before
+   * media were followed lack it.
+   */
+  mediaReason: string;
   deviceState: DeviceState;
   status: DeviceStatus;
   /** A one-time-use device that has been bound; only an operator un-burns it. */
@@ -125,6 +137,7 @@ export function unallocatableReasons(d: DeviceRecord): string[] {
   if (d.health !== 'healthy') reasons.push(`unhealthy${d.healthReason ? `: ${d.healthReason}` : ''}`);
   if (!d.present) reasons.push('not seen by the last discovery');
   if (d.hostUnallocatableReason) reasons.push(d.hostUnallocatableReason);
+  if (d.mediaReason) reasons.push(d.mediaReason);
   return reasons;
 }
 
@@ -165,6 +178,7 @@ export function newDevice(host: string, facts: DeviceFacts, uuid: string, now: s
       host,
       hostUnallocatableReason: hostReason,
       present: true,
+      mediaReason: '',
       deviceState: 'available',
       status: 'enabled',
       burned: false,
@@ -424,6 +438,29 @@ export function reportedHeldByAgent(d: DeviceRecord, jobId: string): DeviceRecor
 }
 
 /**
+ * Its media may hold a tenant's data and nobody is cleaning it (domain/media.ts:
+ * seen dirty or held under another address or host, reported so by an agent,
+ * or never cleaned by Berth). Invariant 11: it is cleaned before it is
+ * offered. Only an available device moves; the others already are out of the
+ * pool.
+ */
+export function mediaNeedsCleaning(d: DeviceRecord, jobId: string): DeviceRecord {
+  if (d.deviceState !== 'available' || !d.supportsCleaning || !d.cleanupAction) return d;
+  return settle(d, {
+    deviceState: 'pending_cleaning',
+    cleanupJobId: jobId,
+    errorReason: '',
+    mediaReason: '',
+  });
+}
+
+/** Settling its media decided why the media keeps the device out ('' for nothing) and whether it is burned. */
+export function mediaSettled(d: DeviceRecord, mediaReason: string, burned: boolean): DeviceRecord {
+  if ((d.mediaReason ?? '') === mediaReason && d.burned === burned) return d;
+  return settle(d, { mediaReason, burned });
+}
+
+/**
  * The operator asks for a cleanup (CleanDevice), following the spec's table:
  * only a device in error is cleaned again, with the same locked-in action.
  */
@@ -502,6 +539,15 @@ export function rediscovered(d: DeviceRecord, facts: DeviceFacts): DeviceRecord 
     burned: d.burned || (facts.oneTimeUse && d.deviceState === 'allocated'),
   });
 }
+
+/**
+ * Whether the device's agent must record its binding before a bind is
+ * acknowledged (invariants 9 and 13): it is cleaned (the agent's journal is
+ * the second record of its dirt), or it is one-time-use (the second record of
+ * its burn).
+ */
+export const recordedByAgent = (d: Pick<DeviceRecord, 'supportsCleaning' | 'oneTimeUse'>): boolean =>
+  d.supportsCleaning || d.oneTimeUse;
 
 /** Whether the device holds (or may hold) a guest's data or use: its IOMMU group is busy. */
 export const inUse = (d: DeviceRecord): boolean =>

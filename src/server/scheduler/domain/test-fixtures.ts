@@ -3,6 +3,7 @@
  * itself: both the property tests and the store contract build fleets with it.
  */
 
+import type { MediaRecord } from '../../../plugins/types.js';
 import type { CleanupProofRecord, DeviceFacts } from './device-state.js';
 
 export interface FactsOptions extends Partial<DeviceFacts> {
@@ -39,6 +40,8 @@ export function facts(opts: FactsOptions = {}): DeviceFacts {
     healthReason: '',
     unallocatableReason: '',
     attributes: {},
+    media: null,
+    agentMedia: null,
     ...rest,
   };
 }
@@ -58,6 +61,41 @@ export function pciFacts(opts: FactsOptions = {}): DeviceFacts {
     cleanupAction: null,
     ...opts,
   });
+}
+
+/**
+ * The media identity of an NVMe controller of subsystem `nqn`, and its agent's
+ * journal record (`condition`, default clean; `since` ms on the agent's clock).
+ */
+export function nvmeMedia(
+  nqn: string,
+  record: Partial<MediaRecord> | null = {},
+): Pick<DeviceFacts, 'media' | 'agentMedia'> {
+  const key = `nvme:${nqn}`;
+  return {
+    media: {
+      key,
+      kind: 'NVME_SUBSYSTEM',
+      subsystemNqn: nqn,
+      serial: nqn.split(':').at(-1) ?? '',
+      model: 'Berth Sim NVMe',
+      namespaces: [{ nsid: 1, nguid: '', eui64: '', uuid: '' }],
+      deviceSerialNumber: '',
+    },
+    agentMedia:
+      record === null
+        ? null
+        : {
+            key,
+            condition: 'clean',
+            burned: false,
+            since: 1,
+            lastAddress: '',
+            arqUuid: '',
+            instanceUuid: '',
+            ...record,
+          },
+  };
 }
 
 /** A proof of erasure as an agent reports it with a successful cleanup. */

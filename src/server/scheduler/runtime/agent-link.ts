@@ -22,9 +22,17 @@ import {
   type WatchInventoryResponse,
 } from '../../../gen/berth/agent/v1/agent.js';
 import type { Device as AgentDevice } from '../../../gen/berth/agent/v1/device.js';
+import type { Metrics } from '../../metrics.js';
 import { factsFromAgent } from '../convert.js';
 import type { DeviceFacts } from '../domain/device-state.js';
-import { INVENTORY_LIMITS, inventoryBoundBroken } from '../domain/inventory-bounds.js';
+import {
+  factsBytes,
+  HOST_INFLOW_LIMITS,
+  type HostInflowLimits,
+  INVENTORY_LIMITS,
+  InflowBudget,
+  inventoryBoundBroken,
+} from '../domain/inventory-bounds.js';
 import type { Store } from '../store/store.js';
 import { Backoff, sleep } from './backoff.js';
 import type { EventHub } from './event-hub.js';
@@ -33,7 +41,8 @@ export const CLIENT_OPTIONS = {
   'grpc.keepalive_time_ms': 20_000,
   'grpc.keepalive_timeout_ms': 10_000,
   'grpc.keepalive_permit_without_calls': 1,
-  'grpc.max_receive_message_length': 128 * 1024 * 1024,
+  // One host's largest inventory message (domain/inventory-bounds.ts HOST_INFLOW_LIMITS).
+  'grpc.max_receive_message_length': HOST_INFLOW_LIMITS.messageBytes,
   'grpc.initial_reconnect_backoff_ms': 200,
   'grpc.max_reconnect_backoff_ms': 5_000,
 };
@@ -51,6 +60,28 @@ export interface AgentLinkDeps extends AgentDialDeps {
   logger: Logger;
   /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
   onConnected: (host: string) => void;
+  /** What one host may store and send (default HOST_INFLOW_LIMITS). */
+  inflow?: HostInflowLimits;
+  /**
+   * The host's inflow budget, kept by the scheduler across links, so an agent
+   * that registers again (a new link) does not start with a full one.
+   */
+  budget?: InflowBudget;
+  /** Counts refused updates (berth_inventory_refused_total). */
+  metrics?: Metrics;
+}
+
+/** Refused devices are logged at most this often per host (with the count since). */
+const REFUSAL_LOG_INTERVAL_MS = 10_000;
+
+/** An inventory update the host's inflow budget cannot take now: the stream is dropped until it refills. */
+class InflowRefused extends Error {
+  constructor(
+    readonly bytes: number,
+    readonly waitMs: number,
+  ) {
+    super(`an update of ${bytes} bytes is beyond the host's inflow budget`);
+  }
 }
 
 /**
@@ -97,6 +128,18 @@ export class AgentCalls {
     return new Promise((resolve, reject) => {
       this.client.recordBinding(
         { address, arqUuid, instanceUuid },
+        this.metadata(),
+        { deadline: Date.now() + timeoutMs },
+        (err) => (err ? reject(err) : resolve()),
+      );
+    });
+  }
+
+  /** ReleaseDevice: the agent clears its journal's record of the burn of the device's media (bounded by a deadline). */
+  releaseDevice(address: string, mediaKey: string, timeoutMs = 10_000): Promise<void> {
+    return new Promise((resolve, reject) => {
+      this.client.releaseDevice(
+        { address, mediaKey },
         this.metadata(),
         { deadline: Date.now() + timeoutMs },
         (err) => (err ? reject(err) : resolve()),
@@ -159,6 +202,8 @@ export class AgentLink extends AgentCalls {
   ) {
     super(host, endpoint, features, deps);
     this.log = deps.logger.child({ host, endpoint });
+    this.inflow = deps.inflow ?? HOST_INFLOW_LIMITS;
+    this.budget = deps.budget ?? new InflowBudget(this.inflow, Date.now());
   }
 
   get isConnected(): boolean {
@@ -172,15 +217,12 @@ export class AgentLink extends AgentCalls {
   private async followLoop(): Promise<void> {
     const backoff = new Backoff();
     while (!this.abort.signal.aborted) {
+      let pause: number | null = null;
       try {
         await this.followOnce(() => backoff.reset());
       } catch (err) {
         if (this.abort.signal.aborted) break;
-        const e = err as { code?: number; message?: string };
-        this.log.warn(
-          { code: e.code, err: e.message },
-          'inventory stream from the agent broke; reconnecting',
-        );
+        pause = this.onStreamError(err);
       }
       // A link stopped on purpose (this scheduler stops, or another one took
       // the host over) says nothing of the agent: the host's state is not its to write.
@@ -190,11 +232,44 @@ export class AgentLink extends AgentCalls {
         this.deps.hub.notify();
       }
       this.wake = new AbortController();
-      await sleep(backoff.next(), AbortSignal.any([this.abort.signal, this.wake.signal]));
+      // A refused update waits for the budget to refill (a heartbeat does not cut it short).
+      if (pause !== null) await sleep(pause, this.abort.signal);
+      else await sleep(backoff.next(), AbortSignal.any([this.abort.signal, this.wake.signal]));
     }
   }
 
   private wake: AbortController | null = null;
+
+  /** Logs why the stream ended; the time to wait before resuming when the host went beyond a bound, else null. */
+  private onStreamError(err: unknown): number | null {
+    if (err instanceof InflowRefused) {
+      this.refuse('inflow_rate', {
+        bytes: err.bytes,
+        limit: `${this.inflow.bytesPerSecond} bytes/s, bursts of ${this.inflow.burstBytes} (bytesPerSecond, burstBytes)`,
+        resumeInMs: err.waitMs,
+      });
+      return err.waitMs;
+    }
+    const e = err as { code?: number; message?: string };
+    if (e.code === status.RESOURCE_EXHAUSTED) {
+      this.refuse('message_bytes', {
+        limit: `inventory messages of at most ${this.inflow.messageBytes} bytes (messageBytes)`,
+        err: e.message,
+      });
+      return null;
+    }
+    this.log.warn({ code: e.code, err: e.message }, 'inventory stream from the agent broke; reconnecting');
+    return null;
+  }
+
+  /** One refusal of this host's inventory: a log line naming the limit and a metric. */
+  private refuse(reason: string, detail: Record<string, unknown>): void {
+    this.deps.metrics?.inventoryRefused(this.host, reason);
+    this.log.warn(
+      { reason, ...detail },
+      "host's inventory update refused: beyond a bound; other hosts are unaffected",
+    );
+  }
 
   /**
    * The agent is alive (it just sent a heartbeat): retry the inventory stream
@@ -230,39 +305,70 @@ export class AgentLink extends AgentCalls {
     }
   }
 
-  /** Devices of this host the scheduler holds (for the per-host bound). */
-  private held = new Set<string>();
+  /** Devices of this host the scheduler holds, with the bytes each counts for (the per-host bounds). */
+  private held = new Map<string, number>();
+  private readonly inflow: HostInflowLimits;
+  private readonly budget: InflowBudget;
+  private refusedLoggedAt = Number.NEGATIVE_INFINITY;
+  private refusedSinceLog = 0;
 
   /**
-   * The agent's devices within the inventory bounds; the others are not stored
-   * (one host must not break the fleet's listing) and logged with the limit.
+   * The agent's devices within the inventory bounds, and what the host then
+   * holds; the others are not stored (one host must not break the fleet's
+   * listing) and logged with the limit.
    */
-  private bounded(devices: AgentDevice[]): DeviceFacts[] {
+  private bounded(
+    devices: AgentDevice[],
+    held: Map<string, number>,
+  ): { facts: DeviceFacts[]; held: Map<string, number>; stored: number; refused: number } {
     const out: DeviceFacts[] = [];
+    let total = [...held.values()].reduce((a, b) => a + b, 0);
+    let stored = 0;
+    let refusedBytes = 0;
+    // One log line per update, not per device: a host refused by the thousand must not flood the log.
+    const refused: { count: number; first: string; limit: string } = { count: 0, first: '', limit: '' };
     for (const d of devices) {
       const facts = factsFromAgent(d);
       const broken = inventoryBoundBroken(facts);
-      if (broken) {
-        this.log.warn(
-          { address: d.address.slice(0, 64), limit: broken },
-          'device refused: beyond an inventory bound',
-        );
+      const size = factsBytes(facts);
+      const was = held.get(d.address);
+      const limit = broken
+        ? broken
+        : was === undefined && held.size >= INVENTORY_LIMITS.devicesPerHost
+          ? `more than ${INVENTORY_LIMITS.devicesPerHost} devices (devicesPerHost)`
+          : total - (was ?? 0) + size > this.inflow.storedBytes
+            ? `more than ${this.inflow.storedBytes} bytes of devices on one host (storedBytes)`
+            : null;
+      if (limit) {
+        if (refused.count++ === 0) Object.assign(refused, { first: d.address.slice(0, 64), limit });
+        refusedBytes += size;
         continue;
       }
-      if (!this.held.has(d.address) && this.held.size >= INVENTORY_LIMITS.devicesPerHost) {
-        this.log.warn(
-          {
-            address: d.address,
-            limit: `more than ${INVENTORY_LIMITS.devicesPerHost} devices (devicesPerHost)`,
-          },
-          'device refused: beyond an inventory bound',
-        );
-        continue;
-      }
-      this.held.add(d.address);
+      total += size - (was ?? 0);
+      held.set(d.address, size);
+      stored += size;
       out.push(facts);
     }
-    return out;
+    if (refused.count > 0) {
+      this.deps.metrics?.inventoryRefused(this.host, 'device_bound', refused.count);
+      this.refusedSinceLog += refused.count;
+      const now = Date.now();
+      if (now - this.refusedLoggedAt >= REFUSAL_LOG_INTERVAL_MS) {
+        this.log.warn(
+          { refused: this.refusedSinceLog, address: refused.first, limit: refused.limit },
+          'devices refused: beyond an inventory bound (the latest one named; one line per 10 s)',
+        );
+        this.refusedLoggedAt = now;
+        this.refusedSinceLog = 0;
+      }
+    }
+    return { facts: out, held, stored, refused: refusedBytes };
+  }
+
+  /** Spends the host's inflow budget on an update, or refuses it (InflowRefused) with the time to wait. */
+  private charge(bytes: number): void {
+    const now = Date.now();
+    if (!this.budget.take(bytes, now)) throw new InflowRefused(bytes, this.budget.waitMs(bytes, now));
   }
 
   private async apply(msg: WatchInventoryResponse): Promise<void> {
@@ -270,21 +376,28 @@ export class AgentLink extends AgentCalls {
     if (!ev) return;
     const store = this.deps.store;
     if (ev.$case === 'snapshot') {
-      this.held = new Set();
-      await store.upsertInventory(this.host, {
-        kind: 'snapshot',
-        revision: msg.revision,
-        devices: this.bounded(ev.value.devices),
-      });
+      // A snapshot is charged what it stores (at most storedBytes, so it always
+      // fits a full budget); its size is bounded by messageBytes.
+      const { facts, held, stored } = this.bounded(ev.value.devices, new Map());
+      this.charge(stored);
+      await store.upsertInventory(this.host, { kind: 'snapshot', revision: msg.revision, devices: facts });
+      this.held = held;
     } else {
-      if (ev.$case === 'removed') this.held.delete(ev.value.address);
+      const held = new Map(this.held);
+      if (ev.$case === 'removed') held.delete(ev.value.address);
+      const devices = ev.$case === 'removed' ? [] : [ev.value];
+      const { facts, stored, refused } = this.bounded(devices, held);
+      // A change counts whether it is stored or refused; a removal costs
+      // little, but not nothing: a stream of them is a stream of events.
+      this.charge(Math.max(stored + refused, 256));
       await store.upsertInventory(this.host, {
         kind: 'delta',
         revision: msg.revision,
-        added: ev.$case === 'added' ? this.bounded([ev.value]) : [],
-        changed: ev.$case === 'changed' ? this.bounded([ev.value]) : [],
+        added: ev.$case === 'added' ? facts : [],
+        changed: ev.$case === 'changed' ? facts : [],
         removed: ev.$case === 'removed' ? [ev.value.address] : [],
       });
+      this.held = held;
     }
     this.epoch = msg.epoch;
     this.revision = msg.revision;

@@ -1,7 +1,8 @@
 /**
- * Invariant 9, at bind time: before the scheduler acknowledges a bind, the
- * agent of every bound device that is cleaned records the binding in its own
- * durable journal (RecordBinding).
+ * Invariants 9 and 13, at bind time: before the scheduler acknowledges a
+ * bind, the agent of every bound device that is cleaned or one-time-use
+ * records the binding in its own durable journal (RecordBinding): the second
+ * record of the media's dirt, and of its burn.
  *
  * - Before anything is allocated, `bindGate` refuses a device that is cleaned
  *   on a host whose agent is not connected (UNAVAILABLE) or too old to record
@@ -19,7 +20,7 @@ import type { ServiceError } from '@grpc/grpc-js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
 import { decodeServiceError } from '../../grpc/status.js';
 import type { SchedulerCore } from '../core.js';
-import type { DeviceRecord } from '../domain/device-state.js';
+import { type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { ArqBinding, BindGate, BindResult } from '../store/store.js';
 import { type AgentHandle, isUnreachable } from './agent-link.js';
 
@@ -66,7 +67,7 @@ export async function confirmBindings(
 ): Promise<void> {
   const errors = await Promise.all(
     result.devices.map((d, i) =>
-      d.supportsCleaning
+      recordedByAgent(d)
         ? recordOne(core, d, result.arqs[i]!.uuid, d.instanceUuid ?? '', 'nothing is bound')
         : Promise.resolve(null),
     ),

@@ -79,8 +79,17 @@ export class CleanupDispatcher {
     if (this.stopped) return;
     try {
       const backlog = await this.store.cleanupBacklog(host);
+      const now = backlog.filter(({ job }) => wanted(job));
+      for (const { job, waitsFor } of now) {
+        if (waitsFor && !this.following.has(job.jobId)) {
+          this.logger.info(
+            { jobId: job.jobId, host: job.host, address: job.address, waitsFor },
+            'cleanup waits: another device holds its media (the device stays reserved)',
+          );
+        }
+      }
       await Promise.all(
-        backlog.filter(({ job }) => wanted(job)).map(({ device, job }) => this.dispatch(device, job)),
+        now.filter(({ waitsFor }) => !waitsFor).map(({ device, job }) => this.dispatch(device, job)),
       );
     } catch (err) {
       if (!this.stopped) {

@@ -4,7 +4,8 @@
  * here the requests are validated and the store's atomic operations called.
  */
 
-import { BerthError, invalidArgument, notFound } from '../../../errors.js';
+import { type ServiceError, status } from '@grpc/grpc-js';
+import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
 import { Device as DevicePb } from '../../../gen/berth/scheduler/v1/device.js';
 import {
   type CleanDeviceRequest,
@@ -24,6 +25,7 @@ import { cleanupEventToProto } from '../../cleanup-event-proto.js';
 import { type Encoded, encodeOnce } from '../../grpc/encoded.js';
 import { serverStream, unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
+import { decodeServiceError } from '../../grpc/status.js';
 import {
   deviceStateFromProto,
   deviceStatusFromProto,
@@ -32,6 +34,7 @@ import {
 } from '../convert.js';
 import type { SchedulerCore } from '../core.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import { isUnreachable } from '../runtime/agent-link.js';
 import { CLEANUP_FEATURE } from '../runtime/cleanup-dispatcher.js';
 import type { FeedEvent } from '../runtime/device-feed.js';
 import type { CleanupEvent, CleanupJob, DeviceFilter } from '../store/store.js';
@@ -177,7 +180,12 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
     }),
 
     releaseDevice: unary('ReleaseDevice', logger, async (req: ReleaseDeviceRequest) => {
-      const device = await store.releaseDevice(deviceRef('device', req.device), req.generation);
+      const ref = deviceRef('device', req.device);
+      // A burn has two records (invariant 13): the agent's goes first, so a
+      // release that stops half-way leaves the device burned, never un-burned
+      // in one record only.
+      await releaseAgentBurn(core, await store.getDevice(ref));
+      const device = await store.releaseDevice(ref, req.generation);
       hub.notify();
       return { device: deviceToProto(device) };
     }),
@@ -272,4 +280,42 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
     }),
   };
   return { name: 'berth.scheduler.v1.DeviceService', definition: DeviceServiceService, implementation: impl };
+}
+
+/**
+ * Asks the device's agent to clear its journal's record of the burn before
+ * the scheduler clears its own. A device that is not burned needs nothing; an
+ * agent too old to keep burns (UNIMPLEMENTED) has no record to clear; an agent
+ * that cannot be reached refuses the release (UNAVAILABLE), and one that finds
+ * other media at the address refuses it (FAILED_PRECONDITION).
+ */
+async function releaseAgentBurn(core: SchedulerCore, d: DeviceRecord): Promise<void> {
+  if (!d.burned) return;
+  await core.agents.refresh([d.host]);
+  const agent = core.agents.get(d.host);
+  if (!agent?.isConnected) {
+    throw new BerthError(
+      'UNAVAILABLE',
+      `the agent of host ${d.host} is not connected: it keeps the second record of device ${d.address}'s burn and must clear it first; retry when it is back`,
+      { reason: 'AGENT_UNAVAILABLE', metadata: { host: d.host, address: d.address } },
+    );
+  }
+  try {
+    await agent.releaseDevice(d.address, d.media?.key ?? '');
+  } catch (err) {
+    if ((err as ServiceError).code === status.UNIMPLEMENTED) return;
+    const e = decodeServiceError(err as ServiceError);
+    if (isUnreachable(err)) {
+      throw new BerthError(
+        'UNAVAILABLE',
+        `the agent of host ${d.host} did not clear its record of device ${d.address}'s burn (${e.message}); retry`,
+        { reason: 'AGENT_UNAVAILABLE', metadata: { host: d.host, address: d.address } },
+      );
+    }
+    throw failedPrecondition(
+      e.reason && e.reason !== e.codeName ? e.reason : 'AGENT_REFUSED_RELEASE',
+      `the agent of host ${d.host} refused to release device ${d.address}: ${e.message}`,
+      { host: d.host, address: d.address },
+    );
+  }
 }

@@ -30,6 +30,7 @@ import {
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { SchedulerCore } from '../core.js';
+import { recordedByAgent } from '../domain/device-state.js';
 import { rewriteSourceAddresses } from '../guest/hostdev-xml.js';
 import { isUnreachable } from '../runtime/agent-link.js';
 import { recordOne } from '../runtime/binding-recorder.js';
@@ -106,14 +107,14 @@ export function migrationServiceBinding(core: SchedulerCore): ServiceBinding {
     return out;
   }
 
-  /** RecordBinding on the destination agent for each claimed device that is cleaned; the first refusal, or null. */
+  /** RecordBinding on the destination agent for each claimed device that is cleaned or one-time-use; the first refusal, or null. */
   async function recordDestinationBindings(
     m: MigrationRecord,
   ): Promise<{ address: string; error: BerthError } | null> {
     const arqs = await store.listArqs(m.instanceUuid);
     for (const [srcUuid, dstUuid] of Object.entries(m.claims)) {
       const dst = await store.getDevice({ uuid: dstUuid });
-      if (!dst.supportsCleaning) continue;
+      if (!recordedByAgent(dst)) continue;
       const arq = arqs.find((a) => a.deviceUuid === srcUuid);
       const error = await recordOne(
         core,

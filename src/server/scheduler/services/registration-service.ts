@@ -15,14 +15,18 @@ import {
 import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
+import { mediaRecordFromProto } from '../../media-proto.js';
 import type { SchedulerCore } from '../core.js';
 import { type Caller, checkHostPrincipal } from '../host-identity.js';
+import { MAX_MEDIA_RECORDS } from '../usecases/hosts.js';
 import { dispatchReleased } from './arq-service.js';
 import { maxItems, requireHost } from './validate.js';
 
 const ENDPOINT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9a-fA-F:]{2,39}\]):(\d{1,5})$/;
 const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
+/** A media key (docs/media-identity.md): a kind prefix, then printable ASCII. */
+const MEDIA_KEY = /^[a-z][a-z0-9-]*:[\x21-\x7e]{1,300}$/;
 
 function checkRequest(req: RegisterRequest): void {
   requireHost('host', req.host);
@@ -40,6 +44,15 @@ function checkRequest(req: RegisterRequest): void {
       throw invalidArgument(
         `held_devices[${i}].address`,
         `${JSON.stringify(h.address)} is not a PCI address`,
+      );
+    }
+  });
+  maxItems('media_records', req.mediaRecords, MAX_MEDIA_RECORDS);
+  req.mediaRecords.forEach((m, i) => {
+    if (!MEDIA_KEY.test(m.key)) {
+      throw invalidArgument(
+        `media_records[${i}].key`,
+        `${JSON.stringify(m.key.slice(0, 300))} is not a media key`,
       );
     }
   });
@@ -88,6 +101,7 @@ export async function register(
     if (link && !link.isConnected) link.poke();
     await store.touchHost(req.host);
     await reconcileHeld(core, req, logger);
+    await reconcileMedia(core, req, logger);
     return { schedulerId: core.schedulerId, heartbeatIntervalSeconds: core.heartbeatSeconds };
   }
   const agentRestarted = existing !== null && existing.agentEpoch !== req.epoch;
@@ -128,6 +142,7 @@ export async function register(
     dropLink(core, req.host, logger);
   }
   await reconcileHeld(core, req, logger);
+  await reconcileMedia(core, req, logger);
   core.hub.notify();
   return { schedulerId: core.schedulerId, heartbeatIntervalSeconds: core.heartbeatSeconds };
 }
@@ -167,6 +182,23 @@ async function reconcileHeld(core: SchedulerCore, req: RegisterRequest, logger: 
   );
   core.hub.notify();
   dispatchReleased(core, moved);
+}
+
+/**
+ * Invariants 11 and 13: the agent's journal records of media (present on the
+ * host or not) add their dirt and burns to the scheduler's records, so a
+ * media shows up dirty or burned wherever it is seen next, even after this
+ * database was lost or restored.
+ */
+async function reconcileMedia(core: SchedulerCore, req: RegisterRequest, logger: Logger): Promise<void> {
+  const records = req.mediaRecords.flatMap((r) => mediaRecordFromProto(r) ?? []);
+  const changed = await core.store.reconcileMediaRecords(req.host, records);
+  if (changed.length === 0) return;
+  logger.warn(
+    { host: req.host, media: changed },
+    "its agent's journal records media as holding tenant data or burned that this scheduler's database did not (a lost or restored database, or media moved from elsewhere); they are cleaned or kept burned wherever they show up",
+  );
+  core.hub.notify();
 }
 
 export function registrationServiceBinding(core: SchedulerCore): ServiceBinding {

@@ -136,4 +136,20 @@ CREATE TABLE retention_marks (
 );
 `,
   },
+  {
+    version: 5,
+    name: 'media',
+    // Tenant data followed by media (docs/media-identity.md): each device's
+    // media key beside its record, so the devices of one media are found on
+    // any host, and the scheduler's own record of every media it has seen.
+    // (Version 4 is PostgreSQL's link leases; SQLite needs no such table.)
+    sql: `
+ALTER TABLE devices ADD COLUMN media_key TEXT;
+CREATE INDEX devices_media ON devices (media_key) WHERE media_key IS NOT NULL;
+CREATE TABLE media (
+  key TEXT PRIMARY KEY,
+  record TEXT NOT NULL
+);
+`,
+  },
 ];

@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
+import { runMediaContract } from './media-contract.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
 import { runStoreContract } from './store-contract.js';
 import { runUnitOfWorkContract } from './unit-of-work-contract.js';
@@ -30,6 +31,7 @@ const databaseFor = async (path: string) =>
 // Without PostgreSQL the whole file is skipped (one line above says why), not left empty.
 describe.skipIf(!usable)('PostgreSQL backend', () => {
   runStoreContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
+  runMediaContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
   runUnitOfWorkContract('postgres', async (path) => {
     const db = new PgDatabase(await databaseFor(path));
     await db.migrate();

@@ -22,6 +22,7 @@ import { BerthError } from '../../../errors.js';
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import type { MediaState } from '../domain/media.js';
 import type { Profile } from '../domain/profile.js';
 import { UseCaseStore, type UseCaseStoreOptions } from '../usecases/use-case-store.js';
 import { PG_MIGRATIONS } from './pg-migrations.js';
@@ -535,6 +536,7 @@ class PgUnit implements UnitOfWork {
     if (query.type) where.push(`type = ${p(query.type)}`);
     if (query.state) where.push(`device_state = ${p(query.state)}`);
     if (query.resourceClass) where.push(`resource_class = ${p(query.resourceClass)}`);
+    if (query.mediaKey) where.push(`media_key = ${p(query.mediaKey)}`);
     if (query.states) where.push(`device_state = ANY(${p([...query.states])})`);
     if (query.after) where.push(`(host, address) > (${p(query.after.host)}, ${p(query.after.address)})`);
     let sql = `SELECT record FROM devices ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY host, address`;
@@ -586,19 +588,21 @@ class PgUnit implements UnitOfWork {
       rec.deviceState,
       rec.generation,
       JSON.stringify(rec),
+      rec.media?.key || null,
     ];
     const r =
       previousGeneration === null
         ? await this.w(
             `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group,
-               device_state, generation, record) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+               device_state, generation, record, media_key) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
              ON CONFLICT DO NOTHING`,
             values,
           )
         : await this.w(
             `UPDATE devices SET host = $2, address = $3, type = $4, resource_class = $5, vendor_id = $6,
-               product_id = $7, iommu_group = $8, device_state = $9, generation = $10, record = $11
-             WHERE uuid = $1 AND generation = $12`,
+               product_id = $7, iommu_group = $8, device_state = $9, generation = $10, record = $11,
+               media_key = $12
+             WHERE uuid = $1 AND generation = $13`,
             [...values, previousGeneration],
           );
     if (r.rowCount === 0) {
@@ -614,6 +618,19 @@ class PgUnit implements UnitOfWork {
     this.assertWritable();
     this.wrote = true;
     this.events.push({ device: structuredClone(device), removed });
+  }
+
+  // --- media ---------------------------------------------------------------
+
+  media(key: string, opts?: ReadOptions): Promise<MediaState | null> {
+    return this.one(`SELECT record FROM media WHERE key = $1${this.lock(opts)}`, [key]);
+  }
+
+  async putMedia(m: MediaState): Promise<void> {
+    await this.w(
+      'INSERT INTO media (key, record) VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET record = excluded.record',
+      [m.key, JSON.stringify(m)],
+    );
   }
 
   async deleteDevice(uuid: string): Promise<void> {

@@ -5,11 +5,13 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import { facts } from '../domain/test-fixtures.js';
+import { runMediaContract } from './media-contract.js';
 import { openSqliteStore, SqliteDatabase } from './sqlite-store.js';
 import { runStoreContract } from './store-contract.js';
 import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.js';
 
 runStoreContract('sqlite', (path, options) => openSqliteStore(path, options));
+runMediaContract('sqlite', (path, options) => openSqliteStore(path, options));
 runUnitOfWorkContract('sqlite', async (path) => new SqliteDatabase(path));
 
 describe('SqliteStore specifics', () => {
@@ -34,7 +36,7 @@ describe('SqliteStore specifics', () => {
       try {
         expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
         const rows = db.prepare('SELECT version FROM schema_migrations').all() as Array<{ version: number }>;
-        expect(rows.map((r) => r.version)).toEqual([1, 2, 3]);
+        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 5]);
         const plan = db
           .prepare(
             "EXPLAIN QUERY PLAN SELECT record FROM devices WHERE host = ? AND resource_class = ? AND device_state = 'available'",

@@ -22,6 +22,7 @@ import { classifySqliteFailure, storeDamaged } from '../../storage-faults.js';
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import type { MediaState } from '../domain/media.js';
 import type { Profile } from '../domain/profile.js';
 import { UseCaseStore, type UseCaseStoreOptions } from '../usecases/use-case-store.js';
 import { MIGRATIONS } from './migrations.js';
@@ -306,7 +307,7 @@ export class SqliteDatabase implements TransactionRunner {
 
 const DEVICE_COLUMNS = `type = @type, resource_class = @resourceClass, vendor_id = @vendorId,
   product_id = @productId, iommu_group = @iommuGroup, device_state = @deviceState, generation = @generation,
-  record = @record`;
+  media_key = @mediaKey, record = @record`;
 
 /** One unit's view of the connection; refuses use after the unit ended (and writes when read-only). */
 class SqliteUnit implements UnitOfWork {
@@ -379,6 +380,7 @@ class SqliteUnit implements UnitOfWork {
     eq('type', query.type);
     eq('device_state', query.state);
     eq('resource_class', query.resourceClass);
+    eq('media_key', query.mediaKey);
     if (query.states) {
       where.push(`device_state IN (${query.states.map(() => '?').join(', ')})`);
       params.push(...query.states);
@@ -436,15 +438,16 @@ class SqliteUnit implements UnitOfWork {
       iommuGroup: rec.iommuGroup,
       deviceState: rec.deviceState,
       generation: rec.generation,
+      mediaKey: rec.media?.key || null,
       record: json,
     };
     const changes =
       previousGeneration === null
         ? this.w(
             `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group,
-               device_state, generation, record)
+               device_state, generation, media_key, record)
              VALUES (@uuid, @host, @address, @type, @resourceClass, @vendorId, @productId, @iommuGroup,
-               @deviceState, @generation, @record)
+               @deviceState, @generation, @mediaKey, @record)
              ON CONFLICT DO NOTHING`,
           ).run(params).changes
         : this.w(
@@ -473,6 +476,18 @@ class SqliteUnit implements UnitOfWork {
 
   async deleteDevice(uuid: string): Promise<void> {
     this.w('DELETE FROM devices WHERE uuid = ?').run(uuid);
+  }
+
+  // --- media ---------------------------------------------------------------
+
+  async media(key: string): Promise<MediaState | null> {
+    return parse(this.q('SELECT record FROM media WHERE key = ?').get(key) as Row | undefined);
+  }
+
+  async putMedia(m: MediaState): Promise<void> {
+    this.w(
+      'INSERT INTO media (key, record) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET record = excluded.record',
+    ).run(m.key, JSON.stringify(m));
   }
 
   async deleteHost(name: string): Promise<void> {

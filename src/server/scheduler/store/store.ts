@@ -11,6 +11,7 @@
  */
 
 import type { BerthError } from '../../../errors.js';
+import type { MediaRecord } from '../../../plugins/types.js';
 import type { PickFn } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type {
@@ -130,13 +131,26 @@ export interface CleanupJob {
   /** The device's locked-in action when the job was created. */
   action: string;
   state: CleanupJobState;
-  /** What asked for it: release (of an ARQ/migration), operator (CleanDevice), or agent (its agent reports it holds tenant data). */
-  origin: 'release' | 'operator' | 'agent';
+  /**
+   * What asked for it: release (of an ARQ/migration), operator (CleanDevice),
+   * agent (its agent reports it holds tenant data), or media (its media may
+   * hold tenant data nobody is cleaning: seen dirty elsewhere, or never
+   * cleaned by Berth; docs/media-identity.md).
+   */
+  origin: 'release' | 'operator' | 'agent' | 'media';
   message: string;
   lastSequence: number;
   createdAt: string;
   dispatchedAt: string | null;
   finishedAt: string | null;
+}
+
+/** A cleanup to dispatch or re-attach. */
+export interface CleanupBacklogEntry {
+  device: DeviceRecord;
+  job: CleanupJob;
+  /** Why it must not start yet (another device holds its media), or null. */
+  waitsFor: string | null;
 }
 
 export interface CreateArqsRequest {
@@ -294,6 +308,11 @@ export interface Store {
   onDamage?(listener: (why: string) => void): void;
   /** Calls `listener` after a change committed by any scheduler sharing the database (PostgreSQL). */
   onChange?(listener: () => void): void;
+  /**
+   * Calls `listener` with the hosts on which a committed unit queued cleanups
+   * of its own (media found holding data nobody cleans), for the dispatcher.
+   */
+  onCleanupsQueued?(listener: (hosts: string[]) => void): void;
   close(): Promise<void>;
   /** Highest schema migration applied. */
   schemaVersion(): Promise<number>;
@@ -318,6 +337,13 @@ export interface Store {
    * agent). Returns the devices it moved.
    */
   reconcileHeldDevices(host: string, held: readonly HeldDeviceReport[]): Promise<DeviceRecord[]>;
+  /**
+   * The media records the host's agent reports at registration (its journal's,
+   * present on the host or not): dirt and burns are added to the scheduler's
+   * own records, never removed (docs/media-identity.md). Returns the media
+   * keys that changed.
+   */
+  reconcileMediaRecords(host: string, records: readonly MediaRecord[]): Promise<string[]>;
   setHostConnected(host: string, connected: boolean): Promise<HostRecord>;
   getHost(name: string): Promise<HostRecord>;
   /**
@@ -352,7 +378,7 @@ export interface Store {
 
   // --- cleanup -----------------------------------------------------------
   /** pending_cleaning and cleaning devices (of one host, or all) with their jobs: what to dispatch or re-attach. */
-  cleanupBacklog(host?: string): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>>;
+  cleanupBacklog(host?: string): Promise<CleanupBacklogEntry[]>;
   markCleanupDispatched(jobId: string): Promise<CleanupJob>;
   /**
    * Record one progress event and apply it to the device: the first working

@@ -37,6 +37,7 @@
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord, DeviceState } from '../domain/device-state.js';
+import type { MediaState } from '../domain/media.js';
 import type { Profile } from '../domain/profile.js';
 import type {
   CleanupEvent,
@@ -62,6 +63,8 @@ export const FOR_UPDATE: ReadOptions = Object.freeze({ forUpdate: true });
 export interface DeviceQuery extends DeviceFilter {
   /** device_state IN states (with `state`, both must hold). */
   states?: readonly DeviceState[];
+  /** Devices whose media has this key (domain/media.ts), on any host. */
+  mediaKey?: string;
   /** Keyset paging: only devices after this (host, address). */
   after?: { host: string; address: string };
   limit?: number;
@@ -97,6 +100,10 @@ export interface ReadUnit {
   /** IOMMU groups of the host with a device allocated, pending_cleaning or cleaning. */
   busyIommuGroups(host: string): Promise<number[]>;
   deviceCounts(): Promise<DeviceCount[]>;
+
+  // media (docs/media-identity.md)
+  /** The scheduler's record of a media, by key. */
+  media(key: string, opts?: ReadOptions): Promise<MediaState | null>;
 
   // cleanup
   cleanupJob(jobId: string, opts?: ReadOptions): Promise<CleanupJob | null>;
@@ -164,6 +171,8 @@ export interface UnitOfWork extends ReadUnit {
   putDevice(device: DeviceRecord, previousGeneration: number | null): Promise<void>;
   /** Log the device as it now is (or, `removed`, that it is gone); the backend numbers it in commit order. */
   appendDeviceEvent(device: DeviceRecord, removed?: boolean): Promise<void>;
+  /** Insert or replace the record of a media. */
+  putMedia(media: MediaState): Promise<void>;
   /** Remove a device row (a deleted host's); its events and cleanup jobs stay until retention. */
   deleteDevice(uuid: string): Promise<void>;
   /** Remove a host row. */

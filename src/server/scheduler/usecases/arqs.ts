@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import { type Arq, arqBound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
-import { bind, type DeviceRecord } from '../domain/device-state.js';
+import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
 import type {
@@ -16,7 +16,7 @@ import type {
 } from '../store/store.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { pickOnHost } from './allocate.js';
-import { read, type UseCaseDeps, write } from './context.js';
+import { read, type UseCaseDeps } from './context.js';
 import { abortPlanned } from './live-migrations.js';
 import {
   idempotent,
@@ -30,6 +30,7 @@ import {
   writeArq,
   writeDevice,
 } from './records.js';
+import { write } from './unit.js';
 
 export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Promise<Arq[]> {
   const tags = req.tags ?? [];
@@ -155,9 +156,9 @@ export async function bindArqs(
             { arq_uuid: arq.uuid, host: b.host },
           );
         }
-        // A device that is cleaned needs its agent to record the binding (invariant 9):
-        // refuse before anything is allocated when it cannot.
-        const refusal = result.device.supportsCleaning ? (gate?.(host) ?? null) : null;
+        // A device that is cleaned or one-time-use needs its agent to record the
+        // binding (invariants 9 and 13): refuse before anything is allocated when it cannot.
+        const refusal = recordedByAgent(result.device) ? (gate?.(host) ?? null) : null;
         if (refusal) throw refusal;
         const device = await writeDevice(
           tx,

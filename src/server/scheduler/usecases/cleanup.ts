@@ -12,9 +12,11 @@ import {
   type DeviceRecord,
   operatorClean,
 } from '../domain/device-state.js';
-import type { CleanupEvent, CleanupJob, DeviceRef } from '../store/store.js';
+import { mediaKeyOf } from '../domain/media.js';
+import type { CleanupBacklogEntry, CleanupEvent, CleanupJob, DeviceRef } from '../store/store.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
-import { read, type UseCaseDeps, write } from './context.js';
+import { read, type UseCaseDeps } from './context.js';
+import { recordMediaCleaned } from './media.js';
 import {
   createJob,
   finishJob,
@@ -26,6 +28,7 @@ import {
   writeDevice,
   writeJob,
 } from './records.js';
+import { write } from './unit.js';
 
 const WORKING_PHASES = new Set(['preparing', 'sanitizing', 'namespace_reset', 'zeroing', 'verifying']);
 const FINAL_PHASES = new Set(['succeeded', 'failed', 'interrupted']);
@@ -56,11 +59,13 @@ export async function requestClean(
   });
 }
 
-/** pending_cleaning and cleaning devices (of one host, or all) with their jobs. */
-export async function cleanupBacklog(
-  deps: UseCaseDeps,
-  host?: string,
-): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>> {
+/**
+ * pending_cleaning and cleaning devices (of one host, or all) with their jobs.
+ * A job whose media another device holds (allocated: a controller of the same
+ * NVM subsystem, or the same drive under another address) says what it waits
+ * for: a cleanup of shared media never starts under a running tenant.
+ */
+export async function cleanupBacklog(deps: UseCaseDeps, host?: string): Promise<CleanupBacklogEntry[]> {
   return read(deps, async (r) => {
     // cleaning devices too: a broken progress stream is re-attached by job id
     // (after an agent restart, reconcileAgentRestart has already moved them to error).
@@ -68,10 +73,22 @@ export async function cleanupBacklog(
       ...(host ? { host } : {}),
       states: ['pending_cleaning', 'cleaning'],
     });
-    const out: Array<{ device: DeviceRecord; job: CleanupJob }> = [];
+    const out: CleanupBacklogEntry[] = [];
     for (const device of devices) {
       const job = device.cleanupJobId ? await r.cleanupJob(device.cleanupJobId) : null;
-      if (job) out.push({ device, job });
+      if (!job) continue;
+      const key = mediaKeyOf(device);
+      const holder =
+        key && device.deviceState === 'pending_cleaning'
+          ? (await r.devices({ mediaKey: key, state: 'allocated' })).find((d) => d.uuid !== device.uuid)
+          : undefined;
+      out.push({
+        device,
+        job,
+        waitsFor: holder
+          ? `its media ${key} is held through ${holder.host} ${holder.address} (instance ${holder.instanceUuid ?? 'of a migration claim'})`
+          : null,
+      });
     }
     return out;
   });
@@ -130,6 +147,8 @@ export async function applyCleanupEvent(
       else if (ev.phase === 'interrupted') next = cleanupInterrupted(device, ev.jobId, ev.message, now);
       else if (WORKING_PHASES.has(ev.phase)) next = cleanupStarted(device, ev.jobId, now);
       next = await writeDevice(tx, device, next);
+      if (ev.phase === 'succeeded' && next.deviceState === 'available')
+        await recordMediaCleaned(tx, next, ev.time);
       if (ev.phase === 'succeeded' && next.deviceState === 'error') {
         nextJob = { ...nextJob, state: 'failed', message: next.errorReason };
       }

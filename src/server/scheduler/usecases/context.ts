@@ -1,8 +1,8 @@
 /**
  * What every use case runs with: a transaction runner (any backend) and a
  * clock. A use case validates its request, then does its whole
- * read-decide-write inside ONE unit of work (`write`), or reads a consistent
- * view (`read`).
+ * read-decide-write inside ONE unit of work (`write`, ./unit.ts), or reads a
+ * consistent view (`read`).
  */
 
 import type { ReadUnit, TransactionRunner, UnitOfWork } from '../store/unit-of-work.js';
@@ -11,10 +11,21 @@ export interface UseCaseDeps {
   readonly db: TransactionRunner;
   /** Clock, injectable for tests. */
   readonly clock: () => Date;
+  /**
+   * Called after a unit committed that queued cleanups on its own (a media
+   * found holding data nobody cleans: domain/media.ts), with their hosts, so
+   * the dispatcher looks at them now.
+   */
+  readonly cleanupsQueued?: (hosts: string[]) => void;
 }
 
 /** One unit of work as the use cases see it: the port plus the clock. */
 export class Tx {
+  /** Media keys whose devices this unit wrote: settled before the unit ends. */
+  readonly touchedMedia = new Set<string>();
+  /** Hosts on which this unit queued cleanups of its own. */
+  readonly queuedOn = new Set<string>();
+
   constructor(
     readonly uow: UnitOfWork,
     private readonly clock: () => Date,
@@ -23,11 +34,6 @@ export class Tx {
   now(): string {
     return this.clock().toISOString();
   }
-}
-
-/** Run `fn` as one read-write unit; resolves once it committed. */
-export function write<T>(deps: UseCaseDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
-  return deps.db.run((uow) => fn(new Tx(uow, deps.clock)));
 }
 
 /** Run `fn` as one read-only unit (a consistent snapshot). */

@@ -13,6 +13,7 @@ import {
   setStatus,
   vanished,
 } from '../domain/device-state.js';
+import { mediaKeyOf, mediaUnburned } from '../domain/media.js';
 import type {
   DeviceFilter,
   DevicePage,
@@ -22,8 +23,9 @@ import type {
   PageRequest,
 } from '../store/store.js';
 import { type DeviceQuery, FOR_UPDATE } from '../store/unit-of-work.js';
-import { read, type UseCaseDeps, write } from './context.js';
+import { read, type UseCaseDeps } from './context.js';
 import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from './records.js';
+import { write } from './unit.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 const DEFAULT_PAGE = 500;
@@ -137,13 +139,29 @@ export async function setDeviceStatus(
   return transitionDevice(deps, ref, expectedGeneration, (d) => setStatus(d, status));
 }
 
-/** Operator un-burn (ReleaseDevice). */
-export async function releaseDevice(
+/**
+ * Operator un-burn (ReleaseDevice), after the device's agent cleared its own
+ * record of the burn: the device, every other device of its media, and the
+ * scheduler's record of the media.
+ */
+export async function releaseBurn(
   deps: UseCaseDeps,
   ref: DeviceRef,
   expectedGeneration?: number,
 ): Promise<DeviceRecord> {
-  return transitionDevice(deps, ref, expectedGeneration, operatorRelease);
+  return write(deps, async (tx) => {
+    const d = await mustDevice(tx.uow, ref, FOR_UPDATE);
+    checkGeneration(d, expectedGeneration);
+    const released = await writeDevice(tx, d, operatorRelease(d));
+    const key = mediaKeyOf(d);
+    if (!key) return released;
+    const m = await tx.uow.media(key, FOR_UPDATE);
+    if (m?.burned) await tx.uow.putMedia(mediaUnburned(m, tx.now()));
+    for (const other of await tx.uow.devices({ mediaKey: key }, FOR_UPDATE)) {
+      if (other.uuid !== d.uuid && other.burned) await writeDevice(tx, other, operatorRelease(other));
+    }
+    return released;
+  });
 }
 
 async function transitionDevice(

@@ -10,8 +10,9 @@ import {
 } from '../guest/metadata.js';
 import type { GuestBinding, InstanceDevices } from '../store/store.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
-import { read, type UseCaseDeps, write } from './context.js';
+import { read, type UseCaseDeps } from './context.js';
 import { mustDevice, writeArq } from './records.js';
+import { write } from './unit.js';
 
 /** The stored NICs/disks in the validator's input shape (proto `optional` vlan and devname → absent). */
 export const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({

@@ -9,7 +9,7 @@ import type { RequestGroup } from '../domain/profile.js';
 import type { MigrationOutcome, MigrationRecord, PlanMigrationRequest } from '../store/store.js';
 import { FOR_UPDATE, type UnitOfWork } from '../store/unit-of-work.js';
 import { pickOnHost } from './allocate.js';
-import { read, type Tx, type UseCaseDeps, write } from './context.js';
+import { read, type Tx, type UseCaseDeps } from './context.js';
 import {
   idempotent,
   mustDevice,
@@ -21,6 +21,7 @@ import {
   writeDevice,
   writeMigration,
 } from './records.js';
+import { write } from './unit.js';
 
 /**
  * Check that every device bound to the instance is live-migratable and claim

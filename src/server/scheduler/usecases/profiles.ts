@@ -4,8 +4,9 @@ import { randomUUID } from 'node:crypto';
 import { BerthError } from '../../../errors.js';
 import { type Profile, type ProfileSpec, sameProfileSpec } from '../domain/profile.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
-import { read, type UseCaseDeps, write } from './context.js';
+import { read, type UseCaseDeps } from './context.js';
 import { mustProfile } from './records.js';
+import { write } from './unit.js';
 
 /** Idempotent on an identical spec; ALREADY_EXISTS for a different one under the name. */
 export async function createProfile(deps: UseCaseDeps, spec: ProfileSpec): Promise<Profile> {

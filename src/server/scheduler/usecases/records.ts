@@ -59,6 +59,8 @@ export async function writeDevice(
   const rec: DeviceRecord = { ...next, generation: (prev?.generation ?? 0) + 1, updatedAt: tx.now() };
   await tx.uow.putDevice(rec, prev ? prev.generation : null);
   await tx.uow.appendDeviceEvent(rec);
+  // The media of what was written is settled before the unit ends (usecases/media.ts).
+  for (const key of [prev?.media?.key, rec.media?.key]) if (key) tx.touchedMedia.add(key);
   return rec;
 }
 

@@ -9,7 +9,8 @@
 import { BerthError } from '../../../errors.js';
 import type { PruneCounts, RetentionPolicy } from '../store/store.js';
 import type { PruneQuery } from '../store/unit-of-work.js';
-import { type UseCaseDeps, write } from './context.js';
+import type { UseCaseDeps } from './context.js';
+import { write } from './unit.js';
 
 export const DEFAULT_RETENTION: RetentionPolicy = Object.freeze({
   historyMs: 7 * 86_400_000,

@@ -4,6 +4,7 @@
  * knows SQL; nothing in a backend knows a use case.
  */
 
+import type { MediaRecord } from '../../../plugins/types.js';
 import type { PickFn } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord, DeviceStatus } from '../domain/device-state.js';
@@ -12,6 +13,7 @@ import type {
   ArqBinding,
   BindGate,
   BindResult,
+  CleanupBacklogEntry,
   CleanupEvent,
   CleanupJob,
   CreateArqsRequest,
@@ -55,13 +57,24 @@ export interface UseCaseStoreOptions {
 
 export class UseCaseStore<R extends TransactionRunner = TransactionRunner> implements Store {
   private readonly deps: UseCaseDeps;
+  private readonly queuedListeners: Array<(hosts: string[]) => void> = [];
 
   constructor(
     /** The backend; exposed for tools that need it (benchmarks set pragmas during a load). */
     readonly db: R,
     options: UseCaseStoreOptions = {},
   ) {
-    this.deps = { db, clock: options.now ?? (() => new Date()) };
+    this.deps = {
+      db,
+      clock: options.now ?? (() => new Date()),
+      cleanupsQueued: (hosts) => {
+        for (const l of this.queuedListeners) l(hosts);
+      },
+    };
+  }
+
+  onCleanupsQueued(listener: (hosts: string[]) => void): void {
+    this.queuedListeners.push(listener);
   }
 
   close(): Promise<void> {
@@ -102,6 +115,10 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
     return hosts.reconcileHeldDevices(this.deps, host, held);
   }
 
+  reconcileMediaRecords(host: string, records: readonly MediaRecord[]): Promise<string[]> {
+    return hosts.reconcileMediaRecords(this.deps, host, records);
+  }
+
   setHostConnected(host: string, connected: boolean): Promise<HostRecord> {
     return hosts.touchHost(this.deps, host, { connected });
   }
@@ -137,7 +154,7 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
   }
 
   releaseDevice(ref: DeviceRef, expectedGeneration?: number): Promise<DeviceRecord> {
-    return devices.releaseDevice(this.deps, ref, expectedGeneration);
+    return devices.releaseBurn(this.deps, ref, expectedGeneration);
   }
 
   requestClean(
@@ -149,7 +166,7 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
 
   // --- cleanup -----------------------------------------------------------
 
-  cleanupBacklog(host?: string): Promise<Array<{ device: DeviceRecord; job: CleanupJob }>> {
+  cleanupBacklog(host?: string): Promise<CleanupBacklogEntry[]> {
     return cleanup.cleanupBacklog(this.deps, host);
   }
 

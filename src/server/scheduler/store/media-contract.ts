@@ -1,0 +1,291 @@
+/**
+ * The media part of the store contract (docs/media-identity.md, DESIGN
+ * invariants 11–13), run against every backend: tenant data is followed by
+ * the identity of the media, not by a PCI address or one database.
+ */
+
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { allocatable, type DeviceFacts, type DeviceRecord } from '../domain/device-state.js';
+import { validateProfile } from '../domain/profile.js';
+import { facts, nvmeMedia, PROOF, pciFacts } from '../domain/test-fixtures.js';
+import type { CleanupEvent, HostRegistration, Store } from './store.js';
+import { rejection } from './store-contract.js';
+
+export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<Store>;
+
+const reg = (name: string): HostRegistration => ({
+  name,
+  endpoint: `${name}:7071`,
+  bootId: 'boot-1',
+  agentEpoch: 'e1',
+  agentVersion: '0.1.0',
+  features: ['cleanup.v1', 'binding.v1'],
+  drivers: ['pci', 'nvme'],
+});
+
+const nvmeProfile = validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] });
+const gpuProfile = validateProfile({ name: 'gpu', groups: [{ vendorId: '10de', productId: '25b6' }] });
+
+/** A controller of subsystem `nqn` at bus index `index`, with its agent's record. */
+const ctrl = (index: number, nqn: string, record: Parameters<typeof nvmeMedia>[1] = {}): DeviceFacts =>
+  facts({ index, ...nvmeMedia(nqn, record) });
+
+export function runMediaContract(name: string, open: OpenStore): void {
+  describe(`Store contract, media: ${name}`, () => {
+    let dir: string;
+    let path: string;
+    let store: Store;
+    const revisions = new Map<string, number>();
+
+    beforeEach(async () => {
+      dir = mkdtempSync(join(tmpdir(), 'berth-media-'));
+      path = join(dir, 'scheduler.db');
+      store = await open(path);
+      revisions.clear();
+      await store.createProfile(nvmeProfile);
+      await store.createProfile(gpuProfile);
+    });
+    afterEach(async () => {
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+
+    /** The host's agent sends a snapshot of `devices`. */
+    async function snapshot(host: string, devices: DeviceFacts[]) {
+      if (!revisions.has(host)) await store.registerHost(reg(host));
+      const revision = (revisions.get(host) ?? 0) + 1;
+      revisions.set(host, revision);
+      return store.upsertInventory(host, { kind: 'snapshot', revision, devices });
+    }
+
+    const device = (host: string, address: string) => store.getDevice({ host, address });
+
+    async function bind(instance: string, host: string, profile = 'nvme') {
+      const [arq] = await store.createArqs({ profileName: profile });
+      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host }]);
+    }
+
+    /** Runs the device's queued cleanup to the end the agent reports. */
+    async function clean(d: DeviceRecord, outcome: 'succeeded' | 'failed' = 'succeeded', at = new Date()) {
+      const current = await store.getDevice({ uuid: d.uuid });
+      const job = await store.getCleanupJob(current.cleanupJobId!);
+      const ev = (sequence: number, phase: CleanupEvent['phase']): CleanupEvent => ({
+        jobId: job.jobId,
+        address: current.address,
+        action: current.cleanupAction ?? '',
+        phase,
+        step: '',
+        percent: 0,
+        bytesDone: 0,
+        bytesTotal: 0,
+        message: phase === 'failed' ? 'the sanitize log says it failed' : '',
+        time: at.toISOString(),
+        sequence,
+        ...(phase === 'succeeded' ? { proof: PROOF } : {}),
+      });
+      await store.applyCleanupEvent(ev(1, 'sanitizing'));
+      return (await store.applyCleanupEvent(ev(2, outcome))).device;
+    }
+
+    it('a cleanable device Berth never cleaned is cleaned before its first offer; declared clean or cleaned by the agent, it is offered', async () => {
+      await snapshot('h1', [
+        ctrl(0, 'nqn.test:never', { condition: 'dirty' }),
+        ctrl(1, 'nqn.test:declared', { condition: 'declared_clean' }),
+        ctrl(2, 'nqn.test:journal', { condition: 'clean' }),
+        ctrl(3, 'nqn.test:old-agent', null),
+        pciFacts({ index: 4, ...nvmeMedia('nqn.test:gpu', { condition: 'not_cleanable' }) }),
+      ]);
+      const states = await Promise.all(
+        ['0000:10:00.0', '0000:11:00.0', '0000:12:00.0', '0000:13:00.0', '0000:14:00.0'].map(async (a) => {
+          const d = await device('h1', a);
+          return [a, d.deviceState, d.reserved];
+        }),
+      );
+      expect(states).toEqual([
+        ['0000:10:00.0', 'pending_cleaning', 1],
+        ['0000:11:00.0', 'available', 0],
+        ['0000:12:00.0', 'available', 0],
+        ['0000:13:00.0', 'pending_cleaning', 1],
+        ['0000:14:00.0', 'available', 0],
+      ]);
+      const backlog = await store.cleanupBacklog('h1');
+      expect(backlog.map((b) => [b.device.address, b.job.origin, b.waitsFor])).toEqual([
+        ['0000:10:00.0', 'media', null],
+        ['0000:13:00.0', 'media', null],
+      ]);
+      // Cleaned once, it is offered and stays so at the next snapshot.
+      const cleaned = await clean(await device('h1', '0000:10:00.0'));
+      expect([cleaned.deviceState, allocatable(cleaned)]).toEqual(['available', true]);
+    });
+
+    it('two controllers of one NVM subsystem are held by one tenant at a time, and cleaned only once neither is allocated', async () => {
+      const nqn = 'nqn.test:dual-port';
+      await snapshot('h1', [ctrl(0, nqn), ctrl(1, nqn)]);
+      const first = (await bind('tenant-1', 'h1')).devices[0]!;
+      const other = first.address === '0000:10:00.0' ? '0000:11:00.0' : '0000:10:00.0';
+      const sibling = await device('h1', other);
+      expect(allocatable(sibling)).toBe(false);
+      expect(sibling.reserved).toBe(1);
+      expect(sibling.mediaReason).toContain(`held through h1 ${first.address}`);
+      expect((await rejection(bind('tenant-2', 'h1'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
+      // Released: the media is cleaned through the released controller; the other waits for it.
+      const { released } = await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      expect(released[0]!.deviceState).toBe('pending_cleaning');
+      expect((await device('h1', other)).mediaReason).toContain('pending cleaning');
+      expect((await rejection(bind('tenant-2', 'h1'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
+      await clean(released[0]!);
+      expect(allocatable(await device('h1', other))).toBe(true);
+      expect(allocatable(await device('h1', first.address))).toBe(true);
+    });
+
+    it('controllers of one media on two hosts: binds racing for both give the media to exactly one tenant', async () => {
+      const nqn = 'nqn.test:shared-enclosure';
+      await snapshot('h1', [ctrl(0, nqn)]);
+      await snapshot('h2', [ctrl(1, nqn)]);
+      const outcomes = await Promise.allSettled([bind('a', 'h1'), bind('b', 'h2')]);
+      expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
+      const failed = outcomes.find((o) => o.status === 'rejected') as PromiseRejectedResult;
+      expect((failed.reason as { reason?: string }).reason).toBe('NO_ALLOCATABLE_DEVICE');
+    });
+
+    it('a cleanup of shared media waits while another controller of it is allocated', async () => {
+      const nqn = 'nqn.test:stale';
+      await snapshot('h1', [ctrl(0, nqn)]);
+      await bind('tenant-1', 'h1');
+      // The same media shows up through a second controller, reported dirty by its agent: it is not
+      // offered, and no cleanup starts under the running tenant.
+      await snapshot('h1', [ctrl(0, nqn), ctrl(1, nqn, { condition: 'dirty', since: Date.now() })]);
+      const second = await device('h1', '0000:11:00.0');
+      expect(second.deviceState).toBe('available');
+      expect(allocatable(second)).toBe(false);
+      expect(second.mediaReason).toContain('held through h1 0000:10:00.0');
+      await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      const backlog = await store.cleanupBacklog('h1');
+      expect(backlog.map((b) => [b.device.address, b.waitsFor])).toEqual([['0000:10:00.0', null]]);
+    });
+
+    it('a dirty drive moved to another slot while its host was down comes up pending cleaning, and is cleaned there', async () => {
+      const nqn = 'nqn.test:SER-A';
+      await snapshot('h1', [ctrl(0, nqn)]);
+      await bind('tenant-1', 'h1');
+      // The tenant's instance goes away while the host is down: released, queued for cleaning at 01:00.0.
+      await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      // The host comes back with the drive in another slot; the old slot is empty. Its agent's
+      // journal lost nothing in this case, but the scheduler alone must already refuse it.
+      await snapshot('h1', [ctrl(6, nqn, { condition: 'clean', since: 1 })]);
+      const moved = await device('h1', '0000:16:00.0');
+      expect(moved.deviceState).toBe('pending_cleaning');
+      expect(allocatable(moved)).toBe(false);
+      expect((await store.latestCleanupJob(moved.uuid))?.origin).toBe('media');
+      expect((await rejection(bind('tenant-2', 'h1'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
+      const cleaned = await clean(moved);
+      expect(allocatable(cleaned)).toBe(true);
+    });
+
+    it('a drive moved while its tenant still holds it is not offered at its new address', async () => {
+      const nqn = 'nqn.test:SER-B';
+      await snapshot('h1', [ctrl(0, nqn)]);
+      await bind('tenant-1', 'h1');
+      await snapshot('h2', [ctrl(3, nqn, { condition: 'clean', since: 1 })]);
+      const there = await device('h2', '0000:13:00.0');
+      expect(allocatable(there)).toBe(false);
+      expect(there.mediaReason).toContain('held through h1 0000:10:00.0');
+    });
+
+    it("after the scheduler's database is lost, the agent's journal brings back dirt and burns, present or not", async () => {
+      await store.close();
+      rmSync(path, { force: true });
+      for (const suffix of ['-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
+      store = await open(join(dir, 'new.db'));
+      await store.createProfile(nvmeProfile);
+      await store.createProfile(gpuProfile);
+      revisions.clear();
+      const t = Date.now();
+      // The host registers: its journal says a pulled-out drive holds tenant 1's data and a
+      // GPU that is elsewhere now was burned.
+      await store.registerHost(reg('h1'));
+      const changed = await store.reconcileMediaRecords('h1', [
+        {
+          key: 'nvme:nqn.test:pulled',
+          condition: 'held',
+          burned: false,
+          since: t,
+          lastAddress: '0000:20:00.0',
+          arqUuid: 'a1',
+          instanceUuid: 'i1',
+        },
+        {
+          key: 'pci-dsn:10de:00-11-22-33-44-55-66-77',
+          condition: 'not_cleanable',
+          burned: true,
+          since: t,
+          lastAddress: '0000:21:00.0',
+          arqUuid: '',
+          instanceUuid: '',
+        },
+        {
+          key: 'nvme:nqn.test:fine',
+          condition: 'clean',
+          burned: false,
+          since: t,
+          lastAddress: '0000:22:00.0',
+          arqUuid: '',
+          instanceUuid: '',
+        },
+      ]);
+      expect(changed.sort()).toEqual(['nvme:nqn.test:pulled', 'pci-dsn:10de:00-11-22-33-44-55-66-77']);
+      // Both come back, on another host, whose agent knows nothing of them.
+      const gpu = pciFacts({
+        index: 5,
+        oneTimeUse: true,
+        media: { ...nvmeMedia('x').media!, key: 'pci-dsn:10de:00-11-22-33-44-55-66-77', kind: 'PCI_DSN' },
+        agentMedia: null,
+      });
+      await snapshot('h2', [ctrl(4, 'nqn.test:pulled', { condition: 'declared_clean' }), gpu]);
+      expect((await device('h2', '0000:14:00.0')).deviceState).toBe('pending_cleaning');
+      const g = await device('h2', '0000:15:00.0');
+      expect([g.burned, allocatable(g)]).toEqual([true, false]);
+      expect((await rejection(bind('x', 'h2', 'gpu'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
+    });
+
+    it("an agent's report of dirt older than the last accepted cleanup is stale; a newer one is not", async () => {
+      const nqn = 'nqn.test:race';
+      await snapshot('h1', [ctrl(0, nqn, { condition: 'clean' })]);
+      await bind('tenant-1', 'h1');
+      const heldAt = Date.now() - 60_000;
+      const { released } = await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      await clean(released[0]!, 'succeeded', new Date(heldAt + 30_000));
+      // The delta that carried "held" arrives late.
+      await snapshot('h1', [ctrl(0, nqn, { condition: 'held', since: heldAt })]);
+      expect(allocatable(await device('h1', '0000:10:00.0'))).toBe(true);
+      // A hold the agent recorded after that cleanup is not stale: the database missed a bind.
+      await snapshot('h1', [ctrl(0, nqn, { condition: 'held', since: heldAt + 45_000 })]);
+      expect((await device('h1', '0000:10:00.0')).deviceState).toBe('pending_cleaning');
+    });
+
+    it('a burn follows the media: the same GPU under another address is burned, and ReleaseDevice clears every record', async () => {
+      const media = {
+        ...nvmeMedia('x').media!,
+        key: 'pci-dsn:10de:aa-bb-cc-dd-ee-ff-00-11',
+        kind: 'PCI_DSN' as const,
+      };
+      await snapshot('h1', [pciFacts({ index: 0, oneTimeUse: true, media, agentMedia: null })]);
+      const { devices } = await bind('i1', 'h1', 'gpu');
+      expect(devices[0]!.burned).toBe(true);
+      await store.deleteArqs({ instanceUuid: 'i1' });
+      // Moved to another slot: a new record at the new address, burned.
+      await snapshot('h1', [pciFacts({ index: 7, oneTimeUse: true, media, agentMedia: null })]);
+      const moved = await device('h1', '0000:17:00.0');
+      expect([moved.burned, allocatable(moved)]).toEqual([true, false]);
+      const freed = await store.releaseDevice({ uuid: moved.uuid });
+      expect([freed.burned, allocatable(freed)]).toEqual([false, true]);
+      expect((await device('h1', '0000:10:00.0')).burned).toBe(false);
+      // And it stays released across another snapshot.
+      await snapshot('h1', [pciFacts({ index: 7, oneTimeUse: true, media, agentMedia: null })]);
+      expect((await device('h1', '0000:17:00.0')).burned).toBe(false);
+    });
+  });
+}

@@ -1,0 +1,67 @@
+/**
+ * Media within a unit (docs/media-identity.md). Every read-write unit settles,
+ * before it ends, each media whose devices it wrote (./unit.ts): the pure
+ * decision is domain/media.ts `settleMedia`; this module reads the media's
+ * record and devices under lock, writes what it decided, and queues the
+ * cleanup of media holding data that nobody cleans.
+ */
+
+import { randomUUID } from 'node:crypto';
+import { type DeviceRecord, mediaNeedsCleaning } from '../domain/device-state.js';
+import { firstSight, type MediaState, mediaCleaned, mediaKeyOf, settleMedia } from '../domain/media.js';
+import { FOR_UPDATE } from '../store/unit-of-work.js';
+import type { Tx } from './context.js';
+import { createJob, writeDevice } from './records.js';
+
+/** Settles every media this unit touched, including ones settling itself touches (never twice). */
+export async function settleTouchedMedia(tx: Tx): Promise<void> {
+  const done = new Set<string>();
+  for (;;) {
+    const next = [...tx.touchedMedia].find((k) => !done.has(k));
+    if (next === undefined) return;
+    done.add(next);
+    await settleKey(tx, next);
+  }
+}
+
+const changed = (a: MediaState, b: MediaState) =>
+  JSON.stringify({ ...a, updatedAt: '' }) !== JSON.stringify({ ...b, updatedAt: '' });
+
+async function settleKey(tx: Tx, key: string): Promise<void> {
+  const now = tx.now();
+  // The media row first (on a shared database, binds on two hosts of one
+  // media meet here), then its devices.
+  const stored = await tx.uow.media(key, FOR_UPDATE);
+  const devices = await tx.uow.devices({ mediaKey: key }, FOR_UPDATE);
+  const first = devices.find((d) => d.present) ?? devices[0];
+  const media = stored ?? (first ? firstSight(first, now) : null);
+  if (!media) return;
+  const s = settleMedia(media, devices, now);
+  const byUuid = new Map(devices.map((d) => [d.uuid, d]));
+  for (const next of s.devices) {
+    if (next.uuid === s.toClean?.uuid) continue;
+    await writeDevice(tx, byUuid.get(next.uuid)!, next);
+  }
+  if (s.toClean) {
+    const prev = byUuid.get(s.toClean.uuid)!;
+    const jobId = randomUUID();
+    const next = await writeDevice(tx, prev, mediaNeedsCleaning(s.toClean, jobId));
+    if (next.deviceState === 'pending_cleaning') {
+      await createJob(tx, next, jobId, 'media');
+      tx.queuedOn.add(next.host);
+    }
+  }
+  // A job that waited for the media's other device to let go can go now.
+  for (const d of devices) if (d.deviceState === 'pending_cleaning') tx.queuedOn.add(d.host);
+  if (!stored || changed(stored, s.media)) await tx.uow.putMedia(s.media);
+}
+
+/** A cleanup of `d` was accepted: its media is clean as of the agent's time `at` (ISO 8601). */
+export async function recordMediaCleaned(tx: Tx, d: DeviceRecord, at: string): Promise<void> {
+  const key = mediaKeyOf(d);
+  if (!key) return;
+  const m = await tx.uow.media(key, FOR_UPDATE);
+  const base = m ?? firstSight(d, tx.now());
+  await tx.uow.putMedia(mediaCleaned(base, Date.parse(at) || 0, tx.now()));
+  tx.touchedMedia.add(key);
+}

@@ -1,0 +1,24 @@
+/**
+ * A read-write unit as the use cases run it: the use case's own work, then
+ * what every unit owes before it ends — settling each media whose devices it
+ * wrote (./media.ts), so no use case can leave a media half-followed — in the
+ * same transaction.
+ */
+
+import { type Tx, Tx as UnitTx, type UseCaseDeps } from './context.js';
+import { settleTouchedMedia } from './media.js';
+
+/** Run `fn` as one read-write unit; resolves once it committed. */
+export async function write<T>(deps: UseCaseDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
+  let queued: string[] = [];
+  const out = await deps.db.run(async (uow) => {
+    const tx = new UnitTx(uow, deps.clock);
+    const result = await fn(tx);
+    await settleTouchedMedia(tx);
+    // A backend may run the unit again: only the attempt that committed counts.
+    queued = [...tx.queuedOn];
+    return result;
+  });
+  if (queued.length > 0) deps.cleanupsQueued?.(queued);
+  return out;
+}
