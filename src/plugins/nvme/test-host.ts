@@ -20,12 +20,13 @@ import {
   writeNvmeWrapper,
 } from '../../sim/nvme-cli/index.js';
 import { buildSysfs, type SysfsBuilder } from '../../sim/sysfs/index.js';
-import type { CleanupEvidence } from '../cleanup-evidence.js';
+import type { CensusPair, CleanupEvidence } from '../cleanup-evidence.js';
 import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../driver.js';
 import { ExecRunner } from '../exec-runner.js';
 import type { CleanupProgress, DiscoveredDevice } from '../types.js';
+import { takeNvmeCensus } from './census.js';
 
 export const ADDRESS = '0000:01:00.0';
 
@@ -158,14 +159,32 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   };
 }
 
-/** Runs a driver's cleanup and judges its evidence the way the agent does. */
+/**
+ * Runs a driver's cleanup and judges its evidence the way the agent does:
+ * against the agent's own census of the media, taken before and after with the
+ * nvme-cli the driver is configured with.
+ */
 export async function cleanAndJudge(
   driver: GenericDriver,
   device: DiscoveredDevice,
   ctx: CleanupContext,
-): Promise<{ evidence: CleanupEvidence; verdict: Verdict }> {
+): Promise<{ evidence: CleanupEvidence; verdict: Verdict; census: CensusPair }> {
+  const census = (probe: boolean) =>
+    takeNvmeCensus(device.address, {
+      sysfsRoot: ctx.sysfsRoot,
+      devRoot: ctx.devRoot,
+      runner: ctx.runner,
+      nvmeCli: (driver as { nvmeCli?: string }).nvmeCli ?? 'nvme',
+      probe,
+    });
+  const before = await census(false);
   const evidence = await driver.cleanup(device, ctx);
-  return { evidence, verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy) };
+  const after = await census(true);
+  return {
+    evidence,
+    verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy, { before, after }),
+    census: { before, after },
+  };
 }
 
 /** Writes a recognisable tenant pattern at several places of a namespace backing file. */
