@@ -14,6 +14,8 @@ export interface NamespaceSpec {
   file: string;
   /** The host opens the file read-only: every write the guest issues fails in QEMU. */
   readOnly?: boolean;
+  /** Allocated but attached to no controller (`detached=on`, a subsystem's namespaces only). */
+  detached?: boolean;
 }
 
 export interface ControllerSpec {
@@ -97,7 +99,7 @@ export function qemuArgs(m: MachineSpec): string[] {
         '-drive',
         `file=${optPath(ns.file)},if=none,format=raw,id=${drive}${ns.readOnly ? ',readonly=on' : ''}`,
         '-device',
-        `nvme-ns,drive=${drive},bus=c-${c.id},nsid=${ns.nsid}`,
+        `nvme-ns,drive=${drive},bus=c-${c.id},nsid=${ns.nsid}${ns.detached ? ',detached=on' : ''}`,
       );
     }
   }

@@ -55,6 +55,8 @@ interface Event {
       controller: string;
       totalCapacityBytes?: string;
       namespaces: { nsid: number; sizeBytes: string; attached?: boolean; name?: string; coveredBy: string }[];
+      /** proto3 JSON leaves out false: a detached namespace has no `attached`. */
+      namespacesBefore: { nsid: number; sizeBytes: string; attached?: boolean }[];
       namespaceManagement: string;
       unallocated: string;
     };
@@ -298,6 +300,7 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     expect(b).toMatchObject({ driver: 'nvme', cleanup_action: 'write-zeroes' });
     expect(b!.attributes.namespaces).toBe(a!.attributes.namespaces);
     expect(b!.attributes.serial).toBe(a!.attributes.serial);
+    // nvme-cli lists the one attached namespace; the detached one has no block device.
     const list = JSON.parse(run.command('nvme-list').stdout) as NvmeList;
     expect(namespacesOf(list, second)).toEqual([b!.attributes.namespaces]);
 
@@ -306,12 +309,19 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     expect(last, run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_SUCCEEDED' });
     // Proven over the shared namespace, by the census taken through the second controller.
     const ctrl = /\/nvme\/(nvme\d+)\/subsysnqn$/.exec(nqn(second).argv.at(-1)!)![1];
+    // Proven over both namespaces — the detached one found by the agent's census (list-ns --all,
+    // id-ns --force on QEMU) and attached to the second controller by the driver to be zeroed.
     expect(last.proof?.census).toMatchObject({
       controller: ctrl,
-      namespaces: [{ nsid: 1, sizeBytes: String(8 * 1024 * 1024), coveredBy: 'read-back' }],
+      namespaces: [
+        { nsid: 1, sizeBytes: String(8 * 1024 * 1024), coveredBy: 'read-back' },
+        { nsid: 2, sizeBytes: String(4 * 1024 * 1024), coveredBy: 'read-back', attached: true },
+      ],
+      namespacesBefore: [{ nsid: 1, attached: true }, { nsid: 2 }],
       namespaceManagement: 'NAMESPACE_MANAGEMENT_REFUSED',
     });
-    // Judged from the backing file: nothing of the tenant is left on the shared media.
+    expect(last.proof?.census && 'attached' in last.proof.census.namespacesBefore[1]!).toBe(false);
+    // Judged from the backing files: nothing of the tenant is left on the shared media.
     await expectScrubbed('dual-port');
   });
 });

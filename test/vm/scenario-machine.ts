@@ -10,7 +10,8 @@
  *   slot 7  read-only      its backing file opened read-only: every write fails in the controller
  *   slot 8  sanitize       clear_action: sanitize, which QEMU cannot do: excluded, never touched
  *   slot 9  dual-port      QEMU's own nvme-subsys with two controllers (slots 9 and 10) sharing
- *                          one 8 MiB namespace; cleaned through the second controller
+ *                          an 8 MiB namespace, and a 4 MiB one left detached from both;
+ *                          cleaned through the second controller
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -34,7 +35,7 @@ interface Device {
   slot: number;
   serial: string;
   subsystem?: boolean;
-  namespaces: { nsid: number; sizeBytes: number; readOnly?: boolean }[];
+  namespaces: { nsid: number; sizeBytes: number; readOnly?: boolean; detached?: boolean }[];
   /** Which driver section lists it, and its device_spec entry beyond the address. */
   driver: 'nvme' | 'nvme-vendor-example';
   spec?: Record<string, unknown>;
@@ -90,7 +91,11 @@ export const DEVICES: Record<Role, Device> = {
     peerSlot: 10,
     serial: 'berth-dual',
     subsystem: true,
-    namespaces: [{ nsid: 1, sizeBytes: 8 * MiB }],
+    // nsid 2 as a tenant would leave one: allocated, attached to neither controller.
+    namespaces: [
+      { nsid: 1, sizeBytes: 8 * MiB },
+      { nsid: 2, sizeBytes: 4 * MiB, detached: true },
+    ],
     driver: 'nvme',
     clean: true,
   },
@@ -185,6 +190,7 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
         nsid: ns.nsid,
         file: file(role, ns.nsid),
         readOnly: ns.readOnly ?? false,
+        detached: ns.detached ?? false,
       })),
     },
     // The second port: same serial (a dual-port drive's controllers report the subsystem's), same subsystem.
