@@ -494,7 +494,9 @@ describe('NvmeDriver on the simulator', () => {
       expect(evidence.notes.join('\n')).toMatch(
         /namespace management refused \(delete-ns answered Invalid Command Opcode.*\(0x4001\)\)/,
       );
-      expect(evidence.notes.join("\n")).toMatch(/namespace\(s\) 3, not attached to nvme0, attached to it to be erased in place/);
+      expect(evidence.notes.join('\n')).toMatch(
+        /namespace\(s\) 3, not attached to nvme0, attached to it to be erased in place/,
+      );
       expect(evidence.notes.join('\n')).toMatch(/capacity as 0/);
       for (const n of [1, 2, 3]) expect(await holdsTenantData(nsPath(h, n))).toBe(false);
       const calls = (await h.invocations()).map((i) => i.argv[0]);
