@@ -65,7 +65,8 @@ async function main() {
   const dir = await tempDir('/var/tmp', 'berth-bench-zero-');
   const host = await makeTestHost({
     controller: { sanicap: 0, oncs: 0x57, oacs: 0x16 },
-    namespaces: [{ nsid: 1, sizeBytes: 1 * MiB }],
+    // The simulator's namespace has the real size: the agent's census asks it (id-ns).
+    namespaces: [{ nsid: 1, sizeBytes }],
   });
   const backing = join(dir.path, 'namespace.img');
   // Pre-allocated: every block of the backing file written once, so no run pays for allocation.

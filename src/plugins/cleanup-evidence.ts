@@ -126,6 +126,66 @@ export interface CleanupEvidence {
   notes: string[];
 }
 
+/**
+ * One allocated namespace of an NVM subsystem, as the agent's census found it
+ * (`nvme list-ns --all`, `nvme id-ns`): attached to the controller the census
+ * was taken through, or not.
+ */
+export interface CensusNamespace {
+  nsid: number;
+  /** nsze × the data size of its LBA format. */
+  sizeBytes: number;
+  blockSize: number;
+  /** Attached to (active on) the controller the census was taken through. */
+  attached: boolean;
+  /** Its block device as sysfs names it for that controller ('' when none: detached, or not yet rescanned). */
+  name: string;
+}
+
+/**
+ * Whether a tenant could create and delete namespaces: `unsupported` (OACS bit
+ * 3 clear), `refused` (advertised, but a harmless `delete-ns` of an nsid above
+ * NN answered Invalid Command Opcode, as QEMU does), `works`, or `not-asked`.
+ */
+export type NamespaceManagement = 'unsupported' | 'refused' | 'works' | 'not-asked';
+
+/**
+ * What the agent itself found on an NVMe device's media, independently of
+ * the driver: every allocated namespace of the subsystem and its capacity.
+ * The judge checks the evidence against it.
+ */
+export interface MediaCensus {
+  /** The controller it was taken through (nvmeX). */
+  controller: string;
+  /** id-ctrl TNVMCAP in bytes; null when the controller reports 0 (unknown). */
+  totalCapacity: number | null;
+  /** id-ctrl UNVMCAP in bytes; null when unknown (reported as 0 with TNVMCAP 0). */
+  unallocatedCapacity: number | null;
+  /** Every allocated namespace, attached or not, in nsid order. */
+  namespaces: CensusNamespace[];
+  namespaceManagement: NamespaceManagement;
+}
+
+/** The census before the driver ran (null when the device has none to take then) and after it. */
+export interface CensusPair {
+  before: MediaCensus | null;
+  after: MediaCensus;
+}
+
+/** The census as the proof records it: what was found, and how each part was covered. */
+export interface CensusRecord {
+  controller: string;
+  totalCapacity: number | null;
+  unallocatedCapacity: number | null;
+  /** After the cleanup; every one covered (`sanitize` or `read-back`). */
+  namespaces: (CensusNamespace & { coveredBy: 'sanitize' | 'read-back' })[];
+  /** Before the cleanup (what the tenant left). */
+  namespacesBefore: CensusNamespace[];
+  namespaceManagement: NamespaceManagement;
+  /** How the unallocated capacity is accounted for, in words. */
+  unallocated: string;
+}
+
 /** What the agent concluded from accepted evidence: shown on the stream and as the device's last cleanup. */
 export interface CleanupProof {
   /** `sanitize`, `read-back`, or `sanitize+read-back`. */
@@ -138,6 +198,8 @@ export interface CleanupProof {
   bytesTotal: number;
   /** What was proven, one sentence each. */
   findings: string[];
+  /** NVMe: the agent's census of the media, which the proof covered (absent for other devices). */
+  census?: CensusRecord;
 }
 
 /** Merges ranges into sorted, non-overlapping, non-adjacent ones. */

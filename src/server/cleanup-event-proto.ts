@@ -4,8 +4,13 @@
  * and the scheduler's records of them, which share the same phase names.
  */
 import { type CleanupEvent, CleanupPhase } from '../gen/berth/agent/v1/agent.js';
-import { type CleanupProof as CleanupProofMessage, ReadBack } from '../gen/berth/agent/v1/cleanup_proof.js';
-import type { CleanupProof } from '../plugins/cleanup-evidence.js';
+import {
+  type CleanupProof as CleanupProofMessage,
+  type MediaCensus as MediaCensusMessage,
+  NamespaceManagement,
+  ReadBack,
+} from '../gen/berth/agent/v1/cleanup_proof.js';
+import type { CensusRecord, CleanupProof } from '../plugins/cleanup-evidence.js';
 
 export type CleanupPhaseName =
   | 'queued'
@@ -48,6 +53,44 @@ const READ_BACK_TO_PROTO: Record<ProofRecord['readBack'], ReadBack> = {
   none: ReadBack.READ_BACK_NONE,
 };
 
+const NS_MGMT_TO_PROTO: Record<CensusRecord['namespaceManagement'], NamespaceManagement> = {
+  unsupported: NamespaceManagement.NAMESPACE_MANAGEMENT_UNSUPPORTED,
+  refused: NamespaceManagement.NAMESPACE_MANAGEMENT_REFUSED,
+  works: NamespaceManagement.NAMESPACE_MANAGEMENT_WORKS,
+  'not-asked': NamespaceManagement.NAMESPACE_MANAGEMENT_NOT_ASKED,
+};
+
+function censusToProto(c: CensusRecord): MediaCensusMessage {
+  return {
+    controller: c.controller,
+    ...(c.totalCapacity === null ? {} : { totalCapacityBytes: c.totalCapacity }),
+    ...(c.unallocatedCapacity === null ? {} : { unallocatedCapacityBytes: c.unallocatedCapacity }),
+    namespaces: c.namespaces.map((n) => ({ ...n })),
+    namespacesBefore: c.namespacesBefore.map((n) => ({ ...n, coveredBy: '' })),
+    namespaceManagement: NS_MGMT_TO_PROTO[c.namespaceManagement],
+    unallocated: c.unallocated,
+  };
+}
+
+/** A census from the wire; undefined when it names a namespace-management answer this build does not know. */
+function censusFromProto(c: MediaCensusMessage): CensusRecord | undefined {
+  const mgmt = (Object.keys(NS_MGMT_TO_PROTO) as CensusRecord['namespaceManagement'][]).find(
+    (k) => NS_MGMT_TO_PROTO[k] === c.namespaceManagement,
+  );
+  if (!mgmt) return undefined;
+  const covered = (v: string): 'sanitize' | 'read-back' => (v === 'sanitize' ? 'sanitize' : 'read-back');
+  const plain = ({ coveredBy: _c, ...n }: MediaCensusMessage['namespaces'][number]) => n;
+  return {
+    controller: c.controller,
+    totalCapacity: c.totalCapacityBytes ?? null,
+    unallocatedCapacity: c.unallocatedCapacityBytes ?? null,
+    namespaces: c.namespaces.map((n) => ({ ...plain(n), coveredBy: covered(n.coveredBy) })),
+    namespacesBefore: c.namespacesBefore.map(plain),
+    namespaceManagement: mgmt,
+    unallocated: c.unallocated,
+  };
+}
+
 export function proofToProto(p: ProofRecord): CleanupProofMessage {
   return {
     method: p.method,
@@ -56,6 +99,7 @@ export function proofToProto(p: ProofRecord): CleanupProofMessage {
     bytesRead: p.bytesRead,
     bytesTotal: p.bytesTotal,
     findings: p.findings,
+    census: p.census ? censusToProto(p.census) : undefined,
   };
 }
 
@@ -73,6 +117,7 @@ export function proofFromProto(p: CleanupProofMessage | undefined): ProofRecord 
     bytesRead: p.bytesRead,
     bytesTotal: p.bytesTotal,
     findings: [...p.findings],
+    ...(p.census && censusFromProto(p.census) ? { census: censusFromProto(p.census)! } : {}),
   };
 }
 

@@ -34,9 +34,22 @@ export interface SimNvmeCaps {
   nsManagement?: boolean;
 }
 
+/**
+ * A simulated NVMe controller. Controllers with the same `subsystem` are one
+ * NVM subsystem (a dual-port drive): the first one listed holds its
+ * namespaces, capacity, capabilities and media; the others reach the same
+ * namespaces (list none of their own) and report the same NQN and serial.
+ */
 export interface SimNvmeController extends Omit<SimNvmeSpec, 'namespaces'> {
   caps: SimNvmeCaps;
-  namespaces: { nsid: number; sizeBytes: number; lbaSize?: 512 | 4096 }[];
+  /** The namespaces; `attachedTo` (cntlids) on a subsystem with several controllers, default all of them. */
+  namespaces: {
+    nsid: number;
+    sizeBytes: number;
+    lbaSize?: 512 | 4096;
+    attached?: boolean;
+    attachedTo?: number[];
+  }[];
   /** How long a sanitize takes, in ms. */
   sanitizeMs?: number;
   faults?: Record<string, SimFault>;
@@ -96,34 +109,58 @@ export async function buildSimHost(
   const nvmeStatePath = join(root, 'nvme-sim.json');
   await mkdir(devRoot, { recursive: true });
   await mkdir(stateDir, { recursive: true });
+  const cntlid = (n: SimNvmeController, i: number) => n.cntlid ?? i + 1;
+  /** The controller that holds n's subsystem (the first listed with the same `subsystem`), or n itself. */
+  const holderOf = (n: SimNvmeController) =>
+    n.subsystem === undefined ? n : def.nvme.find((x) => x.subsystem === n.subsystem)!;
   const sysfs = await buildSysfs(sysfsRoot, {
     ...def.pci,
     nvme: def.nvme.map(
-      ({ caps: _c, sanitizeMs: _s, faults: _f, tnvmcapBytes: _t, reportCapacity: _r, ...n }) => ({
-        ...n,
-        driver: n.driver ?? 'nvme',
-        writeZeroesMaxBytes: n.writeZeroesMaxBytes ?? (_c.wzs ? 131072 : 0),
-      }),
+      ({ caps: _c, sanitizeMs: _s, faults: _f, tnvmcapBytes: _t, reportCapacity: _r, ...n }, i) => {
+        const holder = holderOf(def.nvme[i]!);
+        // What the kernel shows under each controller: the subsystem's namespaces attached to it.
+        const namespaces = holder.namespaces
+          .filter((ns) =>
+            ns.attachedTo ? ns.attachedTo.includes(cntlid(def.nvme[i]!, i)) : ns.attached !== false,
+          )
+          .map(({ attached: _a, attachedTo: _to, ...ns }) => ns);
+        return {
+          ...n,
+          cntlid: cntlid(def.nvme[i]!, i),
+          namespaces,
+          driver: n.driver ?? 'nvme',
+          writeZeroesMaxBytes: n.writeZeroesMaxBytes ?? (_c.wzs ? 131072 : 0),
+        };
+      },
     ),
   });
-  const controllers: SimControllerSpec[] = def.nvme.map((n, i) => ({
-    name: n.controller,
-    devPath: join(devRoot, n.controller),
-    pciAddress: n.address,
-    vid: Number.parseInt(n.vendorId, 16),
-    ssvid: Number.parseInt(n.vendorId, 16),
-    cntlid: n.cntlid ?? i + 1,
-    sn: n.serial,
-    mn: n.model,
-    fr: n.firmware,
-    ...bits(n.caps),
-    namespaces: n.namespaces,
-    sanitize: { durationMs: n.sanitizeMs ?? 1500 },
-    faults: n.faults,
-    ...(n.subsystem === undefined ? {} : { nsNamePrefix: `nvme${n.subsystem}n` }),
-    ...(n.tnvmcapBytes === undefined ? {} : { tnvmcapBytes: n.tnvmcapBytes }),
-    ...(n.reportCapacity === undefined ? {} : { reportCapacity: n.reportCapacity }),
-  }));
+  const controllers: SimControllerSpec[] = def.nvme.map((n, i) => {
+    const holder = holderOf(n);
+    const own = {
+      name: n.controller,
+      devPath: join(devRoot, n.controller),
+      pciAddress: n.address,
+      cntlid: cntlid(n, i),
+      faults: n.faults,
+    };
+    // A further controller of a subsystem: only its own fields; the holder has the rest.
+    if (holder !== n) return { ...own, shares: holder.controller };
+    return {
+      ...own,
+      vid: Number.parseInt(n.vendorId, 16),
+      ssvid: Number.parseInt(n.vendorId, 16),
+      sn: n.serial,
+      mn: n.model,
+      fr: n.firmware,
+      ...bits(n.caps),
+      namespaces: n.namespaces,
+      sanitize: { durationMs: n.sanitizeMs ?? 1500 },
+      ...(n.subsystem === undefined ? {} : { nsNamePrefix: `nvme${n.subsystem}n` }),
+      ...(n.subsysnqn === undefined ? {} : { subnqn: n.subsysnqn }),
+      ...(n.tnvmcapBytes === undefined ? {} : { tnvmcapBytes: n.tnvmcapBytes }),
+      ...(n.reportCapacity === undefined ? {} : { reportCapacity: n.reportCapacity }),
+    };
+  });
   await createNvmeSimState(nvmeStatePath, { controllers });
   const nvmeCli = await writeNvmeWrapper(join(root, 'bin'), nvmeStatePath);
   const bootIdFile = join(root, 'boot_id');

@@ -50,6 +50,11 @@ interface DeviceJson {
       bytes_read: number;
       bytes_total: number;
       findings: string[];
+      census: {
+        controller: string;
+        namespaces: { nsid: number; size_bytes: number; covered_by: string }[];
+        unallocated: string;
+      } | null;
     } | null;
   } | null;
 }
@@ -453,6 +458,12 @@ describe('berth client commands', () => {
         bytes_read: 0,
       });
       expect(clean.last_cleanup?.proof?.findings[0]).toMatch(/^sanitize \(SANACT 4\) on nvme\d observed/);
+      // What the agent's own census found on the media, and how each part was covered.
+      expect(clean.last_cleanup?.proof?.census).toMatchObject({
+        controller: dev.attributes.nvme_controller,
+        namespaces: [{ nsid: 1, size_bytes: 16 * 1024 * 1024, covered_by: 'sanitize' }],
+        unallocated: 'the proven sanitize erased the unallocated capacity with the namespaces',
+      });
 
       // On a terminal the same progress is a live bar (phase, percent, bytes, ETA), not lines.
       // `script` gives the command a pseudo-terminal; watch-cleanup replays the finished job.

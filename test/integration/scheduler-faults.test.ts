@@ -436,6 +436,9 @@ describe('scheduler invariants under failure (gRPC)', () => {
     )) {
       expect(d.lastCleanup?.proof?.method, d.address).toMatch(/^(sanitize|read-back)/);
       expect(d.lastCleanup?.proof?.bytesTotal, d.address).toBeGreaterThan(0);
+      // With the agent's census of the media it covered, kept by the scheduler.
+      expect(d.lastCleanup?.proof?.census?.controller, d.address).toBe(controllerAt(d.host, d.address));
+      expect(d.lastCleanup?.proof?.census?.namespaces.length, d.address).toBeGreaterThan(0);
     }
   });
 });

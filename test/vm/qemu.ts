@@ -14,6 +14,8 @@ export interface NamespaceSpec {
   file: string;
   /** The host opens the file read-only: every write the guest issues fails in QEMU. */
   readOnly?: boolean;
+  /** Allocated but attached to no controller (`detached=on`, a subsystem's namespaces only). */
+  detached?: boolean;
 }
 
 export interface ControllerSpec {
@@ -24,6 +26,12 @@ export interface ControllerSpec {
   serial: string;
   /** Put the controller in its own nvme-subsys: its namespaces become shared (multipath). */
   subsystem?: boolean;
+  /**
+   * Join the nvme-subsys of the controller with this id instead (a second
+   * port of a dual-port drive): it reaches that subsystem's shared namespaces
+   * and has none of its own.
+   */
+  joins?: string;
   namespaces: NamespaceSpec[];
 }
 
@@ -72,20 +80,26 @@ export function qemuArgs(m: MachineSpec): string[] {
     '-virtfs',
     'local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap',
   ];
+  // Every controller first, then the namespaces: a shared namespace is attached to
+  // each controller its subsystem has when it is created.
   for (const c of m.controllers) {
     let ctrl = `nvme,id=c-${c.id},serial=${c.serial},addr=0x${c.slot.toString(16)}`;
     if (c.subsystem) {
       args.push('-device', `nvme-subsys,id=s-${c.id},nqn=${c.id}`);
       ctrl += `,subsys=s-${c.id}`;
+    } else if (c.joins) {
+      ctrl += `,subsys=s-${c.joins}`;
     }
     args.push('-device', ctrl);
+  }
+  for (const c of m.controllers) {
     for (const ns of c.namespaces) {
       const drive = `d-${c.id}-${ns.nsid}`;
       args.push(
         '-drive',
         `file=${optPath(ns.file)},if=none,format=raw,id=${drive}${ns.readOnly ? ',readonly=on' : ''}`,
         '-device',
-        `nvme-ns,drive=${drive},bus=c-${c.id},nsid=${ns.nsid}`,
+        `nvme-ns,drive=${drive},bus=c-${c.id},nsid=${ns.nsid}${ns.detached ? ',detached=on' : ''}`,
       );
     }
   }

@@ -15,9 +15,11 @@ import { probeVmHost } from './host-check.js';
 import {
   addressOf,
   bootScenarioMachine,
+  cleanAddressOf,
   DEVICES,
   disposeScenarioRun,
   GUEST_TIMEOUT_MS,
+  peerAddressOf,
   type Role,
   type ScenarioRun,
   tenantOf,
@@ -46,6 +48,19 @@ interface Event {
   bytesTotal?: string;
   message?: string;
   sequence: string;
+  /** On the success: what the agent accepted, with its own census of the media (proto3 JSON). */
+  proof?: {
+    method: string;
+    census?: {
+      controller: string;
+      totalCapacityBytes?: string;
+      namespaces: { nsid: number; sizeBytes: string; attached?: boolean; name?: string; coveredBy: string }[];
+      /** proto3 JSON leaves out false: a detached namespace has no `attached`. */
+      namespacesBefore: { nsid: number; sizeBytes: string; attached?: boolean }[];
+      namespaceManagement: string;
+      unallocated: string;
+    };
+  };
 }
 
 const PHASE_ORDER = [
@@ -113,7 +128,7 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     // Arrived in order: sequence 1, 2, 3, … with nothing missing, one terminal event, last.
     expect(list.map((e) => Number(e.sequence))).toEqual(list.map((_, i) => i + 1));
     expect(list.filter((e) => TERMINAL.includes(e.phase))).toEqual([list.at(-1)]);
-    for (const e of list) expect(e).toMatchObject({ jobId: `vm-${role}`, address: addressOf(role) });
+    for (const e of list) expect(e).toMatchObject({ jobId: `vm-${role}`, address: cleanAddressOf(role) });
     return list;
   }
 
@@ -225,6 +240,13 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     await expectScrubbed('write-zeroes');
     // The device Berth excluded was never touched.
     await expectUntouched('sanitize');
+    // The agent's own census (nvme-cli on QEMU: list-ns --all, id-ns --force, capacity "0",
+    // namespace management refused when asked) is what the proof covered.
+    expect(list.at(-1)?.proof?.census).toMatchObject({
+      namespaces: [{ nsid: 1, sizeBytes: String(size), coveredBy: 'read-back' }],
+      namespaceManagement: 'NAMESPACE_MANAGEMENT_REFUSED',
+    });
+    expect(list.at(-1)?.proof?.census?.totalCapacityBytes).toBeUndefined();
   });
 
   // QEMU's controller advertises namespace management (OACS bit 3) but answers delete-ns
@@ -233,7 +255,12 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     // The controller advertises namespace management (OACS bit 3) that it then refuses (0x4001).
     const id = JSON.parse(run.command(`id-ctrl ${addressOf('subsystem')}`).stdout) as Record<string, number>;
     expect(id.oacs! & 0x8).toBe(0x8);
-    expect(terminal('subsystem'), run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_SUCCEEDED' });
+    const last = terminal('subsystem');
+    expect(last, run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_SUCCEEDED' });
+    expect(last.proof?.census?.namespaces.map((n) => [n.nsid, n.coveredBy])).toEqual([
+      [1, 'read-back'],
+      [2, 'read-back'],
+    ]);
     await expectScrubbed('subsystem');
   });
 
@@ -258,5 +285,43 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     expect(last.message).toContain(status![1]!.trim());
     expect(last.message).toContain(status![2]);
     await expectUntouched('read-only');
+  });
+  it('6. a dual-port drive (QEMU nvme-subsys, two controllers): one NQN, one media; a cleanup through the second covers the shared namespace', async () => {
+    const [first, second] = [addressOf('dual-port'), peerAddressOf('dual-port')!];
+    // The kernel names both controllers' media by one subsystem NQN (the identity Berth follows).
+    const nqn = (a: string) => run.command(`subsysnqn ${a}`);
+    expect(nqn(first).exitCode, nqn(first).stderr).toBe(0);
+    expect(nqn(first).stdout.trim()).toMatch(/dual-port/);
+    expect(nqn(second).stdout).toBe(nqn(first).stdout);
+    // The agent offers both controllers, each reaching the one shared namespace (the subsystem's head).
+    const dry = JSON.parse(run.command('dry-run').stdout) as { devices: DryRunDevice[] };
+    const [a, b] = [first, second].map((x) => dry.devices.find((d) => d.address === x));
+    expect(a, run.diagnostics()).toMatchObject({ driver: 'nvme', cleanup_action: 'write-zeroes' });
+    expect(b).toMatchObject({ driver: 'nvme', cleanup_action: 'write-zeroes' });
+    expect(b!.attributes.namespaces).toBe(a!.attributes.namespaces);
+    expect(b!.attributes.serial).toBe(a!.attributes.serial);
+    // nvme-cli lists the one attached namespace; the detached one has no block device.
+    const list = JSON.parse(run.command('nvme-list').stdout) as NvmeList;
+    expect(namespacesOf(list, second)).toEqual([b!.attributes.namespaces]);
+
+    const events_ = events('dual-port');
+    const last = events_.at(-1)!;
+    expect(last, run.diagnostics()).toMatchObject({ phase: 'CLEANUP_PHASE_SUCCEEDED' });
+    // Proven over the shared namespace, by the census taken through the second controller.
+    const ctrl = /\/nvme\/(nvme\d+)\/subsysnqn$/.exec(nqn(second).argv.at(-1)!)![1];
+    // Proven over both namespaces — the detached one found by the agent's census (list-ns --all,
+    // id-ns --force on QEMU) and attached to the second controller by the driver to be zeroed.
+    expect(last.proof?.census).toMatchObject({
+      controller: ctrl,
+      namespaces: [
+        { nsid: 1, sizeBytes: String(8 * 1024 * 1024), coveredBy: 'read-back' },
+        { nsid: 2, sizeBytes: String(4 * 1024 * 1024), coveredBy: 'read-back', attached: true },
+      ],
+      namespacesBefore: [{ nsid: 1, attached: true }, { nsid: 2 }],
+      namespaceManagement: 'NAMESPACE_MANAGEMENT_REFUSED',
+    });
+    expect(last.proof?.census && 'attached' in last.proof.census.namespacesBefore[1]!).toBe(false);
+    // Judged from the backing files: nothing of the tenant is left on the shared media.
+    await expectScrubbed('dual-port');
   });
 });

@@ -9,6 +9,9 @@
  *   slot 6  vendor-format  the nvme-vendor-example driver: format --ses=1
  *   slot 7  read-only      its backing file opened read-only: every write fails in the controller
  *   slot 8  sanitize       clear_action: sanitize, which QEMU cannot do: excluded, never touched
+ *   slot 9  dual-port      QEMU's own nvme-subsys with two controllers (slots 9 and 10) sharing
+ *                          an 8 MiB namespace, and a 4 MiB one left detached from both;
+ *                          cleaned through the second controller
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -26,18 +29,20 @@ const MiB = 1 << 20;
 /** The guest's tmpfs work dir (test/vm/guest/init.sh): its only writable place. */
 const GUEST_DIR = '/run/berth-vm';
 
-export type Role = 'write-zeroes' | 'subsystem' | 'vendor-format' | 'read-only' | 'sanitize';
+export type Role = 'write-zeroes' | 'subsystem' | 'vendor-format' | 'read-only' | 'sanitize' | 'dual-port';
 
 interface Device {
   slot: number;
   serial: string;
   subsystem?: boolean;
-  namespaces: { nsid: number; sizeBytes: number; readOnly?: boolean }[];
+  namespaces: { nsid: number; sizeBytes: number; readOnly?: boolean; detached?: boolean }[];
   /** Which driver section lists it, and its device_spec entry beyond the address. */
   driver: 'nvme' | 'nvme-vendor-example';
   spec?: Record<string, unknown>;
   /** CleanupDevice is called for it. */
   clean: boolean;
+  /** A second controller of the same nvme-subsys at this slot (a dual-port drive); the cleanup goes through it. */
+  peerSlot?: number;
 }
 
 export const DEVICES: Record<Role, Device> = {
@@ -81,10 +86,33 @@ export const DEVICES: Record<Role, Device> = {
     spec: { clear_action: 'sanitize' },
     clean: false,
   },
+  'dual-port': {
+    slot: 9,
+    peerSlot: 10,
+    serial: 'berth-dual',
+    subsystem: true,
+    // nsid 2 as a tenant would leave one: allocated, attached to neither controller.
+    namespaces: [
+      { nsid: 1, sizeBytes: 8 * MiB },
+      { nsid: 2, sizeBytes: 4 * MiB, detached: true },
+    ],
+    driver: 'nvme',
+    clean: true,
+  },
 };
 
 export const ROLES = Object.keys(DEVICES) as Role[];
 export const addressOf = (role: Role): string => pciAddress(DEVICES[role].slot);
+/** The second controller's address, for a dual-port role. */
+export const peerAddressOf = (role: Role): string | null =>
+  DEVICES[role].peerSlot === undefined ? null : pciAddress(DEVICES[role].peerSlot!);
+/** The address CleanupDevice is called with: through the second controller where there is one. */
+export const cleanAddressOf = (role: Role): string => peerAddressOf(role) ?? addressOf(role);
+/** Every controller address of the machine (a dual-port role has two). */
+const allAddresses = (role: Role): string[] => [
+  addressOf(role),
+  ...(peerAddressOf(role) ? [peerAddressOf(role)!] : []),
+];
 /** The tenant whose data a namespace held before the boot. */
 export const tenantOf = (role: Role, nsid: number): string => `${role}-ns${nsid}`;
 
@@ -92,10 +120,9 @@ export const tenantOf = (role: Role, nsid: number): string => `${role}-ns${nsid}
 function agentConfig(tokensFile: string): string {
   const section = (driver: Device['driver']) => ({
     cleanup_timeout: 600,
-    device_spec: ROLES.filter((r) => DEVICES[r].driver === driver).map((r) => ({
-      address: addressOf(r),
-      ...DEVICES[r].spec,
-    })),
+    device_spec: ROLES.filter((r) => DEVICES[r].driver === driver).flatMap((r) =>
+      allAddresses(r).map((address) => ({ address, ...DEVICES[r].spec })),
+    ),
   });
   return JSON.stringify(
     {
@@ -153,17 +180,32 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
   }
   const dir = mkdtempSync(join(tmpdir(), 'berth-vm-'));
   const file = (role: Role, nsid: number) => backingFile(dir, role, nsid);
-  const controllers: ControllerSpec[] = ROLES.map((role) => ({
-    id: role,
-    slot: DEVICES[role].slot,
-    serial: DEVICES[role].serial,
-    subsystem: DEVICES[role].subsystem ?? false,
-    namespaces: DEVICES[role].namespaces.map((ns) => ({
-      nsid: ns.nsid,
-      file: file(role, ns.nsid),
-      readOnly: ns.readOnly ?? false,
-    })),
-  }));
+  const controllers: ControllerSpec[] = ROLES.flatMap((role) => [
+    {
+      id: role,
+      slot: DEVICES[role].slot,
+      serial: DEVICES[role].serial,
+      subsystem: DEVICES[role].subsystem ?? false,
+      namespaces: DEVICES[role].namespaces.map((ns) => ({
+        nsid: ns.nsid,
+        file: file(role, ns.nsid),
+        readOnly: ns.readOnly ?? false,
+        detached: ns.detached ?? false,
+      })),
+    },
+    // The second port: same serial (a dual-port drive's controllers report the subsystem's), same subsystem.
+    ...(DEVICES[role].peerSlot === undefined
+      ? []
+      : [
+          {
+            id: `${role}-b`,
+            slot: DEVICES[role].peerSlot!,
+            serial: DEVICES[role].serial,
+            joins: role,
+            namespaces: [],
+          },
+        ]),
+  ]);
   for (const role of ROLES) {
     for (const ns of DEVICES[role].namespaces) {
       await writeTenantFile(file(role, ns.nsid), ns.sizeBytes, tenantOf(role, ns.nsid));
@@ -190,8 +232,11 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
     resultsDevice: '/dev/ttyS1',
     agentConfig: `${GUEST_DIR}/agent.json`,
     token,
-    controllers: ROLES.map(addressOf),
-    cleanups: ROLES.filter((r) => DEVICES[r].clean).map((r) => ({ address: addressOf(r), jobId: `vm-${r}` })),
+    controllers: ROLES.flatMap(allAddresses),
+    cleanups: ROLES.filter((r) => DEVICES[r].clean).map((r) => ({
+      address: cleanAddressOf(r),
+      jobId: `vm-${r}`,
+    })),
     // nvme-cli's own answer to a write on the read-only namespace.
     probes: [
       {
@@ -305,7 +350,7 @@ function collect(dir: string, qemu: QemuExit): ScenarioRun {
       return r;
     },
     cleanup(role) {
-      const address = addressOf(role);
+      const address = cleanAddressOf(role);
       const r = records.find((x): x is CleanupRecord => x.type === 'cleanup' && x.address === address);
       if (!r) throw new Error(`the guest reported no cleanup of ${address} (${role})\n${diagnostics()}`);
       return r;

@@ -15,7 +15,12 @@ import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import { BerthError, isBerthError } from '../../errors.js';
 import { type CleanupEvent, cleanupPhaseToJSON } from '../../gen/berth/agent/v1/agent.js';
-import { type CleanupProof, readBackToJSON } from '../../gen/berth/agent/v1/cleanup_proof.js';
+import {
+  type CensusNamespace,
+  type CleanupProof,
+  namespaceManagementToJSON,
+  readBackToJSON,
+} from '../../gen/berth/agent/v1/cleanup_proof.js';
 import {
   type AcceleratorRequest,
   arqStateToJSON,
@@ -329,9 +334,21 @@ export function cleanupRecordView(r: CleanupRecord | undefined) {
   };
 }
 
-/** How a cleanup was proven: method, full or sample read-back, bytes written / read / covered, findings. */
+/**
+ * How a cleanup was proven: method, full or sample read-back, bytes written /
+ * read / covered, findings, and (NVMe) the agent's census of the media it covered.
+ */
 export function cleanupProofView(p: CleanupProof | undefined) {
   if (!p) return null;
+  const ns = (n: CensusNamespace) => ({
+    nsid: n.nsid,
+    size_bytes: n.sizeBytes,
+    block_size: n.blockSize,
+    attached: n.attached,
+    name: n.name,
+    ...(n.coveredBy ? { covered_by: n.coveredBy } : {}),
+  });
+  const c = p.census;
   return {
     method: p.method,
     read_back: shortEnum(readBackToJSON(p.readBack), 'READ_BACK_'),
@@ -339,6 +356,20 @@ export function cleanupProofView(p: CleanupProof | undefined) {
     bytes_read: p.bytesRead,
     bytes_total: p.bytesTotal,
     findings: p.findings,
+    census: c
+      ? {
+          controller: c.controller,
+          total_capacity_bytes: c.totalCapacityBytes ?? null,
+          unallocated_capacity_bytes: c.unallocatedCapacityBytes ?? null,
+          namespace_management: shortEnum(
+            namespaceManagementToJSON(c.namespaceManagement),
+            'NAMESPACE_MANAGEMENT_',
+          ),
+          unallocated: c.unallocated,
+          namespaces: c.namespaces.map(ns),
+          namespaces_before: c.namespacesBefore.map(ns),
+        }
+      : null,
   };
 }
 

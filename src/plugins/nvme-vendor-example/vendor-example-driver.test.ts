@@ -1,6 +1,9 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import VendorExampleV1Driver from '../../../test/fixtures/drivers/vendor-example-v1.js';
 import { ConfigError } from '../../errors.js';
+import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
+import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
 import { NvmeDriver } from '../nvme/index.js';
 import {
   cleanAndJudge,
@@ -24,14 +27,18 @@ describe('VendorExampleNvmeDriver', () => {
     { nsid: 2, sizeBytes: 2 << 20 },
   ];
 
-  async function setup(controller: Record<string, unknown> = {}) {
-    host = await makeTestHost({ namespaces, controller: { oacs: 0x1e, ...controller } });
-    const driver = new VendorExampleNvmeDriver({
+  async function setup(
+    controller: Record<string, unknown> = {},
+    nss: { nsid: number; sizeBytes: number; attached?: boolean }[] = namespaces,
+    Driver: typeof NvmeDriver = VendorExampleNvmeDriver,
+  ) {
+    host = await makeTestHost({ namespaces: nss, controller: { oacs: 0x1e, ...controller } });
+    const driver = new Driver({
       config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli, poll_interval: 0.05 },
     });
     const { devices } = await driver.discover(host.ctx);
     expect(devices).toHaveLength(1);
-    for (const ns of namespaces) await writeTenantData(join(host.devRoot, `nvme0n${ns.nsid}`), ns.sizeBytes);
+    for (const ns of nss) await writeTenantData(join(host.devRoot, `nvme0n${ns.nsid}`), ns.sizeBytes);
     return { h: host, driver, device: devices[0]! };
   }
 
@@ -55,26 +62,58 @@ describe('VendorExampleNvmeDriver', () => {
     );
   });
 
-  it('formats every namespace with SES=1 in one broadcast format and proves it by read-back', async () => {
-    const { h, driver, device } = await setup();
+  it('where namespace management works: consolidates the subsystem into one namespace, formats it, reads it back', async () => {
+    const { h, driver, device } = await setup({ tnvmcapBytes: 6 << 20 }, [
+      ...namespaces,
+      { nsid: 3, sizeBytes: 1 << 20, attached: false },
+    ]);
+    // The tenant's bytes everywhere: both namespaces, the detached one, and what a deleted one left.
+    const placed = await plantTenantData(h.statePath, 'nvme0', [
+      { where: 'unallocated', at: 0.5, length: 4096 },
+    ]);
+    expect(placed).toHaveLength(1);
     const ctx = h.cleanupCtx();
     const { evidence, verdict } = await cleanAndJudge(driver, device, ctx);
-    expect(verdict).toMatchObject({ ok: true, proof: { method: 'read-back', readBack: 'full' } });
+    expect(verdict).toMatchObject({
+      ok: true,
+      proof: {
+        method: 'read-back',
+        readBack: 'full',
+        census: { namespaces: [{ nsid: 1, sizeBytes: 6 << 20 }] },
+      },
+    });
     expect(evidence.action).toBe('vendor-format-ses1');
-    expect(evidence.readBack.map((r) => [r.target, r.bytesRead])).toEqual([
-      ['nvme0n1', 1 << 20],
-      ['nvme0n2', 2 << 20],
-    ]);
-    for (const ns of namespaces) expect(await isAllZero(join(h.devRoot, `nvme0n${ns.nsid}`))).toBe(true);
+    expect(evidence.readBack.map((r) => [r.target, r.bytesRead])).toEqual([['nvme0n1', 6 << 20]]);
+    expect(evidence.notes.join('\n')).toMatch(/namespaces consolidated into nvme0n1/);
+    expect(await readableTenantData(h.statePath, 'nvme0')).toEqual([]);
     const formats = (await h.invocations()).filter((i) => i.argv[0] === 'format').map((i) => i.argv.slice(1));
     expect(formats).toEqual([
       [join(h.devRoot, 'nvme0'), '-n', '0xffffffff', '-s', '1', '--force', '-t', '3600000'],
     ]);
-    expect(ctx.events.filter((e) => e.phase === 'verifying' && e.percent === 100)).toHaveLength(2);
+  });
+
+  it('where namespace management is refused (QEMU): attaches the detached namespace, one broadcast format, every namespace read back', async () => {
+    const { h, driver, device } = await setup({ faults: QEMU_NS_MANAGEMENT_FAULTS, reportCapacity: false }, [
+      ...namespaces,
+      { nsid: 3, sizeBytes: 1 << 20, attached: false },
+    ]);
+    const ctx = h.cleanupCtx();
+    const { evidence, verdict } = await cleanAndJudge(driver, device, ctx);
+    expect(verdict).toMatchObject({ ok: true, proof: { method: 'read-back', readBack: 'full' } });
+    expect(evidence.readBack.map((r) => [r.target, r.bytesRead])).toEqual([
+      ['nvme0n1', 1 << 20],
+      ['nvme0n2', 2 << 20],
+      ['nvme0n3', 1 << 20],
+    ]);
+    for (const n of [1, 2, 3]) expect(await isAllZero(join(h.devRoot, `nvme0n${n}`))).toBe(true);
+    const calls = (await h.invocations()).map((i) => i.argv[0]);
+    expect(calls.filter((c) => c === 'format')).toHaveLength(1);
+    expect(calls).toContain('attach-ns');
+    expect(ctx.events.filter((e) => e.phase === 'verifying' && e.percent === 100)).toHaveLength(3);
   });
 
   it('formats namespace by namespace when FNA bit 3 forbids the broadcast nsid', async () => {
-    const { h, driver, device } = await setup({ fna: 0x8 });
+    const { h, driver, device } = await setup({ fna: 0x8, faults: QEMU_NS_MANAGEMENT_FAULTS });
     expect((await cleanAndJudge(driver, device, h.cleanupCtx())).verdict.ok).toBe(true);
     const formats = (await h.invocations()).filter((i) => i.argv[0] === 'format').map((i) => i.argv[3]);
     expect(formats).toEqual(['1', '2']);
@@ -83,7 +122,9 @@ describe('VendorExampleNvmeDriver', () => {
   });
 
   it('fails closed when format exits 0 but erases nothing', async () => {
-    const { h, driver, device } = await setup({ faults: { format: { mode: 'noop' } } });
+    const { h, driver, device } = await setup({
+      faults: { ...QEMU_NS_MANAGEMENT_FAULTS, format: { mode: 'noop' } },
+    });
     const { verdict } = await cleanAndJudge(driver, device, h.cleanupCtx());
     expect(verdict).toMatchObject({
       ok: false,
@@ -96,5 +137,21 @@ describe('VendorExampleNvmeDriver', () => {
   it('refuses a controller without Format NVM', async () => {
     const { h, driver, device } = await setup({ oacs: 0x8 });
     await expect(driver.cleanup(device, h.cleanupCtx())).rejects.toThrow(/does not support Format NVM/);
+  });
+
+  it("the template's old cleanup (only what sysfs shows) is refused by the judge, and the detached namespace keeps the data", async () => {
+    const { h, driver, device } = await setup(
+      { faults: QEMU_NS_MANAGEMENT_FAULTS },
+      [...namespaces, { nsid: 3, sizeBytes: 1 << 20, attached: false }],
+      VendorExampleV1Driver,
+    );
+    const { evidence, verdict } = await cleanAndJudge(driver, device, h.cleanupCtx());
+    // Its own evidence is consistent: every target it named was read back as zero.
+    expect(evidence.readBack.every((r) => r.nonZeroAt === null)).toBe(true);
+    expect(verdict).toEqual({
+      ok: false,
+      reason: 'the proof covers less than the media: namespace 3 (detached, 1 MiB) was not covered',
+    });
+    expect(await holdsTenantData(join(h.devRoot, 'nvme0n3'))).toBe(true);
   });
 });

@@ -21,18 +21,29 @@
  *   NVMe status text and hex — you never look at exit codes yourself.
  * - Re-resolve the controller with `resolveController` — never trust a
  *   controller name from discovery, it changes when the device is rebound.
+ * - Cover the whole NVM subsystem, not what sysfs shows: a tenant may have
+ *   created namespaces and left them detached, or deleted them (their blocks
+ *   stay in the unallocated capacity, and a namespace created over them shows
+ *   them again). `reachEveryNamespace` consolidates the subsystem into one
+ *   namespace over the whole capacity where namespace management works, and
+ *   otherwise attaches every namespace this controller does not have; erase
+ *   and read back what it returns. The agent takes its own census of the
+ *   media (`nvme list-ns --all`, `id-ns`, `id-ctrl` capacities) and refuses
+ *   a proof that covers less, whatever the driver says.
  * - Return evidence, never a verdict. `cleanup` returns a CleanupEvidence
  *   (src/plugins/cleanup-evidence.ts): the action, every namespace the tenant
- *   could address (`targets`), what you wrote, and what you read back — use
- *   `verifyZeroed`, which reads every byte with direct I/O (or the sample
- *   the operator chose with `verify: sample`). The agent judges it: a target
- *   without proof, a non-zero byte, or a sample the policy does not allow
- *   fails the cleanup. A vendor tool's exit code 0 proves nothing.
+ *   could address (`targets`, with their nsid), what you wrote, and what you
+ *   read back — use `verifyZeroed`, which reads every byte with direct I/O
+ *   (or the sample the operator chose with `verify: sample`). The agent
+ *   judges it: a namespace of its census without proof, a non-zero byte, or
+ *   a sample the policy does not allow fails the cleanup. A vendor tool's
+ *   exit code 0 proves nothing.
  * - Report each step with `ctx.progress` (phases preparing → sanitizing /
  *   namespace_reset → zeroing → verifying; percent never decreasing).
  *
- * This example scrubs with Format NVM, Secure Erase Setting 1 (user data
- * erase), on every namespace, then reads every namespace back. Besides
+ * This example brings every namespace of the subsystem within reach, scrubs
+ * with Format NVM, Secure Erase Setting 1 (user data erase), on each, then
+ * reads each back. Besides
  * `cleanup` it sets two members: `cleanupActionName`, what discovery reports
  * as the devices' locked-in action, and `satisfiedPolicies`, the device_spec
  * policies that action honours. The policy matrix still binds a vendor
@@ -73,10 +84,8 @@ export class VendorExampleNvmeDriver extends NvmeDriver {
           `${device.address}: ${r.ctrl.name} does not support Format NVM (OACS bit 1)`,
         );
       }
-      const namespaces = r.ctrl.namespaces;
-      if (namespaces.length === 0) {
-        throw new CleanupFailedError(`${device.address}: ${r.ctrl.name} has no namespace to format`);
-      }
+      // Every namespace of the subsystem, and its unallocated capacity, on this controller's block devices.
+      const { namespaces, notes } = await this.reachEveryNamespace(r, ctx);
       const run = this.runner(ctx);
       const nsids = r.id.fna & FNA_NO_BROADCAST ? namespaces.map((ns) => String(ns.nsid)) : ['0xffffffff'];
       for (const [i, nsid] of nsids.entries()) {
@@ -111,7 +120,7 @@ export class VendorExampleNvmeDriver extends NvmeDriver {
           bytes: ns.sizeBytes,
         })),
         readBack,
-        notes: [],
+        notes,
       };
     });
   }

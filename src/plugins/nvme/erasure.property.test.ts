@@ -1,7 +1,8 @@
 /**
  * The central promise as a property: for random controllers (capabilities,
  * namespace layouts, namespace management that works, is refused, or is
- * absent, multipath or not, a sanitize log in any prior state), random tenant
+ * absent, multipath or not, one controller or two of one subsystem — the
+ * cleanup running through either —, a sanitize log in any prior state), random tenant
  * writes (anywhere in any namespace, attached or detached, and in the
  * unallocated capacity) and random injected faults (commands that fail, do
  * nothing, skip a range, or controllers that refuse), a cleanup that the
@@ -33,6 +34,8 @@ const namespaceArb = fc.record({
   sizeKib: fc.constantFrom(64, 128, 256, 512),
   lbaSize: fc.constantFrom(512 as const, 4096 as const),
   detached: fc.boolean(),
+  /** With a second controller: attached to the first controller only. */
+  firstOnly: fc.boolean(),
 });
 
 const controllerArb = fc.record({
@@ -44,6 +47,9 @@ const controllerArb = fc.record({
   spareKib: fc.constantFrom(0, 0, 64, 256),
   reportCapacity: fc.boolean(),
   subsystem: fc.boolean(),
+  /** With a subsystem: a second controller (dual-port), and which of the two runs the cleanup. */
+  peers: fc.constantFrom(0, 1),
+  through: fc.constantFrom(0, 1),
   /** SSTAT before the cleanup: never sanitized, completed (GDE 0), completed with GDE 1. */
   sstat: fc.constantFrom(0, 0x1, 0x101),
   sanitizeMs: fc.constantFrom(0, 50, 400),
@@ -92,12 +98,17 @@ describe('property: an accepted cleanup leaves no tenant byte readable', () => {
         async (c, faultList, writes) => {
           await host?.dispose();
           // Detached namespaces exist only where namespace management does; one stays attached.
-          const namespaces = c.namespaces.map((n, i) => ({
-            nsid: i + 1,
-            sizeBytes: n.sizeKib * KIB,
-            lbaSize: n.lbaSize,
-            attached: i === 0 || c.nsMgmt === 'none' || !n.detached,
-          }));
+          const peers = c.subsystem ? c.peers : 0;
+          const namespaces = c.namespaces.map((n, i) => {
+            const attached = i === 0 || c.nsMgmt === 'none' || !n.detached;
+            return {
+              nsid: i + 1,
+              sizeBytes: n.sizeKib * KIB,
+              lbaSize: n.lbaSize,
+              attached,
+              ...(peers > 0 ? { attachedTo: attached ? (n.firstOnly && i > 0 ? [1] : [1, 2]) : [] } : {}),
+            };
+          });
           const used = namespaces.reduce((s, n) => s + n.sizeBytes, 0);
           const faults: Record<string, SimFault> = Object.fromEntries(faultList);
           if (c.nsMgmt === 'refused') {
@@ -107,7 +118,7 @@ describe('property: an accepted cleanup leaves no tenant byte readable', () => {
           host = await makeTestHost({
             inProcess: true,
             namespaces,
-            ...(c.subsystem ? { subsystem: 0 } : {}),
+            ...(c.subsystem ? { subsystem: 0, peers } : {}),
             controller: {
               sanicap: (c.ces ? 1 : 0) | (c.bes ? 2 : 0),
               oncs: 0x57 | (c.wzs ? 0x8 : 0),
@@ -122,7 +133,7 @@ describe('property: an accepted cleanup leaves no tenant byte readable', () => {
             config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli, poll_interval: 0.02 },
           });
           const { devices } = await driver.discover(host.ctx);
-          const device = devices[0];
+          const device = devices[peers > 0 ? c.through : 0];
           if (!device?.cleanupAction) {
             outcomes.excluded++;
             return;

@@ -494,7 +494,9 @@ describe('NvmeDriver on the simulator', () => {
       expect(evidence.notes.join('\n')).toMatch(
         /namespace management refused \(delete-ns answered Invalid Command Opcode.*\(0x4001\)\)/,
       );
-      expect(evidence.notes.join('\n')).toMatch(/detached namespace\(s\) 3 attached and zeroed/);
+      expect(evidence.notes.join('\n')).toMatch(
+        /namespace\(s\) 3, not attached to nvme0, attached to it to be erased in place/,
+      );
       expect(evidence.notes.join('\n')).toMatch(/capacity as 0/);
       for (const n of [1, 2, 3]) expect(await holdsTenantData(nsPath(h, n))).toBe(false);
       const calls = (await h.invocations()).map((i) => i.argv[0]);
@@ -565,7 +567,7 @@ describe('NvmeDriver on the simulator', () => {
       expect(rb.bytesRead).toBeLessThan(256 << 20);
       expect(proof.findings.join(' ')).toMatch(/64-region sample of \d+ of 268435456 bytes/);
       // The same evidence under the default policy: refused.
-      expect(judgeEvidence(evidence, 'shred', { verify: 'full' })).toMatchObject({
+      expect(judgeEvidence(evidence, 'shred', { verify: 'full' }, null)).toMatchObject({
         ok: false,
         reason: expect.stringMatching(/only sampled .* policy is verify: full/),
       });
@@ -640,7 +642,11 @@ describe('host-side zero path on a loop device', () => {
   it.skipIf(!loopAvailable('the zero path on a loop device'))(
     'zeroes a real block device end to end',
     async (t) => {
-      const host = await makeTestHost({ controller: { sanicap: 0, oncs: 0x57 } });
+      // The simulator's namespace has the loop device's size: the agent's census asks it (id-ns).
+      const host = await makeTestHost({
+        controller: { sanicap: 0, oncs: 0x57 },
+        namespaces: [{ nsid: 1, sizeBytes: 4 << 20 }],
+      });
       const backing = join(host.root, 'loop.img');
       await writeFile(backing, Buffer.alloc(4 << 20, 0));
       await writeTenantData(backing, 4 << 20);
@@ -656,11 +662,10 @@ describe('host-side zero path on a loop device', () => {
         });
         const [d] = (await driver.discover(host.ctx)).devices;
         expect(d?.cleanupAction).toBe('shred');
-        // Point the namespace's device node at the loop device, and its size at the loop device's.
+        // Point the namespace's device node at the loop device.
         const { rm, symlink } = await import('node:fs/promises');
         await rm(join(host.devRoot, 'nvme0n1'));
         await symlink(loop, join(host.devRoot, 'nvme0n1'));
-        await host.builder.setNvmeNamespaces('nvme0', [{ nsid: 1, sizeBytes: 4 << 20 }]);
         const { verdict } = await cleanAndJudge(driver, d!, host.cleanupCtx());
         expect(verdict).toMatchObject({ ok: true, proof: { readBack: 'full', bytesRead: 4 << 20 } });
         const data = execFileSync('dd', [`if=${loop}`, 'bs=1M', 'status=none'], { maxBuffer: 8 << 20 });

@@ -12,7 +12,7 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BerthError, failedPrecondition } from '../../errors.js';
-import type { CleanupEvidence } from '../cleanup-evidence.js';
+import type { CleanupEvidence, StorageTarget } from '../cleanup-evidence.js';
 import type { CommandResult, RunOptions } from '../command-runner.js';
 import {
   type ClearAction,
@@ -37,8 +37,9 @@ import {
   readPciFunction,
 } from '../pci/sysfs-reader.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice, PciFunction } from '../types.js';
+import { takeNvmeCensus } from './census.js';
 import { parseNvmeConfig } from './config.js';
-import { type ResolvedController, type RunNvme, targetOf } from './controller.js';
+import type { ResolvedController, RunNvme } from './controller.js';
 import { CleanupFailedError, NvmeCommandError } from './errors.js';
 import {
   capabilitiesOf,
@@ -50,7 +51,7 @@ import {
 } from './nvme-output.js';
 import { type CleanupAction, isCleanupAction, resolveCleanupAction } from './policy.js';
 import { runSanitize } from './sanitize-flow.js';
-import { readNamespaceBack, runZeroing } from './zero-flow.js';
+import { reachEveryNamespace, readNamespaceBack, runZeroing } from './zero-flow.js';
 
 export type { ResolvedController } from './controller.js';
 export { CleanupFailedError, NvmeCommandError } from './errors.js';
@@ -451,7 +452,7 @@ export class NvmeDriver extends GenericDriver {
           });
           return {
             action,
-            targets: this.sanitizeTargets(r),
+            targets: await this.sanitizeTargets(r, cctx),
             sanitize: evidence,
             writes: [],
             readBack: [],
@@ -468,13 +469,55 @@ export class NvmeDriver extends GenericDriver {
     });
   }
 
-  /** What a sanitize covers: every namespace, or the controller's capacity when it shows none. */
-  private sanitizeTargets(r: ResolvedController): CleanupEvidence['targets'] {
-    if (r.ctrl.namespaces.length > 0) return r.ctrl.namespaces.map(targetOf);
+  /**
+   * What a sanitize covers: every allocated namespace of the subsystem,
+   * attached to this controller or not (a sanitize is subsystem-wide), or the
+   * controller's capacity when there is none.
+   */
+  private async sanitizeTargets(r: ResolvedController, ctx: CleanupContext): Promise<StorageTarget[]> {
+    const all = await this.subsystemNamespaces(r, ctx);
+    if (all.length > 0) return all;
     if (r.id.tnvmcap > 0n) return [{ name: r.ctrl.name, sizeBytes: Number(r.id.tnvmcap), blockSize: 512 }];
     throw new CleanupFailedError(
-      `${r.fn.address}: ${r.ctrl.name} shows no namespace and reports no capacity: nothing to name as sanitized`,
+      `${r.fn.address}: ${r.ctrl.name} has no namespace and reports no capacity: nothing to name as sanitized`,
     );
+  }
+
+  /**
+   * Every allocated namespace of the controller's NVM subsystem, attached to
+   * it or not, as targets (nsid, size, block size): the same census the agent
+   * takes and judges the evidence against (census.ts). A namespace without a
+   * block device on this controller is named `<controller>:nsid<N>`.
+   */
+  protected async subsystemNamespaces(r: ResolvedController, ctx: CleanupContext): Promise<StorageTarget[]> {
+    const census = await takeNvmeCensus(r.fn.address, {
+      sysfsRoot: ctx.sysfsRoot,
+      devRoot: ctx.devRoot,
+      runner: ctx.runner,
+      nvmeCli: this.nvmeCli,
+      signal: ctx.signal,
+    });
+    return census.namespaces.map((n) => ({
+      name: n.name || `${r.ctrl.name}:nsid${n.nsid}`,
+      sizeBytes: n.sizeBytes,
+      blockSize: n.blockSize,
+      nsid: n.nsid,
+    }));
+  }
+
+  /**
+   * Makes every namespace of the subsystem, and its unallocated capacity,
+   * reachable through this controller's block devices before an erase that
+   * works on block devices (zeroing, Format NVM): consolidates into one
+   * namespace covering the capacity where namespace management works, else
+   * attaches those this controller does not have. Returns the namespaces to
+   * erase and read back, and notes for the evidence (zero-flow.ts).
+   */
+  protected reachEveryNamespace(
+    r: ResolvedController,
+    ctx: CleanupContext,
+  ): Promise<{ namespaces: NvmeNamespaceInfo[]; notes: string[] }> {
+    return reachEveryNamespace(r, ctx, this.runner(ctx));
   }
 
   /** nvme-cli bound to a cleanup's abort signal, for the cleanup steps. */

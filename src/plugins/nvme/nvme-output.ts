@@ -285,3 +285,60 @@ export function parseNvmeVersion(stdout: string): string | null {
   const m = /nvme version\s+(\d+(?:\.\d+)*\S*)/.exec(stdout);
   return m ? m[1]! : null;
 }
+
+/** TNVMCAP and UNVMCAP from `nvme id-ctrl -o json`, in bytes (0 when absent or unknown). */
+export function parseIdCtrlCapacity(text: string): { tnvmcap: bigint; unvmcap: bigint } {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new NvmeOutputError(`id-ctrl output is not JSON: ${(e as Error).message}`);
+  }
+  if (!isRecord(json)) throw new NvmeOutputError('id-ctrl output is not a JSON object');
+  const read = (field: 'tnvmcap' | 'unvmcap') =>
+    json[field] === undefined ? 0n : (rawNumberField(text, field) ?? capacity(json[field], field));
+  return { tnvmcap: read('tnvmcap'), unvmcap: read('unvmcap') };
+}
+
+/** What a census needs from `nvme id-ns -o json`: the size and the block size in use. */
+export interface IdNs {
+  /** Namespace size in logical blocks. */
+  nsze: number;
+  /** Data size of the LBA format in use, in bytes. */
+  blockSize: number;
+}
+
+/**
+ * Parses `nvme id-ns -o json`. An nsid that is not allocated reads as a
+ * zero-filled structure (nsze 0): the caller decides what that means.
+ */
+export function parseIdNs(text: string): IdNs {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new NvmeOutputError(`id-ns output is not JSON: ${(e as Error).message}`);
+  }
+  if (!isRecord(json)) throw new NvmeOutputError('id-ns output is not a JSON object');
+  const nsze =
+    rawNumberField(text, 'nsze') ?? (typeof json.nsze === 'number' ? BigInt(json.nsze) : undefined);
+  if (nsze === undefined || nsze < 0n || nsze > BigInt(Number.MAX_SAFE_INTEGER)) {
+    throw new NvmeOutputError(`id-ns field nsze: ${JSON.stringify(json.nsze)} is not a block count`);
+  }
+  const flbas = json.flbas;
+  if (typeof flbas !== 'number' || !Number.isInteger(flbas) || flbas < 0) {
+    throw new NvmeOutputError(`id-ns field flbas: ${JSON.stringify(flbas)} is not a format index`);
+  }
+  // FLBAS bits 3:0, and bits 6:5 as the high bits of the index (NVMe 2.0, more than 16 formats).
+  const index = (flbas & 0xf) | (((flbas >> 5) & 0x3) << 4);
+  const lbafs = Array.isArray(json.lbafs) ? json.lbafs : [];
+  const format = lbafs[index];
+  const ds = isRecord(format) ? format.ds : undefined;
+  if (nsze === 0n && (typeof ds !== 'number' || ds === 0)) return { nsze: 0, blockSize: 0 };
+  if (typeof ds !== 'number' || !Number.isInteger(ds) || ds < 9 || ds > 16) {
+    throw new NvmeOutputError(
+      `id-ns: LBA format ${index} (flbas ${flbas}) has data size ${JSON.stringify(ds)}, not 2^9..2^16 bytes`,
+    );
+  }
+  return { nsze: Number(nsze), blockSize: 2 ** ds };
+}

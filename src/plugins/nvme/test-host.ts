@@ -12,20 +12,21 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { judgeEvidence, type Verdict } from '../../server/agent/cleanup-judge.js';
+import { syncNvmeNamespaces } from '../../sim/kernel.js';
 import {
   createNvmeSimState,
-  readNvmeSimState,
   runCli,
   type SimControllerSpec,
   writeNvmeWrapper,
 } from '../../sim/nvme-cli/index.js';
 import { buildSysfs, type SysfsBuilder } from '../../sim/sysfs/index.js';
-import type { CleanupEvidence } from '../cleanup-evidence.js';
+import type { CensusPair, CleanupEvidence } from '../cleanup-evidence.js';
 import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../driver.js';
 import { ExecRunner } from '../exec-runner.js';
 import type { CleanupProgress, DiscoveredDevice } from '../types.js';
+import { takeNvmeCensus } from './census.js';
 
 export const ADDRESS = '0000:01:00.0';
 
@@ -47,7 +48,19 @@ export interface TestHost {
 
 export interface TestHostOptions {
   controller?: Partial<SimControllerSpec>;
-  namespaces?: { nsid: number; sizeBytes: number; lbaSize?: 512 | 4096; attached?: boolean }[];
+  namespaces?: {
+    nsid: number;
+    sizeBytes: number;
+    lbaSize?: 512 | 4096;
+    attached?: boolean;
+    /** With `peers`: the cntlids (nvme0 is 1, nvme1 is 2, ...) it is attached to; default all. */
+    attachedTo?: number[];
+  }[];
+  /**
+   * With `subsystem`: further controllers of the same NVM subsystem, each its
+   * own PCI function (nvme1 at 0000:02:00.0, ...), reaching the same namespaces.
+   */
+  peers?: number;
   vendorId?: string;
   productId?: string;
   /** Put the controller in nvme-subsys<N>: the multipath layout (heads nvme<N>nY). */
@@ -68,18 +81,27 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   const devRoot = join(root, 'dev');
   const statePath = join(root, 'nvme-sim.json');
   const namespaces = opts.namespaces ?? [{ nsid: 1, sizeBytes: 1 << 20 }];
-  const visible = namespaces.filter((n) => n.attached !== false);
+  const peers = opts.peers ?? 0;
+  if (peers > 0 && opts.subsystem === undefined) throw new Error('peers need a subsystem');
+  const ctrls = Array.from({ length: 1 + peers }, (_, i) => ({
+    name: `nvme${i}`,
+    address: i === 0 ? ADDRESS : `0000:${(i + 1).toString(16).padStart(2, '0')}:00.0`,
+    cntlid: i + 1,
+  }));
+  const attachedTo = (n: (typeof namespaces)[number], cntlid: number) =>
+    n.attachedTo ? n.attachedTo.includes(cntlid) : n.attached !== false;
   const builder = await buildSysfs(sysfsRoot, {
-    nvme: [
-      {
-        address: ADDRESS,
-        vendorId: opts.vendorId ?? '144d',
-        productId: opts.productId ?? 'a808',
-        controller: 'nvme0',
-        namespaces: visible.map(({ attached: _a, ...n }) => n),
-        ...(opts.subsystem === undefined ? {} : { subsystem: opts.subsystem }),
-      },
-    ],
+    nvme: ctrls.map((c) => ({
+      address: c.address,
+      vendorId: opts.vendorId ?? '144d',
+      productId: opts.productId ?? 'a808',
+      controller: c.name,
+      cntlid: c.cntlid,
+      namespaces: namespaces
+        .filter((n) => attachedTo(n, c.cntlid))
+        .map(({ attached: _a, attachedTo: _t, ...n }) => n),
+      ...(opts.subsystem === undefined ? {} : { subsystem: opts.subsystem }),
+    })),
   });
   await createNvmeSimState(statePath, {
     controllers: [
@@ -87,10 +109,18 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
         name: 'nvme0',
         devPath: join(devRoot, 'nvme0'),
         pciAddress: ADDRESS,
+        cntlid: 1,
         namespaces,
         ...(opts.subsystem === undefined ? {} : { nsNamePrefix: `nvme${opts.subsystem}n` }),
         ...opts.controller,
       },
+      ...ctrls.slice(1).map((c) => ({
+        name: c.name,
+        devPath: join(devRoot, c.name),
+        pciAddress: c.address,
+        cntlid: c.cntlid,
+        shares: 'nvme0',
+      })),
     ],
   });
   const sim = await writeNvmeWrapper(join(root, 'bin'), statePath);
@@ -108,14 +138,7 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
           ? { ...(await runCli([...args], simEnv)), signal: null, timedOut: false, aborted: false }
           : await exec.run(file, args, options);
       if (file === nvmeCli && args[0] === 'ns-rescan' && r.code === 0 && opts.kernelRescan !== false) {
-        const state = await readNvmeSimState(statePath);
-        const ctrl = state.controllers.find((c) => c.name === 'nvme0')!;
-        await builder.setNvmeNamespaces(
-          'nvme0',
-          ctrl.namespaces
-            .filter((n) => n.attached)
-            .map((n) => ({ nsid: n.nsid, sizeBytes: n.sizeBytes, lbaSize: n.lbaSize })),
-        );
+        await syncNvmeNamespaces(builder, statePath);
       }
       return r;
     },
@@ -158,14 +181,32 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   };
 }
 
-/** Runs a driver's cleanup and judges its evidence the way the agent does. */
+/**
+ * Runs a driver's cleanup and judges its evidence the way the agent does:
+ * against the agent's own census of the media, taken before and after with the
+ * nvme-cli the driver is configured with.
+ */
 export async function cleanAndJudge(
   driver: GenericDriver,
   device: DiscoveredDevice,
   ctx: CleanupContext,
-): Promise<{ evidence: CleanupEvidence; verdict: Verdict }> {
+): Promise<{ evidence: CleanupEvidence; verdict: Verdict; census: CensusPair }> {
+  const census = (probe: boolean) =>
+    takeNvmeCensus(device.address, {
+      sysfsRoot: ctx.sysfsRoot,
+      devRoot: ctx.devRoot,
+      runner: ctx.runner,
+      nvmeCli: (driver as { nvmeCli?: string }).nvmeCli ?? 'nvme',
+      probe,
+    });
+  const before = await census(false);
   const evidence = await driver.cleanup(device, ctx);
-  return { evidence, verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy) };
+  const after = await census(true);
+  return {
+    evidence,
+    verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy, { before, after }),
+    census: { before, after },
+  };
 }
 
 /** Writes a recognisable tenant pattern at several places of a namespace backing file. */

@@ -4,7 +4,9 @@
  *
  * 1. Find every namespace the tenant could have used: the active ones sysfs
  *    shows, plus — when the controller has namespace management — allocated
- *    namespaces that are detached (`list-ns --all`).
+ *    namespaces of the subsystem this controller does not have: detached
+ *    ones, and on a subsystem with several controllers those attached only to
+ *    another (`list-ns --all`).
  * 2. Consolidate into one namespace covering the whole capacity (delete all,
  *    create one, attach it) when there are several namespaces, detached ones,
  *    or capacity outside the single namespace. A controller that answers
@@ -306,12 +308,21 @@ export async function readNamespaceBack(
   return result;
 }
 
-export async function runZeroing(
+/**
+ * Makes every byte a tenant could address reachable through this controller's
+ * block devices (steps 1 and 2 above), whichever controller of the subsystem
+ * runs the cleanup: consolidates into one namespace covering the capacity, or,
+ * where namespace management is refused, attaches the namespaces this
+ * controller does not have (detached ones, and those attached only to another
+ * controller of the subsystem). Returns the namespaces to erase and read
+ * back, and what bears on coverage, in words. The zero path and vendor
+ * drivers (`NvmeDriver.reachEveryNamespace`) share it.
+ */
+export async function reachEveryNamespace(
   r: ResolvedController,
-  action: 'write-zeroes' | 'shred',
   ctx: CleanupContext,
   run: RunNvme,
-): Promise<ZeroOutcome> {
+): Promise<{ namespaces: NvmeNamespaceInfo[]; notes: string[] }> {
   const notes: string[] = [];
   const caps = capabilitiesOf(r.id);
   let namespaces = r.ctrl.namespaces;
@@ -359,7 +370,9 @@ export async function runZeroing(
     ctx.progress({ phase: 'namespace_reset', step: 'delete-ns', message: notes.at(-1)! });
     if (inactive.length > 0) {
       namespaces = await attachDetached(r, inactive, run, ctx);
-      notes.push(`detached namespace(s) ${inactive.join(', ')} attached and zeroed`);
+      notes.push(
+        `namespace(s) ${inactive.join(', ')}, not attached to ${r.ctrl.name}, attached to it to be erased in place`,
+      );
     }
   }
   if (!consolidated && outsideNamespaces) {
@@ -372,6 +385,16 @@ export async function runZeroing(
   if (namespaces.length === 0) {
     throw new CleanupFailedError(`${r.fn.address}: controller ${r.ctrl.name} has no namespace to zero`);
   }
+  return { namespaces, notes };
+}
+
+export async function runZeroing(
+  r: ResolvedController,
+  action: 'write-zeroes' | 'shred',
+  ctx: CleanupContext,
+  run: RunNvme,
+): Promise<ZeroOutcome> {
+  const { namespaces, notes } = await reachEveryNamespace(r, ctx, run);
   const total = namespaces.reduce((s, ns) => s + ns.sizeBytes, 0);
   const writes: WriteEvidence[] = [];
   let base = 0;

@@ -5,8 +5,11 @@
  */
 import { describe, expect, it } from 'vitest';
 import type {
+  CensusNamespace,
+  CensusPair,
   CleanupEvidence,
   CleanupPolicy,
+  MediaCensus,
   ReadBackEvidence,
   SanitizeEvidence,
   SanitizeLogSnapshot,
@@ -76,7 +79,7 @@ const reason = (v: ReturnType<typeof judgeEvidence>) =>
 
 describe('judging zeroing evidence', () => {
   it('accepts a full read-back of every target and sums what was done', () => {
-    expect(judgeEvidence(zeroing(), 'write-zeroes', FULL)).toEqual({
+    expect(judgeEvidence(zeroing(), 'write-zeroes', FULL, null)).toEqual({
       ok: true,
       proof: {
         method: 'read-back',
@@ -112,19 +115,19 @@ describe('judging zeroing evidence', () => {
     ],
     ['no target at all', zeroing({ targets: [], readBack: [] }), /names no storage the tenant could address/],
   ])('refuses %s', (_name, evidence, message) => {
-    expect(reason(judgeEvidence(evidence, 'write-zeroes', FULL))).toMatch(message);
+    expect(reason(judgeEvidence(evidence, 'write-zeroes', FULL, null))).toMatch(message);
   });
 
   it('refuses a target that was written but never read back', () => {
-    expect(reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1')] }), 'write-zeroes', FULL))).toBe(
-      'no proof of erasure for nvme0n2: neither read back nor covered by a proven sanitize',
-    );
+    expect(
+      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1')] }), 'write-zeroes', FULL, null)),
+    ).toBe('no proof of erasure for nvme0n2: neither read back nor covered by a proven sanitize');
   });
 
   it('refuses a read-back that found data, naming the byte', () => {
     const dirty = { ...fullRead('nvme0n2'), ranges: [], bytesRead: 4096, nonZeroAt: 5 * MIB + 7 };
     expect(
-      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), dirty] }), 'write-zeroes', FULL)),
+      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), dirty] }), 'write-zeroes', FULL, null)),
     ).toBe('read-back not accepted: the read-back of nvme0n2 found data at byte 5242887');
   });
 
@@ -138,14 +141,16 @@ describe('judging zeroing evidence', () => {
       bytesRead: 8 * MIB - 512,
     };
     expect(
-      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), partial] }), 'write-zeroes', FULL)),
+      reason(
+        judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), partial] }), 'write-zeroes', FULL, null),
+      ),
     ).toBe('read-back not accepted: the full read-back of nvme0n2 read 8388096 of its 8388608 bytes');
   });
 
   it('refuses bytes read that the ranges do not hold, and ranges outside the target', () => {
     const lying = { ...fullRead('nvme0n2'), bytesRead: 9 * MIB };
     expect(
-      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), lying] }), 'write-zeroes', FULL)),
+      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), lying] }), 'write-zeroes', FULL, null)),
     ).toMatch(/says it read 9437184 bytes but its ranges hold 8388608/);
     const outside = {
       ...fullRead('nvme0n2'),
@@ -153,7 +158,9 @@ describe('judging zeroing evidence', () => {
       bytesRead: 9 * MIB,
     };
     expect(
-      reason(judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), outside] }), 'write-zeroes', FULL)),
+      reason(
+        judgeEvidence(zeroing({ readBack: [fullRead('nvme0n1'), outside] }), 'write-zeroes', FULL, null),
+      ),
     ).toMatch(/names ranges outside its 8388608 bytes/);
   });
 
@@ -164,6 +171,7 @@ describe('judging zeroing evidence', () => {
           zeroing({ readBack: [fullRead('nvme0n1'), fullRead('nvme9n9')] }),
           'write-zeroes',
           FULL,
+          null,
         ),
       ),
     ).toMatch(/a read-back names unknown target nvme9n9/);
@@ -193,11 +201,11 @@ describe('judging zeroing evidence', () => {
       zeroing({ action: 'shred', targets: [target('big', size)], writes: [], readBack: [r] });
 
     it('accepts a representative sample only when the operator chose verify: sample', () => {
-      expect(judgeEvidence(sampled(sampleRead()), 'shred', SAMPLE)).toMatchObject({
+      expect(judgeEvidence(sampled(sampleRead()), 'shred', SAMPLE, null)).toMatchObject({
         ok: true,
         proof: { readBack: 'sample', bytesRead: 64 * 2 * MIB + 1024, bytesTotal: size },
       });
-      expect(reason(judgeEvidence(sampled(sampleRead()), 'shred', FULL))).toMatch(
+      expect(reason(judgeEvidence(sampled(sampleRead()), 'shred', FULL, null))).toMatch(
         /big was only sampled \(134218752 of 1073741824 bytes\) but the policy is verify: full/,
       );
     });
@@ -210,14 +218,15 @@ describe('judging zeroing evidence', () => {
             sampled({ ...r, ranges: r.ranges.slice(1), bytesRead: r.bytesRead - 512 }),
             'shred',
             SAMPLE,
+            null,
           ),
         ),
       ).toMatch(/does not include its first and last blocks/);
       const tiny: ReadBackEvidence = { ...r, ranges: [r.ranges[0]!, r.ranges.at(-1)!], bytesRead: 1024 };
-      expect(reason(judgeEvidence(sampled(tiny), 'shred', SAMPLE))).toMatch(
+      expect(reason(judgeEvidence(sampled(tiny), 'shred', SAMPLE, null))).toMatch(
         /read 1024 bytes, less than 1% of/,
       );
-      expect(reason(judgeEvidence(sampled({ ...r, strata: 8 }), 'shred', SAMPLE))).toMatch(
+      expect(reason(judgeEvidence(sampled({ ...r, strata: 8 }), 'shred', SAMPLE, null))).toMatch(
         /stratified into 8 regions, fewer than 64/,
       );
     });
@@ -226,14 +235,14 @@ describe('judging zeroing evidence', () => {
 
 describe('judging sanitize evidence', () => {
   it('accepts a sanitize seen in progress after the command, and covers every target without a read-back', () => {
-    expect(judgeEvidence(sanitize(), 'sanitize-crypto', FULL)).toMatchObject({
+    expect(judgeEvidence(sanitize(), 'sanitize-crypto', FULL, null)).toMatchObject({
       ok: true,
       proof: { method: 'sanitize', readBack: 'none', bytesRead: 0, bytesTotal: 8 * MIB },
     });
   });
 
   it('accepts a sanitize too fast to be seen running when Global Data Erased went from 0 to 1', () => {
-    const v = judgeEvidence(sanitize({ after: [log(1, true)] }), 'sanitize-crypto', FULL);
+    const v = judgeEvidence(sanitize({ after: [log(1, true)] }), 'sanitize-crypto', FULL, null);
     expect(v).toMatchObject({ ok: true });
     expect(v.ok && v.proof.findings[0]).toMatch(/setting Global Data Erased/);
   });
@@ -250,12 +259,13 @@ describe('judging sanitize evidence', () => {
         }),
         'sanitize-crypto',
         FULL,
+        null,
       ).ok,
     ).toBe(true);
   });
 
   it('refuses a "completed" that was already there before the command (the stale log)', () => {
-    expect(reason(judgeEvidence(sanitize({ after: [log(1, false)] }), 'sanitize-crypto', FULL))).toBe(
+    expect(reason(judgeEvidence(sanitize({ after: [log(1, false)] }), 'sanitize-crypto', FULL, null))).toBe(
       'sanitize not proven: the sanitize log shows no sign that this sanitize ran: before the command it said (1) completed, Global Data Erased 0, ' +
         'after it (1) completed, Global Data Erased 0 in 5 read(s), never in progress, and Global Data Erased did not go from 0 to 1',
     );
@@ -266,27 +276,161 @@ describe('judging sanitize evidence', () => {
           sanitize({ before: log(1, true), armed: null, after: [log(1, true)], canaries: [] }),
           'sanitize-crypto',
           FULL,
+          null,
         ),
       ),
     ).toMatch(/no sign that this sanitize ran/);
   });
 
   it('refuses a sanitize that did not end completed, or ended with another SANACT', () => {
-    expect(reason(judgeEvidence(sanitize({ after: [log(2, false)] }), 'sanitize-crypto', FULL))).toMatch(
-      /ended \(2\) in progress, Global Data Erased 0, not completed/,
-    );
-    expect(reason(judgeEvidence(sanitize({ after: [] }), 'sanitize-crypto', FULL))).toMatch(
+    expect(
+      reason(judgeEvidence(sanitize({ after: [log(2, false)] }), 'sanitize-crypto', FULL, null)),
+    ).toMatch(/ended \(2\) in progress, Global Data Erased 0, not completed/);
+    expect(reason(judgeEvidence(sanitize({ after: [] }), 'sanitize-crypto', FULL, null))).toMatch(
       /no sanitize log was read after the command/,
     );
     expect(
-      reason(judgeEvidence(sanitize({ after: [log(2, false), log(1, true, 2)] }), 'sanitize-crypto', FULL)),
+      reason(
+        judgeEvidence(sanitize({ after: [log(2, false), log(1, true, 2)] }), 'sanitize-crypto', FULL, null),
+      ),
     ).toBe('sanitize not proven: the completed sanitize had SANACT 2, not the 4 that was sent');
   });
 
   it('refuses a sanitize whose canary block survived, whatever the log says', () => {
     const canaries = [{ target: 'nvme0n1', offset: 40960, length: 512, unchangedAfter: true }];
-    expect(reason(judgeEvidence(sanitize({ canaries }), 'sanitize-crypto', FULL))).toBe(
+    expect(reason(judgeEvidence(sanitize({ canaries }), 'sanitize-crypto', FULL, null))).toBe(
       'sanitize not proven: nvme0n1 still holds the block written at byte 40960 before the sanitize: the media was not erased',
+    );
+  });
+});
+
+describe("judging coverage against the agent's census (NVMe)", () => {
+  const ns = (nsid: number, sizeBytes = 8 * MIB, attached = true): CensusNamespace => ({
+    nsid,
+    sizeBytes,
+    blockSize: 512,
+    attached,
+    name: attached ? `nvme0n${nsid}` : '',
+  });
+  const census = (over: Partial<MediaCensus> = {}): MediaCensus => ({
+    controller: 'nvme0',
+    totalCapacity: 16 * MIB,
+    unallocatedCapacity: 0,
+    namespaces: [ns(1), ns(2)],
+    namespaceManagement: 'not-asked',
+    ...over,
+  });
+  const withNsids = (e: CleanupEvidence): CleanupEvidence => ({
+    ...e,
+    targets: e.targets.map((t, i) => ({ ...t, nsid: i + 1 })),
+  });
+  const pair = (after: MediaCensus, before: MediaCensus | null = after): CensusPair => ({ before, after });
+
+  it('accepts evidence that covers every allocated namespace, and records the census in the proof', () => {
+    const v = judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(census()));
+    expect(v).toMatchObject({
+      ok: true,
+      proof: {
+        census: {
+          controller: 'nvme0',
+          totalCapacity: 16 * MIB,
+          unallocatedCapacity: 0,
+          namespaces: [
+            { nsid: 1, coveredBy: 'read-back' },
+            { nsid: 2, coveredBy: 'read-back' },
+          ],
+          unallocated: 'no unallocated capacity (UNVMCAP 0 of TNVMCAP 16777216 bytes)',
+        },
+      },
+    });
+    expect(v.ok && v.proof.findings).toContain(
+      "the agent's census through nvme0 found 2 allocated namespace(s) [1 (8 MiB), 2 (8 MiB)], every one covered; no unallocated capacity (UNVMCAP 0 of TNVMCAP 16777216 bytes)",
+    );
+  });
+
+  it('matches a target without an nsid by the block device name sysfs gives the namespace', () => {
+    expect(judgeEvidence(zeroing(), 'write-zeroes', FULL, pair(census())).ok).toBe(true);
+  });
+
+  it('refuses a proof that leaves out a detached namespace, naming it', () => {
+    const after = census({ totalCapacity: 528 * MIB, namespaces: [ns(1), ns(2), ns(3, 512 * MIB, false)] });
+    expect(reason(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(after)))).toBe(
+      'the proof covers less than the media: namespace 3 (detached, 512 MiB) was not covered',
+    );
+  });
+
+  it('refuses a target whose size is not the namespace size', () => {
+    const after = census({ namespaces: [ns(1), ns(2, 16 * MIB)] });
+    expect(reason(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(after)))).toBe(
+      'the proof covers less than the media: namespace 2 (nvme0n2, 16 MiB) was covered as nvme0n2 of 8 MiB, not its 16777216 bytes',
+    );
+  });
+
+  it('refuses unallocated capacity that namespace management could have reached, unless sanitized', () => {
+    const after = census({
+      totalCapacity: 32 * MIB,
+      unallocatedCapacity: 16 * MIB,
+      namespaceManagement: 'works',
+    });
+    expect(reason(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(after)))).toMatch(
+      /^the proof covers less than the media: 16 MiB of unallocated capacity \(UNVMCAP of TNVMCAP 33554432 bytes\) was not covered/,
+    );
+    const s = sanitize();
+    const sanitized = { ...s, targets: [{ ...s.targets[0]!, nsid: 1 }] };
+    const one = census({ totalCapacity: 32 * MIB, unallocatedCapacity: 24 * MIB, namespaces: [ns(1)] });
+    const v = judgeEvidence(sanitized, 'sanitize-crypto', FULL, pair(one));
+    expect(v).toMatchObject({
+      ok: true,
+      proof: {
+        census: {
+          namespaces: [{ nsid: 1, coveredBy: 'sanitize' }],
+          unallocated: 'the proven sanitize erased the unallocated capacity with the namespaces',
+        },
+      },
+    });
+  });
+
+  it('accepts unallocated capacity no tenant could reach: namespace management unsupported or refused', () => {
+    for (const mgmt of ['unsupported', 'refused'] as const) {
+      const after = census({
+        totalCapacity: 32 * MIB,
+        unallocatedCapacity: 16 * MIB,
+        namespaceManagement: mgmt,
+      });
+      expect(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(after)).ok).toBe(true);
+    }
+  });
+
+  it('capacity unknown: accepted only when namespace management is refused or absent (decision 17)', () => {
+    const unknown = (namespaceManagement: MediaCensus['namespaceManagement']) =>
+      census({ totalCapacity: null, unallocatedCapacity: null, namespaceManagement });
+    expect(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(unknown('refused'))).ok).toBe(true);
+    for (const mgmt of ['works', 'not-asked'] as const) {
+      expect(reason(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(unknown(mgmt))))).toBe(
+        'the proof covers less than the media: the controller reports its capacity as 0 (unknown) while namespace management works: capacity outside the namespaces cannot be accounted for',
+      );
+    }
+  });
+
+  it('capacity unknown: refuses when a namespace found before the cleanup is gone after it', () => {
+    const after = census({ totalCapacity: null, unallocatedCapacity: null, namespaceManagement: 'refused' });
+    const before = { ...after, namespaces: [ns(1), ns(2), ns(3, 4 * MIB, false)] };
+    expect(reason(judgeEvidence(withNsids(zeroing()), 'write-zeroes', FULL, pair(after, before)))).toBe(
+      'the proof covers less than the media: namespace 3 (detached, 4 MiB), found before the cleanup, is gone or changed after it while the capacity is unknown: its blocks cannot be accounted for',
+    );
+  });
+
+  it('a read-back of a target is no proof for a namespace that is missing from the targets', () => {
+    // The driver read back nvme0n1 twice under two names; namespace 2 is nowhere.
+    const e = zeroing({
+      targets: [
+        { ...target('nvme0n1'), nsid: 1 },
+        { ...target('copy'), nsid: 1 },
+      ],
+      readBack: [fullRead('nvme0n1'), fullRead('copy')],
+    });
+    expect(reason(judgeEvidence(e, 'write-zeroes', FULL, pair(census())))).toBe(
+      'the proof covers less than the media: namespace 2 (nvme0n2, 8 MiB) was not covered',
     );
   });
 });

@@ -23,12 +23,26 @@
  * - Every target must be covered by a proven sanitize (which erases the whole
  *   NVM subsystem) or by an accepted read-back. Anything less fails, with a
  *   message that says what was missing.
+ * - Coverage is the agent's, not the driver's (NVMe): the agent takes its own
+ *   census of the media before and after the driver ran (every allocated
+ *   namespace, attached or not, and the capacity). Every namespace present
+ *   after the cleanup must be a target of the same size whose erasure is
+ *   proven; the unallocated capacity must be accounted for: none left
+ *   (UNVMCAP 0 of a known TNVMCAP), a proven sanitize (subsystem-wide), or no
+ *   tenant could have reached it (namespace management unsupported, or
+ *   refused by the agent's probe — decision 17). With the capacity unknown, a
+ *   namespace found before and gone after fails: its blocks cannot be
+ *   accounted for.
  */
 import {
   type ByteRange,
+  type CensusNamespace,
+  type CensusPair,
+  type CensusRecord,
   type CleanupEvidence,
   type CleanupPolicy,
   type CleanupProof,
+  type MediaCensus,
   mergeRanges,
   type ReadBackEvidence,
   rangeBytes,
@@ -157,8 +171,137 @@ function sampleProblem(ranges: ByteRange[], strata: number, target: StorageTarge
   return null;
 }
 
-/** Decides whether the evidence proves the device clean for `action` under `policy`. */
-export function judgeEvidence(evidence: unknown, action: string, policy: CleanupPolicy): Verdict {
+const MIB = 1024 * 1024;
+const GIB = 1024 * MIB;
+
+/** A byte count in words: "512 MiB", "2 GiB", or "1536 bytes". */
+export function sizeText(bytes: number): string {
+  if (bytes > 0 && bytes % GIB === 0) return `${bytes / GIB} GiB`;
+  if (bytes > 0 && bytes % MIB === 0) return `${bytes / MIB} MiB`;
+  return `${bytes} bytes`;
+}
+
+const describeNs = (n: CensusNamespace) =>
+  `namespace ${n.nsid} (${n.attached ? n.name || 'attached' : 'detached'}, ${sizeText(n.sizeBytes)})`;
+
+/** The census's namespaces that no target names, or names with another size: [problem, ...]. */
+function uncovered(
+  e: CleanupEvidence,
+  census: MediaCensus,
+  proven: (targetName: string) => boolean,
+): { problems: string[]; covered: CensusRecord['namespaces'] } {
+  const problems: string[] = [];
+  const covered: CensusRecord['namespaces'] = [];
+  for (const ns of census.namespaces) {
+    const target =
+      e.targets.find((t) => t.nsid === ns.nsid) ??
+      (ns.name === '' ? undefined : e.targets.find((t) => t.nsid === undefined && t.name === ns.name));
+    if (!target) {
+      problems.push(`${describeNs(ns)} was not covered`);
+    } else if (target.sizeBytes !== ns.sizeBytes) {
+      problems.push(
+        `${describeNs(ns)} was covered as ${target.name} of ${sizeText(target.sizeBytes)}, not its ${ns.sizeBytes} bytes`,
+      );
+    } else if (!proven(target.name)) {
+      problems.push(`${describeNs(ns)} was named (${target.name}) but its erasure is not proven`);
+    } else {
+      covered.push({ ...ns, coveredBy: e.sanitize ? 'sanitize' : 'read-back' });
+    }
+  }
+  return { problems, covered };
+}
+
+/** How the unallocated capacity is accounted for (in words), or a problem. */
+function unallocatedAccount(census: MediaCensus, sanitized: boolean): { ok: string } | { problem: string } {
+  if (sanitized) return { ok: 'the proven sanitize erased the unallocated capacity with the namespaces' };
+  const { totalCapacity: total, unallocatedCapacity: free, namespaceManagement: mgmt } = census;
+  const unreachable =
+    mgmt === 'unsupported'
+      ? 'namespace management is not supported (OACS bit 3 clear)'
+      : mgmt === 'refused'
+        ? "namespace management was refused by the agent's probe (Invalid Command Opcode)"
+        : null;
+  if (total !== null && free === 0) {
+    return { ok: `no unallocated capacity (UNVMCAP 0 of TNVMCAP ${total} bytes)` };
+  }
+  if (unreachable) {
+    return {
+      ok:
+        total === null
+          ? `capacity unknown (TNVMCAP 0), and ${unreachable}: no tenant could create or delete a namespace, so the namespaces are all it could address`
+          : `${free ?? 'an unknown number of'} bytes unallocated, which no tenant could address: ${unreachable}`,
+    };
+  }
+  if (total === null) {
+    return {
+      problem:
+        'the controller reports its capacity as 0 (unknown) while namespace management works: capacity outside the namespaces cannot be accounted for',
+    };
+  }
+  return {
+    problem: `${sizeText(free ?? 0)} of unallocated capacity (UNVMCAP of TNVMCAP ${total} bytes) was not covered: it holds what deleted namespaces held, and neither a namespace covering it was erased nor a sanitize proven`,
+  };
+}
+
+/**
+ * Checks the evidence against the agent's own census. Returns the census as
+ * the proof records it, or why the evidence covers less than the media.
+ */
+export function coverageProblem(
+  e: CleanupEvidence,
+  census: CensusPair,
+  sanitized: boolean,
+  readOk: ReadonlySet<string>,
+): { record: CensusRecord } | { problem: string } {
+  const { before, after } = census;
+  const { problems, covered } = uncovered(e, after, (name) => sanitized || readOk.has(name));
+  const unallocated = unallocatedAccount(after, sanitized);
+  if ('problem' in unallocated) problems.push(unallocated.problem);
+  if (before && !sanitized && after.totalCapacity === null) {
+    for (const ns of before.namespaces) {
+      if (!after.namespaces.some((n) => n.nsid === ns.nsid && n.sizeBytes === ns.sizeBytes)) {
+        problems.push(
+          `${describeNs(ns)}, found before the cleanup, is gone or changed after it while the capacity is unknown: its blocks cannot be accounted for`,
+        );
+      }
+    }
+  }
+  if (problems.length > 0) return { problem: problems.join('; ') };
+  return {
+    record: {
+      controller: after.controller,
+      totalCapacity: after.totalCapacity,
+      unallocatedCapacity: after.unallocatedCapacity,
+      namespaces: covered,
+      namespacesBefore: before?.namespaces ?? [],
+      namespaceManagement: after.namespaceManagement,
+      unallocated: (unallocated as { ok: string }).ok,
+    },
+  };
+}
+
+function censusFinding(r: CensusRecord): string {
+  const list = r.namespaces.map(
+    (n) => `${n.nsid} (${sizeText(n.sizeBytes)}${n.attached ? '' : ', detached'})`,
+  );
+  return (
+    `the agent's census through ${r.controller} found ${r.namespaces.length} allocated namespace(s)` +
+    `${list.length > 0 ? ` [${list.join(', ')}]` : ''}, every one covered; ${r.unallocated}`
+  );
+}
+
+/**
+ * Decides whether the evidence proves the device clean for `action` under
+ * `policy`. `census` is the agent's own census of the media (NVMe); null for a
+ * device whose media has none (a plain PCI function), whose coverage is the
+ * targets the driver names.
+ */
+export function judgeEvidence(
+  evidence: unknown,
+  action: string,
+  policy: CleanupPolicy,
+  census: CensusPair | null,
+): Verdict {
   const shape = shapeError(evidence);
   if (shape) return { ok: false, reason: `no proof of erasure: ${shape}` };
   const e = evidence as CleanupEvidence;
@@ -218,11 +361,21 @@ export function judgeEvidence(evidence: unknown, action: string, policy: Cleanup
       };
     }
   }
+  let record: CensusRecord | undefined;
+  if (census) {
+    const coverage = coverageProblem(e, census, sanitized, readOk);
+    if ('problem' in coverage) {
+      return { ok: false, reason: `the proof covers less than the media: ${coverage.problem}` };
+    }
+    record = coverage.record;
+    findings.push(censusFinding(record));
+  }
   findings.push(...e.notes);
   const bytesRead = e.readBack.reduce((s, r) => s + r.bytesRead, 0);
   return {
     ok: true,
     proof: {
+      ...(record ? { census: record } : {}),
       method: sanitized ? (e.readBack.length > 0 ? 'sanitize+read-back' : 'sanitize') : 'read-back',
       readBack: e.readBack.length === 0 ? 'none' : sampled ? 'sample' : 'full',
       bytesWritten: e.writes.reduce((s, w) => s + w.bytes, 0),

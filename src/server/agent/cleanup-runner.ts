@@ -6,6 +6,7 @@
  */
 import type { Logger } from 'pino';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
+import type { GenericDriver } from '../../plugins/driver.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
 import type { CleanupJournal, HeldDevice } from './cleanup-journal.js';
@@ -192,8 +193,14 @@ export class CleanupRunner {
       { phase: 'queued', step: '', ...last, message: `cleanup with ${job.action} accepted` },
       true,
     );
+    // The device stays locked (running) until both the job ended and the driver returned.
+    let driverSettled = true;
+    let jobEnded = false;
     try {
       log.info('cleanup started');
+      // The agent's own census of the media, before the driver touches it (NVMe).
+      const before = await this.takeCensus(job, driver, device, abort.signal, 'before', last);
+      driverSettled = false;
       const work = driver.cleanup(
         device,
         this.host.cleanupCtx(driver, {
@@ -216,11 +223,20 @@ export class CleanupRunner {
       );
       // A driver that ignores the abort must not hold the outcome hostage: after
       // the grace period the job fails; the device lock stays until it returns.
-      const settled = work.finally(() => this.running.delete(job.address));
+      const settled = work.finally(() => {
+        driverSettled = true;
+        if (jobEnded) this.running.delete(job.address);
+      });
       const evidence = await Promise.race([settled, abortedAfterGrace(abort.signal, ABORT_GRACE_MS)]);
       if (abort.signal.aborted) throw abort.signal.reason ?? new Error('cleanup aborted');
-      // The driver reported; the agent decides.
-      const verdict = judgeEvidence(evidence, job.action, this.host.policy(driver));
+      // The driver reported; the agent takes its own census of what the proof must cover, and decides.
+      const after = await this.takeCensus(job, driver, device, abort.signal, 'after', last);
+      const verdict = judgeEvidence(
+        evidence,
+        job.action,
+        this.host.policy(driver),
+        after ? { before, after } : null,
+      );
       if (!verdict.ok) throw new Error(verdict.reason);
       const { proof } = verdict;
       this.record(
@@ -254,6 +270,43 @@ export class CleanupRunner {
     } finally {
       clearTimeout(timer);
       this.lastJournaled.delete(job.jobId);
+      jobEnded = true;
+      if (driverSettled) this.running.delete(job.address);
+    }
+  }
+
+  /**
+   * The agent's census of the device's media (src/plugins/nvme/census.ts),
+   * null for a device whose media has none. Any failure fails the job: a
+   * cleanup is never judged against a census that could not be taken.
+   */
+  private async takeCensus(
+    job: CleanupJob,
+    driver: GenericDriver,
+    device: DiscoveredDevice,
+    signal: AbortSignal,
+    when: 'before' | 'after',
+    last: { percent: number; bytesDone: number; bytesTotal: number },
+  ) {
+    if (!this.host.hasCensus(device)) return null;
+    this.record(
+      job,
+      {
+        phase: when === 'before' ? 'preparing' : 'verifying',
+        step: 'census',
+        ...last,
+        message: `the agent lists every namespace and the capacity of the media ${when} the cleanup`,
+      },
+      true,
+    );
+    try {
+      return await this.host.takeCensus(driver, device, signal, when === 'after');
+    } catch (err) {
+      signal.throwIfAborted();
+      throw new Error(
+        `the agent's census of the media ${when} the cleanup failed, so nothing can be proven: ${(err as Error).message}`,
+        { cause: err },
+      );
     }
   }
 

@@ -8,10 +8,11 @@
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
-import type { CleanupPolicy } from '../../plugins/cleanup-evidence.js';
+import type { CleanupPolicy, MediaCensus } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
+import { takeNvmeCensus } from '../../plugins/nvme/census.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
 import type { AgentConfig } from './config.js';
 import { driverKey } from './config.js';
@@ -58,6 +59,8 @@ export class PluginHost {
     private readonly ctx: HostContext,
     /** Each driver's cleanup policy (its section's `verify`), by driver name. */
     private readonly policies: Map<string, CleanupPolicy>,
+    /** The nvme-cli each driver's section names (`nvme_cli`), by driver name: the agent's census runs it. */
+    private readonly nvmeClis: Map<string, string>,
   ) {}
 
   /**
@@ -69,17 +72,48 @@ export class PluginHost {
     await requireSysfs(ctx.sysfsRoot);
     const loaded: LoadedDriver[] = [];
     const policies = new Map<string, CleanupPolicy>();
+    const nvmeClis = new Map<string, string>();
     for (const entry of config.enabledDrivers) {
       const key = driverKey(entry);
       const section = config.driverSections[key] ?? {};
       const l = await loadDriver(entry, section, config.baseDir);
       loaded.push(l);
       policies.set(l.driver.name, parseCleanupPolicy(key, section));
+      nvmeClis.set(l.driver.name, nvmeCliOf(key, section));
     }
     const names = loaded.map((l) => l.driver.name);
     const dup = names.find((n, i) => names.indexOf(n) !== i);
     if (dup) throw new ConfigError(`enabled_drivers: two entries load a driver named ${JSON.stringify(dup)}`);
-    return new PluginHost(loaded, ctx, policies);
+    return new PluginHost(loaded, ctx, policies, nvmeClis);
+  }
+
+  /** Whether the agent takes a census of this device's media around a cleanup (NVMe: by type or by PCI class). */
+  hasCensus(device: DiscoveredDevice): boolean {
+    return device.type === 'NVME' || device.classCode.startsWith('0108');
+  }
+
+  /**
+   * The agent's own census of a device's media, whichever driver manages it:
+   * for NVMe, every allocated namespace of the subsystem and its capacity,
+   * read with the nvme-cli the driver's section names (src/plugins/nvme/census.ts).
+   * `probe`: also ask whether namespace management works where that decides
+   * the coverage. Throws when it cannot be taken; null when the device has none.
+   */
+  async takeCensus(
+    d: GenericDriver,
+    device: DiscoveredDevice,
+    signal: AbortSignal,
+    probe: boolean,
+  ): Promise<MediaCensus | null> {
+    if (!this.hasCensus(device)) return null;
+    return takeNvmeCensus(device.address, {
+      sysfsRoot: this.ctx.sysfsRoot,
+      devRoot: this.ctx.devRoot,
+      runner: this.ctx.runner,
+      nvmeCli: this.nvmeClis.get(d.name) ?? 'nvme',
+      signal,
+      probe,
+    });
   }
 
   /** The policy the agent judges a driver's cleanup evidence by. */
@@ -182,6 +216,16 @@ export class PluginHost {
     excluded.sort(byAddress);
     return { devices, excluded, failedDrivers: failed.map((f) => f.d.name) };
   }
+}
+
+/** A section's `nvme_cli` (a driver's own parser has already refused a bad one), else `nvme`. */
+function nvmeCliOf(key: string, section: Record<string, unknown>): string {
+  const v = section.nvme_cli;
+  if (v === undefined || v === null) return 'nvme';
+  if (typeof v !== 'string' || v.trim() === '' || v.includes('\0')) {
+    throw new ConfigError(`${key}.nvme_cli: ${show(v)} is not a program name or path`);
+  }
+  return v.trim();
 }
 
 function byAddress(a: { address: string }, b: { address: string }): number {

@@ -11,6 +11,7 @@ import { settleSanitize } from './sanitize-engine.js';
 import type { NvmeSimState, SimControllerState, SimFault, SimNamespaceState } from './state.js';
 import { withStateLock } from './state.js';
 import { statusLine } from './status.js';
+import { controllerView, isAttached, snapshotOf } from './subsystem.js';
 
 export interface CliResult {
   stdout: string;
@@ -70,11 +71,16 @@ export function parseOrFail(
   return { result: o.done(1) };
 }
 
-/** Finds the controller / attached namespace whose devPath is `path`. */
+/**
+ * Finds the controller / attached namespace whose devPath is `path`. A
+ * namespace of a subsystem with several controllers is reached through the
+ * first controller it is attached to (the kernel's multipath head picks a path).
+ */
 export function findDevice(state: NvmeSimState, path: string): Device | undefined {
-  for (const ctrl of state.controllers) {
+  for (const own of state.controllers) {
+    const ctrl = snapshotOf(state, own);
     if (ctrl.devPath === path) return { path, name: basename(path), ctrl };
-    const ns = ctrl.namespaces.find((n) => n.attached && n.devPath === path);
+    const ns = ctrl.namespaces.find((n) => isAttached(n, ctrl) && n.devPath === path);
     if (ns) return { path, name: basename(path), ctrl, ns };
   }
   return undefined;
@@ -129,8 +135,9 @@ export async function onController<T>(
   fn: (ctrl: SimControllerState, state: NvmeSimState) => { changed: boolean; result: T },
 ): Promise<T> {
   return withStateLock(env.statePath as string, (state) => {
-    const ctrl = state.controllers.find((c) => c.name === dev.ctrl.name);
-    if (!ctrl) throw new Error(`controller ${dev.ctrl.name} vanished from the state file`);
+    const own = state.controllers.find((c) => c.name === dev.ctrl.name);
+    if (!own) throw new Error(`controller ${dev.ctrl.name} vanished from the state file`);
+    const ctrl = controllerView(state, own);
     const settled = settleSanitize(ctrl, env.now());
     const r = fn(ctrl, state);
     return { changed: settled || r.changed, result: r.result };

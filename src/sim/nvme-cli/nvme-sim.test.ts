@@ -476,4 +476,114 @@ describe('nvme-sim executable', () => {
     const id = JSON.parse((await sim.run(['id-ctrl', sim.dev('nvme1'), '-o', 'json'])).stdout);
     expect([id.tnvmcap, id.unvmcap]).toEqual(['0', '0']);
   }, 60_000);
+  it('two controllers of one NVM subsystem share its namespaces, media and sanitize', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          cntlid: 1,
+          nsNamePrefix: 'nvme0n',
+          subnqn: 'nqn.2026-01.example:dual-port',
+          tnvmcapBytes: 8 * MiB,
+          sanitize: { durationMs: 0 },
+          namespaces: [
+            { nsid: 1, sizeBytes: 2 * MiB },
+            { nsid: 2, sizeBytes: 2 * MiB, attachedTo: [1] },
+          ],
+        },
+        { name: 'nvme1', devPath: dev('nvme1'), cntlid: 2, shares: 'nvme0' },
+      ],
+    }));
+    const [c0, c1] = [sim.dev('nvme0'), sim.dev('nvme1')];
+    const listNs = async (ctrl: string, all = false) =>
+      JSON.parse(
+        (await sim.run(['list-ns', ctrl, ...(all ? ['--all'] : []), '-o', 'json'])).stdout,
+      ).nsid_list.map((n: { nsid: number }) => n.nsid);
+    // One subsystem: the same NQN, serial and capacity through both; attachment is per controller.
+    const id0 = JSON.parse((await sim.run(['id-ctrl', c0, '-o', 'json'])).stdout);
+    const id1 = JSON.parse((await sim.run(['id-ctrl', c1, '-o', 'json'])).stdout);
+    expect([id0.subnqn, id1.subnqn]).toEqual([
+      'nqn.2026-01.example:dual-port',
+      'nqn.2026-01.example:dual-port',
+    ]);
+    expect([id0.cntlid, id1.cntlid]).toEqual([1, 2]);
+    expect(id1.sn).toBe(id0.sn);
+    expect(id1.unvmcap).toBe('4194304');
+    expect(await listNs(c0)).toEqual([1, 2]);
+    expect(await listNs(c1)).toEqual([1]);
+    expect(await listNs(c1, true)).toEqual([1, 2]);
+    // Namespace 2 is not attached to nvme1: plain id-ns reads zeros through it, --force its size.
+    const ns2 = JSON.parse((await sim.run(['id-ns', c1, '-n', '2', '-o', 'json'])).stdout);
+    expect(ns2.nsze).toBe(0);
+    const forced = JSON.parse((await sim.run(['id-ns', c1, '-n', '2', '--force', '-o', 'json'])).stdout);
+    expect(forced.nsze).toBe(4096);
+
+    // Created through nvme1, attached through nvme0 to nvme0 only: seen through both.
+    const created = await sim.run(['create-ns', c1, '--nsze=4096', '--ncap=4096', '--flbas=0']);
+    expect(created.stdout).toBe('create-ns: Success, created nsid:3\n');
+    expect(await listNs(c0, true)).toEqual([1, 2, 3]);
+    expect((await sim.run(['attach-ns', c0, '-n', '3', '-c', '1'])).code).toBe(0);
+    expect(await listNs(c0)).toEqual([1, 2, 3]);
+    expect(await listNs(c1)).toEqual([1]);
+    const twice = await sim.run(['attach-ns', c1, '-n', '3', '-c', '1,2']);
+    expect(twice.stderr).toMatch(/Namespace Already Attached.*\(0x4118\)/);
+    expect((await sim.run(['attach-ns', c1, '-n', '3', '-c', '2'])).code).toBe(0);
+    expect(await listNs(c1)).toEqual([1, 3]);
+    expect((await sim.run(['attach-ns', c1, '-n', '3', '-c', '7'])).stderr).toMatch(/\(0x411c\)/);
+    // Detached from both, deleted through nvme0: gone through nvme1 too, its bytes left on the media.
+    writeFileSync(sim.dev('nvme0n3'), pattern(2 * MiB, 0x33));
+    expect((await sim.run(['detach-ns', c1, '-n', '3', '-c', '1,2'])).code).toBe(0);
+    expect((await sim.run(['delete-ns', c0, '-n', '3'])).code).toBe(0);
+    expect(await listNs(c1, true)).toEqual([1, 2]);
+    const media = (await readNvmeSimState(sim.state)).controllers[0]!.mediaPath!;
+    expect(readFileSync(media).includes(pattern(64, 0x33))).toBe(true);
+
+    // A namespace reached through nvme1's path is written by I/O through it.
+    writeFileSync(sim.dev('nvme0n1'), pattern(2 * MiB, 0x11));
+    expect((await sim.run(['write-zeroes', sim.dev('nvme0n1'), '-s', '0', '-c', '15'])).code).toBe(0);
+    expect(
+      readFileSync(sim.dev('nvme0n1'))
+        .subarray(0, 8192)
+        .every((b) => b === 0),
+    ).toBe(true);
+
+    // Sanitize through nvme1 erases the whole subsystem: every namespace, attached or not, and the media.
+    writeFileSync(sim.dev('nvme0n2'), pattern(2 * MiB, 0x22));
+    expect((await sim.run(['sanitize', c1, '-a', '2'])).code).toBe(0);
+    const log0 = JSON.parse((await sim.run(['sanitize-log', c0, '-o', 'json'])).stdout).nvme0;
+    expect(log0.sstat.status).toMatch(/^\(1\)/);
+    for (const f of [sim.dev('nvme0n1'), sim.dev('nvme0n2'), media]) {
+      expect(readFileSync(f).every((b) => b === 0)).toBe(true);
+    }
+    // `list -v` shows one subsystem holding both controllers.
+    const detail = JSON.parse((await sim.run(['list', '-v', '-o', 'json'])).stdout);
+    expect(detail.Devices[0].Subsystems).toHaveLength(1);
+    expect(
+      detail.Devices[0].Subsystems[0].Controllers.map((c: { Controller: string }) => c.Controller),
+    ).toEqual(['nvme0', 'nvme1']);
+  }, 60_000);
+
+  it('format of all namespaces (NSID FFFFFFFFh) reaches only those attached to the controller', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          fna: 0x4,
+          namespaces: [
+            { nsid: 1, sizeBytes: MiB },
+            { nsid: 2, sizeBytes: MiB, attached: false },
+          ],
+        },
+      ],
+    }));
+    writeFileSync(sim.dev('nvme0n1'), pattern(MiB, 0x44));
+    writeFileSync(sim.dev('nvme0n2'), pattern(MiB, 0x55));
+    const r = await sim.run(['format', sim.dev('nvme0'), '-n', '0xffffffff', '-s', '1', '--force']);
+    expect(r.code).toBe(0);
+    expect(readFileSync(sim.dev('nvme0n1')).every((b) => b === 0)).toBe(true);
+    // The detached namespace keeps the tenant's bytes (FNA bit 1 clear: secure erase is per namespace).
+    expect(readFileSync(sim.dev('nvme0n2')).equals(pattern(MiB, 0x55))).toBe(true);
+  }, 60_000);
 });

@@ -59,7 +59,7 @@ export function currentSprog(ctrl: SimControllerState, now: number): number {
 export function completeSanitize(ctrl: SimControllerState): void {
   const s = ctrl.sanitize;
   const cdw10 = s.cdw10 ?? 0;
-  if (ctrl.faults?.['sanitize']?.mode === 'sanitize-fails') {
+  if (s.failing || ctrl.faults?.['sanitize']?.mode === 'sanitize-fails') {
     s.sstat = SSTAT_FAILED;
   } else {
     for (const ns of ctrl.namespaces) {
@@ -76,6 +76,7 @@ export function completeSanitize(ctrl: SimControllerState): void {
   }
   s.sprog = SPROG_IDLE;
   delete s.startedAt;
+  delete s.failing;
 }
 
 /** mtime of every file that holds user data on the controller: namespaces and the media. */

@@ -32,6 +32,7 @@ export const simNamespaceSchema = z.object({
   sizeBytes: z.number().int().nonnegative(),
   lbaSize: z.union([z.literal(512), z.literal(4096)]),
   attached: z.boolean(),
+  attachedTo: z.array(z.number().int().min(0).max(0xffff)).optional(),
   mediaOffset: z.number().int().nonnegative().optional(),
 });
 
@@ -66,23 +67,54 @@ export const simControllerSchema = z.object({
     action: z.number().int().optional(),
     cdw10: u32.optional(),
     ovrpat: u32.optional(),
+    failing: z.boolean().optional(),
     failureCleared: z.boolean().optional(),
     erasedMtimes: z.record(z.string(), z.number()).optional(),
   }),
   faults: z.record(z.string(), simFaultSchema).optional(),
+  shares: z
+    .string()
+    .regex(/^nvme\d+$/)
+    .optional(),
+  subnqn: z.string().min(1).max(223).optional(),
 });
 
-export const nvmeSimStateSchema = z.object({
-  version: z.literal(1),
-  controllers: z.array(simControllerSchema),
-});
+export const nvmeSimStateSchema = z
+  .object({
+    version: z.literal(1),
+    controllers: z.array(simControllerSchema),
+  })
+  .superRefine((state, ctx) => {
+    for (const [i, c] of state.controllers.entries()) {
+      if (c.shares === undefined) continue;
+      const holder = state.controllers.find((h) => h.name === c.shares);
+      if (!holder || holder.shares !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['controllers', i, 'shares'],
+          message: `${c.name} shares with ${c.shares}, which is not a controller holding a subsystem`,
+        });
+      }
+      const members = state.controllers.filter((m) => m.name === c.shares || m.shares === c.shares);
+      if (members.filter((m) => m.cntlid === c.cntlid).length > 1) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['controllers', i, 'cntlid'],
+          message: `cntlid ${c.cntlid} is taken by another controller of ${c.shares}'s subsystem`,
+        });
+      }
+    }
+  });
 
 /** A namespace to create; `devPath` defaults to `<dir of controller devPath>/<name>n<nsid>`. */
 export interface SimNamespaceSpec {
   nsid: number;
   sizeBytes: number;
   lbaSize?: 512 | 4096;
+  /** Default true: attached (on a subsystem with several controllers, to all of them). */
   attached?: boolean;
+  /** On a subsystem with several controllers: the cntlids it is attached to (overrides `attached`). */
+  attachedTo?: number[];
   devPath?: string;
 }
 
@@ -147,10 +179,25 @@ export function controllerFromSpec(spec: SimControllerSpec, index: number): SimC
  * (sparse, `sizeBytes` long). Returns the validated state.
  */
 export async function createNvmeSimState(path: string, spec: NvmeSimSpec): Promise<NvmeSimState> {
-  const state = nvmeSimStateSchema.parse({
-    version: 1,
-    controllers: spec.controllers.map(controllerFromSpec),
-  }) as NvmeSimState;
+  const controllers = spec.controllers.map(controllerFromSpec);
+  for (const c of controllers) {
+    if (c.shares === undefined) continue;
+    // A controller that shares a subsystem keeps only its own fields; the holder has the media.
+    if ((spec.controllers.find((x) => x.name === c.name)?.namespaces ?? []).length > 0) {
+      throw new Error(`${c.name} shares ${c.shares}'s subsystem: its namespaces are ${c.shares}'s`);
+    }
+    delete c.mediaPath;
+  }
+  for (const holder of controllers.filter((c) => controllers.some((x) => x.shares === c.name))) {
+    const all = controllers.filter((x) => x === holder || x.shares === holder.name).map((x) => x.cntlid);
+    const specs = spec.controllers.find((x) => x.name === holder.name)?.namespaces ?? [];
+    for (const ns of holder.namespaces) {
+      const given = specs.find((n) => n.nsid === ns.nsid);
+      ns.attachedTo = [...(given?.attachedTo ?? (ns.attached ? all : []))].sort((a, b) => a - b);
+      ns.attached = ns.attachedTo.length > 0;
+    }
+  }
+  const state = nvmeSimStateSchema.parse({ version: 1, controllers }) as NvmeSimState;
   mkdirSync(dirname(path), { recursive: true });
   for (const c of state.controllers) {
     mkdirSync(dirname(c.devPath), { recursive: true });

@@ -34,8 +34,14 @@ export interface SimNamespaceState {
   devPath: string;
   sizeBytes: number;
   lbaSize: number;
-  /** Attached to this controller (active). Detached namespaces are allocated but inactive. */
+  /**
+   * Attached (active) — to this controller; on a subsystem with several
+   * controllers, to at least one of them (`attachedTo` says which). Detached
+   * namespaces are allocated but inactive.
+   */
   attached: boolean;
+  /** On a subsystem with several controllers: the ids (cntlid) of the controllers it is attached to. */
+  attachedTo?: number[];
   /** Where the namespace sits on the controller's media (see SimControllerState.mediaPath). */
   mediaOffset?: number;
 }
@@ -55,6 +61,8 @@ export interface SimSanitizeState {
   cdw10?: number;
   /** Overwrite pattern (CDW11) of the most recent overwrite sanitize. */
   ovrpat?: number;
+  /** The running sanitize was started with the `sanitize-fails` fault on the controller that sent it. */
+  failing?: boolean;
   /** Set once an Exit Failure Mode sanitize cleared a failed (unrestricted) sanitize. */
   failureCleared?: boolean;
   /**
@@ -100,6 +108,15 @@ export interface SimControllerState {
   namespaces: SimNamespaceState[];
   sanitize: SimSanitizeState;
   faults?: { [command: string]: SimFault };
+  /**
+   * Another controller of the same NVM subsystem, which holds the subsystem's
+   * namespaces, media, capacity, identify strings and sanitize state; this
+   * one keeps only its name, devPath, pciAddress, cntlid and faults, and its
+   * own copies of the rest are ignored (subsystem.ts).
+   */
+  shares?: string;
+  /** The subsystem NQN id-ctrl reports; default: the kernel's fallback built from vid, ssvid, sn and mn. */
+  subnqn?: string;
 }
 
 export interface NvmeSimState {

@@ -13,6 +13,7 @@
  */
 import { open, readFile } from 'node:fs/promises';
 import { loadState, type SimControllerState } from './state.js';
+import { snapshotOf } from './subsystem.js';
 
 /** The marker every planted write starts with and repeats. */
 export const TENANT_MARK = 'TENANT-DATA:';
@@ -50,10 +51,12 @@ export function unallocatedExtents(ctrl: SimControllerState): [number, number][]
   return free;
 }
 
+/** The controller as commands see it: on a subsystem with several controllers, the subsystem's media. */
 function controller(statePath: string, name: string): SimControllerState {
-  const c = loadState(statePath).controllers.find((x) => x.name === name);
+  const state = loadState(statePath);
+  const c = state.controllers.find((x) => x.name === name);
   if (!c) throw new Error(`no simulated controller ${name} in ${statePath}`);
-  return c;
+  return snapshotOf(state, c);
 }
 
 const payload = (length: number) =>

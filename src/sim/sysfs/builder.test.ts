@@ -3,6 +3,7 @@ import { mkdtemp, readdir, readFile, readlink, realpath, rm } from 'node:fs/prom
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { readNvmeController } from '../../plugins/pci/sysfs-reader.js';
 import { buildSysfs, largeHostSpec, SysfsBuilder } from './index.js';
 
 let root: string;
@@ -329,16 +330,83 @@ describe('SysfsBuilder NVMe multipath layout', () => {
     expect(existsSync(path.join(root, 'class/block/nvme1n3'))).toBe(false);
     await b.setDriver('0000:00:05.0', 'nvme');
     expect(await text(path.join(root, 'class/nvme-subsystem/nvme-subsys1/nvme1n3/nsid'))).toBe('3\n');
+  });
 
+  it('lets two controllers (two PCI functions) share one subsystem, its NQN and its namespaces', async () => {
+    const b = new SysfsBuilder(root);
+    const common = { vendorId: '144d', productId: 'a824', subsystem: 0 } as const;
+    await b.addNvmeController({
+      ...common,
+      address: '0000:00:05.0',
+      controller: 'nvme0',
+      cntlid: 1,
+      serial: 'DUALPORT01',
+      model: 'Dual Port NVMe',
+      namespaces: [
+        { nsid: 1, sizeBytes: 8 << 20 },
+        { nsid: 2, sizeBytes: 4 << 20 },
+      ],
+    });
+    await b.addNvmeController({
+      ...common,
+      address: '0000:00:06.0',
+      controller: 'nvme1',
+      cntlid: 2,
+      namespaces: [{ nsid: 1, sizeBytes: 8 << 20 }],
+    });
+    const subsys = path.join(root, 'devices/virtual/nvme-subsystem/nvme-subsys0');
+    const c0 = await realpath(path.join(root, 'class/nvme/nvme0'));
+    const c1 = await realpath(path.join(root, 'class/nvme/nvme1'));
+    expect(await realpath(path.join(subsys, 'nvme0'))).toBe(c0);
+    expect(await realpath(path.join(subsys, 'nvme1'))).toBe(c1);
+    // One NQN for the subsystem, on both controllers; the second controller reports the subsystem's serial.
+    const nqn = await text(path.join(subsys, 'subsysnqn'));
+    expect(nqn).toMatch(/^nqn\.2014\.08\.org\.nvmexpress:144d144dDUALPORT01 {10}Dual Port NVMe/);
+    expect(await text(path.join(c0, 'subsysnqn'))).toBe(nqn);
+    expect(await text(path.join(c1, 'subsysnqn'))).toBe(nqn);
+    expect((await text(path.join(c1, 'serial'))).trimEnd()).toBe('DUALPORT01');
+    // Heads on the subsystem, hidden paths under each controller that reaches them.
+    expect((await readdir(subsys)).filter((n) => /^nvme\dn/.test(n)).sort()).toEqual(['nvme0n1', 'nvme0n2']);
+    expect((await readdir(c0)).filter((n) => /^nvme\d/.test(n)).sort()).toEqual(['nvme0c0n1', 'nvme0c0n2']);
+    expect((await readdir(c1)).filter((n) => /^nvme\d/.test(n))).toEqual(['nvme0c1n1']);
+    const seen1 = await readNvmeController(root, 'nvme1');
+    expect(seen1?.namespaces.map((n) => [n.name, n.nsid, n.sizeBytes])).toEqual([['nvme0n1', 1, 8 << 20]]);
+    expect(seen1?.subsystem).toBe('nvme-subsys0');
+
+    // Namespace 2 attached to nvme1 too, then detached from nvme0: its head stays.
+    await b.setNvmeNamespaces('nvme1', [
+      { nsid: 1, sizeBytes: 8 << 20 },
+      { nsid: 2, sizeBytes: 4 << 20 },
+    ]);
+    await b.setNvmeNamespaces('nvme0', [{ nsid: 1, sizeBytes: 8 << 20 }]);
+    expect((await readdir(subsys)).filter((n) => /^nvme\dn/.test(n)).sort()).toEqual(['nvme0n1', 'nvme0n2']);
+    expect(existsSync(path.join(root, 'class/block/nvme0n2'))).toBe(true);
+    expect(existsSync(path.join(root, 'class/block/nvme0c0n2'))).toBe(false);
+    await expect(b.setNvmeNamespaces('nvme0', [{ nsid: 2, sizeBytes: 8 << 20 }])).rejects.toThrow(
+      /namespace 2 of subsystem 0 is 4194304 bytes \(512-byte blocks\) through nvme1/,
+    );
     await expect(
       b.addNvmeController({
-        address: '0000:00:06.0',
-        vendorId: '1b36',
-        productId: '0010',
-        controller: 'nvme3',
-        subsystem: 1,
+        ...common,
+        address: '0000:00:07.0',
+        controller: 'nvme2',
+        subsysnqn: 'nqn.x:other',
       }),
-    ).rejects.toThrow(/subsystem 1 already has controller nvme2/);
+    ).rejects.toThrow(/subsysnqn: subsystem 0 is nqn/);
+
+    // Unbinding one controller keeps the subsystem and the heads the other reaches.
+    await b.setDriver('0000:00:06.0', 'vfio-pci');
+    expect(existsSync(path.join(subsys, 'nvme1'))).toBe(false);
+    expect(existsSync(path.join(subsys, 'nvme0'))).toBe(true);
+    expect((await readdir(subsys)).filter((n) => /^nvme\dn/.test(n))).toEqual(['nvme0n1']);
+    await b.setDriver('0000:00:06.0', 'nvme');
+    expect((await readdir(subsys)).filter((n) => /^nvme\dn/.test(n)).sort()).toEqual(['nvme0n1', 'nvme0n2']);
+    // With its last controller gone, the subsystem goes.
+    await b.removeFunction('0000:00:05.0');
+    expect(existsSync(subsys)).toBe(true);
+    await b.removeFunction('0000:00:06.0');
+    expect(existsSync(subsys)).toBe(false);
+    expect(existsSync(path.join(root, 'class/nvme-subsystem/nvme-subsys0'))).toBe(false);
   });
 });
 

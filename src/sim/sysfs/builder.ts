@@ -13,11 +13,13 @@
  *   class/net/<if>                            -> <function>/net/<if>
  *   class/nvme/nvmeX                          -> <function>/nvme/nvmeX
  *   class/block/nvmeXnY                       -> <function>/nvme/nvmeX/nvmeXnY
- * and, for a controller whose namespaces are shared (`subsystem` set: native
- * multipath, as on dual-port drives and QEMU's nvme-subsys):
+ * and, for controllers whose namespaces are shared (`subsystem` set: native
+ * multipath, as on dual-port drives and QEMU's nvme-subsys; one or more
+ * controllers per subsystem, each its own PCI function):
  *   devices/virtual/nvme-subsystem/nvme-subsysS/         attributes, plus
- *     nvmeX                                   -> the member controller
- *     nvmeSnY/                                the namespace head (the /dev block device)
+ *     nvmeX                                   -> each member controller
+ *     nvmeSnY/                                the namespace head (the /dev block device),
+ *                                             while any member controller reaches it
  *   class/nvme-subsystem/nvme-subsysS         -> devices/virtual/nvme-subsystem/nvme-subsysS
  *   <function>/nvme/nvmeX/nvmeScXnY/          hidden path node (hidden=1, no dev)
  *   class/block/nvmeSnY, class/block/nvmeScXnY
@@ -99,9 +101,17 @@ export interface SimNvmeSpec extends SimFunctionSpec {
   /**
    * Instance S of the NVM subsystem whose shared namespaces this controller
    * reaches (the multipath layout above); default: private namespaces under the
-   * controller. One controller per subsystem.
+   * controller. Several controllers (PCI functions) may join one subsystem:
+   * they reach one set of namespaces, and each lists those attached to it.
    */
   subsystem?: number;
+  /**
+   * The subsystem NQN the kernel shows as `subsysnqn` (on the controller, and on
+   * its subsystem): every controller of a subsystem shows the subsystem's.
+   * Default: the kernel's fallback NQN from the vendor ids, serial and model
+   * (of the subsystem's first controller, for a shared subsystem).
+   */
+  subsysnqn?: string;
 }
 
 export interface SimHostSpec {
@@ -120,7 +130,18 @@ interface NvmeState {
   state: string;
   writeZeroesMaxBytes: number;
   subsystem: number | null;
+  /** The kernel's subsysnqn of the controller: its subsystem's NQN. */
+  subsysnqn: string;
+  /** The namespaces attached to this controller. */
   namespaces: Required<SimNvmeNamespaceSpec>[];
+}
+
+/** An NVM subsystem of the multipath layout: what its first controller said, shared by every member. */
+interface SubsystemState {
+  nqn: string;
+  model: string;
+  serial: string;
+  firmware: string;
 }
 
 interface FunctionState {
@@ -144,6 +165,8 @@ interface FunctionState {
 /** Major numbers the simulated char/block devices use (dynamic on a real host). */
 const NVME_CHAR_MAJOR = 240;
 const NVME_BLOCK_MAJOR = 259;
+/** Minor numbers of multipath heads start here, apart from those of private namespaces. */
+const NVME_HEAD_MINOR_BASE = 1 << 16;
 const IFNAME_RE = /^[^/:\s\0]{1,15}$/;
 const NVME_CTRL_RE = /^nvme\d+$/;
 const DRIVER_RE = /^[A-Za-z0-9_.+-]+$/;
@@ -206,6 +229,8 @@ export class SysfsBuilder {
   private readonly functions = new Map<string, FunctionState>();
   private readonly ifnames = new Map<string, string>();
   private readonly controllers = new Map<string, string>();
+  /** Multipath subsystems by instance number (kept while any member controller exists). */
+  private readonly subsystems = new Map<number, SubsystemState>();
   private readonly groupMembers = new Map<number, Set<string>>();
   private nextGroup = 0;
   /** Directories known to exist, so shared parents are created once. */
@@ -365,22 +390,40 @@ export class SysfsBuilder {
       throw new Error(`controller ${spec.controller} already exists`);
     const n = Number(spec.controller.slice(4));
     const subsystem = spec.subsystem ?? null;
+    const shared = subsystem === null ? undefined : this.subsystems.get(subsystem);
     if (subsystem !== null) {
       if (!Number.isInteger(subsystem) || subsystem < 0) throw new Error(`subsystem: ${subsystem}`);
-      const taken = [...this.functions.values()].find((f) => f.nvme?.subsystem === subsystem);
-      if (taken) throw new Error(`subsystem ${subsystem} already has controller ${taken.nvme!.controller}`);
+      if (shared && spec.subsysnqn !== undefined && spec.subsysnqn !== shared.nqn) {
+        throw new Error(`subsysnqn: subsystem ${subsystem} is ${shared.nqn}, not ${spec.subsysnqn}`);
+      }
     }
+    // The controllers of one subsystem report its serial and model (the NVMe SN and MN name the subsystem).
+    const model = spec.model ?? shared?.model ?? 'Berth Simulated NVMe';
+    const serial = spec.serial ?? shared?.serial ?? `BSIM${n.toString().padStart(8, '0')}`;
+    const firmware = spec.firmware ?? shared?.firmware ?? '1.0';
+    const vendorId = hexId(spec.vendorId, 4, 'vendorId');
+    const subsystemVendorId = hexId(spec.subsystemVendorId ?? vendorId, 4, 'subsystemVendorId');
+    const namespaces = normaliseNamespaces(spec.namespaces ?? []);
+    if (subsystem !== null) this.checkSharedSizes(subsystem, spec.controller, namespaces);
     const nvme: NvmeState = {
       controller: spec.controller,
-      model: spec.model ?? 'Berth Simulated NVMe',
-      serial: spec.serial ?? `BSIM${n.toString().padStart(8, '0')}`,
-      firmware: spec.firmware ?? '1.0',
+      model,
+      serial,
+      firmware,
       cntlid: spec.cntlid ?? 1,
       state: spec.state ?? 'live',
       writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
       subsystem,
-      namespaces: normaliseNamespaces(spec.namespaces ?? []),
+      // nvme_init_subnqn's fallback NQN, for controllers that report none.
+      subsysnqn:
+        shared?.nqn ??
+        spec.subsysnqn ??
+        `nqn.2014.08.org.nvmexpress:${vendorId}${subsystemVendorId}${pad(serial, 20)}${pad(model, 40)}`,
+      namespaces,
     };
+    if (subsystem !== null && !shared) {
+      this.subsystems.set(subsystem, { nqn: nvme.subsysnqn, model, serial, firmware });
+    }
     const st = this.register(
       {
         ...spec,
@@ -393,6 +436,11 @@ export class SysfsBuilder {
     this.writeFunction(st);
   }
 
+  /** The NVMe controllers in the tree (bound to nvme or not). */
+  nvmeControllers(): string[] {
+    return [...this.controllers.keys()];
+  }
+
   /** Replaces a controller's namespaces, as after nvme delete-ns / create-ns / attach-ns. */
   async setNvmeNamespaces(controller: string, namespaces: SimNvmeNamespaceSpec[]): Promise<void> {
     const address = this.controllers.get(controller);
@@ -400,10 +448,59 @@ export class SysfsBuilder {
     const st = this.get(address);
     const nvme = st.nvme!;
     const next = normaliseNamespaces(namespaces);
+    if (nvme.subsystem !== null) this.checkSharedSizes(nvme.subsystem, controller, next);
     const visible = this.visibleChildren(st).nvme;
-    if (visible) for (const ns of nvme.namespaces) this.removeNamespaceFiles(st, ns.nsid);
+    const before = nvme.namespaces;
     nvme.namespaces = next;
-    if (visible) for (const ns of next) this.writeNamespace(st, ns);
+    if (visible) {
+      for (const ns of before) this.removeNamespaceFiles(st, ns.nsid);
+      for (const ns of next) this.writeNamespace(st, ns);
+    }
+  }
+
+  /** The other controllers of subsystem `s` (bound to nvme or not). */
+  private subsystemPeers(s: number, controller: string): FunctionState[] {
+    return [...this.functions.values()].filter(
+      (f) => f.nvme?.subsystem === s && f.nvme.controller !== controller,
+    );
+  }
+
+  /** One namespace has one size, whichever controller reaches it. */
+  private checkSharedSizes(
+    s: number,
+    controller: string,
+    namespaces: Required<SimNvmeNamespaceSpec>[],
+  ): void {
+    for (const peer of this.subsystemPeers(s, controller)) {
+      for (const ns of namespaces) {
+        const other = peer.nvme!.namespaces.find((x) => x.nsid === ns.nsid);
+        if (other && (other.sizeBytes !== ns.sizeBytes || other.lbaSize !== ns.lbaSize)) {
+          throw new Error(
+            `namespace ${ns.nsid} of subsystem ${s} is ${other.sizeBytes} bytes (${other.lbaSize}-byte blocks) through ${peer.nvme!.controller}`,
+          );
+        }
+      }
+    }
+  }
+
+  /** Whether another controller of the subsystem, bound to nvme, reaches namespace `nsid` (its head stays). */
+  private headKeptByPeer(st: FunctionState, nsid: number): boolean {
+    const nvme = st.nvme!;
+    return (
+      nvme.subsystem !== null &&
+      this.subsystemPeers(nvme.subsystem, nvme.controller).some(
+        (p) => this.visibleChildren(p).nvme && p.nvme!.namespaces.some((x) => x.nsid === nsid),
+      )
+    );
+  }
+
+  /** Whether another controller of the subsystem is bound to nvme (the subsystem directory stays). */
+  private subsystemKeptByPeer(st: FunctionState): boolean {
+    const nvme = st.nvme!;
+    return (
+      nvme.subsystem !== null &&
+      this.subsystemPeers(nvme.subsystem, nvme.controller).some((p) => this.visibleChildren(p).nvme)
+    );
   }
 
   /**
@@ -585,7 +682,13 @@ export class SysfsBuilder {
     const visible = this.visibleChildren(st);
     this.functions.delete(address);
     for (const n of st.netdevs.keys()) this.ifnames.delete(n);
-    if (st.nvme) this.controllers.delete(st.nvme.controller);
+    if (st.nvme) {
+      this.controllers.delete(st.nvme.controller);
+      const sub = st.nvme.subsystem;
+      // The subsystem is forgotten with its last controller.
+      if (sub !== null && this.subsystemPeers(sub, st.nvme.controller).length === 0)
+        this.subsystems.delete(sub);
+    }
     // First the bus entry, as the kernel does, so readers stop finding it.
     this.unlinkQuiet(path.join(this.root, 'bus', 'pci', 'devices', address));
     this.unlinkDriver(st);
@@ -640,11 +743,8 @@ export class SysfsBuilder {
     w('state', `${nvme.state}\n`);
     w('dev', `${NVME_CHAR_MAJOR}:${Number(nvme.controller.slice(4))}\n`);
     w('numa_node', `${st.numaNode}\n`);
-    // nvme_init_subnqn's fallback NQN, for controllers that report none.
-    w(
-      'subsysnqn',
-      `nqn.2014.08.org.nvmexpress:${st.vendorId}${st.subsystemVendorId}${pad(nvme.serial, 20)}${pad(nvme.model, 40)}\n`,
-    );
+    // The subsystem's NQN: every controller of one subsystem shows the same.
+    w('subsysnqn', `${nvme.subsysnqn}\n`);
     // Kernel form: nvme/nvmeX/device -> ../../../<addr>
     symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
     if (nvme.subsystem !== null) this.writeSubsystem(st);
@@ -656,18 +756,20 @@ export class SysfsBuilder {
     return path.join(this.root, 'devices', 'virtual', 'nvme-subsystem', `nvme-subsys${st.nvme!.subsystem}`);
   }
 
-  /** The NVM subsystem of a multipath controller, with the controller as its member. */
+  /** The NVM subsystem of a multipath controller (made with its first member), with the controller as a member. */
   private writeSubsystem(st: FunctionState): void {
     const nvme = st.nvme!;
     const dir = this.subsysDir(st);
-    mkdirSync(dir, { recursive: true });
-    this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
-    const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
-    w('subsysnqn', `nqn.2019-08.org.berth-sim:subsys${nvme.subsystem}\n`);
-    writeIdentity(w, nvme);
-    w('iopolicy', 'numa\n');
+    if (!this.subsystemKeptByPeer(st)) {
+      mkdirSync(dir, { recursive: true });
+      this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
+      const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
+      w('subsysnqn', `${nvme.subsysnqn}\n`);
+      writeIdentity(w, nvme);
+      w('iopolicy', 'numa\n');
+      this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(dir)), dir);
+    }
     this.link(path.join(dir, nvme.controller), this.ctrlDir(st));
-    this.link(path.join(this.root, 'class', 'nvme-subsystem', path.basename(dir)), dir);
   }
 
   /** Block device names of a namespace: the private one, or the multipath head and path node. */
@@ -683,10 +785,16 @@ export class SysfsBuilder {
     this.unlinkQuiet(path.join(this.root, 'class', 'nvme', nvme.controller));
     for (const ns of nvme.namespaces) {
       const names = this.namespaceNames(st, ns.nsid);
-      this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
       if (names.path) this.unlinkQuiet(path.join(this.root, 'class', 'block', names.path));
+      if (this.headKeptByPeer(st, ns.nsid)) continue;
+      this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
+      if (names.path) rmSync(path.join(this.subsysDir(st), names.head), { recursive: true, force: true });
     }
     if (nvme.subsystem !== null) {
+      if (this.subsystemKeptByPeer(st)) {
+        this.unlinkQuiet(path.join(this.subsysDir(st), nvme.controller));
+        return;
+      }
       // The kernel frees a subsystem with its last controller.
       this.unlinkQuiet(path.join(this.root, 'class', 'nvme-subsystem', path.basename(this.subsysDir(st))));
       rmSync(this.subsysDir(st), { recursive: true, force: true });
@@ -710,8 +818,12 @@ export class SysfsBuilder {
       w('ro', '0\n');
       w('hidden', hidden ? '1\n' : '0\n');
       w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
-      // A hidden path node has no device number: it has no /dev node.
-      if (!hidden) w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
+      // A hidden path node has no device number: it has no /dev node. A head's is the subsystem's.
+      const minor =
+        nvme.subsystem === null
+          ? Number(nvme.controller.slice(4)) * 64 + ns.nsid
+          : NVME_HEAD_MINOR_BASE + nvme.subsystem * 64 + ns.nsid;
+      if (!hidden) w('dev', `${NVME_BLOCK_MAJOR}:${minor}\n`);
       w('queue/logical_block_size', `${ns.lbaSize}\n`);
       w('queue/physical_block_size', `${ns.lbaSize}\n`);
       w('queue/write_zeroes_max_bytes', `${nvme.writeZeroesMaxBytes}\n`);
@@ -729,6 +841,8 @@ export class SysfsBuilder {
     symlinkSync(`../../${nvme.controller}`, path.join(pathDir, 'device'));
     this.link(path.join(this.root, 'class', 'block', names.path), pathDir);
     const headDir = path.join(this.subsysDir(st), names.head);
+    // One head per namespace of the subsystem, whichever controllers reach it.
+    if (this.headKeptByPeer(st, ns.nsid)) return;
     write(headDir, false);
     // Kernel form (multipath head): nvmeSnY/device -> ../../nvme-subsysS
     symlinkSync(`../../nvme-subsys${nvme.subsystem}`, path.join(headDir, 'device'));
@@ -737,13 +851,16 @@ export class SysfsBuilder {
 
   private removeNamespaceFiles(st: FunctionState, nsid: number): void {
     const names = this.namespaceNames(st, nsid);
-    this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
     if (names.path === null) {
+      this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
       rmSync(path.join(this.ctrlDir(st), names.head), { recursive: true, force: true });
       return;
     }
     this.unlinkQuiet(path.join(this.root, 'class', 'block', names.path));
     rmSync(path.join(this.ctrlDir(st), names.path), { recursive: true, force: true });
+    // The head stays while another controller of the subsystem reaches the namespace.
+    if (this.headKeptByPeer(st, nsid)) return;
+    this.unlinkQuiet(path.join(this.root, 'class', 'block', names.head));
     rmSync(path.join(this.subsysDir(st), names.head), { recursive: true, force: true });
   }
 }

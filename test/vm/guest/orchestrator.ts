@@ -188,6 +188,11 @@ async function main(): Promise<void> {
       '-o',
       'json',
     ]);
+    // The kernel's name for the media (the subsystem NQN): equal on every controller of one subsystem.
+    await command(`subsysnqn ${address}`, [
+      'cat',
+      `/sys/bus/pci/devices/${address}/nvme/${controllerOf(address)}/subsysnqn`,
+    ]);
   }
 
   // The agent starts while the dry run runs: two node processes, two vCPUs.

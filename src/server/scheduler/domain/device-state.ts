@@ -13,6 +13,7 @@
  */
 
 import { type BerthError, failedPrecondition } from '../../../errors.js';
+import type { CensusRecord } from '../../../plugins/cleanup-evidence.js';
 import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
 
 export const DEVICE_STATES = ['available', 'allocated', 'pending_cleaning', 'cleaning', 'error'] as const;
@@ -33,6 +34,8 @@ export interface CleanupProofRecord {
   bytesRead: number;
   bytesTotal: number;
   findings: string[];
+  /** NVMe: the agent's census of the media the proof covered (absent for other devices and older agents). */
+  census?: CensusRecord;
 }
 
 /** How the last (or current) cleanup of a device went; proto CleanupRecord. */

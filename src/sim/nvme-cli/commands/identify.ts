@@ -4,7 +4,7 @@
  * `json_simple_list` / `json_nvme_list_ns`, including its type quirks (int32
  * for u32 fields, uint128 capacities as strings, trailing spaces in sn/mn/fr).
  */
-import { dirname } from 'node:path';
+import { basename, dirname } from 'node:path';
 import type { OptSpec } from '../args.js';
 import {
   applyFault,
@@ -19,8 +19,9 @@ import {
   parseOrFail,
 } from '../context.js';
 import { int32, type JsonObject, type JsonValue, jsonPrint, uint128String } from '../json-print.js';
-import { loadState, type SimControllerState, type SimNamespaceState } from '../state.js';
+import { loadState, type NvmeSimState, type SimControllerState, type SimNamespaceState } from '../state.js';
 import { Status } from '../status.js';
+import { controllersOf, isAttached, snapshotOf, subnqnOf } from '../subsystem.js';
 
 export const OUTPUT_FORMAT: OptSpec = { long: 'output-format', short: 'o', kind: 'string' };
 export const NAMESPACE_ID: OptSpec = { long: 'namespace-id', short: 'n', kind: 'word' };
@@ -129,7 +130,7 @@ export function idCtrlJson(ctrl: SimControllerState, env: NodeJS.ProcessEnv): Js
     mnan: u(0),
     maxdna: uint128String(0, env),
     maxcna: u(0),
-    subnqn: `nqn.2014.08.org.nvmexpress:${ctrl.vid.toString(16).padStart(4, '0')}${ctrl.ssvid.toString(16).padStart(4, '0')}${ctrl.sn}${ctrl.mn}`,
+    subnqn: subnqnOf(ctrl),
     ioccsz: u(0),
     iorcsz: u(0),
     icdoff: 0,
@@ -189,7 +190,7 @@ export async function idCtrl(argv: string[], env: CliEnv): Promise<CliResult> {
   if ('result' in p) return p.result;
   const dev = openDevice(o, 'id-ctrl', p.args, env);
   if (!isDevice(dev)) return dev;
-  const ctrl = await onController(env, dev, (c) => ({ changed: false, result: structuredClone(c) }));
+  const ctrl = await onController(env, dev, (c, state) => ({ changed: false, result: snapshotOf(state, c) }));
   const fault = applyFault(o, 'id-ctrl', ctrl);
   if (fault && fault !== 'noop') return fault;
   const fmt = outputFormat(p.args.opts.get('output-format'));
@@ -264,12 +265,12 @@ export async function idNs(argv: string[], env: CliEnv): Promise<CliResult> {
   const nsid = nsidOf(o, dev, p.args.opts.get('namespace-id'));
   if (typeof nsid !== 'number') return nsid;
   const force = p.args.opts.get('force') === true;
-  const ctrl = await onController(env, dev, (c) => ({ changed: false, result: structuredClone(c) }));
+  const ctrl = await onController(env, dev, (c, state) => ({ changed: false, result: snapshotOf(state, c) }));
   const fault = applyFault(o, 'id-ns', ctrl);
   if (fault && fault !== 'noop') return fault;
   if (nsid === 0 || (nsid > ctrl.nn >>> 0 && nsid !== 0xffffffff)) return nvmeError(o, Status.INVALID_NS);
   // Identify on an inactive NSID returns a zero-filled structure; --force (CNS 0x11) also shows allocated ones.
-  const ns = ctrl.namespaces.find((n) => n.nsid === nsid && (n.attached || force));
+  const ns = ctrl.namespaces.find((n) => n.nsid === nsid && (isAttached(n, ctrl) || force));
   const fmt = outputFormat(p.args.opts.get('output-format'));
   if (fmt === undefined || fmt === 'binary') return o.done(1);
   const j = idNsJson(ns, env.env);
@@ -303,12 +304,12 @@ export async function listNs(argv: string[], env: CliEnv): Promise<CliResult> {
     o.err('invalid nsid parameter\n');
     return o.done(1);
   }
-  const ctrl = await onController(env, dev, (c) => ({ changed: false, result: structuredClone(c) }));
+  const ctrl = await onController(env, dev, (c, state) => ({ changed: false, result: snapshotOf(state, c) }));
   const fault = applyFault(o, 'list-ns', ctrl);
   if (fault && fault !== 'noop') return fault;
   const all = p.args.opts.get('all') === true;
   const ids = ctrl.namespaces
-    .filter((n) => (all || n.attached) && n.nsid >= start)
+    .filter((n) => (all || isAttached(n, ctrl)) && n.nsid >= start)
     .map((n) => n.nsid)
     .sort((a, b) => a - b);
   if (fmt === 'json') o.out(jsonPrint({ nsid_list: ids.map((nsid) => ({ nsid: int32(nsid) })) }));
@@ -329,16 +330,19 @@ function nsSizes(n: SimNamespaceState) {
 }
 
 /**
- * `list -v -o json` (2.3 `json_detail_list`): one subsystem per simulated
- * controller, holding the controller (name, PCI address) and its namespaces.
- * Here `NameSpace` is the device name string, unlike the simple list.
+ * `list -v -o json` (2.3 `json_detail_list`): one subsystem per simulated NVM
+ * subsystem, holding its controllers (name, PCI address, the namespaces
+ * attached to each) and its namespaces. Here `NameSpace` is the device name
+ * string, unlike the simple list.
  */
-function detailList(controllers: SimControllerState[]): JsonObject {
-  const subsystems = controllers.map((c, i) => ({
+function detailList(state: NvmeSimState): JsonObject {
+  const holders = state.controllers.filter((c) => c.shares === undefined);
+  const subsystems = holders.map((h, i) => ({
     Subsystem: `nvme-subsys${i}`,
-    SubsystemNQN: `nqn.2014.08.org.nvmexpress:${c.vid.toString(16).padStart(4, '0')}${c.ssvid.toString(16).padStart(4, '0')}${c.sn}${c.mn}`,
-    Controllers: [
-      {
+    SubsystemNQN: subnqnOf(h),
+    Controllers: controllersOf(state, h).map((own) => {
+      const c = snapshotOf(state, own);
+      return {
         Controller: c.name,
         Cntlid: String(c.cntlid),
         SerialNumber: c.sn.trimEnd(),
@@ -347,16 +351,16 @@ function detailList(controllers: SimControllerState[]): JsonObject {
         Transport: 'pcie',
         Address: c.pciAddress,
         Namespaces: c.namespaces
-          .filter((n) => n.attached)
+          .filter((n) => isAttached(n, c))
           .map((n) => ({
-            NameSpace: `${c.name}n${n.nsid}`,
+            NameSpace: basename(n.devPath),
             Generic: `ng${c.name.slice(4)}n${n.nsid}`,
             NSID: n.nsid,
             ...nsSizes(n),
           })),
         Paths: [],
-      },
-    ],
+      };
+    }),
     Namespaces: [],
   }));
   return { Devices: [{ Subsystems: subsystems }] };
@@ -387,17 +391,19 @@ export async function list(argv: string[], env: CliEnv): Promise<CliResult> {
     o.err('Invalid output format\n');
     return o.done(1);
   }
-  let controllers: SimControllerState[] = [];
+  let state: NvmeSimState = { version: 1, controllers: [] };
   try {
-    if (env.statePath) controllers = loadState(env.statePath).controllers;
+    if (env.statePath) state = loadState(env.statePath);
   } catch {
-    controllers = [];
+    state = { version: 1, controllers: [] };
   }
-  const rows = controllers
+  // One row per namespace with a block device: each subsystem once, through its holder.
+  const rows = state.controllers
+    .filter((c) => c.shares === undefined)
     .flatMap((c) => c.namespaces.filter((n) => n.attached).map((n) => ({ c, n })))
     .sort((a, b) => a.n.devPath.localeCompare(b.n.devPath));
   if (fmt === 'json' && p.args.opts.get('verbose') === true) {
-    o.out(jsonPrint(detailList(controllers)));
+    o.out(jsonPrint(detailList(state)));
     return o.done(0);
   }
   if (fmt === 'json') {

@@ -19,6 +19,7 @@ import { fillRange, fillWhole } from '../media.js';
 import { SSTAT_GLOBAL_ERASED, sanitizeFailedLocked, sanitizeRunning } from '../sanitize-engine.js';
 import type { SimControllerState } from '../state.js';
 import { Status } from '../status.js';
+import { isAttached } from '../subsystem.js';
 import { LBA_FORMATS, NAMESPACE_ID } from './identify.js';
 
 const NSID_ALL = 0xffffffff;
@@ -75,7 +76,7 @@ export async function writeZeroes(argv: string[], env: CliEnv): Promise<CliResul
     if (fault) return { changed: false, result: fault };
     if (!(ctrl.oncs & ONCS_WRITE_ZEROES))
       return { changed: false, result: nvmeError(o, Status.INVALID_OPCODE) };
-    const ns = ctrl.namespaces.find((n) => n.nsid === nsid && n.attached);
+    const ns = ctrl.namespaces.find((n) => n.nsid === nsid && isAttached(n, ctrl));
     if (!ns) return { changed: false, result: nvmeError(o, Status.INVALID_NS) };
     const blocked = sanitizeBlocks(ctrl);
     if (blocked !== undefined) return { changed: false, result: nvmeError(o, blocked) };
@@ -181,10 +182,15 @@ export async function format(argv: string[], env: CliEnv): Promise<CliResult> {
       return { changed: false, result: nvmeError(o, Status.INVALID_FIELD) };
     }
     if (lbaf >= LBA_FORMATS.length) return { changed: false, result: nvmeError(o, Status.INVALID_FORMAT) };
+    // NSID FFFFFFFFh formats the namespaces attached to this controller; a secure erase reaches
+    // every namespace of the subsystem, attached or not, only when FNA bit 1 says so.
+    const attachedHere = ctrl.namespaces.filter((n) => isAttached(n, ctrl));
     const targets =
-      nsid === NSID_ALL || (ses > 0 && ctrl.fna & FNA_SECURE_ERASE_ALL)
+      ses > 0 && ctrl.fna & FNA_SECURE_ERASE_ALL
         ? ctrl.namespaces
-        : ctrl.namespaces.filter((n) => n.nsid === nsid && n.attached);
+        : nsid === NSID_ALL
+          ? attachedHere
+          : attachedHere.filter((n) => n.nsid === nsid);
     if (targets.length === 0 && nsid !== NSID_ALL)
       return { changed: false, result: nvmeError(o, Status.INVALID_NS) };
     const lbaSize = LBA_FORMATS[lbaf] as number;

@@ -21,8 +21,9 @@ import {
   parseOrFail,
 } from '../context.js';
 import { copyRange, createBackingFile } from '../media.js';
-import type { SimControllerState } from '../state.js';
+import type { NvmeSimState, SimControllerState } from '../state.js';
 import { Status } from '../status.js';
+import { controllersOf, holderOf, isAttached, setAttached } from '../subsystem.js';
 import { LBA_FORMATS, NAMESPACE_ID } from './identify.js';
 import { sanitizeBlocks } from './media.js';
 
@@ -33,6 +34,11 @@ const TIMEOUT = { long: 'timeout', short: 't', kind: 'word' } as const;
 /** nvme-cli prints nsids with `%d`: 0xFFFFFFFF shows as -1. */
 function pd(nsid: number): number {
   return nsid | 0;
+}
+
+/** Whether the controller's subsystem has several controllers (attachment is then per controller). */
+function sharedSubsystem(state: NvmeSimState, ctrl: SimControllerState): boolean {
+  return controllersOf(state, holderOf(state, ctrl)).length > 1;
 }
 
 /** Statuses common to all namespace-management commands. */
@@ -116,7 +122,7 @@ export async function createNs(argv: string[], env: CliEnv): Promise<CliResult> 
     apply(Math.floor(bytes / lbaSize));
   }
 
-  return onController(env, dev, (ctrl) => {
+  return onController(env, dev, (ctrl, state) => {
     const fault = applyFault(o, 'create-ns', ctrl);
     if (fault && fault !== 'noop') return { changed: false, result: fault };
     const blocked = mgmtBlocked(ctrl);
@@ -148,6 +154,8 @@ export async function createNs(argv: string[], env: CliEnv): Promise<CliResult> 
       sizeBytes,
       lbaSize,
       attached: false,
+      // On a subsystem with several controllers, attachment is per controller.
+      ...(sharedSubsystem(state, ctrl) ? { attachedTo: [] } : {}),
       ...(mediaOffset === undefined ? {} : { mediaOffset }),
     });
     ctrl.namespaces.sort((a, b) => a.nsid - b.nsid);
@@ -227,7 +235,7 @@ async function attachDetach(cmd: 'attach-ns' | 'detach-ns', argv: string[], env:
   if (ids.length === 0) {
     o.err('warning: empty controller-id list will result in no actual change in namespace attachment\n');
   }
-  return onController(env, dev, (ctrl) => {
+  return onController(env, dev, (ctrl, state) => {
     const fault = applyFault(o, cmd, ctrl);
     if (fault === 'noop') {
       o.out(`${cmd}: Success, nsid:${pd(nsid)}\n`);
@@ -238,14 +246,18 @@ async function attachDetach(cmd: 'attach-ns' | 'detach-ns', argv: string[], env:
     if (blocked !== undefined) return { changed: false, result: nvmeError(o, blocked) };
     const ns = ctrl.namespaces.find((n) => n.nsid === nsid);
     if (!ns) return { changed: false, result: nvmeError(o, Status.INVALID_NS) };
-    // This simulated subsystem has one controller: any other id in the list is invalid.
-    if (ids.some((id) => id !== ctrl.cntlid))
+    // The list may name any controller of this subsystem, and only those.
+    const members = controllersOf(state, holderOf(state, ctrl)).map((c) => c.cntlid);
+    if (ids.some((id) => !members.includes(id)))
       return { changed: false, result: nvmeError(o, Status.CTRL_LIST_INVALID) };
     let changed = false;
-    if (ids.length > 0) {
-      if (attach && ns.attached) return { changed: false, result: nvmeError(o, Status.NS_ALREADY_ATTACHED) };
-      if (!attach && !ns.attached) return { changed: false, result: nvmeError(o, Status.NS_NOT_ATTACHED) };
-      ns.attached = attach;
+    for (const cntlid of new Set(ids)) {
+      const on = isAttached(ns, { cntlid });
+      if (attach && on) return { changed: false, result: nvmeError(o, Status.NS_ALREADY_ATTACHED) };
+      if (!attach && !on) return { changed: false, result: nvmeError(o, Status.NS_NOT_ATTACHED) };
+    }
+    for (const cntlid of new Set(ids)) {
+      setAttached(ns, { cntlid }, attach);
       changed = true;
     }
     o.out(`${cmd}: Success, nsid:${pd(nsid)}\n`);

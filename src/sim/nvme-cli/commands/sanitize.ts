@@ -108,6 +108,8 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
 
   /** The started-at time when a new sanitize began (its worker is spawned after the lock is released). */
   let startedAt: number | undefined;
+  /** The controller that holds the subsystem's sanitize state: the one the worker completes. */
+  let holder = dev.ctrl.name;
   const outcome = await onController(env, dev, (ctrl) => {
     const fault = applyFault(o, 'sanitize', ctrl);
     if (fault === 'noop') return { changed: false, result: o.done(0) };
@@ -126,6 +128,10 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
       return { changed: false, result: o.done(0) };
     }
     startedAt = env.now();
+    holder = ctrl.shares ?? ctrl.name;
+    // Sanitize is subsystem-wide: a failure injected on the controller that sent it sticks to the operation.
+    if (ctrl.faults?.sanitize?.mode === 'sanitize-fails') s.failing = true;
+    else delete s.failing;
     s.sstat = SSTAT_IN_PROGRESS;
     s.sprog = 0;
     s.startedAt = startedAt;
@@ -135,7 +141,7 @@ export async function sanitize(argv: string[], env: CliEnv): Promise<CliResult> 
     delete s.failureCleared;
     return { changed: true, result: o.done(0) };
   });
-  if (startedAt !== undefined && env.statePath) spawnSanitizeWorker(env.statePath, dev.ctrl.name, startedAt);
+  if (startedAt !== undefined && env.statePath) spawnSanitizeWorker(env.statePath, holder, startedAt);
   return outcome;
 }
 

@@ -64,6 +64,68 @@ export function readBackToJSON(object: ReadBack): string {
 }
 
 /**
+ * NamespaceManagement says whether a tenant could create and delete
+ * namespaces on the controller (and so leave data outside them).
+ */
+export enum NamespaceManagement {
+  NAMESPACE_MANAGEMENT_UNSPECIFIED = 0,
+  /** NAMESPACE_MANAGEMENT_UNSUPPORTED - OACS bit 3 is clear. */
+  NAMESPACE_MANAGEMENT_UNSUPPORTED = 1,
+  /**
+   * NAMESPACE_MANAGEMENT_REFUSED - Advertised, but refused outright (Invalid Command Opcode) when the agent
+   * asked with a command that changes nothing (QEMU).
+   */
+  NAMESPACE_MANAGEMENT_REFUSED = 2,
+  /** NAMESPACE_MANAGEMENT_WORKS - Advertised, and the agent's question was not refused. */
+  NAMESPACE_MANAGEMENT_WORKS = 3,
+  /** NAMESPACE_MANAGEMENT_NOT_ASKED - Advertised; not asked, since the coverage did not depend on it. */
+  NAMESPACE_MANAGEMENT_NOT_ASKED = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function namespaceManagementFromJSON(object: any): NamespaceManagement {
+  switch (object) {
+    case 0:
+    case "NAMESPACE_MANAGEMENT_UNSPECIFIED":
+      return NamespaceManagement.NAMESPACE_MANAGEMENT_UNSPECIFIED;
+    case 1:
+    case "NAMESPACE_MANAGEMENT_UNSUPPORTED":
+      return NamespaceManagement.NAMESPACE_MANAGEMENT_UNSUPPORTED;
+    case 2:
+    case "NAMESPACE_MANAGEMENT_REFUSED":
+      return NamespaceManagement.NAMESPACE_MANAGEMENT_REFUSED;
+    case 3:
+    case "NAMESPACE_MANAGEMENT_WORKS":
+      return NamespaceManagement.NAMESPACE_MANAGEMENT_WORKS;
+    case 4:
+    case "NAMESPACE_MANAGEMENT_NOT_ASKED":
+      return NamespaceManagement.NAMESPACE_MANAGEMENT_NOT_ASKED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return NamespaceManagement.UNRECOGNIZED;
+  }
+}
+
+export function namespaceManagementToJSON(object: NamespaceManagement): string {
+  switch (object) {
+    case NamespaceManagement.NAMESPACE_MANAGEMENT_UNSPECIFIED:
+      return "NAMESPACE_MANAGEMENT_UNSPECIFIED";
+    case NamespaceManagement.NAMESPACE_MANAGEMENT_UNSUPPORTED:
+      return "NAMESPACE_MANAGEMENT_UNSUPPORTED";
+    case NamespaceManagement.NAMESPACE_MANAGEMENT_REFUSED:
+      return "NAMESPACE_MANAGEMENT_REFUSED";
+    case NamespaceManagement.NAMESPACE_MANAGEMENT_WORKS:
+      return "NAMESPACE_MANAGEMENT_WORKS";
+    case NamespaceManagement.NAMESPACE_MANAGEMENT_NOT_ASKED:
+      return "NAMESPACE_MANAGEMENT_NOT_ASKED";
+    case NamespaceManagement.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
+/**
  * CleanupProof is what the agent accepted as proof that a cleanup erased
  * every byte the tenant could address. The driver reports evidence; the agent
  * judges it; this is the verdict's summary.
@@ -83,10 +145,58 @@ export interface CleanupProof {
   bytesTotal: number;
   /** What was proven, one sentence each. */
   findings: string[];
+  /**
+   * NVMe: the agent's own census of the media, which the proof covered —
+   * every allocated namespace of the subsystem, attached or not, and the
+   * capacity — whichever driver made the proof. Absent for other devices.
+   */
+  census: MediaCensus | undefined;
+}
+
+/** CensusNamespace is one allocated namespace the agent's census found. */
+export interface CensusNamespace {
+  nsid: number;
+  /** nsze times the data size of its LBA format. */
+  sizeBytes: number;
+  blockSize: number;
+  /** Attached to the controller the census was taken through. */
+  attached: boolean;
+  /** Its block device on that controller (e.g. nvme0n1); empty when it has none. */
+  name: string;
+  /**
+   * How its erasure was proven: "sanitize" or "read-back"; empty in
+   * namespaces_before.
+   */
+  coveredBy: string;
+}
+
+/**
+ * MediaCensus is what the agent itself found on an NVMe device's media, with
+ * nvme-cli, before and after the driver's cleanup
+ * (docs/operator-guide.md, "What a cleanup proves").
+ */
+export interface MediaCensus {
+  /** The controller it was taken through (nvmeX). */
+  controller: string;
+  /** TNVMCAP; absent when the controller reports 0 (unknown). */
+  totalCapacityBytes?:
+    | number
+    | undefined;
+  /** UNVMCAP; absent when unknown. */
+  unallocatedCapacityBytes?:
+    | number
+    | undefined;
+  /** After the cleanup: every allocated namespace, each covered. */
+  namespaces: CensusNamespace[];
+  /** Before the cleanup: what the tenant left. */
+  namespacesBefore: CensusNamespace[];
+  namespaceManagement: NamespaceManagement;
+  /** How the unallocated capacity is accounted for, in words. */
+  unallocated: string;
 }
 
 function createBaseCleanupProof(): CleanupProof {
-  return { method: "", readBack: 0, bytesWritten: 0, bytesRead: 0, bytesTotal: 0, findings: [] };
+  return { method: "", readBack: 0, bytesWritten: 0, bytesRead: 0, bytesTotal: 0, findings: [], census: undefined };
 }
 
 export const CleanupProof: MessageFns<CleanupProof> = {
@@ -108,6 +218,9 @@ export const CleanupProof: MessageFns<CleanupProof> = {
     }
     for (const v of message.findings) {
       writer.uint32(50).string(v!);
+    }
+    if (message.census !== undefined) {
+      MediaCensus.encode(message.census, writer.uint32(58).fork()).join();
     }
     return writer;
   },
@@ -173,6 +286,14 @@ export const CleanupProof: MessageFns<CleanupProof> = {
             message.findings.push(reader.string());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.census = MediaCensus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -211,6 +332,7 @@ export const CleanupProof: MessageFns<CleanupProof> = {
       findings: globalThis.Array.isArray(object?.findings)
         ? object.findings.map((e: any) => globalThis.String(e))
         : [],
+      census: isSet(object.census) ? MediaCensus.fromJSON(object.census) : undefined,
     };
   },
 
@@ -234,6 +356,9 @@ export const CleanupProof: MessageFns<CleanupProof> = {
     if (message.findings?.length) {
       obj.findings = message.findings;
     }
+    if (message.census !== undefined) {
+      obj.census = MediaCensus.toJSON(message.census);
+    }
     return obj;
   },
 
@@ -248,6 +373,361 @@ export const CleanupProof: MessageFns<CleanupProof> = {
     message.bytesRead = object.bytesRead ?? 0;
     message.bytesTotal = object.bytesTotal ?? 0;
     message.findings = object.findings?.map((e) => e) || [];
+    message.census = (object.census !== undefined && object.census !== null)
+      ? MediaCensus.fromPartial(object.census)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCensusNamespace(): CensusNamespace {
+  return { nsid: 0, sizeBytes: 0, blockSize: 0, attached: false, name: "", coveredBy: "" };
+}
+
+export const CensusNamespace: MessageFns<CensusNamespace> = {
+  encode(message: CensusNamespace, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.nsid !== 0) {
+      writer.uint32(8).uint32(message.nsid);
+    }
+    if (message.sizeBytes !== 0) {
+      writer.uint32(16).uint64(message.sizeBytes);
+    }
+    if (message.blockSize !== 0) {
+      writer.uint32(24).uint32(message.blockSize);
+    }
+    if (message.attached !== false) {
+      writer.uint32(32).bool(message.attached);
+    }
+    if (message.name !== "") {
+      writer.uint32(42).string(message.name);
+    }
+    if (message.coveredBy !== "") {
+      writer.uint32(50).string(message.coveredBy);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CensusNamespace {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCensusNamespace();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.nsid = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.sizeBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.blockSize = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.attached = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.coveredBy = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CensusNamespace {
+    return {
+      nsid: isSet(object.nsid) ? globalThis.Number(object.nsid) : 0,
+      sizeBytes: isSet(object.sizeBytes)
+        ? globalThis.Number(object.sizeBytes)
+        : isSet(object.size_bytes)
+        ? globalThis.Number(object.size_bytes)
+        : 0,
+      blockSize: isSet(object.blockSize)
+        ? globalThis.Number(object.blockSize)
+        : isSet(object.block_size)
+        ? globalThis.Number(object.block_size)
+        : 0,
+      attached: isSet(object.attached) ? globalThis.Boolean(object.attached) : false,
+      name: isSet(object.name) ? globalThis.String(object.name) : "",
+      coveredBy: isSet(object.coveredBy)
+        ? globalThis.String(object.coveredBy)
+        : isSet(object.covered_by)
+        ? globalThis.String(object.covered_by)
+        : "",
+    };
+  },
+
+  toJSON(message: CensusNamespace): unknown {
+    const obj: any = {};
+    if (message.nsid !== 0) {
+      obj.nsid = Math.round(message.nsid);
+    }
+    if (message.sizeBytes !== 0) {
+      obj.sizeBytes = Math.round(message.sizeBytes);
+    }
+    if (message.blockSize !== 0) {
+      obj.blockSize = Math.round(message.blockSize);
+    }
+    if (message.attached !== false) {
+      obj.attached = message.attached;
+    }
+    if (message.name !== "") {
+      obj.name = message.name;
+    }
+    if (message.coveredBy !== "") {
+      obj.coveredBy = message.coveredBy;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CensusNamespace>, I>>(base?: I): CensusNamespace {
+    return CensusNamespace.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CensusNamespace>, I>>(object: I): CensusNamespace {
+    const message = createBaseCensusNamespace();
+    message.nsid = object.nsid ?? 0;
+    message.sizeBytes = object.sizeBytes ?? 0;
+    message.blockSize = object.blockSize ?? 0;
+    message.attached = object.attached ?? false;
+    message.name = object.name ?? "";
+    message.coveredBy = object.coveredBy ?? "";
+    return message;
+  },
+};
+
+function createBaseMediaCensus(): MediaCensus {
+  return {
+    controller: "",
+    totalCapacityBytes: undefined,
+    unallocatedCapacityBytes: undefined,
+    namespaces: [],
+    namespacesBefore: [],
+    namespaceManagement: 0,
+    unallocated: "",
+  };
+}
+
+export const MediaCensus: MessageFns<MediaCensus> = {
+  encode(message: MediaCensus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.controller !== "") {
+      writer.uint32(10).string(message.controller);
+    }
+    if (message.totalCapacityBytes !== undefined) {
+      writer.uint32(16).uint64(message.totalCapacityBytes);
+    }
+    if (message.unallocatedCapacityBytes !== undefined) {
+      writer.uint32(24).uint64(message.unallocatedCapacityBytes);
+    }
+    for (const v of message.namespaces) {
+      CensusNamespace.encode(v!, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.namespacesBefore) {
+      CensusNamespace.encode(v!, writer.uint32(42).fork()).join();
+    }
+    if (message.namespaceManagement !== 0) {
+      writer.uint32(48).int32(message.namespaceManagement);
+    }
+    if (message.unallocated !== "") {
+      writer.uint32(58).string(message.unallocated);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): MediaCensus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseMediaCensus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.controller = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.totalCapacityBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.unallocatedCapacityBytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.namespaces.push(CensusNamespace.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.namespacesBefore.push(CensusNamespace.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.namespaceManagement = reader.int32() as any;
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.unallocated = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): MediaCensus {
+    return {
+      controller: isSet(object.controller) ? globalThis.String(object.controller) : "",
+      totalCapacityBytes: isSet(object.totalCapacityBytes)
+        ? globalThis.Number(object.totalCapacityBytes)
+        : isSet(object.total_capacity_bytes)
+        ? globalThis.Number(object.total_capacity_bytes)
+        : undefined,
+      unallocatedCapacityBytes: isSet(object.unallocatedCapacityBytes)
+        ? globalThis.Number(object.unallocatedCapacityBytes)
+        : isSet(object.unallocated_capacity_bytes)
+        ? globalThis.Number(object.unallocated_capacity_bytes)
+        : undefined,
+      namespaces: globalThis.Array.isArray(object?.namespaces)
+        ? object.namespaces.map((e: any) => CensusNamespace.fromJSON(e))
+        : [],
+      namespacesBefore: globalThis.Array.isArray(object?.namespacesBefore)
+        ? object.namespacesBefore.map((e: any) => CensusNamespace.fromJSON(e))
+        : globalThis.Array.isArray(object?.namespaces_before)
+        ? object.namespaces_before.map((e: any) => CensusNamespace.fromJSON(e))
+        : [],
+      namespaceManagement: isSet(object.namespaceManagement)
+        ? namespaceManagementFromJSON(object.namespaceManagement)
+        : isSet(object.namespace_management)
+        ? namespaceManagementFromJSON(object.namespace_management)
+        : 0,
+      unallocated: isSet(object.unallocated) ? globalThis.String(object.unallocated) : "",
+    };
+  },
+
+  toJSON(message: MediaCensus): unknown {
+    const obj: any = {};
+    if (message.controller !== "") {
+      obj.controller = message.controller;
+    }
+    if (message.totalCapacityBytes !== undefined) {
+      obj.totalCapacityBytes = Math.round(message.totalCapacityBytes);
+    }
+    if (message.unallocatedCapacityBytes !== undefined) {
+      obj.unallocatedCapacityBytes = Math.round(message.unallocatedCapacityBytes);
+    }
+    if (message.namespaces?.length) {
+      obj.namespaces = message.namespaces.map((e) => CensusNamespace.toJSON(e));
+    }
+    if (message.namespacesBefore?.length) {
+      obj.namespacesBefore = message.namespacesBefore.map((e) => CensusNamespace.toJSON(e));
+    }
+    if (message.namespaceManagement !== 0) {
+      obj.namespaceManagement = namespaceManagementToJSON(message.namespaceManagement);
+    }
+    if (message.unallocated !== "") {
+      obj.unallocated = message.unallocated;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<MediaCensus>, I>>(base?: I): MediaCensus {
+    return MediaCensus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<MediaCensus>, I>>(object: I): MediaCensus {
+    const message = createBaseMediaCensus();
+    message.controller = object.controller ?? "";
+    message.totalCapacityBytes = object.totalCapacityBytes ?? undefined;
+    message.unallocatedCapacityBytes = object.unallocatedCapacityBytes ?? undefined;
+    message.namespaces = object.namespaces?.map((e) => CensusNamespace.fromPartial(e)) || [];
+    message.namespacesBefore = object.namespacesBefore?.map((e) => CensusNamespace.fromPartial(e)) || [];
+    message.namespaceManagement = object.namespaceManagement ?? 0;
+    message.unallocated = object.unallocated ?? "";
     return message;
   },
 };
