@@ -15,6 +15,7 @@ import {
 } from '../../gen/berth/scheduler/v1/accelerator_request.js';
 import { GetProfileRequest } from '../../gen/berth/scheduler/v1/profile.js';
 import { RegisterRequest } from '../../gen/berth/scheduler/v1/registration.js';
+import { HOST_INFLOW_LIMITS } from '../scheduler/domain/inventory-bounds.js';
 import { CLIENT_OPTIONS } from '../scheduler/runtime/agent-link.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { generateStaticToken } from './auth.js';
@@ -143,8 +144,10 @@ describe('transport limits', () => {
     expect(SERVER_OPTIONS['grpc.keepalive_time_ms']).toBeGreaterThan(0);
     expect(SERVER_OPTIONS['grpc.max_receive_message_length']).toBe(4 * 1024 * 1024);
     expect(SERVER_OPTIONS['grpc.max_concurrent_streams']).toBeLessThanOrEqual(1024);
-    // The scheduler can receive what an agent's server may send.
-    expect(CLIENT_OPTIONS['grpc.max_receive_message_length']).toBeGreaterThanOrEqual(
+    // The scheduler decodes no inventory message larger than one host may send
+    // (domain/inventory-bounds.ts): below what a server may send, on purpose.
+    expect(CLIENT_OPTIONS['grpc.max_receive_message_length']).toBe(HOST_INFLOW_LIMITS.messageBytes);
+    expect(HOST_INFLOW_LIMITS.messageBytes).toBeLessThan(
       SERVER_OPTIONS['grpc.max_send_message_length'] as number,
     );
   });

@@ -329,6 +329,11 @@ export class PgDatabase implements TransactionRunner {
       } catch (err) {
         const code = (err as { pgCode?: string }).pgCode;
         if (code && TRANSIENT.has(code) && attempt < MAX_ATTEMPTS) continue;
+        // A compare-and-set lost to a unit that committed meanwhile (a device
+        // written under it, or two devices of one media bound on two hosts at
+        // once): run the unit again, it sees what won (decision 13).
+        if (err instanceof BerthError && err.reason === 'CONCURRENT_UPDATE' && attempt < MAX_ATTEMPTS)
+          continue;
         throw err;
       }
     }
