@@ -131,6 +131,11 @@ export function deviceToProto(d: DeviceRecord): Device {
     updatedAt: ts(d.updatedAt),
     // Filled in when the store keeps media identities (docs/media-identity.md).
     media: undefined,
+    // Filled in by DeviceService when the scheduler reports to Placement (placement/).
+    placementProviderUuid: '',
+    placementSyncedAt: undefined,
+    placementNote: '',
+    placementProviderName: '',
   };
 }
 

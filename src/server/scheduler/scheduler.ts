@@ -22,6 +22,9 @@ import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } fr
 import { InstanceLock } from '../instance-lock.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
+import type { PlacementOptions } from './placement/config.js';
+import { startPlacement } from './placement/placement.js';
+import { schedulerSide } from './placement/scheduler-side.js';
 import { AgentDirectory } from './runtime/agent-directory.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
@@ -34,6 +37,7 @@ import { deviceServiceBinding } from './services/device-service.js';
 import { hostServiceBinding } from './services/host-service.js';
 import { instanceServiceBinding } from './services/instance-service.js';
 import { migrationServiceBinding } from './services/migration-service.js';
+import { placementServiceBinding } from './services/placement-service.js';
 import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
 import { isPostgresUrl, openPgStore } from './store/pg-store.js';
@@ -86,6 +90,14 @@ export interface SchedulerOptions {
   retentionIntervalMs?: number;
   /** Link leases when schedulers share a PostgreSQL database (default: 6 s TTL, a look every 2 s). */
   linkLeases?: Partial<LeaseTiming>;
+  /**
+   * Report to OpenStack Placement, or clean Nova's one-time-use devices
+   * (placement/config.ts; docs/operator-guide.md "Running with Nova and
+   * Placement"). Absent: Placement is not used.
+   */
+  placement?: PlacementOptions;
+  /** The fetch Placement and Keystone calls use (tests). */
+  placementFetch?: typeof fetch;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -195,7 +207,22 @@ export class Scheduler {
       hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
       connectAgent,
       claimLink: (host) => leaseKeeper?.claim(host) ?? Promise.resolve(true),
+      placement: null,
     };
+    // Placement is asked for its versions before serving: a server too old, or
+    // credentials refused, stop the start with the reason (an unreachable one does not).
+    const placement = options.placement
+      ? await startPlacement(options.placement, schedulerSide(core), {
+          logger,
+          registry: metrics.registry,
+          ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
+        }).catch(async (err: unknown) => {
+          await store.close();
+          lock?.release();
+          throw err;
+        })
+      : null;
+    core.placement = placement;
     const services = [
       registrationServiceBinding(core),
       hostServiceBinding(core),
@@ -204,6 +231,7 @@ export class Scheduler {
       arqServiceBinding(core),
       instanceServiceBinding(core),
       migrationServiceBinding(core),
+      placementServiceBinding(core),
       ...(options.extraServices?.(core) ?? []),
     ];
     const server = new GrpcServer({
@@ -215,6 +243,7 @@ export class Scheduler {
     try {
       await server.listen(options.listen);
     } catch (err) {
+      await placement?.stop();
       await server.stop(0);
       await store.close();
       lock?.release();
@@ -264,6 +293,9 @@ export class Scheduler {
       }
       leaseKeeper?.start();
     }
+    // After the hosts known from before are marked disconnected: Placement never
+    // sees a host as reachable that this scheduler has not heard from.
+    if (!damaged) placement?.start();
     const pruner = new HistoryPruner(
       store,
       { ...DEFAULT_RETENTION, ...options.retention },
@@ -300,6 +332,7 @@ export class Scheduler {
   }
 
   async stop(): Promise<void> {
+    await this.core.placement?.stop();
     this.core.dispatcher.stop();
     await this.pruner.stop();
     // Its hosts are adopted by the other schedulers on the database at their next look.

@@ -130,8 +130,12 @@ export interface CleanupJob {
   /** The device's locked-in action when the job was created. */
   action: string;
   state: CleanupJobState;
-  /** What asked for it: release (of an ARQ/migration), operator (CleanDevice), or agent (its agent reports it holds tenant data). */
-  origin: 'release' | 'operator' | 'agent';
+  /**
+   * What asked for it: release (of an ARQ/migration), operator (CleanDevice),
+   * agent (its agent reports it holds tenant data), or placement (used outside
+   * Berth: Nova's one-time-use devices).
+   */
+  origin: 'release' | 'operator' | 'agent' | 'placement';
   message: string;
   lastSequence: number;
   createdAt: string;
@@ -349,6 +353,16 @@ export interface Store {
     ref: DeviceRef,
     opts: { requestId?: string; agentCanClean: boolean },
   ): Promise<{ device: DeviceRecord; job: CleanupJob }>;
+
+  /**
+   * The device was used outside Berth (Nova's one-time-use): available and
+   * cleanable → pending_cleaning under a new queued job (origin placement);
+   * available and not cleanable → error with `why`; otherwise unchanged, job null.
+   */
+  scrubUsedOutsideBerth(
+    ref: DeviceRef,
+    why: string,
+  ): Promise<{ device: DeviceRecord; job: CleanupJob | null }>;
 
   // --- cleanup -----------------------------------------------------------
   /** pending_cleaning and cleaning devices (of one host, or all) with their jobs: what to dispatch or re-attach. */
