@@ -86,6 +86,23 @@ function describeInventory(inv: Inventories): string {
   );
 }
 
+/** `CUSTOM_X: reserved 0 → 1` for what changes in a class kept; the whole inventories otherwise. */
+function inventoryChange(cur: Inventories, want: Inventories): string {
+  const rcs = Object.keys(want);
+  if (rcs.length !== Object.keys(cur).length || !rcs.every((rc) => cur[rc])) {
+    return `inventory ${describeInventory(cur)} → ${describeInventory(want)}`;
+  }
+  return rcs
+    .map((rc) => {
+      const a = cur[rc]!;
+      const w = want[rc]!;
+      const fields = (Object.keys(w) as Array<keyof typeof w>).filter((k) => a[k] !== w[k]);
+      return fields.length ? `${rc}: ${fields.map((k) => `${k} ${a[k]} → ${w[k]}`).join(', ')}` : '';
+    })
+    .filter(Boolean)
+    .join('; ');
+}
+
 export class Reporter {
   private readonly conn: PlacementConnection;
   private readonly api: PlacementApi;
@@ -691,7 +708,7 @@ export class Reporter {
     };
     const writeInventory = async () => {
       if (invSame) return null;
-      const before = describeInventory(cur.inventories);
+      const what = inventoryChange(cur.inventories, wantInv);
       if (!dryRun) {
         for (const rc of Object.keys(wantInv)) {
           if (rc.startsWith('CUSTOM_') && !this.knownRcs.has(rc)) {
@@ -702,7 +719,7 @@ export class Reporter {
         cur.generation = await api.putInventories(cur.uuid, cur.generation, wantInv, name);
         cur.inventories = structuredClone(wantInv);
       }
-      return `inventory ${before} → ${describeInventory(wantInv)}`;
+      return what;
     };
     const prev = actual.inventories[desired.resourceClass];
     const holding = desired.problem !== '' || !prev || desired.reserved > prev.reserved;

@@ -1225,7 +1225,8 @@ export const PlacementServiceService = {
   /**
    * SyncPlacement compares everything with Placement now and writes what
    * differs; with dry_run, it only says what it would change. UNAVAILABLE
-   * (reason PLACEMENT_UNREACHABLE) while Placement does not answer.
+   * (reason PLACEMENT_UNREACHABLE) while Placement does not answer. Safe to
+   * repeat: it writes the state Berth holds, whatever was there.
    */
   syncPlacement: {
     path: "/berth.scheduler.v1.PlacementService/SyncPlacement" as const,
@@ -1248,7 +1249,8 @@ export interface PlacementServiceServer extends UntypedServiceImplementation {
   /**
    * SyncPlacement compares everything with Placement now and writes what
    * differs; with dry_run, it only says what it would change. UNAVAILABLE
-   * (reason PLACEMENT_UNREACHABLE) while Placement does not answer.
+   * (reason PLACEMENT_UNREACHABLE) while Placement does not answer. Safe to
+   * repeat: it writes the state Berth holds, whatever was there.
    */
   syncPlacement: handleUnaryCall<SyncPlacementRequest, SyncPlacementResponse>;
 }
@@ -1276,7 +1278,8 @@ export interface PlacementServiceClient extends Client {
   /**
    * SyncPlacement compares everything with Placement now and writes what
    * differs; with dry_run, it only says what it would change. UNAVAILABLE
-   * (reason PLACEMENT_UNREACHABLE) while Placement does not answer.
+   * (reason PLACEMENT_UNREACHABLE) while Placement does not answer. Safe to
+   * repeat: it writes the state Berth holds, whatever was there.
    */
   syncPlacement(
     request: SyncPlacementRequest,
