@@ -164,6 +164,9 @@ export class OneTimeUseCleaner {
         waitMs = this.retryAt - Date.now();
       }
       await this.o.side.waitForChange(seen, signal, Math.max(10, waitMs));
+      // Berth's changes wake it, but a pass asks Placement about every one-time-use
+      // provider: at most one pass per poll interval (or per second), whatever the burst.
+      await new Promise((r) => setTimeout(r, Math.min(this.pollMs, 1_000)));
     }
   }
 

@@ -264,6 +264,8 @@ export class Reporter {
         waitMs = 5_000;
       }
       await this.side.waitForChange(seen, signal, waitMs);
+      // A burst of changes (cleanup progress, a fleet's inventory) is one pass, not one each.
+      await new Promise((r) => setTimeout(r, 20));
     }
   }
 
@@ -290,6 +292,7 @@ export class Reporter {
       this.revision = snap.revision;
       this.hosts = new Map((await this.side.hosts()).map((h) => [h.name, h]));
       this.loaded = true;
+      this.mirrorVersion++;
       for (const d of this.mirror.values()) this.mark(providerNameOf(d, nodename), this.revision, d.host);
       // What Placement has that the snapshot no longer says (devices of a deleted host) is swept by the resync.
       this.resyncAt = 0;
@@ -312,6 +315,7 @@ export class Reporter {
           this.mark(providerNameOf(e.device, nodename), e.revision, e.device.host);
           this.revision = e.revision;
         }
+        if (events.length > 0) this.mirrorVersion++;
         if (events.length < 1000) break;
       }
       const hosts = new Map((await this.side.hosts()).map((h) => [h.name, h]));
@@ -320,27 +324,35 @@ export class Reporter {
       for (const name of this.hosts.keys()) if (!hosts.has(name)) changed.add(name);
       this.hosts = hosts;
       if (changed.size > 0) {
+        this.mirrorVersion++;
         for (const d of this.mirror.values()) {
           if (changed.has(d.host)) this.mark(providerNameOf(d, nodename), this.revision, d.host);
         }
       }
     }
+    this.refreshDesired();
+  }
+
+  private desiredFrom: { traits: ReadonlySet<string>; version: number } | null = null;
+  private mirrorVersion = 0;
+
+  /** desired.ts over the mirror, again only when the mirror, the hosts or the known traits changed. */
+  private refreshDesired(): void {
+    const traits = this.conn.standardTraits;
+    if (this.desiredFrom?.traits === traits && this.desiredFrom.version === this.mirrorVersion) return;
     this.desired = desiredProviders(this.mirror.values(), this.hosts, {
-      nodename,
-      standardTraits: this.conn.standardTraits,
+      nodename: this.o.nodename,
+      standardTraits: traits,
       ownsHost: (h) => this.side.ownsHost(h),
     });
+    this.desiredFrom = { traits, version: this.mirrorVersion };
   }
 
   /** Writes the pending providers (holds first); with `full`, compares everything and sweeps orphans. */
   private async pass(full: boolean): Promise<PlacementChange[]> {
     await this.conn.ready();
-    // Traits the server knows may only be known after ready(): recompute.
-    this.desired = desiredProviders(this.mirror.values(), this.hosts, {
-      nodename: this.o.nodename,
-      standardTraits: this.conn.standardTraits,
-      ownsHost: (h) => this.side.ownsHost(h),
-    });
+    // The traits the server knows are known after ready().
+    this.refreshDesired();
     const changes: PlacementChange[] = [];
     let orphanRoots: Array<{ uuid: string; name: string }> = [];
     if (full) {
@@ -756,11 +768,7 @@ export class Reporter {
     return this.withLock(async () => {
       await this.pull();
       await this.conn.ready();
-      this.desired = desiredProviders(this.mirror.values(), this.hosts, {
-        nodename: this.o.nodename,
-        standardTraits: this.conn.standardTraits,
-        ownsHost: (h) => this.side.ownsHost(h),
-      });
+      this.refreshDesired();
       const names = new Map<string, string | null>();
       for (const [n, p] of this.desired) names.set(n, p.host);
       const owned = await this.api.providers({ required: OWNER_TRAIT });
