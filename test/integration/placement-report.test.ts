@@ -163,6 +163,13 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
     expect(shown.placementSyncedAt).toBeInstanceOf(Date);
     const vf = (await listChecked(client, HOST)).find((d) => d.physfn === PF)!;
     expect((await getDevice(client, HOST, vf.address)).placementProviderUuid).toBe(vfs!.uuid);
+    // The port's lookups, provider uuid → devices (what a Cyborg ARQ's device_rp_uuid names).
+    const port = c.scheduler.core.placement!;
+    expect(port.devicesOfProvider(nvme0!.uuid)).toEqual([
+      { deviceUuid: shown.uuid, host: HOST, address: NVME.nvme0 },
+    ]);
+    expect(port.devicesOfProvider(vfs!.uuid).map((d) => d.address)).toHaveLength(4);
+    expect(port.devicesOfProvider(root!.uuid)).toEqual([]);
   }, 60_000);
 
   it('follows a cleaned device through its life: reserved once bound, through release and scrub, 0 only after the proof', async () => {
@@ -463,5 +470,24 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
     }
     // The mix is what it says: two VFs left, nvme2 and the GPU out.
     expect(devices.filter((d) => d.physfn === PF && d.allocatable)).toHaveLength(2);
+  }, 90_000);
+
+  it('a restarted scheduler finds its providers again: the same uuids, nothing created twice', async () => {
+    const before = await placement.ok<{ resource_providers: Array<{ uuid: string; name: string }> }>(
+      'GET',
+      '/resource_providers',
+    );
+    await c.restartScheduler();
+    client = c.client;
+    await c.waitForDevices(HOST, 10);
+    await inStep();
+    const after = await placement.ok<{ resource_providers: Array<{ uuid: string; name: string }> }>(
+      'GET',
+      '/resource_providers',
+    );
+    const byName = (l: typeof before) =>
+      Object.fromEntries(l.resource_providers.map((p) => [p.name, p.uuid]));
+    expect(byName(after)).toEqual(byName(before));
+    expect((await status()).problems).toEqual([]);
   }, 90_000);
 });
