@@ -58,6 +58,7 @@ describe.skipIf(!have)('Berth authenticates to Placement', () => {
   const tokens = new Map<string, number>();
   const issued: string[] = [];
   let lifetimeMs = 60_000;
+  let catalogHasPlacement = true;
   let proxied401 = 0;
   let proxiedOk = 0;
 
@@ -131,7 +132,7 @@ describe.skipIf(!have)('Berth authenticates to Placement', () => {
                 endpoints: [{ interface: 'internal', region: 'RegionOne', url: 'http://nova.invalid' }],
               },
               {
-                type: 'placement',
+                type: catalogHasPlacement ? 'placement' : 'image',
                 name: 'placement',
                 endpoints: [
                   { interface: 'public', region: 'RegionOne', url: 'http://public.invalid' },
@@ -229,6 +230,20 @@ describe.skipIf(!have)('Berth authenticates to Placement', () => {
     expect((err as Error).message).toMatch(
       /placement: .*Keystone at .* refused .*401 Invalid application credential/,
     );
+  });
+
+  it('a Keystone catalog without Placement, and no URL, stops the start', async () => {
+    catalogHasPlacement = false;
+    try {
+      const err = await start(
+        base({ auth: { type: 'app-credential', authUrl: keystone.url, id: CRED_ID, secret: SECRET } }),
+      ).catch((e: Error) => e);
+      expect((err as Error).message).toMatch(
+        /^placement: Keystone's catalog has no "placement" endpoint \(Keystone application credential .*\); give the URL \(--placement-url\)$/,
+      );
+    } finally {
+      catalogHasPlacement = true;
+    }
   });
 
   it('a token: sent as it is; once expired, Placement is out of reach with the reason, and Berth keeps serving', async () => {

@@ -11,6 +11,7 @@
  * (409 placement.concurrent_update: re-read the generation and retry), and
  * PlacementRefused (any other 4xx, with Placement's error code and detail).
  */
+import { ConfigError } from '../../../errors.js';
 import { KeystoneRefused, KeystoneUnavailable, type TokenSource } from './keystone.js';
 
 export const PINNED_MICROVERSION = '1.26';
@@ -106,11 +107,8 @@ export class PlacementApi {
       throw this.authFailure(err);
     }
     if (!url) {
-      throw new PlacementRefused(
-        0,
-        'berth.no_endpoint',
-        'Keystone\'s catalog has no "placement" endpoint',
-        'catalog',
+      throw new ConfigError(
+        `Keystone's catalog has no "placement" endpoint (${this.o.auth.describe}); give the URL (--placement-url)`,
       );
     }
     this.base = url.replace(/\/+$/, '');

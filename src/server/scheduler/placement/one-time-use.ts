@@ -192,8 +192,10 @@ export class OneTimeUseCleaner {
     }
     const changes: PlacementChange[] = [];
     const listed = new Set<string>();
-    for (const host of await this.o.side.hosts()) {
-      if (!this.o.side.ownsHost(host.name)) continue;
+    const hosts = (await this.o.side.hosts()).filter((h) => this.o.side.ownsHost(h.name));
+    // No host to look at: still ask whether Placement answers (the status says so).
+    if (hosts.length === 0) await this.api.versions();
+    for (const host of hosts) {
       const nodename = this.o.nodename(host.name);
       const root = await this.api.providerByName(nodename);
       if (!root) {

@@ -394,6 +394,8 @@ export class Reporter {
         });
         this.pending.delete(name);
         this.actual.delete(name);
+        // What was written before the problem (a hold on a provider Berth cannot otherwise make right).
+        changes.push(...((err as { changes?: PlacementChange[] }).changes ?? []));
         changes.push({
           provider: name,
           providerUuid: desired?.uuid ?? '',
@@ -403,6 +405,12 @@ export class Reporter {
           deviceAddresses: desired?.devices.map((d) => d.address) ?? [],
         });
       }
+    }
+    // Nothing to write for a while: still ask whether Placement answers, so an
+    // outage shows in the status before the next change has to wait for it.
+    if (order.length === 0 && orphanRoots.length === 0 && !full) {
+      const last = this.conn.lastContactAt?.getTime() ?? 0;
+      if (Date.now() - last >= this.pollMs) await this.api.versions();
     }
     for (const r of orphanRoots) {
       const gone = await this.api.deleteProvider(r.uuid, r.name).catch((err) => {
