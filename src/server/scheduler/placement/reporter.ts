@@ -218,13 +218,12 @@ export class Reporter {
   }
 
   devicesOfProvider(uuid: string): Array<{ deviceUuid: string; host: string; address: string }> {
-    for (const p of this.desired.values()) {
-      const actual = this.actual.get(p.name);
-      if (p.uuid === uuid || actual?.uuid === uuid) {
-        return p.devices.map((d) => ({ deviceUuid: d.uuid, host: d.host, address: d.address }));
-      }
+    // Berth's uuids are derived from the name; one Placement had before (adopted) is in the cache.
+    let p = this.desired.get(this.nameByUuid.get(uuid) ?? '');
+    if (!p) {
+      for (const [name, a] of this.actual) if (a?.uuid === uuid) p = this.desired.get(name);
     }
-    return [];
+    return p?.devices.map((d) => ({ deviceUuid: d.uuid, host: d.host, address: d.address })) ?? [];
   }
 
   // --- the loop ----------------------------------------------------------
@@ -334,6 +333,7 @@ export class Reporter {
   }
 
   private desiredFrom: { traits: ReadonlySet<string>; version: number } | null = null;
+  private nameByUuid = new Map<string, string>();
   private mirrorVersion = 0;
 
   /** desired.ts over the mirror, again only when the mirror, the hosts or the known traits changed. */
@@ -346,6 +346,7 @@ export class Reporter {
       ownsHost: (h) => this.side.ownsHost(h),
     });
     this.desiredFrom = { traits, version: this.mirrorVersion };
+    this.nameByUuid = new Map([...this.desired.values()].map((p) => [p.uuid, p.name]));
   }
 
   /** Writes the pending providers (holds first); with `full`, compares everything and sweeps orphans. */
