@@ -289,7 +289,6 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
     );
     await untilReserved(NVME.nvme2, 1);
     await untilReserved(PF, 4);
-    expect((await getDevice(client, HOST, NVME.nvme2)).placementNote).toBe('');
     await c.host(HOST).start();
     await c.waitForDevices(HOST, 10);
     await untilReserved(NVME.nvme2, 0);
