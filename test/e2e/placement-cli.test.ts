@@ -55,9 +55,12 @@ describe.skipIf(!have)(
         },
       });
       await c.waitForDevices(HOST, 9);
+      // In step: every change the scheduler committed is in Placement.
+      const revision = await c.scheduler.store.currentRevision();
       await eventually(
         () => c.client.placement.getPlacementStatus({}),
-        (r) => r.status!.reachable && r.status!.pendingProviders === 0,
+        (r) =>
+          r.status!.reachable && r.status!.pendingProviders === 0 && r.status!.appliedRevision >= revision,
         30_000,
       );
     }, SLOW);

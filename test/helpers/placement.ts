@@ -198,17 +198,24 @@ export async function providerView(p: PlacementServer, name: string): Promise<Pr
   }>('GET', `/resource_providers?name=${encodeURIComponent(name)}`);
   const rp = list.resource_providers[0];
   if (!rp) return null;
-  const traits = await p.ok<{ traits: string[] }>('GET', `/resource_providers/${rp.uuid}/traits`);
-  const inv = await p.ok<{ inventories: ProviderView['inventories']; resource_provider_generation: number }>(
-    'GET',
-    `/resource_providers/${rp.uuid}/inventories`,
-  );
+  // The provider may go between the reads (Berth deletes it): then it is gone.
+  const traits = await p.call<{ traits: string[] }>('GET', `/resource_providers/${rp.uuid}/traits`);
+  const inv = await p.call<{
+    inventories: ProviderView['inventories'];
+    resource_provider_generation: number;
+  }>('GET', `/resource_providers/${rp.uuid}/inventories`);
+  if (traits.status === 404 || inv.status === 404) return null;
+  if (traits.status !== 200 || inv.status !== 200) {
+    throw new Error(
+      `provider ${name}: ${traits.status} ${JSON.stringify(traits.body)} / ${inv.status} ${JSON.stringify(inv.body)}`,
+    );
+  }
   return {
     uuid: rp.uuid,
     name,
-    generation: inv.resource_provider_generation,
+    generation: inv.body.resource_provider_generation,
     parent: rp.parent_provider_uuid,
-    traits: [...traits.traits].sort(),
-    inventories: inv.inventories,
+    traits: [...traits.body.traits].sort(),
+    inventories: inv.body.inventories,
   };
 }

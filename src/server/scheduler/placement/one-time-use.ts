@@ -240,8 +240,15 @@ export class OneTimeUseCleaner {
       });
       return null;
     }
-    const inv = await this.api.inventories(rp.uuid);
-    const allocs = await this.api.allocations(rp.uuid);
+    let inv: Awaited<ReturnType<PlacementApi['inventories']>>;
+    let allocs: Awaited<ReturnType<PlacementApi['allocations']>>;
+    try {
+      inv = await this.api.inventories(rp.uuid);
+      allocs = await this.api.allocations(rp.uuid);
+    } catch (err) {
+      if (err instanceof PlacementRefused && err.status === 404) return null; // deleted since it was listed
+      throw err;
+    }
     if (inv.generation !== allocs.generation) return null; // it changed between the reads: the next pass
     const entries = Object.entries(inv.inventories);
     const device = await this.o.side.device(host, address);

@@ -475,19 +475,25 @@ export class Reporter {
   private async readActual(name: string): Promise<ActualProvider | null> {
     const p = await this.api.providerByName(name);
     if (!p) return null;
-    for (let i = 0; ; i++) {
-      const t = await this.api.traits(p.uuid);
-      const inv = await this.api.inventories(p.uuid);
-      if (t.generation === inv.generation || i >= 3) {
-        return {
-          uuid: p.uuid,
-          name,
-          generation: inv.generation,
-          parent: p.parent_provider_uuid,
-          traits: t.traits,
-          inventories: inv.inventories,
-        };
+    try {
+      for (let i = 0; ; i++) {
+        const t = await this.api.traits(p.uuid);
+        const inv = await this.api.inventories(p.uuid);
+        if (t.generation === inv.generation || i >= 3) {
+          return {
+            uuid: p.uuid,
+            name,
+            generation: inv.generation,
+            parent: p.parent_provider_uuid,
+            traits: t.traits,
+            inventories: inv.inventories,
+          };
+        }
       }
+    } catch (err) {
+      // Deleted between the reads (by its owner, or by Berth's own earlier pass): absent.
+      if (err instanceof PlacementRefused && err.status === 404) return null;
+      throw err;
     }
   }
 
