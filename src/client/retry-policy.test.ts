@@ -31,6 +31,7 @@ import {
 import { HostServiceService } from '../gen/berth/scheduler/v1/host.js';
 import { InstanceServiceService } from '../gen/berth/scheduler/v1/instance.js';
 import { MigrationServiceService } from '../gen/berth/scheduler/v1/migration.js';
+import { PlacementServiceService } from '../gen/berth/scheduler/v1/placement.js';
 import { ProfileServiceService } from '../gen/berth/scheduler/v1/profile.js';
 import { RegistrationServiceService } from '../gen/berth/scheduler/v1/registration.js';
 import { idempotencyLevels } from './retry-policy.js';
@@ -66,6 +67,8 @@ const EXPECTED = {
   '/berth.scheduler.v1.MigrationService/PlanLiveMigration': 'IDEMPOTENCY_UNKNOWN',
   '/berth.scheduler.v1.MigrationService/CommitMigration': 'IDEMPOTENT',
   '/berth.scheduler.v1.MigrationService/AbortMigration': 'IDEMPOTENT',
+  '/berth.scheduler.v1.PlacementService/GetPlacementStatus': 'NO_SIDE_EFFECTS',
+  '/berth.scheduler.v1.PlacementService/SyncPlacement': 'IDEMPOTENT',
   '/berth.scheduler.v1.ProfileService/CreateProfile': 'IDEMPOTENT',
   '/berth.scheduler.v1.ProfileService/GetProfile': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.ProfileService/ListProfiles': 'NO_SIDE_EFFECTS',
@@ -86,6 +89,7 @@ describe('idempotency levels from the descriptors', () => {
       HostServiceService,
       InstanceServiceService,
       MigrationServiceService,
+      PlacementServiceService,
       ProfileServiceService,
       RegistrationServiceService,
     ].flatMap((s) => Object.values(s).map((m) => m.path));

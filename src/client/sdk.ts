@@ -25,6 +25,7 @@ import { DeviceServiceClient, type WatchDevicesResponse } from '../gen/berth/sch
 import { HostServiceClient } from '../gen/berth/scheduler/v1/host.js';
 import { InstanceServiceClient } from '../gen/berth/scheduler/v1/instance.js';
 import { MigrationServiceClient } from '../gen/berth/scheduler/v1/migration.js';
+import { PlacementServiceClient } from '../gen/berth/scheduler/v1/placement.js';
 import { ProfileServiceClient } from '../gen/berth/scheduler/v1/profile.js';
 import { RegistrationServiceClient } from '../gen/berth/scheduler/v1/registration.js';
 import { decodeServiceError } from '../server/grpc/status.js';
@@ -150,6 +151,7 @@ export class SchedulerClient {
   readonly instances: Promisified<InstanceServiceClient>;
   readonly migrations: Promisified<MigrationServiceClient>;
   readonly registration: Promisified<RegistrationServiceClient>;
+  readonly placement: Promisified<PlacementServiceClient>;
   private readonly raw: {
     devices: DeviceServiceClient;
     all: Client[];
@@ -164,6 +166,7 @@ export class SchedulerClient {
     const instances = new InstanceServiceClient(options.endpoint, c);
     const migrations = new MigrationServiceClient(options.endpoint, c);
     const registration = new RegistrationServiceClient(options.endpoint, c);
+    const placement = new PlacementServiceClient(options.endpoint, c);
     this.devices = promisify(devices, options);
     this.hosts = promisify(hosts, options);
     this.profiles = promisify(profiles, options);
@@ -171,7 +174,11 @@ export class SchedulerClient {
     this.instances = promisify(instances, options);
     this.migrations = promisify(migrations, options);
     this.registration = promisify(registration, options);
-    this.raw = { devices, all: [devices, hosts, profiles, arqs, instances, migrations, registration] };
+    this.placement = promisify(placement, options);
+    this.raw = {
+      devices,
+      all: [devices, hosts, profiles, arqs, instances, migrations, registration, placement],
+    };
   }
 
   private md(): Metadata {

@@ -11,6 +11,7 @@ import * as devicePb from '../../src/gen/berth/scheduler/v1/device_service.js';
 import * as hostPb from '../../src/gen/berth/scheduler/v1/host.js';
 import * as instancePb from '../../src/gen/berth/scheduler/v1/instance.js';
 import * as migrationPb from '../../src/gen/berth/scheduler/v1/migration.js';
+import * as placementPb from '../../src/gen/berth/scheduler/v1/placement.js';
 import * as profilePb from '../../src/gen/berth/scheduler/v1/profile.js';
 import * as registrationPb from '../../src/gen/berth/scheduler/v1/registration.js';
 
@@ -37,6 +38,7 @@ const MODULES: Record<string, unknown>[] = [
   hostPb,
   instancePb,
   migrationPb,
+  placementPb,
   profilePb,
   registrationPb,
 ];

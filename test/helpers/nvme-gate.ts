@@ -5,8 +5,7 @@
  * let it go on when the condition it waits for holds. No timer decides
  * anything: the test waits for `reached()`, does what it must, then `open()`s.
  */
-import { existsSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { eventually } from './grpc.js';
 
@@ -26,12 +25,17 @@ export interface Gate {
 const q = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 export async function nvmeGate(dir: string, nvmeCli: string, command: string): Promise<Gate> {
-  await mkdir(dir, { recursive: true });
+  return nvmeGateSync(dir, nvmeCli, command);
+}
+
+/** nvmeGate, made synchronously (e.g. while an agent configuration is rewritten). */
+export function nvmeGateSync(dir: string, nvmeCli: string, command: string): Gate {
+  mkdirSync(dir, { recursive: true });
   const closed = join(dir, 'closed');
   const waiting = join(dir, 'waiting');
   const calls = join(dir, 'calls');
   const script = join(dir, 'nvme');
-  await writeFile(
+  writeFileSync(
     script,
     [
       '#!/bin/sh',
@@ -44,7 +48,7 @@ export async function nvmeGate(dir: string, nvmeCli: string, command: string): P
       '',
     ].join('\n'),
   );
-  await chmod(script, 0o755);
+  chmodSync(script, 0o755);
   return {
     nvmeCli: script,
     close() {

@@ -177,6 +177,37 @@ export const pythonGrpc = () =>
       }),
   );
 
+/** OpenStack Placement's server (Debian's placement-api: Placement 8.0.0, microversions 1.0–1.39). */
+export const PLACEMENT_API = '/usr/bin/placement-api';
+export const PLACEMENT_MANAGE = '/usr/bin/placement-manage';
+export const placementApi = () =>
+  check('placement-api', ['placement-api'], () => {
+    if (!existsSync(PLACEMENT_API)) return `${PLACEMENT_API} not found`;
+    if (!existsSync(PLACEMENT_MANAGE)) return `${PLACEMENT_MANAGE} not found`;
+    run(PYTHON, ['-c', 'import placement.wsgi']);
+    return null;
+  });
+
+/** The OpenStack CLI with osc-placement (`openstack resource provider …`). */
+export const OPENSTACK_CLI = '/usr/bin/openstack';
+export const openstackCli = () =>
+  check(
+    'openstack resource provider (osc-placement)',
+    ['python3-openstackclient', 'python3-osc-placement'],
+    () => {
+      if (!existsSync(OPENSTACK_CLI)) return `${OPENSTACK_CLI} not found`;
+      run(PYTHON, ['-c', 'import osc_placement.resources.resource_provider']);
+      return null;
+    },
+  );
+
+/** Nova's own code (its PCI Placement translator and device_spec parser), run by /usr/bin/python3. */
+export const novaTranslator = () =>
+  check("Nova's PCI Placement translator", ['python3-nova'], () => {
+    run(PYTHON, ['-c', 'import nova.compute.pci_placement_translator, nova.pci.devspec']);
+    return null;
+  });
+
 /**
  * Whether `p` is usable. When it is not: one line on stderr naming what is
  * missing and the package to install, and false (skip) — or, with

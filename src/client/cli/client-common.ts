@@ -411,6 +411,15 @@ export function deviceView(d: Device) {
     last_cleanup: cleanupRecordView(d.lastCleanup),
     attributes: d.attributes,
     updated_at: iso(d.updatedAt),
+    // Only on a scheduler that reports to Placement.
+    ...(d.placementProviderName
+      ? {
+          placement_provider: d.placementProviderName,
+          placement_provider_uuid: d.placementProviderUuid,
+          placement_synced_at: iso(d.placementSyncedAt) || 'never',
+          placement_note: d.placementNote,
+        }
+      : {}),
   };
 }
 export type DeviceView = ReturnType<typeof deviceView>;

@@ -22,6 +22,7 @@ import { channelCredentials, loadTls, type TlsFiles } from '../../server/grpc/tl
 import { resolveClient } from '../client-config.js';
 import { SchedulerClient } from '../sdk.js';
 import { EXIT_CODE } from './client-common.js';
+import { placementHealthLine, placementStatusView } from './placement-commands.js';
 
 interface HealthFlags {
   endpoint?: string;
@@ -81,6 +82,32 @@ async function storeReason(endpoint: string, tls: TlsFiles | null): Promise<stri
   }
 }
 
+/**
+ * The Placement line of a scheduler that reports to Placement: in step, or how
+ * far behind and why (Berth keeps serving while Placement is away, so this
+ * never changes the exit code). Nothing for an agent, or a scheduler without
+ * Placement, or one that will not say (no token).
+ */
+async function placementLine(endpoint: string, tls: TlsFiles | null): Promise<string | undefined> {
+  const { token } = await resolveClient({ endpoint }).catch(() => ({ token: undefined }));
+  const files = tls ? await loadTls(tls) : undefined;
+  const client = new SchedulerClient({
+    endpoint,
+    ...(token ? { token } : {}),
+    ...(files ? { tls: { ca: files.ca, cert: files.cert, key: files.key } } : {}),
+    timeoutMs: 5_000,
+    retries: 1,
+  });
+  try {
+    const { status } = await client.placement.getPlacementStatus({});
+    return status ? placementHealthLine(placementStatusView(status)) : undefined;
+  } catch {
+    return undefined;
+  } finally {
+    client.close();
+  }
+}
+
 export function registerHealthCommands(program: Command): void {
   program
     .command('health')
@@ -121,6 +148,8 @@ export function registerHealthCommands(program: Command): void {
           );
           if (answer.status === 'SERVING') {
             console.log(`${endpoint}: SERVING`);
+            const line = o.config ? undefined : await placementLine(endpoint, tls);
+            if (line) console.log(line);
             return;
           }
           if (Date.now() >= deadline) {

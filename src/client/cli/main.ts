@@ -34,6 +34,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   migration: async () => (await import('./migration-commands.js')).registerMigrationCommands,
   demo: async () => (await import('./demo-commands.js')).registerDemoCommands,
   health: async () => (await import('./health-commands.js')).registerHealthCommands,
+  placement: async () => (await import('./placement-commands.js')).registerPlacementCommands,
   token: async () => (await import('./token-commands.js')).registerTokenCommands,
 };
 // `sim` lives with `up`.

@@ -3,13 +3,14 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { type AuthOptions, loadAuthOptions } from '../../server/grpc/auth.js';
+import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import type { RetentionPolicy } from '../../server/scheduler/store/store.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { withListenHint } from './listen-hint.js';
 import { parseDuration } from './token-commands.js';
 
-interface ServeFlags {
+interface ServeFlags extends PlacementFlags {
   db: string;
   listen: string;
   metricsListen?: string;
@@ -156,8 +157,34 @@ export function registerSchedulerCommands(program: Command): void {
     )
     .option('--retention-rows <n>', 'and at most this many of each (and of request ids)', '200000')
     .option('--request-id-window <duration>', 'a request id is honoured this long (1m to 30d)', '24h')
+    // OpenStack Placement (docs/operator-guide.md "Running with Nova and Placement").
+    .option(
+      '--placement-url <url>',
+      'report to OpenStack Placement at this endpoint (needs --placement-auth)',
+    )
+    .option(
+      '--placement-auth <type>',
+      'Placement credentials: noauth (labs), token, app-credential (Keystone)',
+    )
+    .option('--placement-token-file <file>', 'with --placement-auth token: a file holding the Keystone token')
+    .option('--placement-auth-url <url>', "with --placement-auth app-credential: Keystone's endpoint")
+    .option('--placement-app-credential-id <id>', 'with --placement-auth app-credential: the credential id')
+    .option(
+      '--placement-app-credential-secret-file <file>',
+      "with --placement-auth app-credential: a file holding the credential's secret",
+    )
+    .option(
+      '--placement-mode <mode>',
+      "report (Berth's devices as providers) or clean-one-time-use (scrub and return Nova's one-time-use devices)",
+    )
+    .option(
+      '--placement-create-roots',
+      'no Nova: create a root provider per host (else wait for the compute node)',
+    )
+    .option('--placement-config <file>', 'Placement settings in a YAML file (the flags override it)')
     .action(async (o: ServeFlags) => {
       const retention = retentionFromFlags(o);
+      const placement = await placementOptionsFromFlags(o);
       const auth = await authFromFlags(o);
       const tls =
         o.tlsCert || o.tlsKey || o.tlsCa ? { cert: o.tlsCert, key: o.tlsKey, ca: o.tlsCa } : undefined;
@@ -173,6 +200,7 @@ export function registerSchedulerCommands(program: Command): void {
         ...(agentSigningKey ? { agentSigningKey } : {}),
         ...(hostPrincipals ? { hostPrincipals } : {}),
         ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
+        ...(placement ? { placement } : {}),
         retention,
       }).catch((err: unknown) => {
         const flags: Record<string, string> = { [o.listen]: '--listen' };

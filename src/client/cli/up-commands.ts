@@ -5,6 +5,7 @@ import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
+import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
 import { buildSimHost, demoHostDefinition, type SimHostDefinition } from '../../sim/host.js';
 import type { SimFault } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
@@ -39,18 +40,31 @@ export function registerUpCommands(program: Command): void {
         return Number(v);
       },
     )
+    .option(
+      '--placement-url <url>',
+      'also report the devices to OpenStack Placement there (noauth: a lab Placement; no Nova, so root providers are created)',
+    )
+    .option('--placement-config <file>', 'Placement settings in a YAML file (docs/operator-guide.md)')
     .action(
-      async (o: {
-        replicas?: number;
-        listen: string;
-        stateDir: string;
-        metricsListen?: string;
-        db?: string;
-        sysfsRoot?: string;
-        config?: string;
-      }) => {
+      async (
+        o: PlacementFlags & {
+          replicas?: number;
+          listen: string;
+          stateDir: string;
+          metricsListen?: string;
+          db?: string;
+          sysfsRoot?: string;
+          config?: string;
+        },
+      ) => {
         let agentConfig: Record<string, unknown> | undefined;
         if (o.config) agentConfig = parseYaml(await readFile(o.config, 'utf8')) as Record<string, unknown>;
+        const placement = await placementOptionsFromFlags({
+          ...(o.placementConfig ? { placementConfig: o.placementConfig } : {}),
+          ...(o.placementUrl
+            ? { placementUrl: o.placementUrl, placementAuth: 'noauth', placementCreateRoots: true }
+            : {}),
+        });
         if (o.sysfsRoot && !agentConfig) {
           throw new ConfigError('--sysfs-root needs -c/--config with the device_spec entries to manage');
         }
@@ -68,6 +82,7 @@ export function registerUpCommands(program: Command): void {
             ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
             ...(o.db ? { db: o.db } : {}),
             ...(o.replicas !== undefined ? { replicas: o.replicas } : {}),
+            ...(placement ? { placement } : {}),
           });
         } catch (err) {
           const flags: Record<string, string> = { [o.listen]: '--listen' };

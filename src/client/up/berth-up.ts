@@ -20,6 +20,7 @@ import { createLogger } from '../../logging.js';
 import { Agent } from '../../server/agent/agent.js';
 import { loadAgentConfig, parseAgentConfig } from '../../server/agent/config.js';
 import { InstanceLock } from '../../server/instance-lock.js';
+import type { PlacementOptions } from '../../server/scheduler/placement/config.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import { isPostgresUrl } from '../../server/scheduler/store/pg-store.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../sim/host.js';
@@ -40,6 +41,8 @@ export interface UpOptions {
   db?: string;
   /** Schedulers on that database (PostgreSQL only): the first on `listen`, the others on free ports. */
   replicas?: number;
+  /** Report to OpenStack Placement (docs/operator-guide.md "Running with Nova and Placement"). */
+  placement?: PlacementOptions;
   logger?: Logger;
 }
 
@@ -132,6 +135,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
           logger: i === 0 ? logger : logger.child({ replica: i + 1 }),
           heartbeatSeconds: 5,
           ...(options.metricsListen && i === 0 ? { metricsListen: options.metricsListen } : {}),
+          ...(options.placement ? { placement: options.placement } : {}),
         }),
       );
     }

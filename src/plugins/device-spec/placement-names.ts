@@ -17,7 +17,7 @@ const CUSTOM_RESOURCE_CLASS = /^CUSTOM_[A-Z0-9_]+$/;
 /** DESIGN.md: custom traits match this. */
 const CUSTOM_TRAIT = /^CUSTOM_[A-Z0-9_]{1,248}$/;
 
-/** os_resource_classes.STANDARDS: kept as they are. */
+/** os_resource_classes.STANDARDS (1.1.0): kept as they are. */
 const STANDARD_RESOURCE_CLASSES: ReadonlySet<string> = new Set([
   'VCPU',
   'MEMORY_MB',
@@ -37,6 +37,9 @@ const STANDARD_RESOURCE_CLASSES: ReadonlySet<string> = new Set([
   'MEM_ENCRYPTION_CONTEXT',
   'FPGA',
   'PGPU',
+  'NET_PACKET_RATE_KILOPACKET_PER_SEC',
+  'NET_PACKET_RATE_EGR_KILOPACKET_PER_SEC',
+  'NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC',
 ]);
 
 /**

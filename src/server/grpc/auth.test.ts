@@ -53,6 +53,7 @@ describe('the method → roles table', () => {
       'HostServiceService',
       'InstanceServiceService',
       'MigrationServiceService',
+      'PlacementServiceService',
       'ProfileServiceService',
       'RegistrationServiceService',
     ]);

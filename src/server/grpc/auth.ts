@@ -92,6 +92,9 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${S}.MigrationService/CommitMigration`]: [A, SV],
   [`${S}.MigrationService/AbortMigration`]: [A, SV],
 
+  [`${S}.PlacementService/GetPlacementStatus`]: [A, SV, R],
+  [`${S}.PlacementService/SyncPlacement`]: [A],
+
   [`${AGENT}/GetAgentInfo`]: [A, SC, R],
   [`${AGENT}/ListDevices`]: [A, SC, R],
   [`${AGENT}/WatchInventory`]: [A, SC, R],

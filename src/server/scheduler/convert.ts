@@ -131,6 +131,11 @@ export function deviceToProto(d: DeviceRecord): Device {
     attributes: d.attributes,
     updatedAt: ts(d.updatedAt),
     media: d.media ? mediaIdentityToProto(d.media) : undefined,
+    // Filled in by DeviceService when the scheduler reports to Placement (placement/).
+    placementProviderUuid: '',
+    placementSyncedAt: undefined,
+    placementNote: '',
+    placementProviderName: '',
   };
 }
 

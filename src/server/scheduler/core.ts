@@ -1,6 +1,7 @@
 /** What every scheduler service handler needs: the store, the hub, the agent links, the dispatcher. */
 import type { Logger } from 'pino';
 import type { Metrics } from '../metrics.js';
+import type { PlacementPort } from './placement/port.js';
 import type { AgentDirectory } from './runtime/agent-directory.js';
 import type { AgentLink } from './runtime/agent-link.js';
 import type { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
@@ -33,4 +34,6 @@ export interface SchedulerCore {
    * its own; with a shared one, when it holds (or just took) the host's lease.
    */
   claimLink(host: string): Promise<boolean>;
+  /** Placement reporting (placement/), when configured; null otherwise. */
+  placement: PlacementPort | null;
 }

@@ -23,6 +23,9 @@ import { InstanceLock } from '../instance-lock.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import type { SchedulerCore } from './core.js';
 import { HOST_INFLOW_LIMITS, type HostInflowLimits, InflowBudget } from './domain/inventory-bounds.js';
+import type { PlacementOptions } from './placement/config.js';
+import { startPlacement } from './placement/placement.js';
+import { schedulerSide } from './placement/scheduler-side.js';
 import { AgentDirectory } from './runtime/agent-directory.js';
 import { AgentLink } from './runtime/agent-link.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
@@ -35,6 +38,7 @@ import { deviceServiceBinding } from './services/device-service.js';
 import { hostServiceBinding } from './services/host-service.js';
 import { instanceServiceBinding } from './services/instance-service.js';
 import { migrationServiceBinding } from './services/migration-service.js';
+import { placementServiceBinding } from './services/placement-service.js';
 import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
 import { isPostgresUrl, openPgStore } from './store/pg-store.js';
@@ -89,6 +93,14 @@ export interface SchedulerOptions {
   linkLeases?: Partial<LeaseTiming>;
   /** What one host may store and send (default HOST_INFLOW_LIMITS; tests lower it). */
   inventoryInflow?: Partial<HostInflowLimits>;
+  /**
+   * Report to OpenStack Placement, or clean Nova's one-time-use devices
+   * (placement/config.ts; docs/operator-guide.md "Running with Nova and
+   * Placement"). Absent: Placement is not used.
+   */
+  placement?: PlacementOptions;
+  /** The fetch Placement and Keystone calls use (tests). */
+  placementFetch?: typeof fetch;
   /** Extra services (instances, migrations) registered by later modules. */
   extraServices?: (core: SchedulerCore) => ServiceBinding[];
 }
@@ -217,7 +229,22 @@ export class Scheduler {
       hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
       connectAgent,
       claimLink: (host) => leaseKeeper?.claim(host) ?? Promise.resolve(true),
+      placement: null,
     };
+    // Placement is asked for its versions before serving: a server too old, or
+    // credentials refused, stop the start with the reason (an unreachable one does not).
+    const placement = options.placement
+      ? await startPlacement(options.placement, schedulerSide(core), {
+          logger,
+          registry: metrics.registry,
+          ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
+        }).catch(async (err: unknown) => {
+          await store.close();
+          lock?.release();
+          throw err;
+        })
+      : null;
+    core.placement = placement;
     const services = [
       registrationServiceBinding(core),
       hostServiceBinding(core),
@@ -226,6 +253,7 @@ export class Scheduler {
       arqServiceBinding(core),
       instanceServiceBinding(core),
       migrationServiceBinding(core),
+      placementServiceBinding(core),
       ...(options.extraServices?.(core) ?? []),
     ];
     const server = new GrpcServer({
@@ -237,6 +265,7 @@ export class Scheduler {
     try {
       await server.listen(options.listen);
     } catch (err) {
+      await placement?.stop();
       await server.stop(0);
       await store.close();
       lock?.release();
@@ -286,6 +315,9 @@ export class Scheduler {
       }
       leaseKeeper?.start();
     }
+    // After the hosts known from before are marked disconnected: Placement never
+    // sees a host as reachable that this scheduler has not heard from.
+    if (!damaged) placement?.start();
     const pruner = new HistoryPruner(
       store,
       { ...DEFAULT_RETENTION, ...options.retention },
@@ -322,6 +354,7 @@ export class Scheduler {
   }
 
   async stop(): Promise<void> {
+    await this.core.placement?.stop();
     this.core.dispatcher.stop();
     await this.pruner.stop();
     // Its hosts are adopted by the other schedulers on the database at their next look.

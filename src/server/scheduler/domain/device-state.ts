@@ -464,6 +464,25 @@ export function mediaSettled(d: DeviceRecord, mediaReason: string, burned: boole
 }
 
 /**
+ * The device was used outside Berth, by a consumer that owns it (Nova's
+ * one-time-use devices, docs/operator-guide.md "Running with Nova and
+ * Placement"), and holds that tenant's data: an available device that Berth
+ * cleans goes to pending_cleaning under `jobId`; one Berth cannot clean goes
+ * to error with `why`. Any other state is returned unchanged: held by Berth
+ * itself, already being cleaned, or in error (an operator's CleanDevice then).
+ */
+export function usedOutsideBerth(d: DeviceRecord, jobId: string, why: string): DeviceRecord {
+  if (d.deviceState !== 'available') return d;
+  if (!d.supportsCleaning || !d.cleanupAction) {
+    return settle(d, {
+      deviceState: 'error',
+      errorReason: `${why}, and driver ${d.driver} cannot clean it: clean it by hand, then return it`,
+    });
+  }
+  return settle(d, { deviceState: 'pending_cleaning', cleanupJobId: jobId, errorReason: '' });
+}
+
+/**
  * The operator asks for a cleanup (CleanDevice), following the spec's table:
  * only a device in error is cleaned again, with the same locked-in action.
  */

@@ -149,6 +149,19 @@ function encodedUpdate(e: FeedEvent): Encoded<WatchDevicesResponse> {
   return bytes;
 }
 
+/** The device's Placement provider, as the scheduler last saw it (when it reports to Placement). */
+function withPlacement(core: SchedulerCore, d: DeviceRecord, pb: DevicePb): DevicePb {
+  const p = core.placement?.deviceProvider(d);
+  if (!p) return pb;
+  return {
+    ...pb,
+    placementProviderUuid: p.providerUuid,
+    placementProviderName: p.providerName,
+    placementSyncedAt: p.syncedAt ? new Date(p.syncedAt) : undefined,
+    placementNote: p.note,
+  };
+}
+
 export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
   const { store, hub, logger } = core;
   const impl: DeviceServiceServer = {
@@ -161,9 +174,10 @@ export function deviceServiceBinding(core: SchedulerCore): ServiceBinding {
       return boundedPage(page.devices, page.nextPageToken, PAGE_BYTES);
     }),
 
-    getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest) => ({
-      device: deviceToProto(await store.getDevice(deviceRef('device', req.device))),
-    })),
+    getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest) => {
+      const d = await store.getDevice(deviceRef('device', req.device));
+      return { device: withPlacement(core, d, deviceToProto(d)) };
+    }),
 
     cleanDevice: unary('CleanDevice', logger, async (req: CleanDeviceRequest) => {
       const ref = deviceRef('device', req.device);

@@ -133,11 +133,12 @@ export interface CleanupJob {
   state: CleanupJobState;
   /**
    * What asked for it: release (of an ARQ/migration), operator (CleanDevice),
-   * agent (its agent reports it holds tenant data), or media (its media may
-   * hold tenant data nobody is cleaning: seen dirty elsewhere, or never
-   * cleaned by Berth; docs/media-identity.md).
+   * agent (its agent reports it holds tenant data), media (its media may hold
+   * tenant data nobody is cleaning: seen dirty elsewhere, or never cleaned by
+   * Berth; docs/media-identity.md), or placement (used outside Berth: Nova's
+   * one-time-use devices).
    */
-  origin: 'release' | 'operator' | 'agent' | 'media';
+  origin: 'release' | 'operator' | 'agent' | 'media' | 'placement';
   message: string;
   lastSequence: number;
   createdAt: string;
@@ -375,6 +376,16 @@ export interface Store {
     ref: DeviceRef,
     opts: { requestId?: string; agentCanClean: boolean },
   ): Promise<{ device: DeviceRecord; job: CleanupJob }>;
+
+  /**
+   * The device was used outside Berth (Nova's one-time-use): available and
+   * cleanable → pending_cleaning under a new queued job (origin placement);
+   * available and not cleanable → error with `why`; otherwise unchanged, job null.
+   */
+  scrubUsedOutsideBerth(
+    ref: DeviceRef,
+    why: string,
+  ): Promise<{ device: DeviceRecord; job: CleanupJob | null }>;
 
   // --- cleanup -----------------------------------------------------------
   /** pending_cleaning and cleaning devices (of one host, or all) with their jobs: what to dispatch or re-attach. */

@@ -44,6 +44,7 @@ import * as cleanup from './cleanup.js';
 import type { UseCaseDeps } from './context.js';
 import * as devices from './devices.js';
 import * as events from './events.js';
+import * as externalUse from './external-use.js';
 import * as hosts from './hosts.js';
 import * as instances from './instances.js';
 import * as migrations from './live-migrations.js';
@@ -162,6 +163,13 @@ export class UseCaseStore<R extends TransactionRunner = TransactionRunner> imple
     opts: { requestId?: string; agentCanClean: boolean },
   ): Promise<{ device: DeviceRecord; job: CleanupJob }> {
     return cleanup.requestClean(this.deps, ref, opts);
+  }
+
+  scrubUsedOutsideBerth(
+    ref: DeviceRef,
+    why: string,
+  ): Promise<{ device: DeviceRecord; job: CleanupJob | null }> {
+    return externalUse.scrubUsedOutsideBerth(this.deps, ref, why);
   }
 
   // --- cleanup -----------------------------------------------------------

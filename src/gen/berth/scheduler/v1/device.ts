@@ -305,7 +305,20 @@ export interface Device {
    * The media the device gives access to (docs/media-identity.md): dirt,
    * holds and burns follow its key, not the address.
    */
-  media: MediaIdentity | undefined;
+  media:
+    | MediaIdentity
+    | undefined;
+  /**
+   * OpenStack Placement, when the scheduler reports to it
+   * (docs/operator-guide.md "Running with Nova and Placement"): the uuid of
+   * the resource provider that counts the device (a VF's is its PF's), when
+   * Berth last wrote or checked it, and what an operator should know about it
+   * (kept because of allocations, a failed scrub, waiting for Placement).
+   */
+  placementProviderUuid: string;
+  placementSyncedAt: Date | undefined;
+  placementNote: string;
+  placementProviderName: string;
 }
 
 export interface Device_AttributesEntry {
@@ -539,6 +552,10 @@ function createBaseDevice(): Device {
     attributes: {},
     updatedAt: undefined,
     media: undefined,
+    placementProviderUuid: "",
+    placementSyncedAt: undefined,
+    placementNote: "",
+    placementProviderName: "",
   };
 }
 
@@ -654,6 +671,18 @@ export const Device: MessageFns<Device> = {
     }
     if (message.media !== undefined) {
       MediaIdentity.encode(message.media, writer.uint32(298).fork()).join();
+    }
+    if (message.placementProviderUuid !== "") {
+      writer.uint32(322).string(message.placementProviderUuid);
+    }
+    if (message.placementSyncedAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.placementSyncedAt), writer.uint32(330).fork()).join();
+    }
+    if (message.placementNote !== "") {
+      writer.uint32(338).string(message.placementNote);
+    }
+    if (message.placementProviderName !== "") {
+      writer.uint32(346).string(message.placementProviderName);
     }
     return writer;
   },
@@ -970,6 +999,38 @@ export const Device: MessageFns<Device> = {
             message.media = MediaIdentity.decode(reader, reader.uint32());
             continue;
           }
+          case 40: {
+            if (tag !== 322) {
+              break;
+            }
+
+            message.placementProviderUuid = reader.string();
+            continue;
+          }
+          case 41: {
+            if (tag !== 330) {
+              break;
+            }
+
+            message.placementSyncedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 42: {
+            if (tag !== 338) {
+              break;
+            }
+
+            message.placementNote = reader.string();
+            continue;
+          }
+          case 43: {
+            if (tag !== 346) {
+              break;
+            }
+
+            message.placementProviderName = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1116,6 +1177,26 @@ export const Device: MessageFns<Device> = {
         ? fromJsonTimestamp(object.updated_at)
         : undefined,
       media: isSet(object.media) ? MediaIdentity.fromJSON(object.media) : undefined,
+      placementProviderUuid: isSet(object.placementProviderUuid)
+        ? globalThis.String(object.placementProviderUuid)
+        : isSet(object.placement_provider_uuid)
+        ? globalThis.String(object.placement_provider_uuid)
+        : "",
+      placementSyncedAt: isSet(object.placementSyncedAt)
+        ? fromJsonTimestamp(object.placementSyncedAt)
+        : isSet(object.placement_synced_at)
+        ? fromJsonTimestamp(object.placement_synced_at)
+        : undefined,
+      placementNote: isSet(object.placementNote)
+        ? globalThis.String(object.placementNote)
+        : isSet(object.placement_note)
+        ? globalThis.String(object.placement_note)
+        : "",
+      placementProviderName: isSet(object.placementProviderName)
+        ? globalThis.String(object.placementProviderName)
+        : isSet(object.placement_provider_name)
+        ? globalThis.String(object.placement_provider_name)
+        : "",
     };
   },
 
@@ -1238,6 +1319,18 @@ export const Device: MessageFns<Device> = {
     if (message.media !== undefined) {
       obj.media = MediaIdentity.toJSON(message.media);
     }
+    if (message.placementProviderUuid !== "") {
+      obj.placementProviderUuid = message.placementProviderUuid;
+    }
+    if (message.placementSyncedAt !== undefined) {
+      obj.placementSyncedAt = message.placementSyncedAt.toISOString();
+    }
+    if (message.placementNote !== "") {
+      obj.placementNote = message.placementNote;
+    }
+    if (message.placementProviderName !== "") {
+      obj.placementProviderName = message.placementProviderName;
+    }
     return obj;
   },
 
@@ -1295,6 +1388,10 @@ export const Device: MessageFns<Device> = {
     message.media = (object.media !== undefined && object.media !== null)
       ? MediaIdentity.fromPartial(object.media)
       : undefined;
+    message.placementProviderUuid = object.placementProviderUuid ?? "";
+    message.placementSyncedAt = object.placementSyncedAt ?? undefined;
+    message.placementNote = object.placementNote ?? "";
+    message.placementProviderName = object.placementProviderName ?? "";
     return message;
   },
 };
