@@ -100,6 +100,9 @@ describe('translatePythonRegex: Python syntax is Python syntax', () => {
     ['(?:(a)|b)\\1', 'a reference to group 1'],
     ['(?!(a))\\1', 'a reference to group 1'],
     ['(?<=(a))\\1', 'a reference to group 1'],
+    // Python 3.11.2 (Debian 12) matches these wrongly: gh-106052, gh-100061.
+    ['(?:3b)*+', 'a possessive quantifier (*+, ++, ?+, {m,n}+) over more than one character'],
+    ['(?!.)*+ ', 'a possessive quantifier'],
   ])('refuses %j, which Python accepts, naming the construct', (pattern, construct) => {
     const result = translatePythonRegex(pattern);
     expect(result.kind).toBe('unsupported');
@@ -107,14 +110,27 @@ describe('translatePythonRegex: Python syntax is Python syntax', () => {
   });
 
   it('keeps what stays exact: a reference to a group that has certainly matched', () => {
-    for (const pattern of ['(a)\\1', '(?:(a)\\1)*', '(?=(a))\\1', '(?>(a))\\1', '(a)(?:b|\\1)', '(?i)(a)\\1']) {
+    for (const pattern of [
+      '(a)\\1',
+      '(?:(a)\\1)*',
+      '(?=(a))\\1',
+      '(?>(a))\\1',
+      '(a)(?:b|\\1)',
+      '(?i)(a)\\1',
+    ]) {
       expect(translatePythonRegex(pattern).kind).toBe('ok');
     }
     expect(matches('(?i)(a)\\1', 'aA')).toBe(true);
   });
 
   it('never throws, whatever the input', () => {
-    for (const pattern of ['\ud800', '[\ud800-\udfff]', '\\U00110000', '(?P<\u00e9>a)(?P=\u00e9)', '(?P<1>a)']) {
+    for (const pattern of [
+      '\ud800',
+      '[\ud800-\udfff]',
+      '\\U00110000',
+      '(?P<\u00e9>a)(?P=\u00e9)',
+      '(?P<1>a)',
+    ]) {
       expect(() => translatePythonRegex(pattern)).not.toThrow();
     }
     expect(translatePythonRegex('\\U00110000')).toEqual({

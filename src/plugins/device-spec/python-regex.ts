@@ -98,7 +98,7 @@ const ANCHORS: ReadonlyMap<string, At> = new Map([
 ]);
 
 type SetItem =
-  | { t: 'lit'; cp: number }
+  | { t: 'lit'; cp: number; named?: true }
   | { t: 'range'; lo: number; hi: number }
   | { t: 'cat'; cat: Category };
 
@@ -108,11 +108,11 @@ interface Seq {
 }
 
 type Node =
-  | { t: 'lit'; cp: number }
+  | { t: 'lit'; cp: number; named?: true }
   | { t: 'set'; negate: boolean; items: SetItem[] }
   | { t: 'any' }
   | { t: 'at'; at: At }
-  | { t: 'repeat'; min: bigint; max: bigint; kind: 'greedy' | 'lazy' | 'possessive'; body: Seq }
+  | { t: 'repeat'; min: bigint; max: bigint; kind: 'greedy' | 'lazy' | 'possessive'; body: Seq; pos: number }
   | { t: 'group'; group: number | null; add: number; del: number; body: Seq; pos: number }
   | { t: 'atomic'; body: Seq }
   | { t: 'assert'; behind: boolean; negate: boolean; body: Seq }
@@ -356,10 +356,10 @@ function width(seq: Seq, st: State): [bigint, bigint] {
   return seq.width;
 }
 
-const lit = (cp: number): { t: 'lit'; cp: number } => ({ t: 'lit', cp });
+const lit = (cp: number): { t: 'lit'; cp: number; named?: true } => ({ t: 'lit', cp });
 
 /** `\x..`, `\u....`, `\U........` and `\N{…}`, shared by both escape readers; null when `token` is none of them. */
-function numericEscape(src: Source, token: string, st: State): { t: 'lit'; cp: number } | null {
+function numericEscape(src: Source, token: string, st: State): { t: 'lit'; cp: number; named?: true } | null {
   const c = codePoints(token)[1];
   const digits = (n: number) => {
     const full = token + src.getwhile(n, HEXDIGITS);
@@ -377,7 +377,7 @@ function numericEscape(src: Source, token: string, st: State): { t: 'lit'; cp: n
     const name = src.getuntil('}', 'character name');
     // Python looks the name up in its Unicode database, which JavaScript does not have.
     st.noteUnsupported(`the named character \\N{${name}}`, start);
-    return lit(0xfffd);
+    return { t: 'lit', cp: 0xfffd, named: true };
   }
   return null;
 }
@@ -525,7 +525,8 @@ function parseClass(src: Source, st: State): Node {
       const bad = () =>
         src.error(`bad character range ${token}-${that}`, cpLength(token) + 1 + cpLength(that));
       if (code1.t !== 'lit' || code2.t !== 'lit') throw bad();
-      if (code2.cp < code1.cp) throw bad();
+      // A \N{…} end is unknown here; the pattern is refused for it anyway.
+      if (code2.cp < code1.cp && !code1.named && !code2.named) throw bad();
       set.push({ t: 'range', lo: code1.cp, hi: code2.cp });
     } else {
       set.push(code1);
@@ -576,7 +577,7 @@ function parseRepeat(src: Source, token: string, sub: Node[]): 'literal' | 'done
       ? item.body
       : { items: [item] };
   const kind = src.match('?') ? 'lazy' : src.match('+') ? 'possessive' : 'greedy';
-  sub[sub.length - 1] = { t: 'repeat', min, max, kind, body };
+  sub[sub.length - 1] = { t: 'repeat', min, max, kind, body, pos: here - 1 };
   return 'done';
 }
 
@@ -862,6 +863,38 @@ function checkReferences(root: Seq, st: State): void {
   }
 }
 
+/**
+ * Possessive quantifiers over more than one character unit. Python 3.11.0 to
+ * 3.11.4 (Debian 12 has 3.11.2) match some of them wrongly (CPython issues
+ * gh-100061 and gh-106052: a sub-pattern that backtracks, a negative
+ * look-ahead inside); later releases match them as the atomic group they stand
+ * for. Their meaning depends on the Python release Nova runs on, so only the
+ * simple form (`0*+`, `[0-3]++`: one character class repeated, a separate
+ * opcode in sre, unaffected) is translated.
+ */
+function checkPossessive(seq: Seq, st: State): void {
+  for (const node of seq.items) {
+    if (node.t === 'repeat') {
+      const only = node.body.items.length === 1 ? node.body.items[0]! : null;
+      const simple = only !== null && (only.t === 'lit' || only.t === 'set' || only.t === 'any');
+      if (node.kind === 'possessive' && !simple) {
+        st.noteUnsupported(
+          'a possessive quantifier (*+, ++, ?+, {m,n}+) over more than one character, which Python 3.11.0 to 3.11.4 (Debian 12) match wrongly in some cases (CPython gh-100061, gh-106052); write an atomic group (?>…*) instead',
+          node.pos,
+        );
+      }
+      checkPossessive(node.body, st);
+    } else if (node.t === 'group' || node.t === 'atomic' || node.t === 'assert') {
+      checkPossessive(node.body, st);
+    } else if (node.t === 'branch') {
+      for (const alt of node.alts) checkPossessive(alt, st);
+    } else if (node.t === 'cond') {
+      checkPossessive(node.yes, st);
+      if (node.no) checkPossessive(node.no, st);
+    }
+  }
+}
+
 /** Case-insensitivity must be the same for the whole pattern: JavaScript (Node 20) has no scoped flags. */
 function checkCaseScopes(seq: Seq, flags: number, globalFlags: number, st: State): void {
   for (const node of seq.items) {
@@ -1037,6 +1070,7 @@ export function translatePythonRegex(pattern: string): PythonRegexResult {
     throw error;
   }
   checkCaseScopes(root, st.flags, st.flags, st);
+  checkPossessive(root, st);
   checkReferences(root, st);
   if (st.unsupported) {
     return {
