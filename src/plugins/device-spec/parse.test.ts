@@ -318,6 +318,8 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ],
     // devname
     ['devname with address', [{ devname: 'eth0', address: '0a:00.0' }], PCI, ['[0]', '"eth0"', '"0a:00.0"']],
+    // Nova ignores an address Python finds false next to a devname (docs/nova-device-spec.md).
+    ['devname with an empty address', [{ devname: 'eth0', address: '' }], PCI, ['[0]', '"eth0"', 'together']],
     ['empty devname', [{ devname: '' }], PCI, ['pci.device_spec[0].devname', '""']],
     ['devname with a slash', [{ devname: '../x' }], PCI, ['pci.device_spec[0].devname', '"../x"']],
     ['devname too long', [{ devname: 'a'.repeat(16) }], PCI, ['pci.device_spec[0].devname']],
@@ -329,6 +331,12 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ['one_time_use', [{ one_time_use: null }], PCI, ['pci.device_spec[0].one_time_use', 'null']],
     ['trusted', [{ trusted: 'si' }], PCI, ['pci.device_spec[0].trusted', '"si"']],
     ['remote_managed', [{ remote_managed: [] }], PCI, ['pci.device_spec[0].remote_managed', '[]']],
+    [
+      'remote_managed maybe',
+      [{ remote_managed: 'maybe' }],
+      PCI,
+      ['pci.device_spec[0].remote_managed', '"maybe"'],
+    ],
     // cleanup keys
     [
       'clear_action in pci',
