@@ -18,7 +18,8 @@
  *    from the whole pattern's, and a backreference to a group that may not have
  *    matched when it is used (Python then fails, JavaScript matches empty).
  * 3. Everything else is emitted from the parse tree as a JavaScript pattern
- *    (`v` flag: code points, like Python's str patterns) that spells out
+ *    (`u` flag: code points, like Python's str patterns; not `v`, which
+ *    Node 20's V8 gets wrong in places) that spells out
  *    Python's meaning: `$` as `(?=\n?$)`, `\s` as Python's whitespace set,
  *    `\d`/`\w` as Unicode categories, `\b` by lookarounds, `.` as `[^\n]`,
  *    atomic groups and possessive quantifiers as a lookahead capture and a
@@ -920,10 +921,34 @@ function checkCaseScopes(seq: Seq, flags: number, globalFlags: number, st: State
 
 // --- emission ---------------------------------------------------------------
 
+type Ranges = [number, number][];
+
 /** Python's str.isspace() set (sre's Unicode \s). */
-const UNICODE_SPACE =
-  '\\t\\n\\v\\f\\r\\u{1c}-\\u{20}\\u{85}\\u{a0}\\u{1680}\\u{2000}-\\u{200a}\\u{2028}\\u{2029}\\u{202f}\\u{205f}\\u{3000}';
-const ASCII_SPACE = '\\t\\n\\v\\f\\r\\u{20}';
+const UNICODE_SPACE: Ranges = [
+  [0x09, 0x0d],
+  [0x1c, 0x20],
+  [0x85, 0x85],
+  [0xa0, 0xa0],
+  [0x1680, 0x1680],
+  [0x2000, 0x200a],
+  [0x2028, 0x2029],
+  [0x202f, 0x202f],
+  [0x205f, 0x205f],
+  [0x3000, 0x3000],
+];
+const ASCII_SPACE: Ranges = [
+  [0x09, 0x0d],
+  [0x20, 0x20],
+];
+const ASCII_DIGIT: Ranges = [[0x30, 0x39]];
+const ASCII_WORD: Ranges = [
+  [0x30, 0x39],
+  [0x41, 0x5a],
+  [0x5f, 0x5f],
+  [0x61, 0x7a],
+];
+/** Python's Unicode \w: str.isalnum() or "_" (letters and numbers). */
+const UNICODE_WORD = '\\p{L}\\p{N}_';
 /** The code points Python's case-insensitive matching treats as one letter (lower() and re._casefix), where JavaScript's folding does not. */
 const DOTTED_I = [0x49, 0x69, 0x130, 0x131];
 
@@ -932,20 +957,40 @@ const char = (cp: number) =>
     ? String.fromCodePoint(cp)
     : `\\u{${cp.toString(16)}}`;
 
-function categoryItems(cat: Category, ascii: boolean): string {
+const rangeText = (ranges: Ranges) =>
+  ranges.map(([lo, hi]) => (lo === hi ? char(lo) : `${char(lo)}-${char(hi)}`)).join('');
+
+/** Every code point not in `ranges` (sorted, disjoint). */
+function complement(ranges: Ranges): Ranges {
+  const out: Ranges = [];
+  let next = 0;
+  for (const [lo, hi] of ranges) {
+    if (lo > next) out.push([next, lo - 1]);
+    next = hi + 1;
+  }
+  if (next <= 0x10ffff) out.push([next, 0x10ffff]);
+  return out;
+}
+
+/**
+ * A category as the content of a character class (the `u` flag has no nested
+ * classes, so a complement is spelt out as ranges); null for Unicode \W, the
+ * complement of a union of properties, which only a look-ahead can say.
+ */
+function categoryItems(cat: Category, ascii: boolean): string | null {
   switch (cat) {
     case 'digit':
-      return ascii ? '0-9' : '\\p{Nd}';
+      return ascii ? rangeText(ASCII_DIGIT) : '\\p{Nd}';
     case 'not_digit':
-      return ascii ? '[^0-9]' : '\\P{Nd}';
+      return ascii ? rangeText(complement(ASCII_DIGIT)) : '\\P{Nd}';
     case 'space':
-      return ascii ? ASCII_SPACE : UNICODE_SPACE;
+      return rangeText(ascii ? ASCII_SPACE : UNICODE_SPACE);
     case 'not_space':
-      return `[^${ascii ? ASCII_SPACE : UNICODE_SPACE}]`;
+      return rangeText(complement(ascii ? ASCII_SPACE : UNICODE_SPACE));
     case 'word':
-      return ascii ? 'A-Za-z0-9_' : '\\p{L}\\p{N}_';
+      return ascii ? rangeText(ASCII_WORD) : UNICODE_WORD;
     case 'not_word':
-      return `[^${ascii ? 'A-Za-z0-9_' : '\\p{L}\\p{N}_'}]`;
+      return ascii ? rangeText(complement(ASCII_WORD)) : null;
   }
 }
 
@@ -960,10 +1005,12 @@ class Emitter {
     return (flags & F_IGNORECASE) !== 0 && (flags & F_ASCII) === 0;
   }
 
+  /** One character of a Python set: a class, or (with Unicode \W in it) a look-ahead and a class. */
   private emitSet(negate: boolean, items: SetItem[], flags: number): string {
     const ascii = (flags & F_ASCII) !== 0;
     let body = '';
     let dottedI = false;
+    let notWord = false;
     for (const item of items) {
       if (item.t === 'lit') {
         body += char(item.cp);
@@ -972,16 +1019,22 @@ class Emitter {
         body += `${char(item.lo)}-${char(item.hi)}`;
         dottedI ||= DOTTED_I.some((cp) => cp >= item.lo && cp <= item.hi);
       } else {
-        body += categoryItems(item.cat, ascii);
+        const text = categoryItems(item.cat, ascii);
+        if (text === null) notWord = true;
+        else body += text;
       }
     }
     if (dottedI && this.foldsDottedI(flags)) body += DOTTED_I.map(char).join('');
-    return `[${negate ? '^' : ''}${body}]`;
+    if (!notWord) return `[${negate ? '^' : ''}${body}]`;
+    const word = `[${UNICODE_WORD}]`;
+    // In the set: a member, or not a word character. Not in it: a word character that is no member.
+    if (negate) return body ? `(?:(?![${body}])${word})` : word;
+    return body ? `(?:[${body}]|(?!${word})[\\s\\S])` : `(?:(?!${word})[\\s\\S])`;
   }
 
   private emitNode(node: Node, flags: number): string {
     const ascii = (flags & F_ASCII) !== 0;
-    const word = ascii ? '[A-Za-z0-9_]' : '[\\p{L}\\p{N}_]';
+    const word = `[${ascii ? rangeText(ASCII_WORD) : UNICODE_WORD}]`;
     switch (node.t) {
       case 'lit':
         if (this.foldsDottedI(flags) && DOTTED_I.includes(node.cp)) return this.emitSet(false, [node], flags);
@@ -1079,7 +1132,7 @@ export function translatePythonRegex(pattern: string): PythonRegexResult {
     };
   }
   const source = new Emitter().emitSeq(root, st.flags);
-  return { kind: 'ok', source, flags: st.flags & F_IGNORECASE ? 'iv' : 'v' };
+  return { kind: 'ok', source, flags: st.flags & F_IGNORECASE ? 'iu' : 'u' };
 }
 
 /**
