@@ -44,7 +44,7 @@ import { DEPARTURES, departuresTable, explain } from '../fixtures/nova-devspec/d
 import { NovaOracle, type NovaVerdict } from '../fixtures/nova-devspec/oracle-client.js';
 import { pythonPattern, regexSubjects } from '../fixtures/nova-devspec/regex-cases.js';
 import { tempDir } from '../helpers/agent.js';
-import { available, novaDevspec } from '../helpers/prerequisites.js';
+import { available, novaTranslator } from '../helpers/prerequisites.js';
 
 const SEED = Number(process.env['NOVA_DIFF_SEED'] ?? 30);
 const CASES = Number(process.env['NOVA_DIFF_CASES'] ?? 5000);
@@ -131,7 +131,7 @@ function lineOf(text: string): SpecLine {
   return { kind: 'text', text };
 }
 
-const canRun = available(novaDevspec(), "the differential test against Nova's device_spec code");
+const canRun = available(novaTranslator(), "the differential test against Nova's device_spec code");
 
 describe('docs/nova-device-spec.md', () => {
   it('holds the departures table, row for row', () => {
