@@ -208,6 +208,13 @@ export const novaTranslator = () =>
     return null;
   });
 
+/** os-resource-classes and os-traits, the lists os-names.ts is generated from. */
+export const osPlacementNames = () =>
+  check('os-resource-classes and os-traits', ['python3-os-resource-classes', 'python3-os-traits'], () => {
+    run(PYTHON, ['-c', 'import os_resource_classes, os_traits']);
+    return null;
+  });
+
 /**
  * Whether `p` is usable. When it is not: one line on stderr naming what is
  * missing and the package to install, and false (skip) — or, with

@@ -4,12 +4,17 @@
  *
  * - a glob string `[[[domain]:]bus]:][slot][.[function]]` whose parts are hex,
  *   `*`, or empty (= `*`); the `domain:bus:slot` fields fill from the right, so
- *   `"0a"` alone is the slot; each part is range-checked and zero-padded;
- * - or an object of regular expressions per field, matched from the start of
- *   the device's lower-case field (Python `re.match`: anchored at the start only).
+ *   `"0a"` alone is the slot; each part is range-checked and zero-padded. As in
+ *   Nova, a part is stripped first, but a function part that is only blanks
+ *   (`"0a:00. "`) is refused, not read as `*`;
+ * - or an object of Python regular expressions per field (python-regex.ts),
+ *   matched from the start of the device's lower-case field (Python `re.match`:
+ *   anchored at the start only).
  */
 import { ConfigError } from '../../errors.js';
 import { keyPath, show } from './messages.js';
+import { compilePythonMatch } from './python-regex.js';
+import { pyStrip, pythonHex } from './python-values.js';
 import type { AddressGlob, AddressRegex } from './types.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
@@ -33,16 +38,21 @@ export function splitAddress(
 }
 
 /**
- * Parses a hex number the way the operator means it: optional surrounding
- * space and `0x` prefix (Python's int(x, 16), which Nova uses, accepts both),
- * then hex digits. Returns the digits without leading zeros, or null when the
- * text is not hex. Signs and `_` separators, which Python also tolerates, are
- * refused: no real id is written that way.
+ * A hex number as Nova reads it with Python's int(text, 16) (optional `0x`,
+ * spaces around it), range-checked against `max` and zero-padded to `width`;
+ * or what is wrong with it. Python also reads a sign, `_` separators and
+ * non-ASCII digits: Berth refuses those (docs/nova-device-spec.md), since no
+ * real id is written that way and a negative one would match nothing.
  */
-export function parseHexDigits(text: string): string | null {
-  const match = /^(?:0[xX])?([0-9a-fA-F]+)$/.exec(text.trim());
-  if (!match) return null;
-  return match[1]!.toLowerCase().replace(/^0+(?=.)/, '');
+export function hexValue(text: string, max: number, width: number): { value: string } | { problem: string } {
+  const read = pythonHex(text);
+  if (read === null) return { problem: 'not hex' };
+  if ('unusual' in read) {
+    return { problem: `written with ${read.unusual}, which Berth refuses; write plain hex digits` };
+  }
+  const value = hexInRange(read.digits, max, width);
+  if (value === null) return { problem: `greater than the maximum ${max.toString(16)}` };
+  return { value };
 }
 
 /** Zero-padded lower-case hex of a value no greater than `max`, or null when out of range. */
@@ -63,20 +73,21 @@ const BUS: FieldRule = { name: 'bus', max: 0xff, width: 2 };
 const SLOT: FieldRule = { name: 'slot', max: 0x1f, width: 2 };
 const FUNCTION: FieldRule = { name: 'function', max: 0x7, width: 1 };
 
-function globPart(part: string, rule: FieldRule, where: string, raw: string): string {
-  const text = part.trim();
-  if (text === '' || text === '*') return '*';
-  const digits = parseHexDigits(text);
-  if (digits === null) {
-    throw new ConfigError(`${where}: ${show(raw)} has ${rule.name} ${show(text)}, which is not hex or "*"`);
-  }
-  const value = hexInRange(digits, rule.max, rule.width);
-  if (value === null) {
+/** One part, stripped as Python strips; blank is `*` unless `blankIsAny` is false (the function part, as in Nova). */
+function globPart(part: string, rule: FieldRule, where: string, raw: string, blankIsAny = true): string {
+  const text = pyStrip(part);
+  if (text === '*' || (text === '' && blankIsAny)) return '*';
+  if (text === '') {
     throw new ConfigError(
-      `${where}: ${show(raw)} has ${rule.name} ${show(text)}, greater than the maximum ${rule.max.toString(16)}`,
+      `${where}: ${show(raw)} has a blank ${rule.name} after the "."; leave nothing after the "." or write "*" for any ${rule.name}`,
     );
   }
-  return value;
+  const read = hexValue(text, rule.max, rule.width);
+  if ('problem' in read) {
+    const problem = read.problem === 'not hex' ? 'which is not hex or "*"' : read.problem;
+    throw new ConfigError(`${where}: ${show(raw)} has ${rule.name} ${show(text)}, ${problem}`);
+  }
+  return read.value;
 }
 
 /** Parses the glob form; `where` is e.g. 'pci.device_spec[0].address'. */
@@ -96,7 +107,8 @@ export function parseAddressGlob(raw: string, where: string): AddressGlob {
     domain: globPart(fields[0]!, DOMAIN, where, raw),
     bus: globPart(fields[1]!, BUS, where, raw),
     slot: globPart(fields[2]!, SLOT, where, raw),
-    function: globPart(func, FUNCTION, where, raw),
+    // Nova: an empty function part is any, a blank one is int(' ', 16), an error.
+    function: func === '' ? '*' : globPart(func, FUNCTION, where, raw, false),
     exact: false,
   };
   glob.exact = [glob.domain, glob.bus, glob.slot, glob.function].every((part) => part !== '*');
@@ -136,19 +148,9 @@ export function parseAddressRegex(raw: Record<string, unknown>, where: string): 
         `${where}.${key}: ${show(source)} is ${source.length} characters long; a field's regular expression may have at most ${MAX_FIELD_REGEX_LENGTH}`,
       );
     }
-    try {
-      // Compile alone first: only a pattern with balanced groups can be wrapped
-      // without changing its meaning (`a)|(b` would otherwise become valid).
-      new RegExp(source);
-      const re = new RegExp(`^(?:${source})`);
-      // V8 compiles a pattern at its first use: use it now, so nothing fails later.
-      re.test('0000');
-      spec[key] = re;
-    } catch (error) {
-      throw new ConfigError(
-        `${where}.${key}: ${show(source)} is not a valid regular expression (${(error as Error).message})`,
-      );
-    }
+    const compiled = compilePythonMatch(source);
+    if ('error' in compiled) throw new ConfigError(`${where}.${key}: ${show(source)} ${compiled.error}`);
+    spec[key] = compiled.regexp;
     sources.push(source);
   }
   if (sources.length === 4 && sources.every((s) => /^[0-9a-fA-F]+$/.test(s))) {

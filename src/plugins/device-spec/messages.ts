@@ -4,11 +4,14 @@
  * fix the file without reading code. Rendering a value must itself never throw.
  */
 
+import { JsonFloat } from './python-values.js';
+
 const MAX_SHOWN = 80;
 
 /** A value as it would appear in JSON, shortened; never throws (BigInt, cycles, ...). */
 export function show(value: unknown): string {
   let text: string;
+  if (value instanceof JsonFloat) return value.text;
   try {
     text = value === undefined ? 'undefined' : (JSON.stringify(value) ?? String(value));
   } catch {

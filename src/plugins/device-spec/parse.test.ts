@@ -123,11 +123,50 @@ describe('parseDeviceSpecs: values', () => {
     ['ffff', 'ffff'],
     ['0', '0000'],
     ['*', null],
-    [' * ', null],
+    ['\u00a08086\u3000', '8086'], // Python's whitespace, which int() skips
   ])('vendor_id/product_id %j -> %j', (value, expected) => {
     const entry = one({ vendor_id: value, product_id: value });
     expect(entry.vendorId).toBe(expected);
     expect(entry.productId).toBe(expected);
+  });
+
+  it('strips vendor_id before the "*" test, and not product_id (as Nova does)', () => {
+    expect(one({ vendor_id: ' * ' }).vendorId).toBeNull();
+    expect(one({ vendor_id: '\u001c*\u001c' }).vendorId).toBeNull(); // str.strip() removes U+001C
+    expect(() => one({ product_id: ' * ' })).toThrow(/product_id: " \* " is not a hex id/);
+    // int() does not skip U+001C, and neither Python nor Berth strips U+FEFF.
+    expect(() => one({ product_id: '\u001c10de' })).toThrow(ConfigError);
+    expect(() => one({ vendor_id: '\ufeff10de' })).toThrow(ConfigError);
+  });
+
+  it.each([['+a'], ['-1'], ['-0'], ['1_0'], ['0x_1f'], ['\u0663'], ['\uff11\uff10']])(
+    'refuses the hex %j, which Python reads (a departure from Nova)',
+    (value) => {
+      expect(() => one({ vendor_id: value })).toThrow(
+        /written with (a sign|a "_" separator|non-ASCII digits)/,
+      );
+      expect(() => one({ address: `${value}:00.0` })).toThrow(/written with/);
+    },
+  );
+
+  it('reads booleans as oslo does from a JSON string entry: 1 and 0, not 1.0', () => {
+    expect(one('{"managed": 1}').managed).toBe(true);
+    expect(one('{"managed": -0}').managed).toBe(false);
+    for (const text of ['1.0', '1e0', '0.0', 'NaN', 'Infinity']) {
+      expect(() => one(`{"managed": ${text}}`)).toThrow(
+        `pci.device_spec[0].managed: ${text} is a JSON float`,
+      );
+      expect(() => one(`{"one_time_use": ${text}}`)).toThrow(ConfigError);
+      expect(() => one(`{"live_migratable": ${text}}`)).toThrow(ConfigError);
+    }
+  });
+
+  it('reads JSON string entries as Python json.loads does', () => {
+    // NaN is JSON to Python; as a value it is then refused by the key's own rule.
+    expect(() => one('{"vendor_id": NaN}')).toThrow(/vendor_id: NaN is not a hex id/);
+    expect(one('{"vendor_id": "8086", "vendor_id": "10de"}').vendorId).toBe('10de'); // the last one wins
+    expect(() => one('{"vendor_id": "8086"} x')).toThrow(/not a JSON object \(Extra data at position 22\)/);
+    expect(() => one('{"__proto__": {}}')).toThrow(/__proto__: unknown key/);
   });
 
   it.each([
@@ -158,6 +197,7 @@ describe('parseDeviceSpecs: values', () => {
     ['CUSTOM_GPU', 'CUSTOM_GPU'],
     ['custom_gpu', 'CUSTOM_GPU'],
     ['PCI_DEVICE', 'PCI_DEVICE'],
+    ['net_packet_rate_kilopacket_per_sec', 'NET_PACKET_RATE_KILOPACKET_PER_SEC'], // os-resource-classes 1.1
     ['', null],
   ])('resource_class %j -> %j', (value, expected) => {
     expect(one({ resource_class: value }).resourceClass).toBe(expected);
@@ -165,8 +205,8 @@ describe('parseDeviceSpecs: values', () => {
 
   it.each([
     [
-      ['foo', 'HW_GPU_API_CUDA'],
-      ['CUSTOM_FOO', 'HW_GPU_API_CUDA'],
+      ['foo', 'HW_GPU_CUDA_COMPUTE_CAPABILITY_V1_0', 'HW_GPU_API_CUDA'],
+      ['CUSTOM_FOO', 'HW_GPU_CUDA_COMPUTE_CAPABILITY_V1_0', 'CUSTOM_HW_GPU_API_CUDA'], // not in os-traits
     ],
     ['foo,bar', ['CUSTOM_FOO', 'CUSTOM_BAR']],
     ['foo, bar ,CUSTOM_X', ['CUSTOM_FOO', 'CUSTOM_BAR', 'CUSTOM_X']],
@@ -257,6 +297,7 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ['non-hex part', [{ address: '*:zz:00.0' }], PCI, ['pci.device_spec[0].address', 'bus', '"zz"']],
     ['partial wildcard', [{ address: '0a:0*.0' }], PCI, ['.address', 'slot', '"0*"']],
     ['two dots', [{ address: '0a:00.1.2' }], PCI, ['.address', 'function', '"1.2"']],
+    ['blank function', [{ address: '0000:0a:00. ' }], PCI, ['.address', '"0000:0a:00. "', 'blank function']],
     ['number address', [{ address: 5 }], PCI, ['pci.device_spec[0].address', '5']],
     ['list address', [{ address: ['0a'] }], PCI, ['pci.device_spec[0].address', '["0a"]']],
     ['null address', [{ address: null }], PCI, ['pci.device_spec[0].address', 'null']],
@@ -277,6 +318,8 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ],
     // devname
     ['devname with address', [{ devname: 'eth0', address: '0a:00.0' }], PCI, ['[0]', '"eth0"', '"0a:00.0"']],
+    // Nova ignores an address Python finds false next to a devname (docs/nova-device-spec.md).
+    ['devname with an empty address', [{ devname: 'eth0', address: '' }], PCI, ['[0]', '"eth0"', 'together']],
     ['empty devname', [{ devname: '' }], PCI, ['pci.device_spec[0].devname', '""']],
     ['devname with a slash', [{ devname: '../x' }], PCI, ['pci.device_spec[0].devname', '"../x"']],
     ['devname too long', [{ devname: 'a'.repeat(16) }], PCI, ['pci.device_spec[0].devname']],
@@ -288,6 +331,12 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ['one_time_use', [{ one_time_use: null }], PCI, ['pci.device_spec[0].one_time_use', 'null']],
     ['trusted', [{ trusted: 'si' }], PCI, ['pci.device_spec[0].trusted', '"si"']],
     ['remote_managed', [{ remote_managed: [] }], PCI, ['pci.device_spec[0].remote_managed', '[]']],
+    [
+      'remote_managed maybe',
+      [{ remote_managed: 'maybe' }],
+      PCI,
+      ['pci.device_spec[0].remote_managed', '"maybe"'],
+    ],
     // cleanup keys
     [
       'clear_action in pci',

@@ -7,9 +7,10 @@
  */
 import { z } from 'zod';
 import { ConfigError } from '../../errors.js';
-import { hexInRange, parseAddressGlob, parseAddressRegex, parseHexDigits } from './address.js';
+import { hexValue, parseAddressGlob, parseAddressRegex } from './address.js';
 import { closest, keyPath, show } from './messages.js';
 import { normalizeResourceClass, normalizeTrait } from './placement-names.js';
+import { JsonFloat, parsePythonJson, pyStrip } from './python-values.js';
 import { CLEANUP_KEYS, NOVA_KEYS } from './schema.js';
 import type { ClearAction, ClearStrategy, DeviceSpecEntry, ParseOptions } from './types.js';
 
@@ -24,15 +25,22 @@ const FALSE_STRINGS: ReadonlySet<string> = new Set(['0', 'f', 'false', 'off', 'n
 const INTERFACE_NAME = /^[^/:\s\0]{1,15}$/;
 
 /**
- * oslo's strict boolean parsing: JSON true/false, the numbers 1 and 0 (oslo
- * stringifies them), and the strings 1 t true on y yes / 0 f false off n no,
- * trimmed, in any case. Anything else is a ConfigError naming `where` and the value.
+ * oslo's strict boolean parsing: JSON true/false, the integers 1 and 0 (oslo
+ * stringifies them; a float such as 1.0 in a JSON string entry is "1.0" to it,
+ * and refused), and the strings 1 t true on y yes / 0 f false off n no,
+ * stripped as Python strips, in any case. Anything else is a ConfigError naming
+ * `where` and the value.
  */
 export function parseBool(value: unknown, where: string): boolean {
   if (typeof value === 'boolean') return value;
   if (value === 1 || value === 0) return value === 1;
+  if (value instanceof JsonFloat) {
+    throw new ConfigError(
+      `${where}: ${value.text} is a JSON float, not a boolean (use true/false, yes/no, on/off, 1/0, t/f, y/n)`,
+    );
+  }
   if (typeof value === 'string') {
-    const text = value.trim().toLowerCase();
+    const text = pyStrip(value).toLowerCase();
     if (TRUE_STRINGS.has(text)) return true;
     if (FALSE_STRINGS.has(text)) return false;
   }
@@ -48,19 +56,26 @@ function isRecord(value: unknown): value is Record<string, unknown> {
   return proto === Object.prototype || proto === null;
 }
 
-/** vendor_id / product_id: `*` = any, else hex up to ffff normalised to 4 lower-case digits. */
-function parseId(value: unknown, where: string): string | null {
+/**
+ * vendor_id / product_id: `*` = any, else hex up to ffff normalised to 4
+ * lower-case digits. As in Nova, only vendor_id is stripped before the `*`
+ * test (`strip`): a product_id " * " is not `*`, and not hex either.
+ */
+function parseId(value: unknown, where: string, strip: boolean): string | null {
   if (typeof value !== 'string') {
     // YAML reads an unquoted 8086 as a number and 0x10de as 4318: refuse rather than guess.
     throw new ConfigError(
       `${where}: ${show(value)} is not a hex id of up to 4 digits; write it as a quoted string ("8086") or "*"`,
     );
   }
-  if (value.trim() === '*') return null;
-  const digits = parseHexDigits(value);
-  const id = digits === null ? null : hexInRange(digits, 0xffff, 4);
-  if (id === null) throw new ConfigError(`${where}: ${show(value)} is not a hex id of up to 4 digits`);
-  return id;
+  const text = strip ? pyStrip(value) : value;
+  if (text === '*') return null;
+  const read = hexValue(text, 0xffff, 4);
+  if ('problem' in read) {
+    const unusual = read.problem.startsWith('written with') ? ` (${read.problem})` : '';
+    throw new ConfigError(`${where}: ${show(value)} is not a hex id of up to 4 digits${unusual}`);
+  }
+  return read.value;
 }
 
 function parseEnum<T extends string>(value: unknown, allowed: readonly T[], where: string): T {
@@ -111,8 +126,8 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
   const entry: DeviceSpecEntry = {
     index,
     source,
-    vendorId: has('vendor_id') ? parseId(raw['vendor_id'], at('vendor_id')) : null,
-    productId: has('product_id') ? parseId(raw['product_id'], at('product_id')) : null,
+    vendorId: has('vendor_id') ? parseId(raw['vendor_id'], at('vendor_id'), true) : null,
+    productId: has('product_id') ? parseId(raw['product_id'], at('product_id'), false) : null,
     address: null,
     devname: null,
     managed: has('managed') ? parseBool(raw['managed'], at('managed')) : true,
@@ -197,9 +212,9 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
 
 /**
  * Parses a driver's device_spec: absent (undefined/null) is an empty list; one
- * entry or a list of entries; any entry may be a JSON string (as in nova.conf)
- * holding an object or, as Nova also allows, a list of objects. Entries keep
- * their order: the first matching entry wins.
+ * entry or a list of entries; any entry may be a JSON string (as in nova.conf,
+ * read as Python's json reads it) holding an object or, as Nova also allows, a
+ * list of objects. Entries keep their order: the first matching entry wins.
  */
 export function parseDeviceSpecs(raw: unknown, options: ParseOptions): DeviceSpecEntry[] {
   const base = `${options.section}.device_spec`;
@@ -212,7 +227,7 @@ export function parseDeviceSpecs(raw: unknown, options: ParseOptions): DeviceSpe
     let value: unknown = item;
     if (typeof item === 'string') {
       try {
-        value = JSON.parse(item);
+        value = parsePythonJson(item);
       } catch (error) {
         throw new ConfigError(`${where}: ${show(item)} is not a JSON object (${(error as Error).message})`);
       }

@@ -15,6 +15,8 @@ describe('normalizeResourceClass', () => {
     ['custom_gpu', 'CUSTOM_GPU'],
     ['pci_device', 'PCI_DEVICE'], // a standard class (Nova upper-cases first)
     ['VGPU', 'VGPU'],
+    ['NET_PACKET_RATE_KILOPACKET_PER_SEC', 'NET_PACKET_RATE_KILOPACKET_PER_SEC'], // os-resource-classes 1.1
+    ['net_packet_rate_egr_kilopacket_per_sec', 'NET_PACKET_RATE_EGR_KILOPACKET_PER_SEC'],
     ['  fpga  ', 'FPGA'],
     ['é', 'CUSTOM__'],
   ])('%j -> %j', (value, expected) => {
@@ -43,6 +45,9 @@ describe('normalizeTrait', () => {
     ['COMPUTE_NET_VIF_MODEL_VIRTIO', 'COMPUTE_NET_VIF_MODEL_VIRTIO'],
     ['STORAGE_DISK_SSD', 'STORAGE_DISK_SSD'],
     ['hw_nvme_ces', 'CUSTOM_HW_NVME_CES'], // not exactly a standard name: custom, as in Nova
+    ['HW_NO_SUCH_TRAIT', 'CUSTOM_HW_NO_SUCH_TRAIT'], // upper case, but not in os-traits: custom, as in Nova
+    ['COMPUTE_MANAGED_PCI_DEVICE', 'COMPUTE_MANAGED_PCI_DEVICE'], // os-traits
+    ['HW_ONE_TIME_USE', 'HW_ONE_TIME_USE'], // Berth's own
     [' x ', 'CUSTOM_X'],
     ['x'.repeat(248), `CUSTOM_${'X'.repeat(248)}`],
   ])('%j -> %j', (value, expected) => {

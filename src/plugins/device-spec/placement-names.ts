@@ -1,14 +1,18 @@
 /**
  * Resource class and trait names "the Placement way", as Nova's
  * pci_placement_translator does with the `resource_class` and `traits` tags:
- * a name that is already a standard one or already CUSTOM_ is kept (upper-cased),
- * anything else becomes CUSTOM_ + the name upper-cased with every run of
- * non-alphanumerics turned into one `_` (os_resource_classes / os_traits
- * normalize_name). Unlike Nova, which hands an invalid CUSTOM_ name on to
- * Placement to be refused at runtime, an invalid result is a ConfigError at start.
+ * a name that is already a standard one (os-resource-classes, os-traits: the
+ * lists in os-names.ts) or already CUSTOM_ is kept (upper-cased), anything else
+ * becomes CUSTOM_ + the name upper-cased with every run of non-alphanumerics
+ * turned into one `_` (os_resource_classes / os_traits normalize_name).
+ * Departures (docs/nova-device-spec.md): names are trimmed; Berth's own trait
+ * names are standard too; and unlike Nova, which hands an invalid CUSTOM_ name
+ * on to Placement to be refused at runtime, an invalid result is a ConfigError
+ * at start.
  */
 import { ConfigError } from '../../errors.js';
 import { show } from './messages.js';
+import { OS_RESOURCE_CLASSES, OS_TRAITS } from './os-names.js';
 
 const CUSTOM = 'CUSTOM_';
 /** Placement's limit on class and trait names. */
@@ -17,39 +21,25 @@ const CUSTOM_RESOURCE_CLASS = /^CUSTOM_[A-Z0-9_]+$/;
 /** DESIGN.md: custom traits match this. */
 const CUSTOM_TRAIT = /^CUSTOM_[A-Z0-9_]{1,248}$/;
 
-/** os_resource_classes.STANDARDS (1.1.0): kept as they are. */
-const STANDARD_RESOURCE_CLASSES: ReadonlySet<string> = new Set([
-  'VCPU',
-  'MEMORY_MB',
-  'DISK_GB',
-  'PCI_DEVICE',
-  'SRIOV_NET_VF',
-  'NUMA_SOCKET',
-  'NUMA_CORE',
-  'NUMA_THREAD',
-  'NUMA_MEMORY_MB',
-  'IPV4_ADDRESS',
-  'VGPU',
-  'VGPU_DISPLAY_HEAD',
-  'NET_BW_EGR_KILOBIT_PER_SEC',
-  'NET_BW_IGR_KILOBIT_PER_SEC',
-  'PCPU',
-  'MEM_ENCRYPTION_CONTEXT',
-  'FPGA',
-  'PGPU',
-  'NET_PACKET_RATE_KILOPACKET_PER_SEC',
-  'NET_PACKET_RATE_EGR_KILOPACKET_PER_SEC',
-  'NET_PACKET_RATE_IGR_KILOPACKET_PER_SEC',
-]);
+/** os_resource_classes.STANDARDS: kept as they are. */
+const STANDARD_RESOURCE_CLASSES: ReadonlySet<string> = new Set(OS_RESOURCE_CLASSES);
+
+/** The traits Berth sets itself (DESIGN.md "Resource classes and traits"): standard to Berth, though not in os-traits. */
+export const BERTH_TRAITS: readonly string[] = [
+  'OWNER_BERTH',
+  'HW_NVME_CES',
+  'HW_NVME_BES',
+  'HW_NVME_WZS',
+  'HW_PCI_LIVE_MIGRATABLE',
+  'HW_ONE_TIME_USE',
+];
 
 /**
- * Standard trait namespaces (os_traits' top-level modules, plus Berth's own
- * OWNER_BERTH and HW_* traits). Nova keeps a name only when it is exactly a
- * known standard trait, case included; without the full os_traits list we keep
- * any upper-case name in these namespaces. A lower-case `hw_foo` is not
- * standard (as in Nova) and becomes CUSTOM_HW_FOO.
+ * Kept exactly as written (case included), as os_traits.check_traits keeps
+ * them: os-traits' names and Berth's own. A lower-case `hw_foo` or an unknown
+ * `HW_FOO` is not standard (as in Nova) and becomes CUSTOM_HW_FOO.
  */
-const STANDARD_TRAIT = /^(?:COMPUTE|HW|OWNER|STORAGE|MISC)_[A-Z0-9_]+$/;
+const STANDARD_TRAITS: ReadonlySet<string> = new Set([...OS_TRAITS, ...BERTH_TRAITS]);
 
 function nonEmpty(value: unknown, where: string, what: string): string {
   if (typeof value !== 'string')
@@ -77,10 +67,10 @@ export function normalizeResourceClass(value: string, where: string): string {
   return name;
 }
 
-/** 'foo' -> 'CUSTOM_FOO'; 'CUSTOM_X' kept (upper-cased); standard names (HW_*, OWNER_*, COMPUTE_*, ...) kept as given. */
+/** 'foo' -> 'CUSTOM_FOO'; 'CUSTOM_X' kept (upper-cased); standard names (os-traits, Berth's own) kept as given. */
 export function normalizeTrait(value: string, where: string): string {
   const text = nonEmpty(value, where, 'trait');
-  if (STANDARD_TRAIT.test(text) && text.length <= MAX_NAME) return text;
+  if (STANDARD_TRAITS.has(text)) return text;
   const upper = text.toUpperCase();
   const name = upper.startsWith(CUSTOM) ? upper : toCustom(upper);
   if (!CUSTOM_TRAIT.test(name)) {

@@ -11,7 +11,10 @@ const bool = z
   .union([z.boolean(), z.literal(0), z.literal(1), z.string()])
   .describe('true/false, or 1 t true on y yes / 0 f false off n no (any case)');
 const hexId = z.string().describe('hex, up to 4 digits (quote it: "8086"), or "*" for any');
-const fieldRegex = z.string().max(256).describe('a regular expression matched from the start of the field');
+const fieldRegex = z
+  .string()
+  .max(256)
+  .describe("a Python regular expression (Nova's re.match), matched from the start of the field");
 
 /** Nova's keys ([pci] device_spec), accepted by every driver. */
 export const novaEntryShape = {

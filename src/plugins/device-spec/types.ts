@@ -26,8 +26,9 @@ export interface AddressGlob {
 }
 
 /**
- * The object form of `address`: one regular expression per field, each
- * anchored at the start of the field only (Nova uses Python's `re.match`).
+ * The object form of `address`: one Python regular expression per field
+ * (translated by python-regex.ts), each anchored at the start of the field
+ * only (Nova uses Python's `re.match`).
  * The stored RegExps are already start-anchored, so `re.test(field)` is the
  * whole check; a missing field is `undefined` and matches anything.
  */
