@@ -33,6 +33,18 @@ export const simNamespaceSchema = z.object({
   lbaSize: z.union([z.literal(512), z.literal(4096)]),
   attached: z.boolean(),
   mediaOffset: z.number().int().nonnegative().optional(),
+  nguid: z
+    .string()
+    .regex(/^(?:[0-9a-f]{32})?$/)
+    .optional(),
+  eui64: z
+    .string()
+    .regex(/^(?:[0-9a-f]{16})?$/)
+    .optional(),
+  uuid: z
+    .string()
+    .regex(/^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$/)
+    .optional(),
 });
 
 export const simControllerSchema = z.object({
@@ -41,6 +53,7 @@ export const simControllerSchema = z.object({
   pciAddress: z.string(),
   vid: z.number().int().min(0).max(0xffff),
   ssvid: z.number().int().min(0).max(0xffff),
+  subnqn: z.string().max(223).optional(),
   sn: z.string().max(20),
   mn: z.string().max(40),
   fr: z.string().max(8),
@@ -84,6 +97,10 @@ export interface SimNamespaceSpec {
   lbaSize?: 512 | 4096;
   attached?: boolean;
   devPath?: string;
+  /** Identifiers other than the derived defaults (hex, '' = none). */
+  nguid?: string;
+  eui64?: string;
+  uuid?: string;
 }
 
 /** A controller to create: everything but name and devPath has a realistic default. */
@@ -114,6 +131,9 @@ export function controllerFromSpec(spec: SimControllerSpec, index: number): SimC
       lbaSize: n.lbaSize ?? 512,
       attached: n.attached ?? true,
       mediaOffset,
+      ...(n.nguid === undefined ? {} : { nguid: n.nguid }),
+      ...(n.eui64 === undefined ? {} : { eui64: n.eui64 }),
+      ...(n.uuid === undefined ? {} : { uuid: n.uuid }),
     };
     mediaOffset += n.sizeBytes;
     return ns;

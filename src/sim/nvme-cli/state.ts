@@ -38,6 +38,13 @@ export interface SimNamespaceState {
   attached: boolean;
   /** Where the namespace sits on the controller's media (see SimControllerState.mediaPath). */
   mediaOffset?: number;
+  /**
+   * Identifiers (hex, '' = none) that differ from the defaults derived from
+   * the serial and nsid (src/sim/nvme-identity.ts), which sysfs shows too.
+   */
+  nguid?: string;
+  eui64?: string;
+  uuid?: string;
 }
 
 export interface SimSanitizeState {
@@ -73,6 +80,8 @@ export interface SimControllerState {
   pciAddress: string;
   vid: number;
   ssvid: number;
+  /** The SUBNQN the controller reports in id-ctrl; absent or '' = none (nvme-cli then omits it). */
+  subnqn?: string;
   /** Fixed-width identify strings; trailing spaces are kept, exactly as a device reports them. */
   sn: string;
   mn: string;

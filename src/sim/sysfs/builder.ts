@@ -40,7 +40,14 @@ import { mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
-import { buildConfigSpace } from './config-space.js';
+import {
+  fnv,
+  kernelSubsysNqn,
+  namespaceIds,
+  namespaceSysfsAttributes,
+  type SimNamespaceIds,
+} from '../nvme-identity.js';
+import { buildConfigSpace, normaliseDsn } from './config-space.js';
 
 export interface SimFunctionSpec {
   address: string;
@@ -60,6 +67,13 @@ export interface SimFunctionSpec {
   subsystemProductId?: string;
   /** Two hex digits; default '00' (lspci then prints no "(rev ..)"). Extension to the agreed API. */
   revision?: string;
+  /**
+   * The PCIe Device Serial Number (16 hex digits, dashes allowed, as lspci
+   * prints it): the function gets a PCIe capability and the extended
+   * configuration space holding the DSN capability (config-space.ts). Default:
+   * none (a 256-byte config space, as most consumer cards' functions show).
+   */
+  deviceSerialNumber?: string;
 }
 
 /**
@@ -82,7 +96,18 @@ export interface SimNvmeNamespaceSpec {
   sizeBytes: number;
   /** 512 (default) or 4096. */
   lbaSize?: number;
+  /**
+   * The namespace's identifiers (hex; '' = the namespace reports none).
+   * Default: an NGUID and an EUI-64 derived from the serial and nsid
+   * (src/sim/nvme-identity.ts), the ones nvme-cli's `id-ns` prints too.
+   */
+  nguid?: string;
+  eui64?: string;
+  uuid?: string;
 }
+
+/** A namespace as the builder keeps it: checked, with the identifiers it was given (the rest default). */
+type SimNamespace = { nsid: number; sizeBytes: number; lbaSize: number; ids: Partial<SimNamespaceIds> };
 
 export interface SimNvmeSpec extends SimFunctionSpec {
   /** Controller name, nvmeN. */
@@ -96,6 +121,15 @@ export interface SimNvmeSpec extends SimFunctionSpec {
   state?: string;
   /** queue/write_zeroes_max_bytes of every namespace; default 0 (kernel will not use Write Zeroes). */
   writeZeroesMaxBytes?: number;
+  /**
+   * The SUBNQN the controller reports (`nvme id-ctrl` subnqn), e.g. QEMU's
+   * `nqn.2019-08.org.qemu:<serial>`. Default: none, so the kernel shows its
+   * fallback NQN built from the ids, serial and model; a controller on a
+   * `subsystem` reports `nqn.2019-08.org.berth-sim:subsys<S>`.
+   */
+  subsysnqn?: string;
+  /** The model is on the kernel's NVME_QUIRK_IGNORE_DEV_SUBNQN list: sysfs shows the fallback NQN whatever it reports. */
+  ignoreDeviceSubnqn?: boolean;
   /**
    * Instance S of the NVM subsystem whose shared namespaces this controller
    * reaches (the multipath layout above); default: private namespaces under the
@@ -120,7 +154,10 @@ interface NvmeState {
   state: string;
   writeZeroesMaxBytes: number;
   subsystem: number | null;
-  namespaces: Required<SimNvmeNamespaceSpec>[];
+  /** The SUBNQN the controller reports ('' = none). */
+  subnqn: string;
+  ignoreDeviceSubnqn: boolean;
+  namespaces: SimNamespace[];
 }
 
 interface FunctionState {
@@ -131,6 +168,8 @@ interface FunctionState {
   revision: string;
   subsystemVendorId: string;
   subsystemProductId: string;
+  /** 16 hex digits, or undefined. */
+  deviceSerialNumber: string | undefined;
   driver: string | null;
   numaNode: number;
   iommuGroup: number | null;
@@ -363,7 +402,6 @@ export class SysfsBuilder {
       throw new Error(`controller: ${JSON.stringify(spec.controller)}`);
     if (this.controllers.has(spec.controller))
       throw new Error(`controller ${spec.controller} already exists`);
-    const n = Number(spec.controller.slice(4));
     const subsystem = spec.subsystem ?? null;
     if (subsystem !== null) {
       if (!Number.isInteger(subsystem) || subsystem < 0) throw new Error(`subsystem: ${subsystem}`);
@@ -373,12 +411,14 @@ export class SysfsBuilder {
     const nvme: NvmeState = {
       controller: spec.controller,
       model: spec.model ?? 'Berth Simulated NVMe',
-      serial: spec.serial ?? `BSIM${n.toString().padStart(8, '0')}`,
+      serial: spec.serial ?? defaultNvmeSerial(spec.controller),
       firmware: spec.firmware ?? '1.0',
       cntlid: spec.cntlid ?? 1,
       state: spec.state ?? 'live',
       writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
       subsystem,
+      subnqn: deviceSubnqn(spec),
+      ignoreDeviceSubnqn: spec.ignoreDeviceSubnqn ?? false,
       namespaces: normaliseNamespaces(spec.namespaces ?? []),
     };
     const st = this.register(
@@ -454,6 +494,8 @@ export class SysfsBuilder {
       revision,
       subsystemVendorId,
       subsystemProductId,
+      deviceSerialNumber:
+        spec.deviceSerialNumber === undefined ? undefined : normaliseDsn(spec.deviceSerialNumber),
       driver: spec.driver ?? null,
       numaNode,
       iommuGroup,
@@ -640,16 +682,26 @@ export class SysfsBuilder {
     w('state', `${nvme.state}\n`);
     w('dev', `${NVME_CHAR_MAJOR}:${Number(nvme.controller.slice(4))}\n`);
     w('numa_node', `${st.numaNode}\n`);
-    // nvme_init_subnqn's fallback NQN, for controllers that report none.
-    w(
-      'subsysnqn',
-      `nqn.2014.08.org.nvmexpress:${st.vendorId}${st.subsystemVendorId}${pad(nvme.serial, 20)}${pad(nvme.model, 40)}\n`,
-    );
+    // The controller's SUBNQN, or nvme_init_subnqn's fallback NQN.
+    w('subsysnqn', `${this.subsysNqn(st)}\n`);
     // Kernel form: nvme/nvmeX/device -> ../../../<addr>
     symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
     if (nvme.subsystem !== null) this.writeSubsystem(st);
     for (const ns of nvme.namespaces) this.writeNamespace(st, ns);
     this.link(path.join(this.root, 'class', 'nvme', nvme.controller), dir);
+  }
+
+  /** What the kernel shows as the controller's (and its subsystem's) subsysnqn. */
+  private subsysNqn(st: FunctionState): string {
+    const nvme = st.nvme!;
+    return kernelSubsysNqn({
+      vendorId: st.vendorId,
+      subsystemVendorId: st.subsystemVendorId,
+      serial: nvme.serial,
+      model: nvme.model,
+      subnqn: nvme.subnqn,
+      ignoreDeviceSubnqn: nvme.ignoreDeviceSubnqn,
+    });
   }
 
   private subsysDir(st: FunctionState): string {
@@ -663,7 +715,7 @@ export class SysfsBuilder {
     mkdirSync(dir, { recursive: true });
     this.ensureDir(path.join(this.root, 'class', 'nvme-subsystem'));
     const w = (name: string, content: string) => writeFileSync(path.join(dir, name), content);
-    w('subsysnqn', `nqn.2019-08.org.berth-sim:subsys${nvme.subsystem}\n`);
+    w('subsysnqn', `${this.subsysNqn(st)}\n`);
     writeIdentity(w, nvme);
     w('iopolicy', 'numa\n');
     this.link(path.join(dir, nvme.controller), this.ctrlDir(st));
@@ -698,10 +750,15 @@ export class SysfsBuilder {
     rmSync(path.join(this.devDir(st.address), 'nvme'), { recursive: true, force: true });
   }
 
-  private writeNamespace(st: FunctionState, ns: Required<SimNvmeNamespaceSpec>): void {
+  private writeNamespace(st: FunctionState, ns: SimNamespace): void {
     const nvme = st.nvme!;
     const names = this.namespaceNames(st, ns.nsid);
     this.ensureDir(path.join(this.root, 'class', 'block'));
+    const idAttributes = namespaceSysfsAttributes(
+      namespaceIds(nvme.serial, ns.nsid, ns.ids),
+      { vendorId: st.vendorId, serial: pad(nvme.serial, 20), model: pad(nvme.model, 40) },
+      ns.nsid,
+    );
     const write = (dir: string, hidden: boolean) => {
       mkdirSync(path.join(dir, 'queue'), { recursive: true });
       const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
@@ -709,7 +766,7 @@ export class SysfsBuilder {
       w('size', `${ns.sizeBytes / 512}\n`);
       w('ro', '0\n');
       w('hidden', hidden ? '1\n' : '0\n');
-      w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
+      for (const [file, value] of Object.entries(idAttributes)) w(file, value);
       // A hidden path node has no device number: it has no /dev node.
       if (!hidden) w('dev', `${NVME_BLOCK_MAJOR}:${Number(nvme.controller.slice(4)) * 64 + ns.nsid}\n`);
       w('queue/logical_block_size', `${ns.lbaSize}\n`);
@@ -755,7 +812,7 @@ function writeIdentity(w: (name: string, content: string) => void, nvme: NvmeSta
   w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
 }
 
-function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNvmeNamespaceSpec>[] {
+function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): SimNamespace[] {
   const seen = new Set<number>();
   return namespaces.map((ns) => {
     const lbaSize = ns.lbaSize ?? 512;
@@ -765,15 +822,25 @@ function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNv
     if (!Number.isSafeInteger(ns.sizeBytes) || ns.sizeBytes <= 0 || ns.sizeBytes % lbaSize !== 0) {
       throw new Error(`sizeBytes: ${ns.sizeBytes} must be a positive multiple of ${lbaSize}`);
     }
-    return { nsid: ns.nsid, sizeBytes: ns.sizeBytes, lbaSize };
+    const ids: Partial<SimNamespaceIds> = {};
+    if (ns.nguid !== undefined) ids.nguid = ns.nguid;
+    if (ns.eui64 !== undefined) ids.eui64 = ns.eui64;
+    if (ns.uuid !== undefined) ids.uuid = ns.uuid;
+    // Checked now, so a bad identifier fails the call that gave it.
+    namespaceIds('', ns.nsid, ids);
+    return { nsid: ns.nsid, sizeBytes: ns.sizeBytes, lbaSize, ids };
   });
 }
 
-/** A stable 32-bit FNV-1a hash, for deterministic MACs and EUIs. */
-function fnv(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
-  return h;
+/** The serial a simulated controller has when its spec gives none. */
+export function defaultNvmeSerial(controller: string): string {
+  return `BSIM${Number(controller.slice(4)).toString().padStart(8, '0')}`;
+}
+
+/** The SUBNQN a simulated controller reports ('' = none; see SimNvmeSpec.subsysnqn). */
+export function deviceSubnqn(spec: Pick<SimNvmeSpec, 'subsysnqn' | 'subsystem'>): string {
+  if (spec.subsysnqn !== undefined) return spec.subsysnqn;
+  return spec.subsystem === undefined ? '' : `nqn.2019-08.org.berth-sim:subsys${spec.subsystem}`;
 }
 
 /** A locally administered unicast MAC derived from the function and name. */
@@ -781,12 +848,6 @@ function macFor(address: string, ifname: string): string {
   const h = fnv(`${address}/${ifname}`);
   const bytes = [0x02, 0x00, (h >>> 24) & 0xff, (h >>> 16) & 0xff, (h >>> 8) & 0xff, h & 0xff];
   return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
-}
-
-function euiFor(serial: string, nsid: number): string {
-  return (
-    fnv(serial).toString(16).padStart(8, '0') + fnv(`${serial}/${nsid}`).toString(16).padStart(8, '0')
-  ).slice(0, 16);
 }
 
 /**

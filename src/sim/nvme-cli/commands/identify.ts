@@ -5,6 +5,7 @@
  * for u32 fields, uint128 capacities as strings, trailing spaces in sn/mn/fr).
  */
 import { dirname } from 'node:path';
+import { kernelSubsysNqn, namespaceIds, type SimNamespaceIds } from '../../nvme-identity.js';
 import type { OptSpec } from '../args.js';
 import {
   applyFault,
@@ -129,7 +130,8 @@ export function idCtrlJson(ctrl: SimControllerState, env: NodeJS.ProcessEnv): Js
     mnan: u(0),
     maxdna: uint128String(0, env),
     maxcna: u(0),
-    subnqn: `nqn.2014.08.org.nvmexpress:${ctrl.vid.toString(16).padStart(4, '0')}${ctrl.ssvid.toString(16).padStart(4, '0')}${ctrl.sn}${ctrl.mn}`,
+    // 2.3 prints the field only when the controller reports one.
+    ...(ctrl.subnqn ? { subnqn: ctrl.subnqn } : {}),
     ioccsz: u(0),
     iorcsz: u(0),
     icdoff: 0,
@@ -206,7 +208,32 @@ function nsidOf(o: Out, dev: Device, given: unknown): number | CliResult {
   return o.done(1);
 }
 
-export function idNsJson(ns: SimNamespaceState | undefined, env: NodeJS.ProcessEnv): JsonObject {
+/** The identifiers of an active namespace: what it was given, else the defaults sysfs shows too. */
+export function namespaceIdsOf(ctrl: SimControllerState, ns: SimNamespaceState): SimNamespaceIds {
+  const given: Partial<SimNamespaceIds> = {};
+  if (ns.nguid !== undefined) given.nguid = ns.nguid;
+  if (ns.eui64 !== undefined) given.eui64 = ns.eui64;
+  if (ns.uuid !== undefined) given.uuid = ns.uuid;
+  return namespaceIds(ctrl.sn, ns.nsid, given);
+}
+
+/** The kernel's subsysnqn for a simulated controller (its SUBNQN, else the fallback). */
+function kernelNqnOf(c: SimControllerState): string {
+  const h = (n: number) => n.toString(16).padStart(4, '0');
+  return kernelSubsysNqn({
+    vendorId: h(c.vid),
+    subsystemVendorId: h(c.ssvid),
+    serial: c.sn,
+    model: c.mn,
+    subnqn: c.subnqn ?? '',
+  });
+}
+
+export function idNsJson(
+  ns: SimNamespaceState | undefined,
+  env: NodeJS.ProcessEnv,
+  ids?: SimNamespaceIds,
+): JsonObject {
   const lbas = ns ? Math.floor(ns.sizeBytes / ns.lbaSize) : 0;
   const flbas = ns ? Math.max(0, LBA_FORMATS.indexOf(ns.lbaSize)) : 0;
   const lbafs: JsonValue[] = ns
@@ -242,8 +269,9 @@ export function idNsJson(ns: SimNamespaceState | undefined, env: NodeJS.ProcessE
     nulbaf: 0,
     anagrpid: int32(0),
     endgid: 0,
-    eui64: '0000000000000000',
-    nguid: ns ? `${ns.nsid.toString(16).padStart(8, '0')}${'0'.repeat(24)}` : '0'.repeat(32),
+    // 2.3 prints both as plain hex, all zeros when the namespace reports none.
+    eui64: ids?.eui64 || '0'.repeat(16),
+    nguid: ids?.nguid || '0'.repeat(32),
     lbafs,
   };
 }
@@ -272,7 +300,7 @@ export async function idNs(argv: string[], env: CliEnv): Promise<CliResult> {
   const ns = ctrl.namespaces.find((n) => n.nsid === nsid && (n.attached || force));
   const fmt = outputFormat(p.args.opts.get('output-format'));
   if (fmt === undefined || fmt === 'binary') return o.done(1);
-  const j = idNsJson(ns, env.env);
+  const j = idNsJson(ns, env.env, ns ? namespaceIdsOf(ctrl, ns) : undefined);
   if (fmt === 'json') o.out(jsonPrint(j));
   else {
     o.out(`NVME Identify Namespace ${nsid}:\n`);
@@ -336,7 +364,7 @@ function nsSizes(n: SimNamespaceState) {
 function detailList(controllers: SimControllerState[]): JsonObject {
   const subsystems = controllers.map((c, i) => ({
     Subsystem: `nvme-subsys${i}`,
-    SubsystemNQN: `nqn.2014.08.org.nvmexpress:${c.vid.toString(16).padStart(4, '0')}${c.ssvid.toString(16).padStart(4, '0')}${c.sn}${c.mn}`,
+    SubsystemNQN: kernelNqnOf(c),
     Controllers: [
       {
         Controller: c.name,
