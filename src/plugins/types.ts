@@ -17,6 +17,9 @@ export interface PciFunction {
   productId: string;
   /** Six lower-case hex digits (010802). */
   classCode: string;
+  /** Subsystem vendor / device ids (four lower-case hex digits), when sysfs shows them. */
+  subsystemVendorId?: string;
+  subsystemProductId?: string;
   /** Kernel driver bound (basename of the driver link), null when none. */
   kernelDriver: string | null;
   /** The PF's address for a VF (physfn link), null otherwise. */
