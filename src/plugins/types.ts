@@ -77,6 +77,12 @@ export interface DiscoveredDevice {
   media?: MediaIdentity;
   /** What the agent's journal says of that media; the agent fills it in, never a driver. */
   mediaRecord?: MediaRecord;
+  /**
+   * Its device_spec entry says `assume_clean`: media Berth never cleaned is
+   * declared clean instead of cleaned before its first offer. Set by drivers
+   * that clean devices, only when true.
+   */
+  assumeClean?: boolean;
 }
 
 /** What a media identity is read from (proto MediaIdentityKind). */

@@ -285,7 +285,8 @@ const MIB = 1024 * 1024;
  * The demo host: an Intel X710 with SR-IOV VFs (live-migratable), a GPU the
  * operator pre-binds to vfio-pci (managed: false) that is one-time-use, and
  * four NVMe controllers whose capabilities lock in each cleanup action:
- * sanitize-crypto, sanitize-block, write-zeroes, shred.
+ * sanitize-crypto, sanitize-block, write-zeroes, shred; declared clean
+ * (assume_clean) on first sight.
  */
 export function demoHostDefinition(host = 'sim-host-1', busBase = 0x3b): SimHostDefinition {
   const bus = (n: number) => (busBase + n).toString(16).padStart(2, '0');
@@ -344,6 +345,10 @@ export function demoHostDefinition(host = 'sim-host-1', busBase = 0x3b): SimHost
       { vendor_id: '8086', product_id: '154c', live_migratable: true },
       { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true },
     ],
-    nvmeDeviceSpec: [{ vendor_id: '144d' }],
+    // The simulated drives start from fresh, empty backing files, so the demo (and
+    // the tests that bind at once) declare them clean: without assume_clean a
+    // drive Berth never cleaned is cleaned before its first offer
+    // (test/integration/media-provenance.test.ts shows that).
+    nvmeDeviceSpec: [{ vendor_id: '144d', assume_clean: true }],
   };
 }

@@ -389,6 +389,7 @@ export class NvmeDriver extends GenericDriver {
     device.supportsCleaning = true;
     device.cleanupAction = action && this.cleanupActionName ? this.cleanupActionName : action;
     if (opts.media) device.media = opts.media;
+    if (entry.assumeClean) device.assumeClean = true;
     if (opts.unhealthy) {
       device.health = 'unhealthy';
       device.healthReason = opts.unhealthy;

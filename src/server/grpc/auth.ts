@@ -99,6 +99,7 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${AGENT}/CleanupDevice`]: [A, SC],
   [`${AGENT}/PrepareMigration`]: [A, SC],
   [`${AGENT}/RecordBinding`]: [A, SC],
+  [`${AGENT}/ReleaseDevice`]: [A, SC],
 };
 
 /** Services anyone may call (see the module comment for why). */
