@@ -44,6 +44,7 @@ const EXPECTED = {
   '/berth.agent.v1.AgentService/CleanupDevice': 'IDEMPOTENT',
   '/berth.agent.v1.AgentService/PrepareMigration': 'IDEMPOTENT',
   '/berth.agent.v1.AgentService/RecordBinding': 'IDEMPOTENT',
+  '/berth.agent.v1.AgentService/ReleaseDevice': 'IDEMPOTENT',
   '/berth.scheduler.v1.AcceleratorRequestService/CreateAcceleratorRequests': 'IDEMPOTENCY_UNKNOWN',
   '/berth.scheduler.v1.AcceleratorRequestService/BindAcceleratorRequests': 'IDEMPOTENT',
   '/berth.scheduler.v1.AcceleratorRequestService/GetAcceleratorRequest': 'NO_SIDE_EFFECTS',
