@@ -35,6 +35,8 @@ export interface MachineSpec {
   controllers: ControllerSpec[];
   memoryMb: number;
   cpus: number;
+  /** A host directory the guest may write (virtio-9p tag `berthpersist`): what outlives a boot. */
+  persistDir?: string;
 }
 
 export function pciAddress(slot: number): string {
@@ -72,6 +74,12 @@ export function qemuArgs(m: MachineSpec): string[] {
     '-virtfs',
     'local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap',
   ];
+  if (m.persistDir) {
+    args.push(
+      '-virtfs',
+      `local,path=${optPath(m.persistDir)},mount_tag=berthpersist,security_model=none,multidevs=remap`,
+    );
+  }
   for (const c of m.controllers) {
     let ctrl = `nvme,id=c-${c.id},serial=${c.serial},addr=0x${c.slot.toString(16)}`;
     if (c.subsystem) {

@@ -300,8 +300,18 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
     ['trusted', [{ trusted: 'si' }], PCI, ['pci.device_spec[0].trusted', '"si"']],
     ['remote_managed', [{ remote_managed: [] }], PCI, ['pci.device_spec[0].remote_managed', '[]']],
     // cleanup keys
-    ['assume_clean', [{ assume_clean: 'sure' }], NVME, ['nvme.device_spec[0].assume_clean', '"sure"', 'boolean']],
-    ['assume_clean in pci', [{ assume_clean: true }], PCI, ['pci.device_spec[0].assume_clean', 'true', 'nvme']],
+    [
+      'assume_clean',
+      [{ assume_clean: 'sure' }],
+      NVME,
+      ['nvme.device_spec[0].assume_clean', '"sure"', 'boolean'],
+    ],
+    [
+      'assume_clean in pci',
+      [{ assume_clean: true }],
+      PCI,
+      ['pci.device_spec[0].assume_clean', 'true', 'nvme'],
+    ],
     [
       'clear_action in pci',
       [{ clear_action: 'zero' }],
