@@ -117,7 +117,11 @@ export interface MediaRecord {
   key: string;
   condition: MediaCondition;
   burned: boolean;
-  /** ms since the epoch, the agent's clock: when the condition or the burn last changed. */
+  /**
+   * ms since the epoch, the agent's clock: when the condition or the burn last
+   * changed; 0 when the journal keeps no record (a device not cleaned and never
+   * burned).
+   */
   since: number;
   lastAddress: string;
   /** While held: the binding it is held for ('' otherwise). */

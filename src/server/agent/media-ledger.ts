@@ -232,6 +232,8 @@ export class MediaLedger {
     }
     // Decide without writing first, so a pass where nothing changed opens no transaction.
     const next = new Map<string, StoredMedia | null>();
+    // Slot records (usually none) are looked through only for media seen for the first time.
+    const slots = [...this.records.values()].filter((r) => r.key.startsWith('pci-slot:'));
     const current = (key: string) => (next.has(key) ? (next.get(key) ?? undefined) : this.records.get(key));
     for (const [key, list] of byKey) {
       list.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
@@ -241,9 +243,13 @@ export class MediaLedger {
       const rec = current(key);
       if (!rec) {
         // What this function was known by before it was identified.
-        const slot = key.startsWith('pci-slot:')
-          ? undefined
-          : this.slotRecords(list.map((s) => s.slotPrefix)).find((r) => !next.has(r.key) || next.get(r.key));
+        const slot =
+          key.startsWith('pci-slot:') || slots.length === 0
+            ? undefined
+            : slots.find(
+                (r) =>
+                  list.some((s) => r.key.startsWith(s.slotPrefix)) && (!next.has(r.key) || next.get(r.key)),
+              );
         if (!cleanable && !slot) continue;
         let created: StoredMedia = {
           key,
@@ -323,15 +329,6 @@ export class MediaLedger {
     });
     result.changed = [...next.keys()];
     return result;
-  }
-
-  /** Stored PCI_SLOT records under any of these prefixes. */
-  private slotRecords(prefixes: string[]): StoredMedia[] {
-    const out: StoredMedia[] = [];
-    for (const r of this.records.values()) {
-      if (r.key.startsWith('pci-slot:') && prefixes.some((p) => r.key.startsWith(p))) out.push(r);
-    }
-    return out;
   }
 
   /**
