@@ -660,6 +660,24 @@ export async function readNvmeController(
   };
 }
 
+/**
+ * The namespaces the kernel shows on an NVM subsystem (`nvme-subsysN`): one
+ * head per namespace that any of its controllers bound to nvme reaches, in
+ * nsid order. Empty for a subsystem that is not listed.
+ */
+export function readSubsystemNamespaces(sysfsRoot: string, subsystem: string): NvmeNamespaceInfo[] {
+  if (!/^nvme-subsys\d+$/.test(subsystem)) {
+    throw invalidArgument('subsystem', `${JSON.stringify(subsystem)} is not an NVMe subsystem name`);
+  }
+  const dir = path.join(sysfsRoot, 'class', 'nvme-subsystem', subsystem);
+  const heads: NvmeNamespaceInfo[] = [];
+  for (const h of readdirOptional(dir).filter((e) => NVME_NS_RE.test(e))) {
+    const ns = readNamespace(path.join(dir, h), h);
+    if (ns !== null && ns.nsid > 0) heads.push(ns);
+  }
+  return heads.sort((a, b) => a.nsid - b.nsid);
+}
+
 function readNamespace(dir: string, name: string): NvmeNamespaceInfo | null {
   const nsid = readOptional(path.join(dir, 'nsid'));
   const size = readOptional(path.join(dir, 'size'));
