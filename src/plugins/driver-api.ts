@@ -46,7 +46,15 @@ export {
   type ResolvedController,
   resolveCleanupAction,
 } from './nvme/index.js';
+export {
+  fallbackNqn,
+  nvmeMediaIdentity,
+  readNamespaceIdentity,
+  readSubsysNqn,
+} from './nvme/media-identity.js';
+export { readDeviceSerialNumber } from './pci/device-serial-number.js';
 export { PciDriver } from './pci/index.js';
+export { dsnIdentity, mediaIdentityProblem, slotIdentity } from './pci/media-identity.js';
 export type {
   CleanupPhase,
   CleanupProgress,
@@ -56,5 +64,10 @@ export type {
   ExcludedDevice,
   FunctionKind,
   Health,
+  MediaCondition,
+  MediaIdentity,
+  MediaIdentityKind,
+  MediaRecord,
+  NamespaceIdentity,
   PciFunction,
 } from './types.js';

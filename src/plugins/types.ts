@@ -17,6 +17,9 @@ export interface PciFunction {
   productId: string;
   /** Six lower-case hex digits (010802). */
   classCode: string;
+  /** Subsystem vendor / device ids (four lower-case hex digits), when sysfs shows them. */
+  subsystemVendorId?: string;
+  subsystemProductId?: string;
   /** Kernel driver bound (basename of the driver link), null when none. */
   kernelDriver: string | null;
   /** The PF's address for a VF (physfn link), null otherwise. */
@@ -74,6 +77,12 @@ export interface DiscoveredDevice {
   media?: MediaIdentity;
   /** What the agent's journal says of that media; the agent fills it in, never a driver. */
   mediaRecord?: MediaRecord;
+  /**
+   * Its device_spec entry says `assume_clean`: media Berth never cleaned is
+   * declared clean instead of cleaned before its first offer. Set by drivers
+   * that clean devices, only when true.
+   */
+  assumeClean?: boolean;
 }
 
 /** What a media identity is read from (proto MediaIdentityKind). */
@@ -108,7 +117,11 @@ export interface MediaRecord {
   key: string;
   condition: MediaCondition;
   burned: boolean;
-  /** ms since the epoch, the agent's clock: when the condition or the burn last changed. */
+  /**
+   * ms since the epoch, the agent's clock: when the condition or the burn last
+   * changed; 0 when the journal keeps no record (a device not cleaned and never
+   * burned).
+   */
   since: number;
   lastAddress: string;
   /** While held: the binding it is held for ('' otherwise). */

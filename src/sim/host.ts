@@ -4,13 +4,21 @@
  * state, and the agent configuration that manages it. `berth up`, `berth sim`,
  * the demo and the integration tests all build hosts here.
  */
+import { existsSync, renameSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
-import { type SimFault, withStateLock } from './nvme-cli/state.js';
+import { type SimControllerState, type SimFault, withStateLock } from './nvme-cli/state.js';
 import { createNvmeSimState, type SimControllerSpec } from './nvme-cli/state-file.js';
 import { writeNvmeWrapper } from './nvme-cli/wrapper.js';
-import { buildSysfs, type SimHostSpec, type SimNvmeSpec, type SysfsBuilder } from './sysfs/index.js';
+import {
+  buildSysfs,
+  defaultNvmeSerial,
+  deviceSubnqn,
+  type SimHostSpec,
+  type SimNvmeSpec,
+  type SysfsBuilder,
+} from './sysfs/index.js';
 
 /**
  * What QEMU 7.2's NVMe controller does with namespace management
@@ -38,17 +46,26 @@ export interface SimNvmeCaps {
  * A simulated NVMe controller. Controllers with the same `subsystem` are one
  * NVM subsystem (a dual-port drive): the first one listed holds its
  * namespaces, capacity, capabilities and media; the others reach the same
- * namespaces (list none of their own) and report the same NQN and serial.
+ * namespaces (list none of their own) and report the first one's serial,
+ * model, firmware and NQN (their own are ignored), so sysfs and nvme-cli show
+ * one identity and one set of namespace identifiers through every controller.
  */
 export interface SimNvmeController extends Omit<SimNvmeSpec, 'namespaces'> {
   caps: SimNvmeCaps;
-  /** The namespaces; `attachedTo` (cntlids) on a subsystem with several controllers, default all of them. */
+  /**
+   * The namespaces; their identifiers (hex, '' = none) default to ones derived from the serial
+   * (src/sim/nvme-identity.ts); `attachedTo` (cntlids) on a subsystem with several controllers,
+   * default all of them.
+   */
   namespaces: {
     nsid: number;
     sizeBytes: number;
     lbaSize?: 512 | 4096;
     attached?: boolean;
     attachedTo?: number[];
+    nguid?: string;
+    eui64?: string;
+    uuid?: string;
   }[];
   /** How long a sanitize takes, in ms. */
   sanitizeMs?: number;
@@ -86,6 +103,65 @@ export interface SimHost {
   setFault(controller: string, command: string, fault: SimFault | null): Promise<void>;
   /** A new boot id, as after a reboot. */
   reboot(): Promise<void>;
+  /**
+   * Pulls an NVMe drive out (hot-unplug, or a host powered off): its function
+   * leaves sysfs and nvme-cli's view; its media (backing files) and identity
+   * go with the returned drive. The definition no longer lists it. A
+   * controller of a subsystem with several controllers (a dual-port drive)
+   * is refused: its media is reached through the others too.
+   */
+  detachNvme(controller: string): Promise<CarriedNvme>;
+  /**
+   * Puts a drive in at `address` (another slot, or another host's), optionally
+   * under another controller name as the kernel may give it: the same serial,
+   * NQN, namespaces and bytes; its backing files move (rename: the same
+   * inodes) under this host's /dev. Its function comes up bound to `nvme`.
+   */
+  insertNvme(drive: CarriedNvme, at: { address: string; controller?: string }): Promise<void>;
+  /** detachNvme and insertNvme on this host: the same drive at another PCI address. */
+  moveNvme(controller: string, address: string, newController?: string): Promise<void>;
+}
+
+/** A drive out of its host: what the sysfs tree and nvme-cli said of it, and its media files. */
+export interface CarriedNvme {
+  definition: SimNvmeController;
+  state: SimControllerState;
+}
+
+/** The controller that holds n's subsystem (the first listed with the same `subsystem`), or n itself. */
+function holderOf(nvme: SimNvmeController[], n: SimNvmeController): SimNvmeController {
+  return n.subsystem === undefined ? n : (nvme.find((x) => x.subsystem === n.subsystem) ?? n);
+}
+
+/**
+ * The sysfs builder's spec of a simulated controller with id `cntlid`: what the kernel shows under
+ * it, the namespaces of its subsystem (held by `holder`) attached to it. A further controller of a
+ * subsystem reports the holder's identity (serial, model, firmware, NQN), as nvme-cli's view does.
+ */
+function sysfsSpecOf(n: SimNvmeController, holder: SimNvmeController, cntlid: number): SimNvmeSpec {
+  const { caps, sanitizeMs: _s, faults: _f, tnvmcapBytes: _t, reportCapacity: _r, ...rest } = n;
+  const namespaces = holder.namespaces
+    .filter((ns) => (ns.attachedTo ? ns.attachedTo.includes(cntlid) : ns.attached !== false))
+    .map(({ attached: _a, attachedTo: _to, ...ns }) => ns);
+  const identity =
+    holder === n
+      ? {}
+      : {
+          serial: holder.serial ?? defaultNvmeSerial(holder.controller),
+          model: holder.model,
+          firmware: holder.firmware,
+          subsysnqn: holder.subsysnqn,
+          ignoreDeviceSubnqn: holder.ignoreDeviceSubnqn,
+          subsystemVendorId: holder.subsystemVendorId ?? holder.vendorId,
+        };
+  return {
+    ...rest,
+    ...identity,
+    cntlid,
+    namespaces,
+    driver: n.driver ?? 'nvme',
+    writeZeroesMaxBytes: n.writeZeroesMaxBytes ?? (caps.wzs ? 131072 : 0),
+  };
 }
 
 function bits(caps: SimNvmeCaps) {
@@ -110,32 +186,12 @@ export async function buildSimHost(
   await mkdir(devRoot, { recursive: true });
   await mkdir(stateDir, { recursive: true });
   const cntlid = (n: SimNvmeController, i: number) => n.cntlid ?? i + 1;
-  /** The controller that holds n's subsystem (the first listed with the same `subsystem`), or n itself. */
-  const holderOf = (n: SimNvmeController) =>
-    n.subsystem === undefined ? n : def.nvme.find((x) => x.subsystem === n.subsystem)!;
   const sysfs = await buildSysfs(sysfsRoot, {
     ...def.pci,
-    nvme: def.nvme.map(
-      ({ caps: _c, sanitizeMs: _s, faults: _f, tnvmcapBytes: _t, reportCapacity: _r, ...n }, i) => {
-        const holder = holderOf(def.nvme[i]!);
-        // What the kernel shows under each controller: the subsystem's namespaces attached to it.
-        const namespaces = holder.namespaces
-          .filter((ns) =>
-            ns.attachedTo ? ns.attachedTo.includes(cntlid(def.nvme[i]!, i)) : ns.attached !== false,
-          )
-          .map(({ attached: _a, attachedTo: _to, ...ns }) => ns);
-        return {
-          ...n,
-          cntlid: cntlid(def.nvme[i]!, i),
-          namespaces,
-          driver: n.driver ?? 'nvme',
-          writeZeroesMaxBytes: n.writeZeroesMaxBytes ?? (_c.wzs ? 131072 : 0),
-        };
-      },
-    ),
+    nvme: def.nvme.map((n, i) => sysfsSpecOf(n, holderOf(def.nvme, n), cntlid(n, i))),
   });
   const controllers: SimControllerSpec[] = def.nvme.map((n, i) => {
-    const holder = holderOf(n);
+    const holder = holderOf(def.nvme, n);
     const own = {
       name: n.controller,
       devPath: join(devRoot, n.controller),
@@ -148,15 +204,17 @@ export async function buildSimHost(
     return {
       ...own,
       vid: Number.parseInt(n.vendorId, 16),
-      ssvid: Number.parseInt(n.vendorId, 16),
-      sn: n.serial,
-      mn: n.model,
+      ssvid: Number.parseInt(n.subsystemVendorId ?? n.vendorId, 16),
+      // The same identity sysfs shows: serial and model default as the builder's do.
+      sn: n.serial ?? defaultNvmeSerial(n.controller),
+      mn: n.model ?? 'Berth Simulated NVMe',
+      subnqn: deviceSubnqn(n),
+      ...(n.ignoreDeviceSubnqn ? { ignoreDeviceSubnqn: true } : {}),
       fr: n.firmware,
       ...bits(n.caps),
       namespaces: n.namespaces,
       sanitize: { durationMs: n.sanitizeMs ?? 1500 },
       ...(n.subsystem === undefined ? {} : { nsNamePrefix: `nvme${n.subsystem}n` }),
-      ...(n.subsysnqn === undefined ? {} : { subnqn: n.subsysnqn }),
       ...(n.tnvmcapBytes === undefined ? {} : { tnvmcapBytes: n.tnvmcapBytes }),
       ...(n.reportCapacity === undefined ? {} : { reportCapacity: n.reportCapacity }),
     };
@@ -190,7 +248,7 @@ export async function buildSimHost(
   };
   const configPath = join(root, 'agent.yaml');
   await writeFile(configPath, `# Generated by berth for a simulated host.\n${toYaml(agentConfig)}`);
-  return {
+  const host: SimHost = {
     definition: def,
     root,
     sysfsRoot,
@@ -216,7 +274,73 @@ export async function buildSimHost(
     async reboot() {
       await writeFile(bootIdFile, `${crypto.randomUUID()}\n`);
     },
+    async detachNvme(controller) {
+      const i = def.nvme.findIndex((n) => n.controller === controller);
+      if (i < 0) throw new Error(`no simulated NVMe controller ${controller} on ${def.host}`);
+      const definition = def.nvme[i]!;
+      const members = def.nvme.filter(
+        (n) => n.subsystem !== undefined && n.subsystem === definition.subsystem,
+      );
+      if (members.length > 1) {
+        // Its namespaces and media are the subsystem's, reached through the other controllers too.
+        throw new Error(
+          `${controller} is one of ${members.length} controllers of NVM subsystem ${definition.subsystem} on ${def.host}: only a drive with one controller can be moved`,
+        );
+      }
+      const state = await withStateLock(nvmeStatePath, (st) => {
+        const at = st.controllers.findIndex((c) => c.name === controller);
+        if (at < 0) throw new Error(`nvme-cli knows no controller ${controller}`);
+        const [taken] = st.controllers.splice(at, 1);
+        return { changed: true, result: taken! };
+      });
+      await sysfs.removeFunction(definition.address);
+      def.nvme.splice(i, 1);
+      return { definition: structuredClone(definition), state };
+    },
+    async insertNvme(drive, at) {
+      const controller = at.controller ?? drive.definition.controller;
+      const definition: SimNvmeController = {
+        ...structuredClone(drive.definition),
+        address: at.address,
+        controller,
+      };
+      // A fresh IOMMU group at the new slot; the old number may be another function's here.
+      delete definition.iommuGroup;
+      const state = structuredClone(drive.state);
+      const prefix = definition.subsystem === undefined ? `${controller}n` : `nvme${definition.subsystem}n`;
+      const moves: [string, string][] = state.namespaces.map((ns) => [
+        ns.devPath,
+        join(devRoot, `${prefix}${ns.nsid}`),
+      ]);
+      if (state.mediaPath) moves.push([state.mediaPath, join(devRoot, `${controller}.media`)]);
+      for (const [from, to] of moves) {
+        if (from !== to && existsSync(to))
+          throw new Error(`${to} exists on ${def.host}: another drive's media`);
+      }
+      await withStateLock(nvmeStatePath, (st) => {
+        if (st.controllers.some((c) => c.name === controller)) {
+          throw new Error(`${def.host} already has an NVMe controller ${controller}`);
+        }
+        for (const [from, to] of moves) if (from !== to) renameSync(from, to);
+        state.namespaces.forEach((ns, k) => {
+          ns.devPath = moves[k]![1];
+        });
+        if (state.mediaPath) state.mediaPath = moves.at(-1)![1];
+        state.name = controller;
+        state.devPath = join(devRoot, controller);
+        state.pciAddress = at.address;
+        st.controllers.push(state);
+        return { changed: true, result: undefined };
+      });
+      await sysfs.addNvmeController(sysfsSpecOf(definition, definition, state.cntlid));
+      def.nvme.push(definition);
+    },
+    async moveNvme(controller, address, newController) {
+      const drive = await host.detachNvme(controller);
+      await host.insertNvme(drive, { address, ...(newController ? { controller: newController } : {}) });
+    },
   };
+  return host;
 }
 
 const MIB = 1024 * 1024;
@@ -225,7 +349,8 @@ const MIB = 1024 * 1024;
  * The demo host: an Intel X710 with SR-IOV VFs (live-migratable), a GPU the
  * operator pre-binds to vfio-pci (managed: false) that is one-time-use, and
  * four NVMe controllers whose capabilities lock in each cleanup action:
- * sanitize-crypto, sanitize-block, write-zeroes, shred.
+ * sanitize-crypto, sanitize-block, write-zeroes, shred; declared clean
+ * (assume_clean) on first sight.
  */
 export function demoHostDefinition(host = 'sim-host-1', busBase = 0x3b): SimHostDefinition {
   const bus = (n: number) => (busBase + n).toString(16).padStart(2, '0');
@@ -284,6 +409,10 @@ export function demoHostDefinition(host = 'sim-host-1', busBase = 0x3b): SimHost
       { vendor_id: '8086', product_id: '154c', live_migratable: true },
       { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true },
     ],
-    nvmeDeviceSpec: [{ vendor_id: '144d' }],
+    // The simulated drives start from fresh, empty backing files, so the demo (and
+    // the tests that bind at once) declare them clean: without assume_clean a
+    // drive Berth never cleaned is cleaned before its first offer
+    // (test/integration/media-provenance.test.ts shows that).
+    nvmeDeviceSpec: [{ vendor_id: '144d', assume_clean: true }],
   };
 }

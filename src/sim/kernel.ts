@@ -26,7 +26,15 @@ export async function syncNvmeNamespaces(sysfs: SysfsBuilder, statePath: string)
         shared: controllersOf(state, holderOf(state, c)).length > 1,
         namespaces: view.namespaces
           .filter((n) => isAttached(n, view))
-          .map((n) => ({ nsid: n.nsid, sizeBytes: n.sizeBytes, lbaSize: n.lbaSize })),
+          .map((n) => ({
+            nsid: n.nsid,
+            sizeBytes: n.sizeBytes,
+            lbaSize: n.lbaSize,
+            // The identifiers nvme-cli's id-ns gives, so sysfs shows the same after a rescan.
+            ...(n.nguid === undefined ? {} : { nguid: n.nguid }),
+            ...(n.eui64 === undefined ? {} : { eui64: n.eui64 }),
+            ...(n.uuid === undefined ? {} : { uuid: n.uuid }),
+          })),
       };
     });
   // A shared namespace re-created with another size must leave every controller before it returns.

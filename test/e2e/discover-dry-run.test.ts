@@ -9,6 +9,8 @@ import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Agent } from '../../src/server/agent/agent.js';
+import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { available, lspci, realPciDevices } from '../helpers/prerequisites.js';
@@ -127,6 +129,56 @@ describe('berth agent discover', () => {
     expect(JSON.parse(second.stdout).devices).toHaveLength(9);
     expect(await readFile(identities, 'utf8')).toBe('{}');
     expect(readdirSync(kept)).toEqual(['nvme-identities.json']);
+  });
+
+  it('shows each device’s media identity, and what the agent’s journal says of it, reading the journal only', async () => {
+    const cfg = join(dir.path, 'media.yaml');
+    const stateDir = join(dir.path, 'media-state');
+    await writeFile(cfg, JSON.stringify({ ...sim.agentConfig, state_dir: stateDir }));
+    type Media = {
+      media: {
+        key: string;
+        kind: string;
+        serial: string;
+        namespaces: { nsid: number; nguid: string }[];
+      } | null;
+      media_record: { condition: string; last_address: string } | null;
+    };
+    const before = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(before.code, before.stderr).toBe(0);
+    const first = JSON.parse(before.stdout).devices as (DryRun['devices'][number] & Media)[];
+    const nvme0 = first.find((d) => d.driver === 'nvme')!;
+    expect(nvme0.media).toMatchObject({ kind: 'nvme_subsystem', serial: 'SIMDRYRUNHO0' });
+    expect(nvme0.media!.key).toMatch(
+      /^nvme:nqn\.2014\.08\.org\.nvmexpress:144d144dSIMDRYRUNHO0 +Samsung PM1733/,
+    );
+    expect(nvme0.media!.namespaces[0]).toMatchObject({
+      nsid: 1,
+      nguid: expect.stringMatching(/^[0-9a-f]{32}$/),
+    });
+    expect(first.find((d) => d.vendor_id === '10de')?.media).toMatchObject({ kind: 'pci_slot' });
+    // No journal yet: nothing recorded.
+    expect(first.every((d) => d.media_record === null)).toBe(true);
+    // The agent ran here: its journal's records show, and the journal is left as it was.
+    const agent = await Agent.start({
+      config: parseAgentConfig(
+        { ...sim.agentConfig, state_dir: stateDir, listen: '127.0.0.1:0' },
+        {},
+        dir.path,
+      ),
+      bootIdFile: sim.bootIdFile,
+    });
+    await agent.stop();
+    const journal = join(stateDir, 'agent-journal.db');
+    const bytes = await readFile(journal);
+    const after = await berth(['agent', 'discover', '-c', cfg, '-o', 'json']);
+    expect(after.code, after.stderr).toBe(0);
+    const again = JSON.parse(after.stdout).devices as (DryRun['devices'][number] & Media)[];
+    expect(again.find((d) => d.address === nvme0.address)?.media_record).toMatchObject({
+      condition: 'declared_clean',
+      last_address: nvme0.address,
+    });
+    expect((await readFile(journal)).equals(bytes)).toBe(true);
   });
 
   it('says each exclusion once, in its output, not again as log lines', async () => {

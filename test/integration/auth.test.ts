@@ -210,7 +210,7 @@ describe('agent ↔ scheduler, each with its own credential', () => {
       expect(await call(schedulerToken)).toBe('OK');
 
       // Every agent RPC x every role the agent knows, against the table. Empty
-      // requests: CleanupDevice/PrepareMigration/RecordBinding fail validation, never start work.
+      // requests: CleanupDevice/PrepareMigration/RecordBinding/ReleaseDevice fail validation, never start work.
       const raw = new Client(agentAddress, credentials.createInsecure());
       try {
         const tokens: [Role, string][] = [
@@ -221,7 +221,7 @@ describe('agent ↔ scheduler, each with its own credential', () => {
         ];
         const failures: string[] = [];
         const agentMethods = [...allMethods.values()].filter((m) => m.path.startsWith('/berth.agent.v1.'));
-        expect(agentMethods).toHaveLength(7);
+        expect(agentMethods).toHaveLength(8);
         for (const m of agentMethods) {
           for (const [role, token] of tokens) {
             const st = await rawCall(raw, m, Buffer.alloc(0), metadataWith(`Bearer ${token}`));

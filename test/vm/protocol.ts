@@ -31,6 +31,18 @@ export interface GuestPlan {
   probes: { address: string; argv: string[] }[];
   /** Bound on every step in the guest (a command, the agent's start). */
   stepTimeoutMs: number;
+  /** Run Berth's dry run (`berth agent discover`); default true. */
+  dryRun?: boolean;
+  /** `nvme id-ns <controller> -n <nsid> -o json` for each, before Berth runs (oracles of the namespaces' identifiers). */
+  idNs?: { address: string; nsid: number }[];
+  /** RecordBinding calls, one after the other, once the agent serves (before the cleanups). */
+  bindings?: { address: string; arqUuid: string; instanceUuid: string }[];
+  /** Call ListDevices once the bindings and cleanups are done. */
+  listDevices?: boolean;
+  /** A directory on a writable share: the agent's state dir is copied there after it stopped… */
+  saveState?: string;
+  /** …and from there into the state dir before it starts (the next boot of the same host). */
+  restoreState?: string;
 }
 
 /** How a process ended, with everything it printed. */
@@ -62,7 +74,19 @@ export interface CleanupRecord {
   ms: number;
 }
 
+/** One unary call through buf curl: the response as JSON, or the error buf curl printed. */
+export interface RpcRecord {
+  type: 'rpc';
+  method: string;
+  request: unknown;
+  exitCode: number | null;
+  response: unknown;
+  stderr: string;
+}
+
 export type GuestRecord =
+  | RpcRecord
+  | { type: 'state'; saved?: string[]; restored?: string[] }
   | { type: 'start'; uptime: number; kernel: string; netdevs: string[] }
   | CommandRecord
   | { type: 'agent'; listening: string | null; error?: string }

@@ -43,6 +43,8 @@ export interface MachineSpec {
   controllers: ControllerSpec[];
   memoryMb: number;
   cpus: number;
+  /** A host directory the guest may write (virtio-9p tag `berthpersist`): what outlives a boot. */
+  persistDir?: string;
 }
 
 export function pciAddress(slot: number): string {
@@ -80,6 +82,12 @@ export function qemuArgs(m: MachineSpec): string[] {
     '-virtfs',
     'local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap',
   ];
+  if (m.persistDir) {
+    args.push(
+      '-virtfs',
+      `local,path=${optPath(m.persistDir)},mount_tag=berthpersist,security_model=none,multidevs=remap`,
+    );
+  }
   // Every controller first, then the namespaces: a shared namespace is attached to
   // each controller its subsystem has when it is created.
   for (const c of m.controllers) {

@@ -4,7 +4,9 @@ import { createLogger } from '../../logging.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { Agent } from '../../server/agent/agent.js';
+import { CleanupJournal } from '../../server/agent/cleanup-journal.js';
 import { type ConfigOverrides, loadAgentConfig } from '../../server/agent/config.js';
+import type { StoredMedia } from '../../server/agent/media-ledger.js';
 import { PluginHost } from '../../server/agent/plugin-host.js';
 import { withListenHint } from './listen-hint.js';
 import { parseFormat, render, renderTable } from './output.js';
@@ -40,7 +42,8 @@ function overrides(o: AgentFlags): ConfigOverrides {
  * config, enum values in lower case as everywhere outside the proto (`nvme`,
  * `vf`, `healthy`).
  */
-export function deviceSummary(d: DiscoveredDevice) {
+export function deviceSummary(d: DiscoveredDevice, records?: Map<string, StoredMedia> | null) {
+  const record = d.media ? records?.get(d.media.key) : undefined;
   return {
     address: d.address,
     driver: d.driver,
@@ -65,6 +68,29 @@ export function deviceSummary(d: DiscoveredDevice) {
     health_reason: d.healthReason,
     unallocatable_reason: d.unallocatableReason,
     attributes: d.attributes,
+    // What tenant data on it is followed by (docs/media-identity.md).
+    media: d.media
+      ? {
+          key: d.media.key,
+          kind: d.media.kind.toLowerCase(),
+          subsystem_nqn: d.media.subsystemNqn,
+          serial: d.media.serial,
+          model: d.media.model,
+          namespaces: d.media.namespaces,
+          device_serial_number: d.media.deviceSerialNumber,
+        }
+      : null,
+    // What the agent's journal (in --state-dir) says of that media; null when it has no record.
+    media_record: record
+      ? {
+          condition: record.condition,
+          burned: record.burned,
+          since: new Date(record.since).toISOString(),
+          last_address: record.lastAddress,
+          ...(record.reason ? { reason: record.reason } : {}),
+        }
+      : null,
+    ...(d.assumeClean ? { assume_clean: true } : {}),
   };
 }
 
@@ -102,7 +128,11 @@ export function registerAgentCommands(program: Command): void {
       });
       await host.initHost();
       const result = await host.discover({ strict: true });
-      const data = { devices: result.devices.map(deviceSummary), excluded: result.excluded };
+      const records = CleanupJournal.readMedia(config.stateDir);
+      const data = {
+        devices: result.devices.map((d) => deviceSummary(d, records)),
+        excluded: result.excluded,
+      };
       console.log(
         render(format, data, (wide) => {
           const devices =

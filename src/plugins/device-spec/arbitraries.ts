@@ -24,6 +24,7 @@ export const KNOWN_KEYS = [
   'one_time_use',
   'clear_action',
   'clear_strategy',
+  'assume_clean',
   'resource_class',
   'traits',
   'physical_network',

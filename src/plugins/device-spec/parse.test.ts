@@ -79,6 +79,7 @@ describe('parseDeviceSpecs: shapes', () => {
       oneTimeUse: false,
       clearAction: 'auto',
       clearStrategy: 'auto',
+      assumeClean: false,
       resourceClass: null,
       traits: [],
       attributes: {},
@@ -176,6 +177,16 @@ describe('parseDeviceSpecs: values', () => {
   ] as const)('%s defaults to %j... and parses strictly', (key, field, _default, value, expected) => {
     expect(one({})[field]).toBe(_default);
     expect(one({ [key]: value })[field]).toBe(expected);
+  });
+
+  it.each([
+    [{}, false],
+    [{ assume_clean: true }, true],
+    [{ assume_clean: ' Yes ' }, true],
+    [{ assume_clean: 'off' }, false],
+    [{ assume_clean: 0 }, false],
+  ])('assume_clean %j (nvme)', (raw, expected) => {
+    expect(one(raw, NVME).assumeClean).toBe(expected);
   });
 
   it.each([
@@ -338,6 +349,18 @@ describe('parseDeviceSpecs: errors name the entry, the key and the value', () =>
       ['pci.device_spec[0].remote_managed', '"maybe"'],
     ],
     // cleanup keys
+    [
+      'assume_clean',
+      [{ assume_clean: 'sure' }],
+      NVME,
+      ['nvme.device_spec[0].assume_clean', '"sure"', 'boolean'],
+    ],
+    [
+      'assume_clean in pci',
+      [{ assume_clean: true }],
+      PCI,
+      ['pci.device_spec[0].assume_clean', 'true', 'nvme'],
+    ],
     [
       'clear_action in pci',
       [{ clear_action: 'zero' }],

@@ -112,7 +112,7 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
     if (known.includes(key)) continue;
     let hint = '';
     if (CLEANUP_KEYS.includes(key)) {
-      hint = `; clear_action and clear_strategy are only accepted by drivers that clean devices (nvme), not in ${options.section}`;
+      hint = `; ${CLEANUP_KEYS.join(', ')} are only accepted by drivers that clean devices (nvme), not in ${options.section}`;
     } else {
       const suggestion = closest(key, known);
       hint =
@@ -139,6 +139,7 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
     clearStrategy: has('clear_strategy')
       ? parseEnum(raw['clear_strategy'], CLEAR_STRATEGIES, at('clear_strategy'))
       : 'auto',
+    assumeClean: has('assume_clean') ? parseBool(raw['assume_clean'], at('assume_clean')) : false,
     resourceClass: null,
     traits: has('traits') ? parseTraits(raw['traits'], at('traits')) : [],
     attributes: {},

@@ -45,6 +45,9 @@ export const novaEntryShape = {
 export const cleanupEntryShape = {
   clear_action: z.enum(['auto', 'sanitize', 'zero']).describe('NVMe: what scrubs the device (default auto)'),
   clear_strategy: z.enum(['auto', 'crypto', 'block']).describe('NVMe: how a sanitize erases (default auto)'),
+  assume_clean: bool.describe(
+    'a device Berth never cleaned is offered without a first cleanup, and the agent logs it (default false: cleaned before its first offer)',
+  ),
 };
 
 export const NOVA_KEYS: readonly string[] = Object.keys(novaEntryShape);

@@ -68,6 +68,12 @@ export interface DeviceSpecEntry {
   clearAction: ClearAction;
   /** Default 'auto'; only accepted when ParseOptions.cleanupKeys. */
   clearStrategy: ClearStrategy;
+  /**
+   * Default false: media Berth never cleaned is cleaned before its first
+   * offer. True: it is declared clean instead (logged). Only accepted when
+   * ParseOptions.cleanupKeys.
+   */
+  assumeClean: boolean;
   /** Normalised the Placement way (CUSTOM_ prefix, upper-case, [A-Z0-9_]); null = the driver's default. */
   resourceClass: string | null;
   /** Normalised, de-duplicated, in the order given. */
@@ -79,7 +85,7 @@ export interface DeviceSpecEntry {
 export interface ParseOptions {
   /** The config section the list came from ('pci', 'nvme', a driver name); it prefixes every message. */
   section: string;
-  /** Accept clear_action / clear_strategy (the NVMe driver); otherwise they are unknown keys. */
+  /** Accept clear_action / clear_strategy / assume_clean (the NVMe driver); otherwise they are unknown keys. */
   cleanupKeys: boolean;
 }
 

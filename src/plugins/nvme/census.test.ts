@@ -31,8 +31,8 @@ describe('the census of an NVMe device', () => {
     return host;
   }
 
-  const census = (h: TestHost, over: Partial<Parameters<typeof takeNvmeCensus>[1]> = {}) =>
-    takeNvmeCensus(ADDRESS, {
+  const census = (h: TestHost, over: Partial<Parameters<typeof takeNvmeCensus>[1]> = {}, address = ADDRESS) =>
+    takeNvmeCensus(address, {
       sysfsRoot: h.sysfsRoot,
       devRoot: h.devRoot,
       runner: h.runner,
@@ -113,6 +113,35 @@ describe('the census of an NVMe device', () => {
     expect(argv).not.toContain('--all');
     expect(argv).not.toContain('--force');
     expect(argv).not.toContain('delete-ns');
+  });
+
+  it('through the second controller of a subsystem: a namespace attached only to the first is counted with namespace management, and fails the census without', async () => {
+    const namespaces = [
+      { nsid: 1, sizeBytes: 2 * MIB },
+      { nsid: 2, sizeBytes: MIB, attachedTo: [1] },
+    ];
+    const second = '0000:02:00.0';
+    let h = await setup({ namespaces, subsystem: 0, peers: 1, controller: { tnvmcapBytes: 3 * MIB } });
+    expect(await census(h, {}, second)).toMatchObject({
+      controller: 'nvme1',
+      namespaces: [
+        { nsid: 1, attached: true, name: 'nvme0n1' },
+        { nsid: 2, attached: false, sizeBytes: MIB },
+      ],
+    });
+    await h.dispose();
+    // No namespace management: nvme1 lists nsid 1 only, while the kernel shows nvme0n2 through nvme0.
+    h = host = await makeTestHost({
+      namespaces,
+      subsystem: 0,
+      peers: 1,
+      controller: { oacs: 0x16, tnvmcapBytes: 3 * MIB },
+    });
+    await expect(census(h, {}, second)).rejects.toThrow(
+      /nvme1: nvme-subsys0 shows nvme0n2 \(nsid 2\), reached through another controller of the subsystem, which nvme1 does not list as allocated \(no namespace management/,
+    );
+    // Through the first controller the same media is counted whole.
+    expect((await census(h)).namespaces.map((n) => n.nsid)).toEqual([1, 2]);
   });
 
   it("reads 2.3's capacities as strings with the locale's thousands separators", async () => {

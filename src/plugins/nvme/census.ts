@@ -10,7 +10,9 @@
  * out, exits non-zero or prints something unexpected is an error, never an
  * empty list.
  *
- * 1. sysfs: the function's controller (live), and the block devices it shows.
+ * 1. sysfs: the function's controller (live), and the block devices it shows;
+ *    on a subsystem, the namespaces any of its controllers reaches (every one
+ *    must be listed through this controller too, or the census fails).
  * 2. `id-ctrl`: OACS (namespace management), NN, TNVMCAP and UNVMCAP (2.3
  *    prints them as strings with the locale's separators; "0" is unknown).
  * 3. `list-ns` (active on this controller) and, with namespace management,
@@ -23,7 +25,7 @@
  */
 import type { CensusNamespace, MediaCensus, NamespaceManagement } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
-import { readNvmeController, readPciFunction } from '../pci/sysfs-reader.js';
+import { readNvmeController, readPciFunction, readSubsystemNamespaces } from '../pci/sysfs-reader.js';
 import { CleanupFailedError } from './errors.js';
 import {
   hex,
@@ -132,6 +134,17 @@ export async function takeNvmeCensus(address: string, o: CensusOptions): Promise
   if (unlisted.length > 0) {
     throw new CensusError(
       `${name}: sysfs shows ${unlisted.map((n) => `${n.name} (nsid ${n.nsid})`).join(', ')}, which nvme list-ns does not list as active`,
+    );
+  }
+  // A namespace another controller of the subsystem reaches (the kernel shows its head) that this
+  // one does not list as allocated (attached only to the other, and no list-ns --all here): its
+  // blocks cannot be counted, nor covered, through this controller. Fail closed.
+  const elsewhere = ctrl.subsystem
+    ? readSubsystemNamespaces(o.sysfsRoot, ctrl.subsystem).filter((h) => !allocated.includes(h.nsid))
+    : [];
+  if (elsewhere.length > 0) {
+    throw new CensusError(
+      `${name}: ${ctrl.subsystem} shows ${elsewhere.map((n) => `${n.name} (nsid ${n.nsid})`).join(', ')}, reached through another controller of the subsystem, which ${name} does not list as allocated${nsManagement ? '' : ' (no namespace management: no list-ns --all)'}: it cannot be covered through ${name}`,
     );
   }
   const namespaces: CensusNamespace[] = [];

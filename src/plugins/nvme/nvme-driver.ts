@@ -22,6 +22,8 @@ import {
   isValidPciAddress,
 } from '../device-spec/index.js';
 import { type CleanupContext, type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
+import { readDeviceSerialNumber } from '../pci/device-serial-number.js';
+import { mediaIdentityProblem } from '../pci/media-identity.js';
 import {
   baseTraits,
   deviceFromFunction,
@@ -36,11 +38,18 @@ import {
   readNvmeController,
   readPciFunction,
 } from '../pci/sysfs-reader.js';
-import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice, PciFunction } from '../types.js';
+import type {
+  DiscoveredDevice,
+  DiscoveryResult,
+  ExcludedDevice,
+  MediaIdentity,
+  PciFunction,
+} from '../types.js';
 import { takeNvmeCensus } from './census.js';
 import { parseNvmeConfig } from './config.js';
 import type { ResolvedController, RunNvme } from './controller.js';
 import { CleanupFailedError, NvmeCommandError } from './errors.js';
+import { fallbackNqn, nvmeMediaIdentity, readNamespaceIdentity, readSubsysNqn } from './media-identity.js';
 import {
   capabilitiesOf,
   hex,
@@ -64,6 +73,14 @@ interface CachedIdentity {
   productId: string;
   controller: string;
   id: IdCtrl;
+  /** The media identity read with it (absent in a file written before media identities). */
+  media?: MediaIdentity;
+  /**
+   * The function's PCIe Device Serial Number then ('' = none; absent in an
+   * older file). A function whose serial differs now is another card: the
+   * cached identity is not its.
+   */
+  dsn?: string;
 }
 
 /** The last line of a tool's stderr that says something, for messages. */
@@ -133,7 +150,11 @@ export class NvmeDriver extends GenericDriver {
       >;
       for (const [address, c] of Object.entries(raw)) {
         if (!isValidPciAddress(address) || this.identities.has(address)) continue;
-        this.identities.set(address, { ...c, id: { ...c.id, tnvmcap: BigInt(c.id.tnvmcap) } });
+        const { media, ...rest } = c;
+        // A media identity the file holds but that is not one is dropped, not trusted.
+        const usable =
+          media && typeof media === 'object' && mediaIdentityProblem(media) === null ? { media } : {};
+        this.identities.set(address, { ...rest, ...usable, id: { ...c.id, tnvmcap: BigInt(c.id.tnvmcap) } });
       }
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
@@ -229,6 +250,12 @@ export class NvmeDriver extends GenericDriver {
       );
     }
     await Promise.all(work);
+    // A function gone from the host takes its cached identity with it: what comes
+    // back at that address (after a hot-plug or a reboot) is identified afresh.
+    if (host.functions.length > 0) {
+      for (const address of [...this.identities.keys()])
+        if (!host.byAddress.has(address)) this.identities.delete(address);
+    }
     const now = this.serializeIdentities();
     if (now !== known && !ctx.readOnly) await this.saveIdentities(ctx, now);
     devices.sort((a, b) => a.address.localeCompare(b.address));
@@ -243,9 +270,15 @@ export class NvmeDriver extends GenericDriver {
     ctx: HostContext,
   ): Promise<DiscoveredDevice | ExcludedDevice> {
     const exclude = (reason: string): ExcludedDevice => ({ address: fn.address, driver: this.name, reason });
+    const dsn = readDeviceSerialNumber(ctx.sysfsRoot, fn.address) ?? '';
     const cached = this.identities.get(fn.address);
     const usableCache =
-      cached && cached.vendorId === fn.vendorId && cached.productId === fn.productId ? cached : null;
+      cached &&
+      cached.vendorId === fn.vendorId &&
+      cached.productId === fn.productId &&
+      (cached.dsn === undefined || cached.dsn === dsn)
+        ? cached
+        : null;
 
     const name = fn.nvmeControllers[0];
     const ctrl = name === undefined ? null : await readNvmeController(ctx.sysfsRoot, name);
@@ -256,6 +289,7 @@ export class NvmeDriver extends GenericDriver {
         unhealthy: usableCache ? null : `${why}, and it was never identified`,
         note: why,
         ctx,
+        media: usableCache?.media ?? null,
       });
     }
     if (ctrl.transport !== 'pcie') {
@@ -265,6 +299,7 @@ export class NvmeDriver extends GenericDriver {
       return this.buildDevice(fn, entry, host, usableCache?.id ?? null, ctrl.name, {
         unhealthy: `controller ${ctrl.name} is '${ctrl.state}', not live`,
         ctx,
+        media: usableCache?.media ?? null,
       });
     }
     let id: IdCtrl;
@@ -275,11 +310,20 @@ export class NvmeDriver extends GenericDriver {
       ctx.logger.error({ address: fn.address, controller: ctrl.name, err: e }, reason);
       return exclude(reason);
     }
+    const media = nvmeMediaIdentity({
+      subsystemNqn: readSubsysNqn(ctx.sysfsRoot, ctrl.name) || fallbackNqn(id),
+      serial: id.sn,
+      model: id.mn,
+      namespaces: ctrl.namespaces.map((ns) => readNamespaceIdentity(ctx.sysfsRoot, ns.name, ns.nsid)),
+      deviceSerialNumber: dsn || null,
+    });
     this.identities.set(fn.address, {
       vendorId: fn.vendorId,
       productId: fn.productId,
       controller: ctrl.name,
       id,
+      media,
+      dsn,
     });
     const policy = resolveCleanupAction(entry.clearAction, entry.clearStrategy, capabilitiesOf(id));
     if ('error' in policy) {
@@ -287,7 +331,7 @@ export class NvmeDriver extends GenericDriver {
       ctx.logger.error({ address: fn.address, controller: ctrl.name }, `NVMe device excluded: ${reason}`);
       return exclude(reason);
     }
-    return this.buildDevice(fn, entry, host, id, ctrl.name, { unhealthy: null, ctx, ctrl });
+    return this.buildDevice(fn, entry, host, id, ctrl.name, { unhealthy: null, ctx, ctrl, media });
   }
 
   /** Why this vendor driver's own cleanup cannot serve the entry's policy, or null (also null for the generic driver). */
@@ -311,7 +355,14 @@ export class NvmeDriver extends GenericDriver {
     host: HostFunctions,
     id: IdCtrl | null,
     controller: string | null,
-    opts: { unhealthy: string | null; note?: string; ctx: HostContext; ctrl?: NvmeControllerInfo },
+    opts: {
+      unhealthy: string | null;
+      note?: string;
+      ctx: HostContext;
+      ctrl?: NvmeControllerInfo;
+      /** The media identity, when the controller was ever identified. */
+      media: MediaIdentity | null;
+    },
   ): DiscoveredDevice | ExcludedDevice {
     const refusal = this.vendorPolicyRefusal(entry);
     if (refusal) {
@@ -338,6 +389,8 @@ export class NvmeDriver extends GenericDriver {
     });
     device.supportsCleaning = true;
     device.cleanupAction = action && this.cleanupActionName ? this.cleanupActionName : action;
+    if (opts.media) device.media = opts.media;
+    if (entry.assumeClean) device.assumeClean = true;
     if (opts.unhealthy) {
       device.health = 'unhealthy';
       device.healthReason = opts.unhealthy;

@@ -17,8 +17,11 @@ import type {
   DiscoveryResult,
   ExcludedDevice,
   FunctionKind,
+  MediaIdentity,
   PciFunction,
 } from '../types.js';
+import { readDeviceSerialNumber } from './device-serial-number.js';
+import { dsnIdentity, slotIdentity } from './media-identity.js';
 import { readPciFunctions, resolveNetdevAddress } from './sysfs-reader.js';
 
 /** The `pci:` section: device_spec entries with Nova's keys, nothing else. */
@@ -142,6 +145,7 @@ export class PciDriver extends GenericDriver {
     const devices: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
     const match = compileMatcher(this.entries, host.lookup);
+    const serials = new Map<string, string | null>();
     // Every device of an entry gets the same traits: worked out once per entry
     // and shared, frozen, so that no holder can change another device's.
     const traits = new Map<DeviceSpecEntry, string[]>();
@@ -158,16 +162,43 @@ export class PciDriver extends GenericDriver {
         entryTraits = Object.freeze(baseTraits(entry)) as string[];
         traits.set(entry, entryTraits);
       }
-      devices.push(
-        deviceFromFunction(fn, entry, host, {
-          driver: this.name,
-          type: 'PCI',
-          resourceClass:
-            entry.resourceClass ?? `CUSTOM_PCI_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
-          traits: entryTraits,
-        }),
-      );
+      const device = deviceFromFunction(fn, entry, host, {
+        driver: this.name,
+        type: 'PCI',
+        resourceClass:
+          entry.resourceClass ?? `CUSTOM_PCI_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
+        traits: entryTraits,
+      });
+      device.media = functionMedia(ctx, fn, host, serials);
+      devices.push(device);
     }
     return { devices, excluded };
   }
+}
+
+/**
+ * A PCI function's media identity (media-identity.ts): its card's Device
+ * Serial Number (a VF's is its PF's, with its VF index), else its slot.
+ * `serials` memoises each PF's serial for the pass (its VFs ask for it).
+ */
+export function functionMedia(
+  ctx: HostContext,
+  fn: PciFunction,
+  host: HostFunctions,
+  serials: Map<string, string | null>,
+): MediaIdentity {
+  const serialOf = (address: string) => {
+    if (!serials.has(address)) serials.set(address, readDeviceSerialNumber(ctx.sysfsRoot, address));
+    return serials.get(address) ?? null;
+  };
+  const pf = fn.physfn === null ? undefined : host.byAddress.get(fn.physfn);
+  if (pf) {
+    const index = pf.virtfns.indexOf(fn.address);
+    const dsn = index < 0 ? null : serialOf(pf.address);
+    if (dsn) return dsnIdentity(pf.vendorId, dsn, fn.address, { pfAddress: pf.address, index });
+  } else if (fn.physfn === null) {
+    const dsn = serialOf(fn.address);
+    if (dsn) return dsnIdentity(fn.vendorId, dsn, fn.address);
+  }
+  return slotIdentity(ctx.hostname, fn);
 }

@@ -144,6 +144,8 @@ describe('reading a simulated host', () => {
       vendorId: '10de',
       productId: '25b6',
       classCode: '030200',
+      subsystemVendorId: '10de',
+      subsystemProductId: '25b6',
       kernelDriver: null,
       physfn: null,
       virtfns: [],
@@ -441,12 +443,14 @@ describe('parsePciUevent', () => {
     'MODALIAS=pci:v00001AF4d00001041sv00001AF4sd00001041bc02sc00i00',
   ].join('\n');
 
-  it('reads the ids lower-case, the class padded to six digits, the driver', () => {
+  it('reads the ids lower-case, the class padded to six digits, the driver, the subsystem ids', () => {
     expect(parsePciUevent(real, '0000:00:03.0')).toEqual({
       vendorId: '1af4',
       productId: '1041',
       classCode: '020000',
       kernelDriver: 'virtio-pci',
+      subsystemVendorId: '1af4',
+      subsystemProductId: '1041',
     });
     expect(parsePciUevent('PCI_CLASS=FFFF00\nPCI_ID=8086:0D57', '0000:00:00.0')).toEqual({
       vendorId: '8086',

@@ -200,11 +200,16 @@ function readFunctionDir(dir: string, address: string): PciFunction | null {
     if (PCI_ADDRESS_RE.test(a)) virtfns.push(a);
   }
 
+  const subsystemVendorId = hexAttr(opt('subsystem_vendor'), 4);
+  const subsystemProductId = hexAttr(opt('subsystem_device'), 4);
   return {
     address,
     vendorId,
     productId,
     classCode,
+    ...(subsystemVendorId !== undefined && subsystemProductId !== undefined
+      ? { subsystemVendorId, subsystemProductId }
+      : {}),
     kernelDriver: driver === undefined ? null : path.basename(driver),
     physfn: physfnAddr !== null && PCI_ADDRESS_RE.test(physfnAddr) ? physfnAddr : null,
     virtfns,
@@ -258,6 +263,9 @@ interface Identity {
   productId: string;
   classCode: string;
   kernelDriver: string | null;
+  /** From PCI_SUBSYS_ID (or the subsystem_* attributes); absent when neither says. */
+  subsystemVendorId?: string;
+  subsystemProductId?: string;
 }
 
 const PCI_ID_RE = /^[0-9A-Fa-f]{4}:[0-9A-Fa-f]{4}$/;
@@ -280,6 +288,7 @@ export function parsePciUevent(text: string, address: string): Identity | undefi
   let cls: string | undefined;
   let driver: string | undefined;
   let slot: string | undefined;
+  let subsys: string | undefined;
   for (let at = 0; at < text.length; ) {
     let end = text.indexOf('\n', at);
     if (end === -1) end = text.length;
@@ -287,6 +296,7 @@ export function parsePciUevent(text: string, address: string): Identity | undefi
     else if (cls === undefined && text.startsWith('PCI_CLASS=', at)) cls = text.slice(at + 10, end);
     else if (driver === undefined && text.startsWith('DRIVER=', at)) driver = text.slice(at + 7, end);
     else if (slot === undefined && text.startsWith('PCI_SLOT_NAME=', at)) slot = text.slice(at + 14, end);
+    else if (subsys === undefined && text.startsWith('PCI_SUBSYS_ID=', at)) subsys = text.slice(at + 14, end);
     at = end + 1;
   }
   if (slot !== undefined && slot !== address) return undefined;
@@ -298,6 +308,12 @@ export function parsePciUevent(text: string, address: string): Identity | undefi
     productId: id.slice(5).toLowerCase(),
     classCode: cls.toLowerCase().padStart(6, '0'),
     kernelDriver: driver === undefined || driver === '' ? null : driver,
+    ...(subsys !== undefined && PCI_ID_RE.test(subsys)
+      ? {
+          subsystemVendorId: subsys.slice(0, 4).toLowerCase(),
+          subsystemProductId: subsys.slice(5).toLowerCase(),
+        }
+      : {}),
   };
 }
 
@@ -316,11 +332,16 @@ function readIdentity(dir: string, address: string): Identity | null {
   const classCode = hexAttr(readAttr(`${dir}/class`), 6);
   if (vendorId === undefined || productId === undefined || classCode === undefined) return null;
   const driver = readlinkOptional(`${dir}/driver`);
+  const subsystemVendorId = hexAttr(readOptional(`${dir}/subsystem_vendor`), 4);
+  const subsystemProductId = hexAttr(readOptional(`${dir}/subsystem_device`), 4);
   return {
     vendorId,
     productId,
     classCode,
     kernelDriver: driver === undefined ? null : path.basename(driver),
+    ...(subsystemVendorId !== undefined && subsystemProductId !== undefined
+      ? { subsystemVendorId, subsystemProductId }
+      : {}),
   };
 }
 
@@ -364,6 +385,9 @@ function scanFunction(dir: string, address: string, withGroups: boolean): Scanne
     vendorId: id.vendorId,
     productId: id.productId,
     classCode: id.classCode,
+    ...(id.subsystemVendorId !== undefined && id.subsystemProductId !== undefined
+      ? { subsystemVendorId: id.subsystemVendorId, subsystemProductId: id.subsystemProductId }
+      : {}),
     kernelDriver: id.kernelDriver,
     physfn: null,
     virtfns: [],
@@ -634,6 +658,24 @@ export async function readNvmeController(
     subsystem: subsysDir ? path.basename(subsysDir) : '',
     unresolvedPaths,
   };
+}
+
+/**
+ * The namespaces the kernel shows on an NVM subsystem (`nvme-subsysN`): one
+ * head per namespace that any of its controllers bound to nvme reaches, in
+ * nsid order. Empty for a subsystem that is not listed.
+ */
+export function readSubsystemNamespaces(sysfsRoot: string, subsystem: string): NvmeNamespaceInfo[] {
+  if (!/^nvme-subsys\d+$/.test(subsystem)) {
+    throw invalidArgument('subsystem', `${JSON.stringify(subsystem)} is not an NVMe subsystem name`);
+  }
+  const dir = path.join(sysfsRoot, 'class', 'nvme-subsystem', subsystem);
+  const heads: NvmeNamespaceInfo[] = [];
+  for (const h of readdirOptional(dir).filter((e) => NVME_NS_RE.test(e))) {
+    const ns = readNamespace(path.join(dir, h), h);
+    if (ns !== null && ns.nsid > 0) heads.push(ns);
+  }
+  return heads.sort((a, b) => a.nsid - b.nsid);
 }
 
 function readNamespace(dir: string, name: string): NvmeNamespaceInfo | null {

@@ -3,7 +3,7 @@
  * plugin host and cleanup runner.
  */
 import type { Logger } from 'pino';
-import { BerthError, failedPrecondition, invalidArgument } from '../../errors.js';
+import { BerthError, invalidArgument } from '../../errors.js';
 import {
   type AgentServiceServer,
   AgentServiceService,
@@ -16,11 +16,14 @@ import {
   type RecordBindingRequest,
   type RecordBindingResponse,
   type RediscoverResponse,
+  type ReleaseDeviceRequest,
+  type ReleaseDeviceResponse,
   type WatchInventoryRequest,
   type WatchInventoryResponse,
 } from '../../gen/berth/agent/v1/agent.js';
 import { serverStream, unary } from '../grpc/handlers.js';
 import type { ServiceBinding } from '../grpc/server.js';
+import { mediaRecordToProto } from '../media-proto.js';
 import { classifySqliteFailure } from '../storage-faults.js';
 import type { Agent } from './agent.js';
 import { deviceToProto, jobEventToProto } from './convert.js';
@@ -143,13 +146,17 @@ export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBindin
       },
     ),
 
-    // Transitional: the journal does not follow media yet (docs/media-identity.md).
-    releaseDevice: unary('ReleaseDevice', logger, async () => {
-      throw failedPrecondition(
-        'MEDIA_JOURNAL_UNSUPPORTED',
-        `the agent on ${agent.config.host} does not record burns by media yet`,
-      );
-    }),
+    releaseDevice: unary(
+      'ReleaseDevice',
+      logger,
+      async (req: ReleaseDeviceRequest): Promise<ReleaseDeviceResponse> => {
+        try {
+          return { mediaRecord: mediaRecordToProto(agent.releaseDevice(req.address, req.mediaKey)) };
+        } catch (err) {
+          throw agentFailure(agent, err);
+        }
+      },
+    ),
 
     cleanupDevice: serverStream('CleanupDevice', logger, async function* (req: CleanupDeviceRequest, ctx) {
       let job: ReturnType<typeof agent.cleanups.startOrAttach>;

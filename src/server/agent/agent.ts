@@ -8,12 +8,15 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
-import { ConfigError } from '../../errors.js';
+import { ConfigError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import type { GetAgentInfoResponse } from '../../gen/berth/agent/v1/agent.js';
 import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
 import { DRIVER_API_VERSION } from '../../plugins/driver.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
+import { MAX_MEDIA_KEY } from '../../plugins/pci/media-identity.js';
+import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
+import type { DiscoveredDevice, MediaRecord } from '../../plugins/types.js';
 import { BERTH_VERSION } from '../../version.js';
 import {
   Authenticator,
@@ -24,21 +27,27 @@ import {
 } from '../grpc/auth.js';
 import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
+import { mediaRecordToProto } from '../media-proto.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import { agentServiceBinding } from './agent-service.js';
 import { CleanupJournal } from './cleanup-journal.js';
 import { CleanupRunner } from './cleanup-runner.js';
 import type { AgentConfig } from './config.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
+import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
+import type { ObserveResult } from './media-ledger.js';
 import { PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
 
-/** What this agent can do; the scheduler checks these before relying on a capability. */
 /**
- * What this agent can do, advertised at registration. `binding.v1`: it records
- * bindings (RecordBinding) and reports the devices it holds as dirty.
+ * What this agent can do, advertised at registration; the scheduler checks
+ * these before relying on a capability. `binding.v1`: it records bindings
+ * (RecordBinding) and reports the devices it holds as dirty. `media.v1`: its
+ * devices carry their media identity and journal record, its registrations
+ * every held, dirty or burned media, and it serves ReleaseDevice
+ * (docs/media-identity.md).
  */
-export const AGENT_FEATURES = ['inventory.v1', 'cleanup.v1', 'migration.v1', 'binding.v1'];
+export const AGENT_FEATURES = ['inventory.v1', 'cleanup.v1', 'migration.v1', 'binding.v1', 'media.v1'];
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -125,6 +134,7 @@ export class Agent {
       {
         defaultTimeoutMs: 900_000,
         onOutcome: (action, outcome, seconds) => metrics.observeCleanup(action, outcome, seconds),
+        onMediaChanged: (r) => agent?.mediaChanged(r.key),
       },
     );
     agent = new Agent(
@@ -148,9 +158,20 @@ export class Agent {
       }
       return [...counts.values()];
     });
-    agent.inventory.apply(first.devices);
-    for (const ex of first.excluded) logger.warn(ex, 'device excluded');
+    if (journal.prunedMedia > 0) {
+      logger.info(
+        { pruned: journal.prunedMedia },
+        'media records of clean media not seen for 90 days pruned',
+      );
+    }
     cleanups.recover();
+    try {
+      agent.applyDiscovery(first.devices, [], true);
+    } catch (err) {
+      journal.close();
+      throw err;
+    }
+    for (const ex of first.excluded) logger.warn(ex, 'device excluded');
     try {
       await agent.serve(options);
     } catch (err) {
@@ -210,15 +231,8 @@ export class Agent {
           agentVersion: BERTH_VERSION,
           features: this.features,
           drivers: this.host.drivers.map((d) => d.name),
-          heldDevices: this.cleanups.heldDevices().map(({ address, arqUuid, instanceUuid, since }) => ({
-            address,
-            arqUuid,
-            instanceUuid,
-            since: new Date(since),
-            // Filled in when the journal follows media (docs/media-identity.md).
-            mediaKey: '',
-          })),
-          mediaRecords: [],
+          heldDevices: this.cleanups.heldDevices().map((h) => ({ ...h, since: new Date(h.since) })),
+          mediaRecords: this.mediaReport().map(mediaRecordToProto),
         }),
       });
       this.registration.start();
@@ -236,12 +250,12 @@ export class Agent {
     this.discovering = (async () => {
       try {
         const result = await this.host.discover({ strict: false });
-        const diff = this.inventory.apply(result.devices, result.failedDrivers);
+        const diff = this.applyDiscovery(result.devices, result.failedDrivers, false);
         const n = diff.added.length + diff.changed.length + diff.removed.length;
         if (n > 0) {
           this.logger.info(
             {
-              added: diff.added.map((d) => d.address),
+              added: diff.added.map((d) => `${d.address} ${d.media?.key ?? ''}`.trim()),
               changed: diff.changed.map((d) => d.address),
               removed: diff.removed,
             },
@@ -254,6 +268,128 @@ export class Agent {
       }
     })();
     return this.discovering;
+  }
+
+  /**
+   * A discovery's devices into the journal's record of media (first sight,
+   * new addresses, holds recorded by address) and into the inventory, each
+   * with what the journal says of its media. At start (`strict`) a journal
+   * that cannot be written stops the agent; later the pass goes on with what
+   * the journal holds (a device whose media has no record shows dirty).
+   */
+  applyDiscovery(
+    devices: DiscoveredDevice[],
+    failedDrivers: readonly string[],
+    strict: boolean,
+  ): InventoryDiff {
+    try {
+      this.logObserved(
+        this.journal.media.observe(seenMedia(devices, this.config.host), this.journal.legacyHolds()),
+        devices,
+      );
+    } catch (err) {
+      if (strict) throw err;
+      this.logger.error({ err }, 'cannot record what this discovery saw of media in the journal');
+    }
+    return this.inventory.apply(withRecords(devices, this.journal.media), failedDrivers);
+  }
+
+  private logObserved(o: ObserveResult, devices: DiscoveredDevice[]): void {
+    const at = (address: string) => devices.find((d) => d.address === address);
+    for (const c of o.created) {
+      const d = at(c.address);
+      this.logger.info(
+        {
+          media: c.key,
+          kind: d?.media?.kind,
+          address: c.address,
+          condition: c.condition,
+          ...(d?.media?.serial ? { serial: d.media.serial } : {}),
+          ...(c.inheritedFrom ? { inheritedFrom: c.inheritedFrom } : {}),
+        },
+        c.condition === 'dirty'
+          ? `media ${c.key} seen for the first time at ${c.address}: never cleaned by Berth, it is cleaned before its first offer`
+          : `media ${c.key} seen for the first time at ${c.address}`,
+      );
+    }
+    for (const x of o.declared) {
+      const entry = at(x.address)?.attributes.device_spec ?? 'its device_spec entry';
+      this.logger.info(
+        { media: x.key, address: x.address, deviceSpec: entry },
+        `media ${x.key} at ${x.address} declared clean by device_spec entry ${entry} (assume_clean), not cleaned before its first offer`,
+      );
+    }
+    for (const m of o.moved) {
+      this.logger.warn(
+        { media: m.key, from: m.from, to: m.to, condition: m.condition },
+        `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
+      );
+    }
+    for (const h of o.migrated) {
+      this.logger.info(
+        { address: h.address, media: h.key, arqUuid: h.arqUuid },
+        `the hold of ${h.address} for ARQ ${h.arqUuid}, recorded by address, now follows its media ${h.key}`,
+      );
+    }
+  }
+
+  /** The journal changed its record of `key`: the devices that reach it say so (a `changed` event each). */
+  mediaChanged(key: string): void {
+    this.inventory.update((d) => {
+      if (d.media?.key !== key) return null;
+      const mediaRecord = recordFor(d, this.journal.media);
+      return mediaRecord ? { ...d, mediaRecord } : null;
+    });
+  }
+
+  /** The media records for a registration; a warning when the bound leaves some out. */
+  private mediaReport(): MediaRecord[] {
+    const { records, leftOut } = reportedMedia(this.journal.media);
+    if (leftOut !== this.mediaLeftOut) {
+      this.mediaLeftOut = leftOut;
+      if (leftOut > 0) {
+        this.logger.warn(
+          { reported: records.length, leftOut },
+          `the journal holds ${records.length + leftOut} held, dirty or burned media records; a registration carries ${records.length}, the oldest dirty ones are left out`,
+        );
+      }
+    }
+    return records;
+  }
+
+  private mediaLeftOut = 0;
+
+  /**
+   * ReleaseDevice: an operator releases the one-time-use device at `address`,
+   * whose media the caller names: the burn is cleared in the journal,
+   * durably, before the answer. Releasing media that is not burned changes
+   * nothing (a retry is safe).
+   */
+  releaseDevice(address: string, mediaKey: string): MediaRecord {
+    assertPciAddress(address);
+    if (typeof mediaKey !== 'string' || mediaKey.length === 0 || mediaKey.length > MAX_MEDIA_KEY) {
+      throw invalidArgument(
+        'media_key',
+        `${JSON.stringify(String(mediaKey).slice(0, 80))} is not a media key (1-${MAX_MEDIA_KEY} characters)`,
+      );
+    }
+    const device = this.inventory.get(address);
+    if (!device) throw notFound('device', address);
+    const key = device.media?.key ?? '';
+    if (key !== mediaKey) {
+      throw failedPrecondition(
+        'MEDIA_CHANGED',
+        `device ${address} on ${this.config.host} now reaches media ${key || '(unknown)'}, not ${mediaKey}: release what is there by its own key`,
+        { address, media_key: key },
+      );
+    }
+    const before = this.journal.media.get(key);
+    const after = this.journal.media.release(key);
+    if (before?.burned) {
+      this.logger.info({ address, media: key }, `the burn of media ${key} at ${address} was released`);
+      this.mediaChanged(key);
+    }
+    return (after ? publicRecord(after) : recordFor(device, this.journal.media))!;
   }
 
   info(): GetAgentInfoResponse {

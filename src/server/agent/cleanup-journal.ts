@@ -1,14 +1,16 @@
 /**
- * The agent's durable journal of cleanup jobs (SQLite, WAL, synchronous=FULL,
- * in --state-dir). It lets a restarted agent tell "was cleaning" (reported as
- * interrupted, never as succeeded) from "never started" (unknown job id: it can
- * be dispatched again), and it keeps outcomes reached while nobody listened so
- * they are delivered when a caller re-attaches with the job id.
+ * The agent's durable journal (SQLite, WAL, synchronous=FULL, in --state-dir):
+ * its cleanup jobs and its record of media (media-ledger.ts). The jobs let a
+ * restarted agent tell "was cleaning" (reported as interrupted, never as
+ * succeeded) from "never started" (unknown job id: it can be dispatched
+ * again), and keep outcomes reached while nobody listened so they are
+ * delivered when a caller re-attaches with the job id.
  */
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
+import { type LegacyHold, MEDIA_MIGRATION, MediaLedger, type StoredMedia } from './media-ledger.js';
 
 const MIGRATIONS = [
   `CREATE TABLE cleanup_jobs (
@@ -26,23 +28,28 @@ const MIGRATIONS = [
      event TEXT NOT NULL,
      PRIMARY KEY (job_id, sequence)
    );`,
-  // Devices handed to a guest and not cleaned since (RecordBinding): the agent's
-  // own record of tenant data, independent of the scheduler's database.
+  // Devices handed to a guest and not cleaned since (RecordBinding), by address:
+  // what journals held before they followed media. Since migration 3 a row here
+  // is a hold not yet moved onto the media found at its address (media-ledger.ts).
   `CREATE TABLE held_devices (
      address TEXT PRIMARY KEY,
      arq_uuid TEXT NOT NULL,
      instance_uuid TEXT NOT NULL,
      since INTEGER NOT NULL
    );`,
+  MEDIA_MIGRATION,
 ];
 
 /** A device the journal records as holding tenant data (handed to a guest, not cleaned since). */
 export interface HeldDevice {
+  /** Where the media is now ('' never: a hold of media not on this host is reported as a media record only). */
   address: string;
   arqUuid: string;
   instanceUuid: string;
   /** ms since the epoch. */
   since: number;
+  /** The media's key; '' for a hold recorded by address that no discovery has found media for yet. */
+  mediaKey: string;
 }
 
 /** Jobs kept after they end; older finished jobs are pruned at start. */
@@ -51,6 +58,10 @@ const KEEP_FINISHED = 1000;
 export class CleanupJournal {
   private readonly db: Database.Database;
   readonly path: string;
+  /** The record of media: condition, burn, last address, per media key. */
+  readonly media: MediaLedger;
+  /** How many uninformative media records the start pruned. */
+  readonly prunedMedia: number;
 
   constructor(stateDir: string) {
     mkdirSync(stateDir, { recursive: true });
@@ -61,6 +72,29 @@ export class CleanupJournal {
     this.db.pragma('foreign_keys = ON');
     this.db.pragma('busy_timeout = 5000');
     this.migrate();
+    this.media = new MediaLedger(this.db);
+    this.prunedMedia = this.media.load();
+  }
+
+  /**
+   * The media records of the journal in `stateDir`, read only (the operator's
+   * dry run); null when there is no journal, or one from before media records.
+   */
+  static readMedia(stateDir: string): Map<string, StoredMedia> | null {
+    const path = join(stateDir, 'agent-journal.db');
+    if (!existsSync(path)) return null;
+    let db: Database.Database | null = null;
+    try {
+      db = new Database(path, { readonly: true, fileMustExist: true });
+      if ((db.pragma('user_version', { simple: true }) as number) < MIGRATIONS.length) return null;
+      const ledger = new MediaLedger(db);
+      ledger.read();
+      return new Map(ledger.all().map((r) => [r.key, r]));
+    } catch {
+      return null;
+    } finally {
+      db?.close();
+    }
   }
 
   private migrate(): void {
@@ -109,12 +143,20 @@ export class CleanupJournal {
       .run(KEEP_FINISHED);
   }
 
-  begin(jobId: string, address: string, action: string, now = Date.now()): void {
+  begin(jobId: string, address: string, action: string, mediaKey = '', now = Date.now()): void {
     this.db
       .prepare(
-        `INSERT INTO cleanup_jobs (job_id, address, action, state, started_at) VALUES (?, ?, ?, 'running', ?)`,
+        `INSERT INTO cleanup_jobs (job_id, address, action, state, started_at, media_key) VALUES (?, ?, ?, 'running', ?, ?)`,
       )
-      .run(jobId, address, action, now);
+      .run(jobId, address, action, now, mediaKey);
+  }
+
+  /** The media a job cleaned ('' for a job journaled before media keys). */
+  jobMediaKey(jobId: string): string {
+    const row = this.db.prepare(`SELECT media_key FROM cleanup_jobs WHERE job_id = ?`).get(jobId) as
+      | { media_key: string }
+      | undefined;
+    return row?.media_key ?? '';
   }
 
   /** Records an event; a terminal one also ends the job, in the same transaction. */
@@ -154,49 +196,18 @@ export class CleanupJournal {
     return row ? this.load(row.job_id) : null;
   }
 
-  /**
-   * Records that `address` is handed to a guest for `arqUuid`, durably, before
-   * the scheduler acknowledges the bind. The same binding again returns the
-   * first record; a device still held for another binding returns that one
-   * as `conflict` and records nothing.
-   */
-  hold(
-    address: string,
-    arqUuid: string,
-    instanceUuid: string,
-    now = Date.now(),
-  ): { held: HeldDevice; conflict: boolean } {
-    return this.db
-      .transaction(() => {
-        const known = this.held(address);
-        if (known) return { held: known, conflict: known.arqUuid !== arqUuid };
-        this.db
-          .prepare(`INSERT INTO held_devices (address, arq_uuid, instance_uuid, since) VALUES (?, ?, ?, ?)`)
-          .run(address, arqUuid, instanceUuid, now);
-        return { held: { address, arqUuid, instanceUuid, since: now }, conflict: false };
-      })
-      .immediate();
-  }
-
-  held(address: string): HeldDevice | null {
-    const row = this.db
-      .prepare(`SELECT address, arq_uuid, instance_uuid, since FROM held_devices WHERE address = ?`)
-      .get(address) as HeldRow | undefined;
-    return row ? fromRow(row) : null;
-  }
-
-  /** Every device the journal records as holding tenant data. */
-  heldDevices(): HeldDevice[] {
+  /** Holds recorded by address (before media identities) not yet moved onto media. */
+  legacyHolds(): LegacyHold[] {
     return (
       this.db
         .prepare(`SELECT address, arq_uuid, instance_uuid, since FROM held_devices ORDER BY address`)
         .all() as HeldRow[]
-    ).map(fromRow);
-  }
-
-  /** A cleanup the agent judged clean ended: the device holds no tenant data any more. */
-  releaseHeld(address: string): void {
-    this.db.prepare(`DELETE FROM held_devices WHERE address = ?`).run(address);
+    ).map((r) => ({
+      address: r.address,
+      arqUuid: r.arq_uuid,
+      instanceUuid: r.instance_uuid,
+      since: r.since,
+    }));
   }
 
   close(): void {
@@ -210,10 +221,3 @@ interface HeldRow {
   instance_uuid: string;
   since: number;
 }
-
-const fromRow = (r: HeldRow): HeldDevice => ({
-  address: r.address,
-  arqUuid: r.arq_uuid,
-  instanceUuid: r.instance_uuid,
-  since: r.since,
-});

@@ -1,8 +1,12 @@
 /**
  * Runs cleanups on the agent: one job per device at a time (a second request
- * attaches to the running job), the device's locked-in action only, a timeout
- * that aborts the driver and its children, and every step journaled so a
- * restart reports the job as interrupted instead of forgetting it.
+ * attaches to the running job) and one per media (two controllers of one NVM
+ * subsystem are never cleaned at once), the device's locked-in action only, a
+ * timeout that aborts the driver and its children, and every step journaled so
+ * a restart reports the job as interrupted instead of forgetting it. It keeps
+ * the journal's record of media (media-ledger.ts) in step: a binding makes
+ * the media held (and burns a one-time-use device), a cleanup the agent judged
+ * clean makes it clean, one that failed or was cut short makes it dirty.
  */
 import type { Logger } from 'pino';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
@@ -11,6 +15,7 @@ import type { DiscoveredDevice } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
 import type { CleanupJournal, HeldDevice } from './cleanup-journal.js';
 import { judgeEvidence } from './cleanup-judge.js';
+import type { StoredMedia } from './media-ledger.js';
 import type { PluginHost } from './plugin-host.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
@@ -38,10 +43,12 @@ export interface CleanupRunnerOptions {
   defaultTimeoutMs: number;
   /** Told of every job that ends: action, outcome, seconds. */
   onOutcome?: (action: string, outcome: 'succeeded' | 'failed' | 'interrupted', seconds: number) => void;
+  /** Told of every change of a media record (the inventory shows the new one). */
+  onMediaChanged?: (record: StoredMedia) => void;
 }
 
 export class CleanupRunner {
-  private readonly running = new Map<string, { job: CleanupJob; abort: AbortController }>();
+  private readonly running = new Map<string, { job: CleanupJob; abort: AbortController; mediaKey: string }>();
   private readonly jobsById = new Map<string, CleanupJob>();
   private stopping = false;
 
@@ -53,25 +60,48 @@ export class CleanupRunner {
     private readonly options: CleanupRunnerOptions = { defaultTimeoutMs: 900_000 },
   ) {}
 
-  /** Start of day: jobs that were running when the agent died become interrupted. */
+  /**
+   * Start of day: jobs that were running when the agent died become
+   * interrupted, and the media they cleaned dirty.
+   */
   recover(): CleanupJob[] {
     const jobs = this.journal.recoverInterrupted();
     for (const j of jobs) {
+      const mediaKey = this.journal.jobMediaKey(j.jobId);
       this.logger.warn(
-        { jobId: j.jobId, address: j.address },
+        { jobId: j.jobId, address: j.address, media: mediaKey || undefined },
         'cleanup job was interrupted by an agent restart',
       );
+      if (mediaKey) this.mediaDirty(mediaKey, j.address, 'its cleanup was interrupted by an agent restart');
     }
     return jobs;
   }
 
+  private mediaChanged(r: StoredMedia): void {
+    this.options.onMediaChanged?.(r);
+  }
+
+  private mediaDirty(key: string, address: string, reason: string): void {
+    try {
+      this.mediaChanged(this.journal.media.markDirty(key, address, reason));
+    } catch (err) {
+      // Not recorded dirty: it is not recorded clean either (the last record stands, and the scheduler's holds).
+      this.logger.error({ err, media: key, address }, `cannot record media ${key} as dirty (${reason})`);
+    }
+  }
+
   /**
    * RecordBinding: the device is handed to a guest for `arqUuid`. Recorded in
-   * the journal (durably) before the scheduler acknowledges the bind; cleared
-   * only by a cleanup judged clean. Refused for a device still recorded for
-   * another binding (it holds that tenant's data) or being cleaned.
+   * the journal (durably) before the scheduler acknowledges the bind, by the
+   * device's media: cleaned media becomes held, cleared only by a cleanup
+   * judged clean; a one-time-use device's media is burned, cleared only by an
+   * operator's release. Refused for media held for another binding (through
+   * any address or controller), media not known clean (dirty, or never
+   * cleaned by Berth), media burned for another binding, and media being
+   * cleaned; and for a device that is neither cleaned nor one-time-use (there
+   * is nothing to record).
    */
-  recordBinding(address: string, arqUuid: string, instanceUuid: string): HeldDevice {
+  recordBinding(address: string, arqUuid: string, instanceUuid: string): StoredMedia {
     if (!PCI_ADDRESS.test(address)) {
       throw invalidArgument('address', `${JSON.stringify(address)} is not a PCI address like 0000:3b:00.1`);
     }
@@ -85,36 +115,99 @@ export class CleanupRunner {
     }
     const device = this.lookup(address);
     if (!device) throw notFound('device', address);
-    if (!device.supportsCleaning) {
+    if (!device.supportsCleaning && !device.oneTimeUse) {
       throw failedPrecondition(
         'CLEANING_NOT_SUPPORTED',
-        `device ${address} (driver ${device.driver}) is not cleaned, so its bindings are not recorded`,
+        `device ${address} (driver ${device.driver}) is neither cleaned nor one-time-use, so its bindings are not recorded`,
         { address },
       );
     }
-    const current = this.running.get(address);
-    if (current) {
+    const key = device.media?.key;
+    if (!key) {
+      throw failedPrecondition(
+        'MEDIA_UNKNOWN',
+        `device ${address} has no media identity yet; rediscover it`,
+        {
+          address,
+        },
+      );
+    }
+    const cleaning = this.cleaningMedia(key);
+    if (cleaning) {
       throw failedPrecondition(
         'CLEANUP_IN_PROGRESS',
-        `device ${address} is being cleaned (job ${current.job.jobId})`,
-        { address, job_id: current.job.jobId },
+        `device ${address} is being cleaned (job ${cleaning.job.jobId}${cleaning.job.address === address ? '' : ` through ${cleaning.job.address}, which reaches the same media ${key}`})`,
+        { address, job_id: cleaning.job.jobId },
       );
     }
-    const { held, conflict } = this.journal.hold(address, arqUuid, instanceUuid);
-    if (conflict) {
+    const rec = this.journal.media.get(key);
+    const at = (ms: number) => new Date(ms).toISOString();
+    if (rec?.burned && rec.arqUuid !== arqUuid) {
       throw failedPrecondition(
-        'DEVICE_HOLDS_TENANT_DATA',
-        `device ${address} still holds the data of ARQ ${held.arqUuid} (instance ${held.instanceUuid}), ` +
-          `handed to it at ${new Date(held.since).toISOString()} and not cleaned since`,
-        { address, arq_uuid: held.arqUuid, instance_uuid: held.instanceUuid },
+        'DEVICE_BURNED',
+        `device ${address} is one-time-use and its media ${key} was burned${rec.arqUuid ? ` by ARQ ${rec.arqUuid}` : ''} at ${at(rec.since)}; only an operator's release (ReleaseDevice) clears it`,
+        { address, media_key: key },
       );
     }
-    return held;
+    if (device.supportsCleaning) {
+      if (rec?.condition === 'held' && rec.arqUuid !== arqUuid) {
+        throw failedPrecondition(
+          'DEVICE_HOLDS_TENANT_DATA',
+          `device ${address} still holds the data of ARQ ${rec.arqUuid} (instance ${rec.instanceUuid}), ` +
+            `handed to it at ${at(rec.since)}${rec.lastAddress === address ? '' : ` through ${rec.lastAddress}`} and not cleaned since (media ${key})`,
+          { address, arq_uuid: rec.arqUuid, instance_uuid: rec.instanceUuid, media_key: key },
+        );
+      }
+      if (!rec || rec.condition === 'dirty' || rec.condition === 'not_cleanable') {
+        const why =
+          rec?.condition === 'dirty'
+            ? rec.reason || 'its last cleanup was not proven'
+            : 'never cleaned by Berth';
+        throw failedPrecondition(
+          'MEDIA_NOT_CLEAN',
+          `device ${address}'s media ${key} is not known clean (${why}); it is cleaned before it is handed out`,
+          { address, media_key: key },
+        );
+      }
+    }
+    const r = this.journal.media.hold(
+      key,
+      address,
+      { arqUuid, instanceUuid },
+      {
+        cleanable: device.supportsCleaning,
+        oneTimeUse: device.oneTimeUse,
+      },
+    );
+    if (r !== rec) this.mediaChanged(r);
+    return r;
   }
 
-  /** The devices the journal records as holding tenant data (reported at every registration). */
+  /** The running job cleaning `key`'s media through any address, if any. */
+  private cleaningMedia(key: string): { job: CleanupJob } | undefined {
+    for (const r of this.running.values()) if (r.mediaKey === key) return r;
+    return undefined;
+  }
+
+  /**
+   * The media the journal records as held, at the address this host reaches
+   * it now (reported at every registration as held_devices), and holds
+   * recorded by address no discovery has found media for yet.
+   */
   heldDevices(): HeldDevice[] {
-    return this.journal.heldDevices();
+    const out: HeldDevice[] = [];
+    for (const r of this.journal.media.all()) {
+      if (r.condition !== 'held' || this.lookup(r.lastAddress)?.media?.key !== r.key) continue;
+      out.push({
+        address: r.lastAddress,
+        arqUuid: r.arqUuid,
+        instanceUuid: r.instanceUuid,
+        since: r.since,
+        mediaKey: r.key,
+      });
+    }
+    for (const h of this.journal.legacyHolds()) out.push({ ...h, mediaKey: '' });
+    return out.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
   }
 
   /**
@@ -152,14 +245,23 @@ export class CleanupRunner {
         },
       );
     }
+    const mediaKey = device.media?.key ?? '';
+    const other = mediaKey ? this.cleaningMedia(mediaKey) : undefined;
+    if (other) {
+      throw failedPrecondition(
+        'CLEANUP_IN_PROGRESS',
+        `device ${address} reaches media ${mediaKey}, which is being cleaned through ${other.job.address} (job ${other.job.jobId}); one cleanup of a media at a time`,
+        { address, job_id: other.job.jobId, media_key: mediaKey },
+      );
+    }
     const job = new CleanupJob(jobId, address, device.cleanupAction);
-    this.journal.begin(jobId, address, job.action);
+    this.journal.begin(jobId, address, job.action, mediaKey);
     this.jobsById.set(jobId, job);
     const abort = new AbortController();
-    this.running.set(address, { job, abort });
+    this.running.set(address, { job, abort, mediaKey });
     const timeoutMs =
       (driver as { cleanupTimeoutMs?: number }).cleanupTimeoutMs ?? this.options.defaultTimeoutMs;
-    void this.run(job, device, abort, timeoutMs);
+    void this.run(job, device, mediaKey, abort, timeoutMs);
     return job;
   }
 
@@ -180,7 +282,13 @@ export class CleanupRunner {
 
   private readonly lastJournaled = new Map<string, number>();
 
-  private async run(job: CleanupJob, device: DiscoveredDevice, abort: AbortController, timeoutMs: number) {
+  private async run(
+    job: CleanupJob,
+    device: DiscoveredDevice,
+    mediaKey: string,
+    abort: AbortController,
+    timeoutMs: number,
+  ) {
     const log = this.logger.child({ jobId: job.jobId, address: job.address, action: job.action });
     const driver = this.host.driver(device.driver)!;
     const timer = setTimeout(
@@ -239,6 +347,9 @@ export class CleanupRunner {
       );
       if (!verdict.ok) throw new Error(verdict.reason);
       const { proof } = verdict;
+      // The media holds no tenant data in the agent's own record, durably, before
+      // the job says so (a crash in between leaves the job interrupted: dirty).
+      const cleaned = mediaKey ? this.journal.media.markClean(mediaKey, job.address) : null;
       this.record(
         job,
         {
@@ -252,9 +363,8 @@ export class CleanupRunner {
         },
         true,
       );
-      // Only now does the device hold no tenant data in the agent's own record.
-      this.journal.releaseHeld(job.address);
-      log.info({ proof }, 'cleanup succeeded');
+      if (cleaned) this.mediaChanged(cleaned);
+      log.info({ proof, media: mediaKey }, 'cleanup succeeded');
       this.options.onOutcome?.(
         job.action,
         'succeeded',
@@ -265,7 +375,8 @@ export class CleanupRunner {
       const message = reason?.message ?? (err as Error).message ?? String(err);
       const phase = this.stopping ? 'interrupted' : 'failed';
       this.record(job, { phase, step: job.last?.step ?? '', ...last, message }, true);
-      log.error({ err }, `cleanup ${phase}: ${message}`);
+      if (mediaKey) this.mediaDirty(mediaKey, job.address, `its cleanup ${phase}: ${message}`);
+      log.error({ err, media: mediaKey }, `cleanup ${phase}: ${message}`);
       this.options.onOutcome?.(job.action, phase, (Date.now() - (job.events[0]?.time ?? Date.now())) / 1000);
     } finally {
       clearTimeout(timer);

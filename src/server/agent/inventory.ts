@@ -66,6 +66,24 @@ export class Inventory {
     return diff;
   }
 
+  /**
+   * Replaces, between discoveries, the devices `update` returns a new record
+   * for (the journal changed what it says of their media); each that differs
+   * is a `changed` event.
+   */
+  update(update: (d: DiscoveredDevice) => DiscoveredDevice | null): DiscoveredDevice[] {
+    const changed: DiscoveredDevice[] = [];
+    for (const [addr, d] of this.devices) {
+      const next = update(d);
+      if (next && !isDeepStrictEqual(next, d)) {
+        this.devices.set(addr, next);
+        changed.push(next);
+      }
+    }
+    for (const d of changed) this.emit({ revision: ++this.rev, kind: 'changed', device: d });
+    return changed;
+  }
+
   private emit(e: InventoryEvent): void {
     this.log.push(e);
     if (this.log.length > this.maxEvents) this.log.splice(0, this.log.length - this.maxEvents);

@@ -10,9 +10,12 @@ import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
 import type { CleanupPolicy, MediaCensus } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
+import { isValidPciAddress } from '../../plugins/device-spec/index.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
 import { takeNvmeCensus } from '../../plugins/nvme/census.js';
+import { mediaIdentityProblem, slotIdentity } from '../../plugins/pci/media-identity.js';
+import { readPciFunction } from '../../plugins/pci/sysfs-reader.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
 import type { AgentConfig } from './config.js';
 import { driverKey } from './config.js';
@@ -154,6 +157,24 @@ export class PluginHost {
   }
 
   /**
+   * The device with a media identity it can be followed by: the driver's,
+   * when it gave a well-formed one, else the slot's (docs/media-identity.md).
+   * A copy when anything is added: a driver's record is never changed.
+   */
+  private async withMedia(dev: DiscoveredDevice): Promise<DiscoveredDevice> {
+    if (dev.media) {
+      const problem = mediaIdentityProblem(dev.media);
+      if (problem === null) return dev;
+      this.ctx.logger.warn(
+        { address: dev.address, driver: dev.driver },
+        `driver ${dev.driver} reported an unusable media identity (${problem}); the slot's is used instead`,
+      );
+    }
+    const fn = isValidPciAddress(dev.address) ? await readPciFunction(this.ctx.sysfsRoot, dev.address) : null;
+    return { ...dev, media: slotIdentity(this.ctx.hostname, fn ?? dev) };
+  }
+
+  /**
    * Discovers across all drivers. With `strict`, a device claimed by two
    * drivers throws DuplicateClaimError (agent start); otherwise both claims
    * are excluded with the reason and logged (a rediscovery must not crash a
@@ -186,7 +207,8 @@ export class PluginHost {
       if (!result) continue;
       for (const dev of result.devices) {
         // The built-in drivers fill in their name; anything else gets a copy that says it.
-        claims.push(dev.driver === d.name ? dev : { ...dev, driver: d.name });
+        const named = dev.driver === d.name ? dev : { ...dev, driver: d.name };
+        claims.push(await this.withMedia(named));
       }
       for (const ex of result.excluded) excluded.push(ex.driver ? ex : { ...ex, driver: d.name });
     }

@@ -187,7 +187,10 @@ export class Scheduler {
     const connectAgent = (host: string, endpoint: string, features: string[]) => {
       links.get(host)?.stop();
       let budget = budgets.get(host);
-      if (!budget) budgets.set(host, (budget = new InflowBudget(inflow, Date.now())));
+      if (!budget) {
+        budget = new InflowBudget(inflow, Date.now());
+        budgets.set(host, budget);
+      }
       const link = new AgentLink(host, endpoint, features, {
         store,
         hub,

@@ -34,6 +34,18 @@ export const simNamespaceSchema = z.object({
   attached: z.boolean(),
   attachedTo: z.array(z.number().int().min(0).max(0xffff)).optional(),
   mediaOffset: z.number().int().nonnegative().optional(),
+  nguid: z
+    .string()
+    .regex(/^(?:[0-9a-f]{32})?$/)
+    .optional(),
+  eui64: z
+    .string()
+    .regex(/^(?:[0-9a-f]{16})?$/)
+    .optional(),
+  uuid: z
+    .string()
+    .regex(/^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$/)
+    .optional(),
 });
 
 export const simControllerSchema = z.object({
@@ -42,6 +54,8 @@ export const simControllerSchema = z.object({
   pciAddress: z.string(),
   vid: z.number().int().min(0).max(0xffff),
   ssvid: z.number().int().min(0).max(0xffff),
+  subnqn: z.string().max(223).optional(),
+  ignoreDeviceSubnqn: z.boolean().optional(),
   sn: z.string().max(20),
   mn: z.string().max(40),
   fr: z.string().max(8),
@@ -76,7 +90,6 @@ export const simControllerSchema = z.object({
     .string()
     .regex(/^nvme\d+$/)
     .optional(),
-  subnqn: z.string().min(1).max(223).optional(),
 });
 
 export const nvmeSimStateSchema = z
@@ -116,6 +129,10 @@ export interface SimNamespaceSpec {
   /** On a subsystem with several controllers: the cntlids it is attached to (overrides `attached`). */
   attachedTo?: number[];
   devPath?: string;
+  /** Identifiers other than the derived defaults (hex, '' = none). */
+  nguid?: string;
+  eui64?: string;
+  uuid?: string;
 }
 
 /** A controller to create: everything but name and devPath has a realistic default. */
@@ -146,6 +163,9 @@ export function controllerFromSpec(spec: SimControllerSpec, index: number): SimC
       lbaSize: n.lbaSize ?? 512,
       attached: n.attached ?? true,
       mediaOffset,
+      ...(n.nguid === undefined ? {} : { nguid: n.nguid }),
+      ...(n.eui64 === undefined ? {} : { eui64: n.eui64 }),
+      ...(n.uuid === undefined ? {} : { uuid: n.uuid }),
     };
     mediaOffset += n.sizeBytes;
     return ns;

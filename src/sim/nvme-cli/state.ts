@@ -44,6 +44,13 @@ export interface SimNamespaceState {
   attachedTo?: number[];
   /** Where the namespace sits on the controller's media (see SimControllerState.mediaPath). */
   mediaOffset?: number;
+  /**
+   * Identifiers (hex, '' = none) that differ from the defaults derived from
+   * the serial and nsid (src/sim/nvme-identity.ts), which sysfs shows too.
+   */
+  nguid?: string;
+  eui64?: string;
+  uuid?: string;
 }
 
 export interface SimSanitizeState {
@@ -81,6 +88,13 @@ export interface SimControllerState {
   pciAddress: string;
   vid: number;
   ssvid: number;
+  /**
+   * The SUBNQN the controller reports in id-ctrl; absent or '' = none (nvme-cli then omits it, and
+   * the kernel's subsysnqn is its fallback built from vid, ssvid, sn and mn: subsystem.ts subnqnOf).
+   */
+  subnqn?: string;
+  /** The model is on the kernel's NVME_QUIRK_IGNORE_DEV_SUBNQN list: the kernel's subsysnqn is the fallback. */
+  ignoreDeviceSubnqn?: boolean;
   /** Fixed-width identify strings; trailing spaces are kept, exactly as a device reports them. */
   sn: string;
   mn: string;
@@ -115,8 +129,6 @@ export interface SimControllerState {
    * own copies of the rest are ignored (subsystem.ts).
    */
   shares?: string;
-  /** The subsystem NQN id-ctrl reports; default: the kernel's fallback built from vid, ssvid, sn and mn. */
-  subnqn?: string;
 }
 
 export interface NvmeSimState {

@@ -13,6 +13,7 @@
  * controller is seen through the other, and a sanitize through one erases the
  * whole subsystem, because there is only one copy of each.
  */
+import { kernelSubsysNqn } from '../nvme-identity.js';
 import type { NvmeSimState, SimControllerState, SimFault, SimNamespaceState } from './state.js';
 
 /** What belongs to a controller itself; everything else belongs to its NVM subsystem. */
@@ -106,9 +107,18 @@ export function setAttached(
   ns.attached = ns.attachedTo.length > 0;
 }
 
-/** The subsystem NQN id-ctrl reports (`subnqn`), the kernel's `subsysnqn`: given, or built the kernel's fallback way. */
+/**
+ * The kernel's `subsysnqn` of the controller's subsystem (what `nvme list -v` shows): the SUBNQN it
+ * reports, else the kernel's fallback (src/sim/nvme-identity.ts). Give it the holder, or a view.
+ */
 export function subnqnOf(ctrl: SimControllerState): string {
-  if (ctrl.subnqn) return ctrl.subnqn;
   const hex4 = (n: number) => n.toString(16).padStart(4, '0');
-  return `nqn.2014.08.org.nvmexpress:${hex4(ctrl.vid)}${hex4(ctrl.ssvid)}${ctrl.sn}${ctrl.mn}`;
+  return kernelSubsysNqn({
+    vendorId: hex4(ctrl.vid),
+    subsystemVendorId: hex4(ctrl.ssvid),
+    serial: ctrl.sn,
+    model: ctrl.mn,
+    subnqn: ctrl.subnqn ?? '',
+    ignoreDeviceSubnqn: ctrl.ignoreDeviceSubnqn ?? false,
+  });
 }

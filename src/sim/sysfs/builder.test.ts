@@ -224,6 +224,65 @@ describe('SysfsBuilder layout', () => {
     expect(await realpath(path.join(cls, 'device'))).toBe(dev('0000:3b:00.0'));
   });
 
+  it('shows NVMe identifiers the way the kernel prints them', async () => {
+    const b = new SysfsBuilder(root);
+    await b.addNvmeController({
+      address: '0000:02:00.0',
+      vendorId: '144d',
+      productId: 'a824',
+      controller: 'nvme0',
+      serial: 'S5XYZ0001',
+      model: 'SAMSUNG MZWLJ3T8HBLS',
+      subsysnqn: 'nqn.1994-11.com.samsung:nvme:PM1733:2.5-inch:S5XYZ0001',
+      namespaces: [
+        { nsid: 1, sizeBytes: 1 << 20, nguid: '0123456789abcdef0011223344556677', eui64: '0025388b01020304' },
+        { nsid: 2, sizeBytes: 1 << 20, eui64: '', uuid: '6f1c2d3e-4a5b-4c6d-8e7f-8091a2b3c4d5' },
+        { nsid: 3, sizeBytes: 1 << 20, nguid: '', eui64: '0025388b0102030a' },
+      ],
+    });
+    // Another controller reports an NQN the kernel ignores (NVME_QUIRK_IGNORE_DEV_SUBNQN): the fallback.
+    await b.addNvmeController({
+      address: '0000:03:00.0',
+      vendorId: '1c5c',
+      productId: '1504',
+      controller: 'nvme1',
+      serial: 'CLONE',
+      model: 'PC400',
+      subsysnqn: 'nqn.2014.08.org.nvmexpress:same-on-every-unit',
+      ignoreDeviceSubnqn: true,
+    });
+    const c = path.join(root, 'class/nvme/nvme0');
+    expect(await text(path.join(c, 'subsysnqn'))).toBe(
+      'nqn.1994-11.com.samsung:nvme:PM1733:2.5-inch:S5XYZ0001\n',
+    );
+    expect(await text(path.join(root, 'class/nvme/nvme1/subsysnqn'))).toBe(
+      `nqn.2014.08.org.nvmexpress:1c5c1c5c${'CLONE'.padEnd(20)}${'PC400'.padEnd(40)}\n`,
+    );
+    const attr = (n: number, f: string) => text(path.join(c, `nvme0n${n}`, f));
+    expect(await attr(1, 'nguid')).toBe('01234567-89ab-cdef-0011-223344556677\n');
+    expect(await attr(1, 'eui')).toBe('00 25 38 8b 01 02 03 04\n');
+    // No UUID: the kernel shows the NGUID there, for old user space.
+    expect(await attr(1, 'uuid')).toBe('01234567-89ab-cdef-0011-223344556677\n');
+    expect(await attr(1, 'wwid')).toBe('eui.0123456789abcdef0011223344556677\n');
+    expect(await attr(2, 'uuid')).toBe('6f1c2d3e-4a5b-4c6d-8e7f-8091a2b3c4d5\n');
+    expect(await attr(2, 'wwid')).toBe('uuid.6f1c2d3e-4a5b-4c6d-8e7f-8091a2b3c4d5\n');
+    expect(await attr(2, 'nguid')).toMatch(
+      /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\n$/,
+    );
+    await expect(attr(2, 'eui')).rejects.toThrow(/ENOENT/);
+    expect(await attr(3, 'wwid')).toBe('eui.0025388b0102030a\n');
+    await expect(attr(3, 'uuid')).rejects.toThrow(/ENOENT/);
+    await expect(
+      b.addNvmeController({
+        address: '0000:04:00.0',
+        vendorId: '144d',
+        productId: 'a824',
+        controller: 'nvme2',
+        namespaces: [{ nsid: 1, sizeBytes: 1 << 20, nguid: 'xyz' }],
+      }),
+    ).rejects.toThrow(/nguid/);
+  });
+
   it('writes NVMe controllers and namespaces with the kernel padding and links', async () => {
     const b = new SysfsBuilder(root);
     await b.addNvmeController({
@@ -234,7 +293,8 @@ describe('SysfsBuilder layout', () => {
       model: 'CT500P2SSD8',
       serial: '2117E59AD2C6',
       firmware: 'P2CR048',
-      namespaces: [{ nsid: 1, sizeBytes: 500107862016 }],
+      // A consumer drive that reports no namespace identifiers (the procfs fixture's Crucial).
+      namespaces: [{ nsid: 1, sizeBytes: 500107862016, nguid: '', eui64: '' }],
       writeZeroesMaxBytes: 131072,
     });
     const c = path.join(root, 'class/nvme/nvme3');
@@ -258,7 +318,12 @@ describe('SysfsBuilder layout', () => {
     expect(await text(path.join(ns, 'size'))).toBe(`${500107862016 / 512}\n`);
     expect(await text(path.join(ns, 'queue/logical_block_size'))).toBe('512\n');
     expect(await text(path.join(ns, 'queue/write_zeroes_max_bytes'))).toBe('131072\n');
-    expect(await text(path.join(ns, 'wwid'))).toMatch(/^eui\.[0-9a-f]{16}\n$/);
+    // No NGUID, EUI-64 or UUID: the kernel hides those attributes and builds the wwid from the ids.
+    const hex = (t: string) => Buffer.from(t).toString('hex');
+    expect(await text(path.join(ns, 'wwid'))).toBe(
+      `nvme.c0a9-${hex('2117E59AD2C6')}-${hex('CT500P2SSD8')}-00000001\n`,
+    );
+    for (const f of ['nguid', 'eui', 'uuid']) await expect(text(path.join(ns, f))).rejects.toThrow(/ENOENT/);
     expect(await realpath(path.join(ns, 'device'))).toBe(await realpath(c));
     expect(await realpath(path.join(root, 'class/block/nvme3n1'))).toBe(await realpath(ns));
     await b.setNvmeNamespaces('nvme3', [

@@ -42,7 +42,14 @@ import { mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
-import { buildConfigSpace } from './config-space.js';
+import {
+  fnv,
+  kernelSubsysNqn,
+  namespaceIds,
+  namespaceSysfsAttributes,
+  type SimNamespaceIds,
+} from '../nvme-identity.js';
+import { buildConfigSpace, normaliseDsn } from './config-space.js';
 
 export interface SimFunctionSpec {
   address: string;
@@ -62,6 +69,13 @@ export interface SimFunctionSpec {
   subsystemProductId?: string;
   /** Two hex digits; default '00' (lspci then prints no "(rev ..)"). Extension to the agreed API. */
   revision?: string;
+  /**
+   * The PCIe Device Serial Number (16 hex digits, dashes allowed, as lspci
+   * prints it): the function gets a PCIe capability and the extended
+   * configuration space holding the DSN capability (config-space.ts). Default:
+   * none (a 256-byte config space, as most consumer cards' functions show).
+   */
+  deviceSerialNumber?: string;
 }
 
 /**
@@ -84,7 +98,18 @@ export interface SimNvmeNamespaceSpec {
   sizeBytes: number;
   /** 512 (default) or 4096. */
   lbaSize?: number;
+  /**
+   * The namespace's identifiers (hex; '' = the namespace reports none).
+   * Default: an NGUID and an EUI-64 derived from the serial and nsid
+   * (src/sim/nvme-identity.ts), the ones nvme-cli's `id-ns` prints too.
+   */
+  nguid?: string;
+  eui64?: string;
+  uuid?: string;
 }
+
+/** A namespace as the builder keeps it: checked, with the identifiers it was given (the rest default). */
+type SimNamespace = { nsid: number; sizeBytes: number; lbaSize: number; ids: Partial<SimNamespaceIds> };
 
 export interface SimNvmeSpec extends SimFunctionSpec {
   /** Controller name, nvmeN. */
@@ -99,19 +124,24 @@ export interface SimNvmeSpec extends SimFunctionSpec {
   /** queue/write_zeroes_max_bytes of every namespace; default 0 (kernel will not use Write Zeroes). */
   writeZeroesMaxBytes?: number;
   /**
+   * The SUBNQN the controller reports (`nvme id-ctrl` subnqn), e.g. QEMU's
+   * `nqn.2019-08.org.qemu:<serial>`. Default: none, so the kernel shows its
+   * fallback NQN built from the ids, serial and model. The kernel's
+   * `subsysnqn` (on the controller, and on its subsystem) is its subsystem's:
+   * a further controller of a `subsystem` must come to the same NQN (the
+   * kernel groups controllers by it), and shows the subsystem's serial, model
+   * and firmware.
+   */
+  subsysnqn?: string;
+  /** The model is on the kernel's NVME_QUIRK_IGNORE_DEV_SUBNQN list: sysfs shows the fallback NQN whatever it reports. */
+  ignoreDeviceSubnqn?: boolean;
+  /**
    * Instance S of the NVM subsystem whose shared namespaces this controller
    * reaches (the multipath layout above); default: private namespaces under the
    * controller. Several controllers (PCI functions) may join one subsystem:
    * they reach one set of namespaces, and each lists those attached to it.
    */
   subsystem?: number;
-  /**
-   * The subsystem NQN the kernel shows as `subsysnqn` (on the controller, and on
-   * its subsystem): every controller of a subsystem shows the subsystem's.
-   * Default: the kernel's fallback NQN from the vendor ids, serial and model
-   * (of the subsystem's first controller, for a shared subsystem).
-   */
-  subsysnqn?: string;
 }
 
 export interface SimHostSpec {
@@ -130,10 +160,10 @@ interface NvmeState {
   state: string;
   writeZeroesMaxBytes: number;
   subsystem: number | null;
-  /** The kernel's subsysnqn of the controller: its subsystem's NQN. */
+  /** The kernel's subsysnqn of the controller: its subsystem's NQN (kernelSubsysNqn of its first controller). */
   subsysnqn: string;
   /** The namespaces attached to this controller. */
-  namespaces: Required<SimNvmeNamespaceSpec>[];
+  namespaces: SimNamespace[];
 }
 
 /** An NVM subsystem of the multipath layout: what its first controller said, shared by every member. */
@@ -142,6 +172,8 @@ interface SubsystemState {
   model: string;
   serial: string;
   firmware: string;
+  /** The PCI vendor id of its first controller (the kernel's subsys->vendor_id, in a namespace's fallback wwid). */
+  vendorId: string;
 }
 
 interface FunctionState {
@@ -152,6 +184,8 @@ interface FunctionState {
   revision: string;
   subsystemVendorId: string;
   subsystemProductId: string;
+  /** 16 hex digits, or undefined. */
+  deviceSerialNumber: string | undefined;
   driver: string | null;
   numaNode: number;
   iommuGroup: number | null;
@@ -388,23 +422,32 @@ export class SysfsBuilder {
       throw new Error(`controller: ${JSON.stringify(spec.controller)}`);
     if (this.controllers.has(spec.controller))
       throw new Error(`controller ${spec.controller} already exists`);
-    const n = Number(spec.controller.slice(4));
     const subsystem = spec.subsystem ?? null;
     const shared = subsystem === null ? undefined : this.subsystems.get(subsystem);
-    if (subsystem !== null) {
-      if (!Number.isInteger(subsystem) || subsystem < 0) throw new Error(`subsystem: ${subsystem}`);
-      if (shared && spec.subsysnqn !== undefined && spec.subsysnqn !== shared.nqn) {
-        throw new Error(`subsysnqn: subsystem ${subsystem} is ${shared.nqn}, not ${spec.subsysnqn}`);
-      }
-    }
-    // The controllers of one subsystem report its serial and model (the NVMe SN and MN name the subsystem).
-    const model = spec.model ?? shared?.model ?? 'Berth Simulated NVMe';
-    const serial = spec.serial ?? shared?.serial ?? `BSIM${n.toString().padStart(8, '0')}`;
-    const firmware = spec.firmware ?? shared?.firmware ?? '1.0';
+    if (subsystem !== null && (!Number.isInteger(subsystem) || subsystem < 0))
+      throw new Error(`subsystem: ${subsystem}`);
     const vendorId = hexId(spec.vendorId, 4, 'vendorId');
     const subsystemVendorId = hexId(spec.subsystemVendorId ?? vendorId, 4, 'subsystemVendorId');
+    // What this controller's identify data makes the kernel's subsysnqn (serial and model default
+    // to the subsystem's): the kernel puts a controller in the subsystem with that NQN.
+    const ownNqn = kernelSubsysNqn({
+      vendorId,
+      subsystemVendorId,
+      serial: spec.serial ?? shared?.serial ?? defaultNvmeSerial(spec.controller),
+      model: spec.model ?? shared?.model ?? 'Berth Simulated NVMe',
+      subnqn: deviceSubnqn(spec),
+      ignoreDeviceSubnqn: spec.ignoreDeviceSubnqn ?? false,
+    });
+    if (shared && ownNqn !== shared.nqn) {
+      throw new Error(`subsysnqn: subsystem ${subsystem} is ${shared.nqn}, not ${ownNqn}`);
+    }
+    // Every controller of one subsystem shows the subsystem's serial, model and firmware (the kernel's
+    // ctrl->subsys->serial ...), as its first controller reported them.
+    const model = shared?.model ?? spec.model ?? 'Berth Simulated NVMe';
+    const serial = shared?.serial ?? spec.serial ?? defaultNvmeSerial(spec.controller);
+    const firmware = shared?.firmware ?? spec.firmware ?? '1.0';
     const namespaces = normaliseNamespaces(spec.namespaces ?? []);
-    if (subsystem !== null) this.checkSharedSizes(subsystem, spec.controller, namespaces);
+    if (subsystem !== null) this.checkSharedNamespaces(subsystem, spec.controller, serial, namespaces);
     const nvme: NvmeState = {
       controller: spec.controller,
       model,
@@ -414,15 +457,11 @@ export class SysfsBuilder {
       state: spec.state ?? 'live',
       writeZeroesMaxBytes: spec.writeZeroesMaxBytes ?? 0,
       subsystem,
-      // nvme_init_subnqn's fallback NQN, for controllers that report none.
-      subsysnqn:
-        shared?.nqn ??
-        spec.subsysnqn ??
-        `nqn.2014.08.org.nvmexpress:${vendorId}${subsystemVendorId}${pad(serial, 20)}${pad(model, 40)}`,
+      subsysnqn: shared?.nqn ?? ownNqn,
       namespaces,
     };
     if (subsystem !== null && !shared) {
-      this.subsystems.set(subsystem, { nqn: nvme.subsysnqn, model, serial, firmware });
+      this.subsystems.set(subsystem, { nqn: nvme.subsysnqn, model, serial, firmware, vendorId });
     }
     const st = this.register(
       {
@@ -448,7 +487,7 @@ export class SysfsBuilder {
     const st = this.get(address);
     const nvme = st.nvme!;
     const next = normaliseNamespaces(namespaces);
-    if (nvme.subsystem !== null) this.checkSharedSizes(nvme.subsystem, controller, next);
+    if (nvme.subsystem !== null) this.checkSharedNamespaces(nvme.subsystem, controller, nvme.serial, next);
     const visible = this.visibleChildren(st).nvme;
     const before = nvme.namespaces;
     nvme.namespaces = next;
@@ -465,18 +504,31 @@ export class SysfsBuilder {
     );
   }
 
-  /** One namespace has one size, whichever controller reaches it. */
-  private checkSharedSizes(
+  /**
+   * One namespace has one size and one set of identifiers, whichever controller reaches it (the
+   * kernel refuses a path whose namespace IDs differ from its head's).
+   */
+  private checkSharedNamespaces(
     s: number,
     controller: string,
-    namespaces: Required<SimNvmeNamespaceSpec>[],
+    serial: string,
+    namespaces: SimNamespace[],
   ): void {
     for (const peer of this.subsystemPeers(s, controller)) {
       for (const ns of namespaces) {
         const other = peer.nvme!.namespaces.find((x) => x.nsid === ns.nsid);
-        if (other && (other.sizeBytes !== ns.sizeBytes || other.lbaSize !== ns.lbaSize)) {
+        if (!other) continue;
+        const through = peer.nvme!.controller;
+        if (other.sizeBytes !== ns.sizeBytes || other.lbaSize !== ns.lbaSize) {
           throw new Error(
-            `namespace ${ns.nsid} of subsystem ${s} is ${other.sizeBytes} bytes (${other.lbaSize}-byte blocks) through ${peer.nvme!.controller}`,
+            `namespace ${ns.nsid} of subsystem ${s} is ${other.sizeBytes} bytes (${other.lbaSize}-byte blocks) through ${through}`,
+          );
+        }
+        const mine = namespaceIds(serial, ns.nsid, ns.ids);
+        const theirs = namespaceIds(peer.nvme!.serial, other.nsid, other.ids);
+        if (mine.nguid !== theirs.nguid || mine.eui64 !== theirs.eui64 || mine.uuid !== theirs.uuid) {
+          throw new Error(
+            `namespace ${ns.nsid} of subsystem ${s} has other identifiers through ${through}: ${JSON.stringify(theirs)}`,
           );
         }
       }
@@ -551,6 +603,8 @@ export class SysfsBuilder {
       revision,
       subsystemVendorId,
       subsystemProductId,
+      deviceSerialNumber:
+        spec.deviceSerialNumber === undefined ? undefined : normaliseDsn(spec.deviceSerialNumber),
       driver: spec.driver ?? null,
       numaNode,
       iommuGroup,
@@ -743,7 +797,8 @@ export class SysfsBuilder {
     w('state', `${nvme.state}\n`);
     w('dev', `${NVME_CHAR_MAJOR}:${Number(nvme.controller.slice(4))}\n`);
     w('numa_node', `${st.numaNode}\n`);
-    // The subsystem's NQN: every controller of one subsystem shows the same.
+    // The subsystem's NQN (the controller's SUBNQN, or nvme_init_subnqn's fallback NQN):
+    // every controller of one subsystem shows the same.
     w('subsysnqn', `${nvme.subsysnqn}\n`);
     // Kernel form: nvme/nvmeX/device -> ../../../<addr>
     symlinkSync(`../../../${st.address}`, path.join(dir, 'device'));
@@ -806,10 +861,17 @@ export class SysfsBuilder {
     rmSync(path.join(this.devDir(st.address), 'nvme'), { recursive: true, force: true });
   }
 
-  private writeNamespace(st: FunctionState, ns: Required<SimNvmeNamespaceSpec>): void {
+  private writeNamespace(st: FunctionState, ns: SimNamespace): void {
     const nvme = st.nvme!;
     const names = this.namespaceNames(st, ns.nsid);
     this.ensureDir(path.join(this.root, 'class', 'block'));
+    // The subsystem's serial and model name its namespaces, whichever controller shows them.
+    const vendorId = (nvme.subsystem === null ? undefined : this.subsystems.get(nvme.subsystem))?.vendorId;
+    const idAttributes = namespaceSysfsAttributes(
+      namespaceIds(nvme.serial, ns.nsid, ns.ids),
+      { vendorId: vendorId ?? st.vendorId, serial: pad(nvme.serial, 20), model: pad(nvme.model, 40) },
+      ns.nsid,
+    );
     const write = (dir: string, hidden: boolean) => {
       mkdirSync(path.join(dir, 'queue'), { recursive: true });
       const w = (file: string, content: string) => writeFileSync(path.join(dir, file), content);
@@ -817,7 +879,7 @@ export class SysfsBuilder {
       w('size', `${ns.sizeBytes / 512}\n`);
       w('ro', '0\n');
       w('hidden', hidden ? '1\n' : '0\n');
-      w('wwid', `eui.${euiFor(nvme.serial, ns.nsid)}\n`);
+      for (const [file, value] of Object.entries(idAttributes)) w(file, value);
       // A hidden path node has no device number: it has no /dev node. A head's is the subsystem's.
       const minor =
         nvme.subsystem === null
@@ -872,7 +934,7 @@ function writeIdentity(w: (name: string, content: string) => void, nvme: NvmeSta
   w('firmware_rev', `${pad(nvme.firmware, 8)}\n`);
 }
 
-function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNvmeNamespaceSpec>[] {
+function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): SimNamespace[] {
   const seen = new Set<number>();
   return namespaces.map((ns) => {
     const lbaSize = ns.lbaSize ?? 512;
@@ -882,15 +944,24 @@ function normaliseNamespaces(namespaces: SimNvmeNamespaceSpec[]): Required<SimNv
     if (!Number.isSafeInteger(ns.sizeBytes) || ns.sizeBytes <= 0 || ns.sizeBytes % lbaSize !== 0) {
       throw new Error(`sizeBytes: ${ns.sizeBytes} must be a positive multiple of ${lbaSize}`);
     }
-    return { nsid: ns.nsid, sizeBytes: ns.sizeBytes, lbaSize };
+    const ids: Partial<SimNamespaceIds> = {};
+    if (ns.nguid !== undefined) ids.nguid = ns.nguid;
+    if (ns.eui64 !== undefined) ids.eui64 = ns.eui64;
+    if (ns.uuid !== undefined) ids.uuid = ns.uuid;
+    // Checked now, so a bad identifier fails the call that gave it.
+    namespaceIds('', ns.nsid, ids);
+    return { nsid: ns.nsid, sizeBytes: ns.sizeBytes, lbaSize, ids };
   });
 }
 
-/** A stable 32-bit FNV-1a hash, for deterministic MACs and EUIs. */
-function fnv(s: string): number {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
-  return h;
+/** The serial a simulated controller has when its spec gives none. */
+export function defaultNvmeSerial(controller: string): string {
+  return `BSIM${Number(controller.slice(4)).toString().padStart(8, '0')}`;
+}
+
+/** The SUBNQN a simulated controller reports ('' = none; see SimNvmeSpec.subsysnqn). */
+export function deviceSubnqn(spec: Pick<SimNvmeSpec, 'subsysnqn'>): string {
+  return spec.subsysnqn ?? '';
 }
 
 /** A locally administered unicast MAC derived from the function and name. */
@@ -898,12 +969,6 @@ function macFor(address: string, ifname: string): string {
   const h = fnv(`${address}/${ifname}`);
   const bytes = [0x02, 0x00, (h >>> 24) & 0xff, (h >>> 16) & 0xff, (h >>> 8) & 0xff, h & 0xff];
   return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
-}
-
-function euiFor(serial: string, nsid: number): string {
-  return (
-    fnv(serial).toString(16).padStart(8, '0') + fnv(`${serial}/${nsid}`).toString(16).padStart(8, '0')
-  ).slice(0, 16);
 }
 
 /**

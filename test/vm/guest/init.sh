@@ -33,6 +33,13 @@ if mount -t 9p -o trans=virtio,version=9p2000.L,ro,cache=loose,msize=512000 host
     mount -t tmpfs tmpfs /host/run &&
     mkdir -p /host/run/berth-vm/tmp &&
     cp /berth/* /host/run/berth-vm/ || fail "cannot prepare the host root"
+  # A writable share, when the host gives one: what outlives this boot (the
+  # agent's journal, for the next boot of the same host).
+  if grep -qw berthpersist /sys/bus/virtio/drivers/9pnet_virtio/*/mount_tag 2> /dev/null; then
+    mkdir -p /host/run/berth-vm/persist &&
+      mount -t 9p -o trans=virtio,version=9p2000.L,msize=512000 berthpersist /host/run/berth-vm/persist ||
+      fail "cannot mount the writable share"
+  fi
   # The guest writes only under /run (tmpfs). /tmp stays the host's, read-only:
   # a checkout under the host's /tmp must stay visible.
   ip link set lo up || fail "cannot bring up lo"

@@ -9,10 +9,17 @@
  * Every wait is bounded by plan.stepTimeoutMs; the host bounds the whole guest.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { release } from 'node:os';
 import { join } from 'node:path';
-import type { CleanupRecord, CommandRecord, GuestPlan, GuestRecord, RunResult } from '../protocol.js';
+import type {
+  CleanupRecord,
+  CommandRecord,
+  GuestPlan,
+  GuestRecord,
+  RpcRecord,
+  RunResult,
+} from '../protocol.js';
 import { splitJsonValues } from './json-values.js';
 
 const plan = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as GuestPlan;
@@ -139,6 +146,37 @@ async function stopAgent(agent: ServingAgent): Promise<void> {
   clearTimeout(timer);
 }
 
+/** One unary call of the agent through buf curl; the response parsed, or the error as buf curl printed it. */
+async function rpc(endpoint: string, method: string, request: unknown): Promise<RpcRecord> {
+  const r = await run([
+    plan.buf,
+    'curl',
+    '--protocol',
+    'grpc',
+    '--http2-prior-knowledge',
+    '-H',
+    `authorization: Bearer ${plan.token}`,
+    '-d',
+    JSON.stringify(request),
+    `http://${endpoint}/berth.agent.v1.AgentService/${method}`,
+  ]);
+  let response: unknown = null;
+  let stderr = r.stderr;
+  if (r.exitCode === 0) {
+    try {
+      response = JSON.parse(r.stdout);
+    } catch (e) {
+      stderr += `\nunparsable buf curl output (${(e as Error).message}): ${r.stdout}`;
+    }
+  }
+  const record: RpcRecord = { type: 'rpc', method, request, exitCode: r.exitCode, response, stderr };
+  emit(record);
+  return record;
+}
+
+/** The agent's state dir (its journal, the identities it keeps). */
+const stateDir = () => join(plan.workDir, 'agent-state');
+
 async function cleanup(endpoint: string, address: string, jobId: string): Promise<CleanupRecord> {
   const r = await run([
     plan.buf,
@@ -179,7 +217,7 @@ async function main(): Promise<void> {
   mkdirSync(join(plan.workDir, 'dry-run'), { recursive: true });
 
   // The controllers as nvme-cli itself sees them, before Berth touches anything.
-  await command('nvme-list', [plan.nvmeCli, 'list', '-v', '-o', 'json']);
+  if (plan.controllers.length > 0) await command('nvme-list', [plan.nvmeCli, 'list', '-v', '-o', 'json']);
   for (const address of plan.controllers) {
     await command(`id-ctrl ${address}`, [
       plan.nvmeCli,
@@ -194,22 +232,42 @@ async function main(): Promise<void> {
       `/sys/bus/pci/devices/${address}/nvme/${controllerOf(address)}/subsysnqn`,
     ]);
   }
+  for (const { address, nsid } of plan.idNs ?? []) {
+    await command(`id-ns ${address} ${nsid}`, [
+      plan.nvmeCli,
+      'id-ns',
+      `/dev/${controllerOf(address)}`,
+      '-n',
+      String(nsid),
+      '-o',
+      'json',
+    ]);
+  }
+
+  // The journal of this host's previous boot.
+  if (plan.restoreState && existsSync(plan.restoreState)) {
+    mkdirSync(stateDir(), { recursive: true });
+    cpSync(plan.restoreState, stateDir(), { recursive: true });
+    emit({ type: 'state', restored: readdirSync(stateDir()).sort() });
+  }
 
   // The agent starts while the dry run runs: two node processes, two vCPUs.
   const agent = startAgent();
   try {
     const berth = join(plan.repo, 'bin/berth');
-    await command('dry-run', [
-      berth,
-      'agent',
-      'discover',
-      '--config',
-      plan.agentConfig,
-      '--state-dir',
-      join(plan.workDir, 'dry-run'),
-      '-o',
-      'json',
-    ]);
+    if (plan.dryRun !== false) {
+      await command('dry-run', [
+        berth,
+        'agent',
+        'discover',
+        '--config',
+        plan.agentConfig,
+        '--state-dir',
+        join(plan.workDir, 'dry-run'),
+        '-o',
+        'json',
+      ]);
+    }
     let endpoint: string;
     try {
       endpoint = await agent.endpoint;
@@ -218,10 +276,17 @@ async function main(): Promise<void> {
       emit({ type: 'agent', listening: null, error: (e as Error).message });
       return;
     }
+    for (const b of plan.bindings ?? []) await rpc(endpoint, 'RecordBinding', b);
     await Promise.all(plan.cleanups.map((c) => cleanup(endpoint, c.address, c.jobId)));
+    if (plan.listDevices) await rpc(endpoint, 'ListDevices', {});
   } finally {
     await stopAgent(agent);
     emit({ type: 'agent-log', lines: agent.stderr });
+  }
+  if (plan.saveState) {
+    mkdirSync(plan.saveState, { recursive: true });
+    cpSync(stateDir(), plan.saveState, { recursive: true });
+    emit({ type: 'state', saved: readdirSync(plan.saveState).sort() });
   }
 
   for (const p of plan.probes) {

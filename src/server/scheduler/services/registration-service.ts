@@ -25,8 +25,12 @@ import { maxItems, requireHost } from './validate.js';
 const ENDPOINT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9a-fA-F:]{2,39}\]):(\d{1,5})$/;
 const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
-/** A media key (docs/media-identity.md): a kind prefix, then printable ASCII. */
-const MEDIA_KEY = /^[a-z][a-z0-9-]*:[\x21-\x7e]{1,300}$/;
+/**
+ * A media key (docs/media-identity.md): a kind prefix, then printable ASCII, spaces included (the
+ * kernel's fallback NQN holds the space-padded serial and model), at most 512 characters in all,
+ * as the agent accepts from its drivers (src/plugins/pci/media-identity.ts).
+ */
+const MEDIA_KEY = /^(?=[\x20-\x7e]{1,512}$)[a-z][a-z0-9-]*:[\x21-\x7e][\x20-\x7e]*$/;
 
 function checkRequest(req: RegisterRequest): void {
   requireHost('host', req.host);
@@ -52,7 +56,7 @@ function checkRequest(req: RegisterRequest): void {
     if (!MEDIA_KEY.test(m.key)) {
       throw invalidArgument(
         `media_records[${i}].key`,
-        `${JSON.stringify(m.key.slice(0, 300))} is not a media key`,
+        `${JSON.stringify(m.key.slice(0, 300))} is not a media key (a kind prefix, then 1-512 printable ASCII characters in all)`,
       );
     }
   });

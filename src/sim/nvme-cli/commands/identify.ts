@@ -5,6 +5,7 @@
  * for u32 fields, uint128 capacities as strings, trailing spaces in sn/mn/fr).
  */
 import { basename, dirname } from 'node:path';
+import { namespaceIds, type SimNamespaceIds } from '../../nvme-identity.js';
 import type { OptSpec } from '../args.js';
 import {
   applyFault,
@@ -130,7 +131,8 @@ export function idCtrlJson(ctrl: SimControllerState, env: NodeJS.ProcessEnv): Js
     mnan: u(0),
     maxdna: uint128String(0, env),
     maxcna: u(0),
-    subnqn: subnqnOf(ctrl),
+    // 2.3 prints the field only when the controller reports one.
+    ...(ctrl.subnqn ? { subnqn: ctrl.subnqn } : {}),
     ioccsz: u(0),
     iorcsz: u(0),
     icdoff: 0,
@@ -207,7 +209,20 @@ function nsidOf(o: Out, dev: Device, given: unknown): number | CliResult {
   return o.done(1);
 }
 
-export function idNsJson(ns: SimNamespaceState | undefined, env: NodeJS.ProcessEnv): JsonObject {
+/** The identifiers of an active namespace: what it was given, else the defaults sysfs shows too. */
+export function namespaceIdsOf(ctrl: SimControllerState, ns: SimNamespaceState): SimNamespaceIds {
+  const given: Partial<SimNamespaceIds> = {};
+  if (ns.nguid !== undefined) given.nguid = ns.nguid;
+  if (ns.eui64 !== undefined) given.eui64 = ns.eui64;
+  if (ns.uuid !== undefined) given.uuid = ns.uuid;
+  return namespaceIds(ctrl.sn, ns.nsid, given);
+}
+
+export function idNsJson(
+  ns: SimNamespaceState | undefined,
+  env: NodeJS.ProcessEnv,
+  ids?: SimNamespaceIds,
+): JsonObject {
   const lbas = ns ? Math.floor(ns.sizeBytes / ns.lbaSize) : 0;
   const flbas = ns ? Math.max(0, LBA_FORMATS.indexOf(ns.lbaSize)) : 0;
   const lbafs: JsonValue[] = ns
@@ -243,8 +258,9 @@ export function idNsJson(ns: SimNamespaceState | undefined, env: NodeJS.ProcessE
     nulbaf: 0,
     anagrpid: int32(0),
     endgid: 0,
-    eui64: '0000000000000000',
-    nguid: ns ? `${ns.nsid.toString(16).padStart(8, '0')}${'0'.repeat(24)}` : '0'.repeat(32),
+    // 2.3 prints both as plain hex, all zeros when the namespace reports none.
+    eui64: ids?.eui64 || '0'.repeat(16),
+    nguid: ids?.nguid || '0'.repeat(32),
     lbafs,
   };
 }
@@ -273,7 +289,7 @@ export async function idNs(argv: string[], env: CliEnv): Promise<CliResult> {
   const ns = ctrl.namespaces.find((n) => n.nsid === nsid && (isAttached(n, ctrl) || force));
   const fmt = outputFormat(p.args.opts.get('output-format'));
   if (fmt === undefined || fmt === 'binary') return o.done(1);
-  const j = idNsJson(ns, env.env);
+  const j = idNsJson(ns, env.env, ns ? namespaceIdsOf(ctrl, ns) : undefined);
   if (fmt === 'json') o.out(jsonPrint(j));
   else {
     o.out(`NVME Identify Namespace ${nsid}:\n`);

@@ -1,0 +1,287 @@
+/**
+ * The journal's record of media, on a real SQLite file in a temp dir: every
+ * transition, what survives a reopen, the upgrade of a journal that recorded
+ * holds by address, and the bounds (pruning, what a registration carries).
+ */
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterEach, describe, expect, it } from 'vitest';
+import { tempDir } from '../../../test/helpers/agent.js';
+import { CleanupJournal } from './cleanup-journal.js';
+import { MAX_REPORTED_MEDIA, reportedMedia } from './media.js';
+import { PRUNE_AFTER_MS, type SeenMedia } from './media-ledger.js';
+
+const dirs: { cleanup: () => Promise<void> }[] = [];
+const journals: CleanupJournal[] = [];
+afterEach(async () => {
+  for (const j of journals.splice(0)) j.close();
+  for (const d of dirs.splice(0)) await d.cleanup();
+});
+
+async function stateDir(): Promise<string> {
+  const d = await tempDir('berth-ledger-');
+  dirs.push(d);
+  return d.path;
+}
+
+function open(dir: string): CleanupJournal {
+  const j = new CleanupJournal(dir);
+  journals.push(j);
+  return j;
+}
+
+function reopen(j: CleanupJournal, dir: string): CleanupJournal {
+  j.close();
+  journals.splice(journals.indexOf(j), 1);
+  return open(dir);
+}
+
+const seen = (address: string, key: string, extra: Partial<SeenMedia> = {}): SeenMedia => ({
+  address,
+  key,
+  cleanable: true,
+  assumeClean: false,
+  slotPrefix: `pci-slot:h:${address}:144d:a824:`,
+  ...extra,
+});
+
+const A = '0000:01:00.0';
+const B = '0000:06:00.0';
+const NQN = 'nvme:nqn.2019-08.org.qemu:SER-A';
+const binding = { arqUuid: 'arq-1', instanceUuid: 'vm-1' };
+
+describe('MediaLedger', () => {
+  it('first sight: a cleanable media is dirty (unknown provenance), declared clean only when every entry says so; others keep no record', async () => {
+    const j = open(await stateDir());
+    const r = j.media.observe(
+      [
+        seen(A, NQN),
+        seen('0000:02:00.0', 'nvme:declared', { assumeClean: true }),
+        // Two controllers of one subsystem, only one of them declared: not declared.
+        seen('0000:03:00.0', 'nvme:shared', { assumeClean: true }),
+        seen('0000:04:00.0', 'nvme:shared'),
+        seen('0000:05:00.0', 'pci-slot:h:0000:05:00.0:10de:2204::', { cleanable: false }),
+      ],
+      [],
+      1000,
+    );
+    expect(r.created.map((c) => [c.key, c.condition])).toEqual([
+      [NQN, 'dirty'],
+      ['nvme:declared', 'declared_clean'],
+      ['nvme:shared', 'dirty'],
+    ]);
+    expect(r.declared).toEqual([{ key: 'nvme:declared', address: '0000:02:00.0' }]);
+    expect(j.media.get(NQN)).toMatchObject({
+      condition: 'dirty',
+      reason: expect.stringMatching(/unknown provenance/),
+    });
+    expect(j.media.get('pci-slot:h:0000:05:00.0:10de:2204::')).toBeUndefined();
+    // The same pass again changes nothing and writes nothing.
+    const again = j.media.observe(
+      [seen(A, NQN), seen('0000:02:00.0', 'nvme:declared', { assumeClean: true })],
+      [],
+      2000,
+    );
+    expect(again).toMatchObject({ created: [], moved: [], declared: [], changed: [] });
+  });
+
+  it('assume_clean never makes media seen dirty, held or burned clean', async () => {
+    const j = open(await stateDir());
+    j.media.observe([seen(A, NQN)], []);
+    j.media.observe([seen(A, NQN, { assumeClean: true })], []);
+    expect(j.media.get(NQN)?.condition).toBe('dirty');
+    j.media.markClean(NQN, A);
+    j.media.hold(NQN, A, binding, { cleanable: true, oneTimeUse: false });
+    j.media.observe([seen(A, NQN, { assumeClean: true })], []);
+    expect(j.media.get(NQN)?.condition).toBe('held');
+  });
+
+  it('held media follows its key to another address, and keeps one address while two controllers reach it', async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    j.media.observe([seen(A, NQN)], []);
+    j.media.markClean(NQN, A, 10);
+    const held = j.media.hold(NQN, A, binding, { cleanable: true, oneTimeUse: false }, 20);
+    expect(held).toMatchObject({ condition: 'held', arqUuid: 'arq-1', since: 20, lastAddress: A });
+    j = reopen(j, dir);
+    const r = j.media.observe([seen(B, NQN)], [], 30);
+    expect(r.moved).toEqual([{ key: NQN, from: A, to: B, condition: 'held' }]);
+    expect(j.media.get(NQN)).toMatchObject({
+      condition: 'held',
+      arqUuid: 'arq-1',
+      since: 20,
+      lastAddress: B,
+    });
+    // Reached through B and a second controller: the record stays at B, pass after pass.
+    for (let i = 0; i < 3; i++) {
+      expect(j.media.observe([seen('0000:07:00.0', NQN), seen(B, NQN)], [], 40 + i).moved).toEqual([]);
+    }
+    expect(reopen(j, dir).media.get(NQN)?.lastAddress).toBe(B);
+  });
+
+  it('clean after a judged cleanup, dirty after a failed one; the burn stays until released, durably', async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    j.media.observe([seen(A, NQN)], []);
+    j.media.markClean(NQN, A);
+    j.media.hold(NQN, A, binding, { cleanable: true, oneTimeUse: true });
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'held', burned: true });
+    j.media.markDirty(NQN, A, 'its cleanup failed: boom');
+    expect(j.media.get(NQN)).toMatchObject({
+      condition: 'dirty',
+      burned: true,
+      arqUuid: '',
+      reason: 'its cleanup failed: boom',
+    });
+    j.media.markClean(NQN, A);
+    j = reopen(j, dir);
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'clean', burned: true });
+    const released = j.media.release(NQN, 99);
+    expect(released).toMatchObject({ condition: 'clean', burned: false, since: 99 });
+    // Idempotent: a second release writes nothing.
+    expect(j.media.release(NQN, 100)).toMatchObject({ burned: false, since: 99 });
+    expect(reopen(j, dir).media.get(NQN)).toMatchObject({ burned: false, since: 99 });
+  });
+
+  it('a one-time-use device that is not cleaned: the burn is its record; a release leaves nothing to keep', async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    const gpu = 'pci-dsn:10de:a0-b1-c2-d3-e4-f5-06-17:00.0';
+    j.media.hold(gpu, '0000:65:00.0', binding, { cleanable: false, oneTimeUse: true });
+    j = reopen(j, dir);
+    expect(j.media.get(gpu)).toMatchObject({ condition: 'not_cleanable', burned: true, arqUuid: 'arq-1' });
+    // Seen as a device that is not cleaned: the burn is kept.
+    j.media.observe([seen('0000:65:00.0', gpu, { cleanable: false })], []);
+    expect(j.media.get(gpu)?.burned).toBe(true);
+    expect(j.media.release(gpu)).toMatchObject({ condition: 'not_cleanable', burned: false });
+    expect(reopen(j, dir).media.get(gpu)).toBeUndefined();
+  });
+
+  it('media no longer cleaned here is never "clean" again without a cleanup; cleaned again, it is dirty', async () => {
+    const j = open(await stateDir());
+    j.media.observe([seen(A, NQN)], []);
+    j.media.markClean(NQN, A);
+    j.media.observe([seen(A, NQN, { cleanable: false })], []);
+    expect(j.media.get(NQN)).toBeUndefined();
+    j.media.observe([seen(A, NQN)], []);
+    expect(j.media.get(NQN)?.condition).toBe('dirty');
+  });
+
+  it('an identity found where the slot was known: the slot’s held state passes to it', async () => {
+    const j = open(await stateDir());
+    const slot = `pci-slot:h:${A}:144d:a824:144d:a824`;
+    j.media.observe([seen(A, slot)], []);
+    j.media.markClean(slot, A);
+    j.media.hold(slot, A, binding, { cleanable: true, oneTimeUse: false }, 5);
+    const r = j.media.observe([seen(A, NQN, { assumeClean: true })], [], 10);
+    expect(r.created).toEqual([{ key: NQN, address: A, condition: 'held', inheritedFrom: slot }]);
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'held', arqUuid: 'arq-1', since: 5 });
+    expect(j.media.get(slot)).toBeUndefined();
+  });
+
+  it('upgrade: holds recorded by address move onto the media found there; one not found stays until it is', async () => {
+    const dir = await stateDir();
+    // A journal as the agent wrote it before media records (schema version 2).
+    const old = new Database(join(dir, 'agent-journal.db'));
+    old.exec(`CREATE TABLE cleanup_jobs (job_id TEXT PRIMARY KEY, address TEXT NOT NULL, action TEXT NOT NULL,
+      state TEXT NOT NULL, started_at INTEGER NOT NULL, finished_at INTEGER);
+      CREATE TABLE cleanup_events (job_id TEXT NOT NULL, sequence INTEGER NOT NULL, event TEXT NOT NULL, PRIMARY KEY (job_id, sequence));
+      CREATE TABLE held_devices (address TEXT PRIMARY KEY, arq_uuid TEXT NOT NULL, instance_uuid TEXT NOT NULL, since INTEGER NOT NULL);
+      INSERT INTO held_devices VALUES ('${A}', 'arq-old', 'vm-old', 111), ('0000:09:00.0', 'arq-gone', 'vm-gone', 222);
+      INSERT INTO cleanup_jobs VALUES ('job-old', '${A}', 'shred', 'succeeded', 1, 2);`);
+    old.pragma('user_version = 2');
+    old.close();
+    let j = open(dir);
+    expect(j.legacyHolds().map((h) => h.address)).toEqual([A, '0000:09:00.0']);
+    // The old jobs are still there, without a media key.
+    expect(j.load('job-old')?.address).toBe(A);
+    expect(j.jobMediaKey('job-old')).toBe('');
+    // Declared clean by the operator: a hold is stronger.
+    const r = j.media.observe([seen(A, NQN, { assumeClean: true })], j.legacyHolds(), 500);
+    expect(r.migrated).toEqual([{ address: A, key: NQN, arqUuid: 'arq-old' }]);
+    expect(j.media.get(NQN)).toMatchObject({
+      condition: 'held',
+      arqUuid: 'arq-old',
+      instanceUuid: 'vm-old',
+      since: 111,
+      lastAddress: A,
+    });
+    j = reopen(j, dir);
+    expect(j.legacyHolds()).toEqual([
+      { address: '0000:09:00.0', arqUuid: 'arq-gone', instanceUuid: 'vm-gone', since: 222 },
+    ]);
+    expect(j.media.get(NQN)?.condition).toBe('held');
+    // The missing device comes back later: its hold follows it then.
+    j.media.observe([seen('0000:09:00.0', 'nvme:late')], j.legacyHolds());
+    expect(j.media.get('nvme:late')).toMatchObject({ condition: 'held', arqUuid: 'arq-gone' });
+    expect(j.legacyHolds()).toEqual([]);
+  });
+
+  it('prunes at start only clean records not seen for long; held, dirty and burned ones stay', async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    const long = Date.now() - PRUNE_AFTER_MS - 1000;
+    j.media.observe(
+      [seen(A, 'nvme:clean'), seen(B, 'nvme:dirty'), seen('0000:07:00.0', 'nvme:burned')],
+      [],
+      long,
+    );
+    j.media.markClean('nvme:clean', A, long);
+    j.media.markClean('nvme:burned', '0000:07:00.0', long);
+    j.media.hold('nvme:burned', '0000:07:00.0', binding, { cleanable: true, oneTimeUse: true }, long);
+    j.media.markClean('nvme:burned', '0000:07:00.0', long);
+    j = reopen(j, dir);
+    expect(j.prunedMedia).toBe(1);
+    expect(
+      j.media
+        .all()
+        .map((r) => r.key)
+        .sort(),
+    ).toEqual(['nvme:burned', 'nvme:dirty']);
+  });
+
+  it('a registration carries held and burned media first, then dirt, newest first, at most MAX_REPORTED_MEDIA', async () => {
+    const j = open(await stateDir());
+    const n = MAX_REPORTED_MEDIA + 3;
+    const list = Array.from({ length: n }, (_, i) =>
+      seen(
+        `0000:${(i >> 5).toString(16).padStart(2, '0')}:${(i & 31).toString(16).padStart(2, '0')}.0`,
+        `nvme:m${i}`,
+      ),
+    );
+    j.media.observe(list, [], 1);
+    j.media.markClean('nvme:m7', list[7]!.address, 2);
+    j.media.hold('nvme:m7', list[7]!.address, binding, { cleanable: true, oneTimeUse: false }, 3);
+    j.media.markClean('nvme:m8', list[8]!.address, 4);
+    const { records, leftOut } = reportedMedia(j.media);
+    expect(records).toHaveLength(MAX_REPORTED_MEDIA);
+    expect(leftOut).toBe(2);
+    expect(records[0]).toMatchObject({ key: 'nvme:m7', condition: 'held' });
+    expect(records.map((r) => r.key)).not.toContain('nvme:m8');
+  });
+});
+
+describe('an agent killed while it cleaned', () => {
+  it('the next start finds the job interrupted and its media dirty', async () => {
+    const dir = await stateDir();
+    const { CleanupRunner } = await import('./cleanup-runner.js');
+    const { pino } = await import('pino');
+    let j = open(dir);
+    j.media.observe([seen(A, NQN)], []);
+    j.media.markClean(NQN, A);
+    j.begin('job-killed', A, 'sanitize-crypto', NQN);
+    // kill -9: nothing more is written.
+    j = reopen(j, dir);
+    const changed: string[] = [];
+    const runner = new CleanupRunner(j, {} as never, () => undefined, pino({ level: 'silent' }), {
+      defaultTimeoutMs: 1000,
+      onMediaChanged: (r) => changed.push(`${r.key} ${r.condition}`),
+    });
+    expect(runner.recover().map((x) => x.jobId)).toEqual(['job-killed']);
+    expect(j.media.get(NQN)).toMatchObject({
+      condition: 'dirty',
+      reason: 'its cleanup was interrupted by an agent restart',
+    });
+    expect(changed).toEqual([`${NQN} dirty`]);
+  });
+});
