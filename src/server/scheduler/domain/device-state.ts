@@ -88,8 +88,13 @@ export interface DeviceFacts {
   agentMedia: MediaRecord | null;
 }
 
-/** A device as the scheduler holds it: the facts plus the lifecycle it owns. */
-export interface DeviceRecord extends Omit<DeviceFacts, 'unallocatableReason'> {
+/**
+ * A device as the scheduler holds it: the facts plus the lifecycle it owns.
+ * The agent's journal record of its media is not kept here: it goes into the
+ * scheduler's record of the media (domain/media.ts), so the agent's own
+ * bookkeeping never changes a device's generation.
+ */
+export interface DeviceRecord extends Omit<DeviceFacts, 'unallocatableReason' | 'agentMedia'> {
   uuid: string;
   host: string;
   /** The agent's reason the device must not be allocated ('' when none). */
@@ -170,7 +175,7 @@ function refuse(reason: string, d: DeviceRecord, message: string): BerthError {
 
 /** A device the host reported for the first time. */
 export function newDevice(host: string, facts: DeviceFacts, uuid: string, now: string): DeviceRecord {
-  const { unallocatableReason: hostReason, ...rest } = facts;
+  const { unallocatableReason: hostReason, agentMedia: _journal, ...rest } = facts;
   return settle(
     {
       ...rest,
@@ -547,7 +552,7 @@ export function vanished(d: DeviceRecord, reason: string): DeviceRecord {
  * newly marked one-time-use while allocated is burned now (the spec's healing).
  */
 export function rediscovered(d: DeviceRecord, facts: DeviceFacts): DeviceRecord {
-  const { unallocatableReason: hostReason, ...rest } = facts;
+  const { unallocatableReason: hostReason, agentMedia: _journal, ...rest } = facts;
   const unlocked = d.deviceState === 'available' || d.deviceState === 'error';
   return settle(d, {
     ...rest,

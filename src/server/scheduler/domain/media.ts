@@ -73,14 +73,13 @@ export function agentReportsDirt(r: MediaRecord | null, cleanedAt: number): bool
 }
 
 /**
- * The record of a media seen for the first time, through `d`. A device that
- * is cleaned and that Berth never cleaned is dirty (unknown provenance)
- * unless its agent's journal says it cleaned it or the operator declared it
- * clean (device_spec assume_clean).
+ * The record of a media seen for the first time, through `d`, whose agent's
+ * journal says `agent` of it. A device that is cleaned and that Berth never
+ * cleaned is dirty (unknown provenance) unless its agent's journal says it
+ * cleaned it or the operator declared it clean (device_spec assume_clean).
  */
-export function firstSight(d: DeviceRecord, now: string): MediaState {
+export function firstSight(d: DeviceRecord, agent: MediaRecord | null, now: string): MediaState {
   const key = mediaKeyOf(d)!;
-  const agent = d.agentMedia;
   const vouched = agent?.condition === 'clean' || agent?.condition === 'declared_clean';
   const dirty = d.supportsCleaning && !vouched;
   return {
@@ -112,7 +111,11 @@ export function mediaCleaned(m: MediaState, at: number, now: string): MediaState
   };
 }
 
-/** An agent's registration reported its journal's record of a media (seen on that host or not). */
+/**
+ * An agent reported its journal's record of a media: with a device of it in
+ * its inventory, or at registration (seen on that host or not). Dirt newer
+ * than the last accepted cleanup, and a burn, are added; nothing is removed.
+ */
 export function mediaReported(m: MediaState, r: MediaRecord, host: string, now: string): MediaState {
   const dirt = agentReportsDirt(r, m.cleanedAt) && m.condition === 'clean';
   if (!dirt && (m.burned || !r.burned)) return m;
@@ -164,16 +167,6 @@ export function settleMedia(m: MediaState, devices: readonly DeviceRecord[], now
   // Dirt means something only for media Berth can clean; a device that is not
   // cleaned goes from tenant to tenant as it is (only its burn is followed).
   const cleanable = devices.some((d) => d.supportsCleaning);
-  const agentDirt = devices.find(
-    (d) => d.present && d.supportsCleaning && agentReportsDirt(d.agentMedia, m.cleanedAt),
-  );
-  if (agentDirt && next.condition === 'clean') {
-    next = {
-      ...next,
-      condition: 'dirty',
-      reason: `the agent of host ${agentDirt.host} records it ${agentDirt.agentMedia!.condition} at ${agentDirt.address}`,
-    };
-  }
   const holder = allocated[0];
   if (holder) {
     next = {

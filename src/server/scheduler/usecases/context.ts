@@ -5,6 +5,7 @@
  * consistent view (`read`).
  */
 
+import type { MediaRecord } from '../../../plugins/types.js';
 import type { ReadUnit, TransactionRunner, UnitOfWork } from '../store/unit-of-work.js';
 
 export interface UseCaseDeps {
@@ -19,12 +20,21 @@ export interface UseCaseDeps {
   readonly cleanupsQueued?: (hosts: string[]) => void;
 }
 
+/** An agent's journal record of a media, as its inventory reported it with a device. */
+export interface AgentMediaReport {
+  host: string;
+  address: string;
+  record: MediaRecord;
+}
+
 /** One unit of work as the use cases see it: the port plus the clock. */
 export class Tx {
   /** Media keys whose devices this unit wrote: settled before the unit ends. */
   readonly touchedMedia = new Set<string>();
   /** Hosts on which this unit queued cleanups of its own. */
   readonly queuedOn = new Set<string>();
+  /** What agents' journals said in this unit of the media they reported devices of, by media key. */
+  readonly agentReports = new Map<string, AgentMediaReport[]>();
 
   constructor(
     readonly uow: UnitOfWork,

@@ -59,6 +59,17 @@ export async function upsertInventory(
     const now = tx.now();
     const existing = new Map((await tx.uow.devices({ host }, FOR_UPDATE)).map((d) => [d.address, d]));
     const upsert = async (f: DeviceFacts) => {
+      const key = f.media?.key;
+      if (key && f.agentMedia) {
+        // The agent's journal record of the media goes to the media's record, not the device's.
+        const reports = tx.agentReports.get(key) ?? [];
+        reports.push({ host, address: f.address, record: f.agentMedia });
+        tx.agentReports.set(key, reports);
+        // A report of dirt or a burn may change the media; a clean one matters
+        // only to media seen for the first time, whose device is written anyway.
+        const c = f.agentMedia.condition;
+        if (c === 'held' || c === 'dirty' || f.agentMedia.burned) tx.touchedMedia.add(key);
+      }
       const prev = existing.get(f.address);
       if (!prev) {
         result.added.push(await writeDevice(tx, null, newDevice(host, f, randomUUID(), now)));

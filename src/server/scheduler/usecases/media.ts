@@ -8,7 +8,14 @@
 
 import { randomUUID } from 'node:crypto';
 import { type DeviceRecord, mediaNeedsCleaning } from '../domain/device-state.js';
-import { firstSight, type MediaState, mediaCleaned, mediaKeyOf, settleMedia } from '../domain/media.js';
+import {
+  firstSight,
+  type MediaState,
+  mediaCleaned,
+  mediaKeyOf,
+  mediaReported,
+  settleMedia,
+} from '../domain/media.js';
 import { FOR_UPDATE } from '../store/unit-of-work.js';
 import type { Tx } from './context.js';
 import { createJob, writeDevice } from './records.js';
@@ -33,9 +40,17 @@ async function settleKey(tx: Tx, key: string): Promise<void> {
   // media meet here), then its devices.
   const stored = await tx.uow.media(key, FOR_UPDATE);
   const devices = await tx.uow.devices({ mediaKey: key }, FOR_UPDATE);
+  const reports = tx.agentReports.get(key) ?? [];
   const first = devices.find((d) => d.present) ?? devices[0];
-  const media = stored ?? (first ? firstSight(first, now) : null);
+  const reportOf = (d: DeviceRecord) =>
+    reports.find((r) => r.host === d.host && r.address === d.address)?.record ?? null;
+  let media = stored ?? (first ? firstSight(first, reportOf(first), now) : null);
   if (!media) return;
+  // What the agents' journals say of it, for media Berth can clean (dirt) or burns.
+  for (const r of reports) {
+    const d = devices.find((x) => x.host === r.host && x.address === r.address);
+    if (d?.supportsCleaning || r.record.burned) media = mediaReported(media, r.record, r.host, now);
+  }
   const s = settleMedia(media, devices, now);
   const byUuid = new Map(devices.map((d) => [d.uuid, d]));
   for (const next of s.devices) {
@@ -61,7 +76,7 @@ export async function recordMediaCleaned(tx: Tx, d: DeviceRecord, at: string): P
   const key = mediaKeyOf(d);
   if (!key) return;
   const m = await tx.uow.media(key, FOR_UPDATE);
-  const base = m ?? firstSight(d, tx.now());
+  const base = m ?? firstSight(d, null, tx.now());
   await tx.uow.putMedia(mediaCleaned(base, Date.parse(at) || 0, tx.now()));
   tx.touchedMedia.add(key);
 }
