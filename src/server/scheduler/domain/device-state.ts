@@ -173,6 +173,14 @@ function refuse(reason: string, d: DeviceRecord, message: string): BerthError {
   });
 }
 
+/**
+ * The reason a device with media the unit has not settled yet is kept out of
+ * the pool: a device is written first and its media settled before the unit
+ * ends (usecases/media.ts), and no event — no watcher, no Placement — may see
+ * it allocatable in between.
+ */
+export const MEDIA_UNSETTLED = 'its media is being looked up';
+
 /** A device the host reported for the first time. */
 export function newDevice(host: string, facts: DeviceFacts, uuid: string, now: string): DeviceRecord {
   const { unallocatableReason: hostReason, agentMedia: _journal, ...rest } = facts;
@@ -186,7 +194,7 @@ export function newDevice(host: string, facts: DeviceFacts, uuid: string, now: s
       host,
       hostUnallocatableReason: hostReason,
       present: true,
-      mediaReason: '',
+      mediaReason: facts.media?.key ? MEDIA_UNSETTLED : '',
       deviceState: 'available',
       status: 'enabled',
       burned: false,
@@ -561,6 +569,10 @@ export function rediscovered(d: DeviceRecord, facts: DeviceFacts): DeviceRecord 
     attributes: { ...facts.attributes },
     hostUnallocatableReason: hostReason,
     present: true,
+    // Other media at this address: out of the pool until its record is settled.
+    ...((facts.media?.key ?? null) !== (d.media?.key ?? null) && facts.media?.key
+      ? { mediaReason: MEDIA_UNSETTLED }
+      : {}),
     cleanupAction: unlocked ? facts.cleanupAction : d.cleanupAction,
     supportsCleaning: unlocked ? facts.supportsCleaning : d.supportsCleaning,
     burned: d.burned || (facts.oneTimeUse && d.deviceState === 'allocated'),
