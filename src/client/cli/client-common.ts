@@ -21,6 +21,7 @@ import {
   namespaceManagementToJSON,
   readBackToJSON,
 } from '../../gen/berth/agent/v1/cleanup_proof.js';
+import { type MediaIdentity, mediaIdentityKindToJSON } from '../../gen/berth/agent/v1/device.js';
 import {
   type AcceleratorRequest,
   arqStateToJSON,
@@ -410,6 +411,8 @@ export function deviceView(d: Device) {
     error_reason: d.errorReason,
     last_cleanup: cleanupRecordView(d.lastCleanup),
     attributes: d.attributes,
+    // The media the device gives access to (docs/media-identity.md).
+    media: d.media ? mediaView(d.media) : null,
     updated_at: iso(d.updatedAt),
     // Only on a scheduler that reports to Placement.
     ...(d.placementProviderName
@@ -423,6 +426,28 @@ export function deviceView(d: Device) {
   };
 }
 export type DeviceView = ReturnType<typeof deviceView>;
+
+/** A media identity as the CLI shows it: the key, what it is read from, and the identifiers it has. */
+function mediaView(m: MediaIdentity) {
+  return {
+    key: m.key,
+    kind: shortEnum(mediaIdentityKindToJSON(m.kind), 'MEDIA_IDENTITY_KIND_'),
+    ...(m.subsystemNqn ? { subsystem_nqn: m.subsystemNqn } : {}),
+    ...(m.serial ? { serial: m.serial } : {}),
+    ...(m.model ? { model: m.model } : {}),
+    ...(m.deviceSerialNumber ? { device_serial_number: m.deviceSerialNumber } : {}),
+    ...(m.namespaces.length > 0
+      ? {
+          namespaces: m.namespaces.map((n) => ({
+            nsid: n.nsid,
+            ...(n.nguid ? { nguid: n.nguid } : {}),
+            ...(n.eui64 ? { eui64: n.eui64 } : {}),
+            ...(n.uuid ? { uuid: n.uuid } : {}),
+          })),
+        }
+      : {}),
+  };
+}
 
 export function hostView(h: Host) {
   return {
