@@ -1,10 +1,17 @@
 /**
  * Output for the berth CLI, in kubectl's manner: tables without borders,
  * upper-case headers, columns three spaces apart, fitted to 120 columns (the
- * widest cells cut with "…"), `-o wide` for the columns that do not fit,
- * `show` as `key: value` lines, and JSON or YAML for scripts.
+ * widest cells cut with "…"), `-o wide` for the columns that do not fit (as
+ * wide as its cells: full uuids, every flag), `show` as `key: value` lines
+ * with long values wrapped under their column, and JSON or YAML for scripts.
+ *
+ * YAML is written so that YAML 1.1 readers (PyYAML, Ruby's Psych, Go's
+ * yaml.v2) read back the same types as YAML 1.2 ones: every string that a
+ * 1.1 reader would take for something else — `yes`/`no`/`on`/`off`/`y`/`n`,
+ * `null`, numbers in any base or with `_`, sexagesimal `1:20` (PCI addresses
+ * such as `0000:00:04.0`!), timestamps, `=` and `<<` — is quoted.
  */
-import { stringify as toYaml } from 'yaml';
+import { Document, visit } from 'yaml';
 
 export type OutputFormat = 'table' | 'wide' | 'json' | 'yaml';
 
@@ -73,11 +80,62 @@ export function renderTable<T>(
   return [line(headers), ...data.map(line)].join('\n');
 }
 
-/** One object as `key:  value` lines, values aligned (`show` commands). */
-export function renderRecord(record: Record<string, unknown>): string {
+/** YAML that 1.1 and 1.2 readers read the same way (see the module comment). */
+export function toYaml(data: unknown): string {
+  const doc = new Document(data, {
+    version: '1.1',
+    // `<<` is a string here, never a merge key; the visitor below quotes it.
+    customTags: (tags) =>
+      tags.filter((t) => t !== 'merge' && (typeof t !== 'object' || t.tag !== 'tag:yaml.org,2002:merge')),
+  });
+  // The 1.1 schema quotes what it would resolve otherwise; `=` (1.1's value
+  // tag) and `<<` (its merge key) it does not know as strings to guard.
+  visit(doc, {
+    Scalar(_key, node) {
+      if (node.value === '=' || node.value === '<<') node.type = 'QUOTE_DOUBLE';
+    },
+  });
+  return doc.toString();
+}
+
+/**
+ * `value` in lines of at most `width` characters, broken after `, ` or at a
+ * space (a word longer than the width stays whole).
+ */
+export function wrapText(value: string, width: number): string[] {
+  const out: string[] = [];
+  for (const paragraph of value.split('\n')) {
+    let line = '';
+    for (const word of paragraph.split(/(?<=, )|(?<= )/)) {
+      if (line !== '' && (line + word).trimEnd().length > width) {
+        out.push(line.trimEnd());
+        line = '';
+      }
+      line += word;
+    }
+    out.push(line.trimEnd());
+  }
+  return out;
+}
+
+/**
+ * One object as `key:  value` lines, values aligned (`show` commands); a
+ * value longer than the line (TABLE_WIDTH) is wrapped, its further lines
+ * indented under the first.
+ */
+export function renderRecord(record: Record<string, unknown>, width = TABLE_WIDTH): string {
   const entries = Object.entries(record);
   const w = Math.max(...entries.map(([k]) => k.length)) + 1;
-  return entries.map(([k, v]) => `${`${k}:`.padEnd(w)}  ${cell(v)}`.trimEnd()).join('\n');
+  const indent = ' '.repeat(w + 2);
+  return entries
+    .map(([k, v]) => {
+      const lines = wrapText(cell(v), Math.max(20, width - indent.length));
+      return [
+        `${`${k}:`.padEnd(w)}  ${lines[0] ?? ''}`.trimEnd(),
+        ...lines.slice(1).map((l) => `${indent}${l}`),
+      ].join('\n');
+    })
+    .join('\n');
 }
 
 /**

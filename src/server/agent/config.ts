@@ -33,7 +33,7 @@ import {
 import { ConfigError } from '../../errors.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
-import type { AuthFileOptions } from '../grpc/auth.js';
+import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
 
 export interface AgentConfig {
@@ -83,6 +83,8 @@ export interface ConfigOverrides {
   discoveryInterval?: number;
   /** `--insecure-no-auth`: the explicit way to serve without authentication. */
   insecureNoAuth?: boolean;
+  /** `--cert-roles FILE` (read): client-certificate common name → role, in place of `auth.cert_roles`. */
+  certRoles?: Record<string, string>;
 }
 
 /** The key under which a driver's section is found: the name, or a module's file stem. */
@@ -230,6 +232,10 @@ function withOverrides(raw: Record<string, unknown>, o: ConfigOverrides): Record
   set('dev_root', o.devRoot);
   set('state_dir', o.stateDir);
   set('discovery_interval', o.discoveryInterval);
+  if (o.certRoles) {
+    const auth = doc.auth && typeof doc.auth === 'object' ? (doc.auth as Record<string, unknown>) : {};
+    doc.auth = { ...auth, cert_roles: o.certRoles };
+  }
   if (o.insecureNoAuth) doc.auth = { mode: 'none' };
   return doc;
 }
@@ -319,6 +325,20 @@ export function parseAgentConfig(
       : null,
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
   };
+}
+
+/**
+ * What `agent serve` authenticates its callers with, read from the `auth`
+ * section — or the refusal when there is none (only `auth: {mode: none}` /
+ * `--insecure-no-auth` switch authentication off). The dry run asks the
+ * same, so it fails on every configuration `serve` would refuse.
+ */
+export async function agentAuthOptions(config: AgentConfig): Promise<AuthOptions> {
+  if (config.auth) return loadAuthOptions(config.auth, config.host);
+  throw new ConfigError(
+    'auth: no authentication configured: give auth.static_tokens_file, a jwt_* key or cert_roles (--cert-roles), ' +
+      'or switch it off explicitly with auth: {mode: none} / --insecure-no-auth',
+  );
 }
 
 /** Reads and validates a config file. */
