@@ -75,7 +75,7 @@ export async function readClientConfig(path = clientConfigPath()): Promise<Clien
     doc = parseYaml(text);
   } catch (err) {
     throw new UsageError(
-      `the client configuration ${configWhere(path)} is not YAML: ${(err as Error).message.split('\n')[0]}`,
+      `the client configuration ${configWhere(path)} is not YAML: ${(err as Error).message.split('\n')[0]!.replace(/[\s:]+$/, '')}`,
     );
   }
   if (doc === null || doc === undefined) return {};
@@ -176,6 +176,8 @@ export interface ResolvedTls {
   serverName?: string;
   /** Why TLS is on, for messages: e.g. `--tls-ca`, `$BERTH_TLS_CA`, `tls in FILE`, `https:// in --endpoint`. */
   from: string[];
+  /** Where each file came from, for messages. */
+  sources?: { ca?: string; cert?: string; key?: string };
 }
 
 export interface ResolvedClient {
@@ -269,21 +271,23 @@ export async function resolveClient(flags: ClientFlagValues): Promise<ResolvedCl
           : [undefined, 'default'];
   const parsed = parseEndpoint(endpoint, endpointName);
 
-  const tls: ResolvedTls = { from: [] };
+  const tls: ResolvedTls = { from: [], sources: {} };
   for (const [key, flag, flagName, env, fileKey] of TLS_SETTINGS) {
     const fromFlag = flags[flag];
     const fromEnv = process.env[env];
     const fromFile = file.tls?.[fileKey];
-    if (fromFlag !== undefined && fromFlag !== '') {
-      tls[key] = fromFlag;
-      tls.from.push(flagName);
-    } else if (fromEnv) {
-      tls[key] = fromEnv;
-      tls.from.push(`$${env}`);
-    } else if (fromFile) {
-      tls[key] = fromFile;
-      tls.from.push(`tls.${fileKey} in ${configPath}`);
-    }
+    const [value, source] =
+      fromFlag !== undefined && fromFlag !== ''
+        ? [fromFlag, flagName]
+        : fromEnv
+          ? [fromEnv, `$${env}`]
+          : fromFile
+            ? [fromFile, `tls.${fileKey} in ${configPath}`]
+            : [undefined, undefined];
+    if (value === undefined || source === undefined) continue;
+    tls[key] = value;
+    tls.from.push(source);
+    if (key !== 'serverName') tls.sources![key] = source;
   }
   let useTls: boolean;
   if (parsed.scheme === 'http') {
@@ -320,22 +324,26 @@ export async function resolveClient(flags: ClientFlagValues): Promise<ResolvedCl
 /** Reads the PEM files a resolved client names; a missing or non-PEM file is a usage error naming it. */
 export async function loadClientTls(tls: ResolvedTls | undefined): Promise<ClientTls | undefined> {
   if (!tls) return undefined;
-  const read = async (path: string | undefined, what: string): Promise<Buffer | undefined> => {
+  const read = async (
+    path: string | undefined,
+    what: string,
+    source: string | undefined,
+  ): Promise<Buffer | undefined> => {
     if (!path) return undefined;
+    const named = `TLS ${what} ${path}${source ? ` (${source})` : ''}`;
     let b: Buffer;
     try {
       b = await readFile(path);
     } catch (err) {
-      throw new UsageError(`TLS ${what} ${path}: ${(err as Error).message}`);
+      throw new UsageError(`${named}: cannot read it: ${(err as Error).message}`);
     }
-    if (!b.toString('utf8').includes('-----BEGIN '))
-      throw new UsageError(`TLS ${what} ${path}: not a PEM file`);
+    if (!b.toString('utf8').includes('-----BEGIN ')) throw new UsageError(`${named}: not a PEM file`);
     return b;
   };
   const out: ClientTls = {};
-  const ca = await read(tls.ca, 'CA');
-  const cert = await read(tls.cert, 'certificate');
-  const key = await read(tls.key, 'key');
+  const ca = await read(tls.ca, 'CA', tls.sources?.ca);
+  const cert = await read(tls.cert, 'certificate', tls.sources?.cert);
+  const key = await read(tls.key, 'key', tls.sources?.key);
   if (ca) out.ca = ca;
   if (cert) out.cert = cert;
   if (key) out.key = key;

@@ -162,7 +162,10 @@ export async function* iterate<Res>(
   method: string,
   stream: ClientReadableStream<Res>,
   signal?: AbortSignal,
+  onOpen?: () => void,
 ): AsyncGenerator<Res> {
+  // The server's headers: the stream is open (Berth's servers send them at once).
+  if (onOpen) stream.once('metadata', onOpen);
   const cancel = () => stream.cancel();
   if (signal?.aborted) cancel();
   signal?.addEventListener('abort', cancel, { once: true });
@@ -204,6 +207,11 @@ function isBreak(err: unknown): err is BerthClientError {
   return err instanceof BerthClientError && err.codeName === 'UNAVAILABLE';
 }
 
+/** grpc-js's words for a call that found no server at all (as opposed to one that lost it). */
+function neverConnected(err: BerthClientError): boolean {
+  return /No connection established|Name resolution failed/.test(err.message);
+}
+
 /** The scheduler is behind the revision a watch resumes from (its database was restored or replaced). */
 function isAheadOfScheduler(err: unknown): err is BerthClientError {
   return (
@@ -236,6 +244,7 @@ export class SchedulerClient {
   readonly endpoint: string;
   private readonly channel: Channel;
   private readonly raw: { devices: DeviceServiceClient };
+  private closed = false;
 
   constructor(private readonly options: ClientOptions) {
     this.endpoint = options.endpoint;
@@ -262,12 +271,13 @@ export class SchedulerClient {
   }
 
   /** WatchDevices as it is: one stream, which ends with the error that broke it (or when `signal` aborts). */
-  watchDevices(req: DeepPartial<WatchDevicesRequest>, signal?: AbortSignal) {
+  watchDevices(req: DeepPartial<WatchDevicesRequest>, signal?: AbortSignal, onOpen?: () => void) {
     const path = '/berth.scheduler.v1.DeviceService/WatchDevices';
     return iterate(
       'watchDevices',
       this.raw.devices.watchDevices(completeRequest(path, req), this.md()),
       signal,
+      onOpen,
     );
   }
 
@@ -282,8 +292,10 @@ export class SchedulerClient {
    *   it is behind (its database was restored): it re-lists — the whole state
    *   comes again, `initial` messages then `synced`, so a cache rebuilt from
    *   them is right — and goes on with changes.
-   * Other errors (UNAUTHENTICATED, PERMISSION_DENIED, …) end it. `options`
-   * hears each break, retry and resumption.
+   * Other errors (UNAUTHENTICATED, PERMISSION_DENIED, …) end it, and so does
+   * finding no scheduler at the first attempt (nothing to resume yet: the
+   * caller hears why at once). `options` hears each break, retry and
+   * resumption.
    */
   async *watchDevicesResuming(
     req: DeepPartial<WatchDevicesRequest>,
@@ -292,32 +304,24 @@ export class SchedulerClient {
     const start = req.fromRevision ?? 0;
     let from = start;
     let synced = start !== 0;
-    const backoff = options.backoff ?? new Backoff(200, 5_000);
-    let broken: { at: number; attempts: number } | null = null;
-    while (!options.signal?.aborted) {
+    const resumeAfter = () => (synced ? from : start);
+    const session = new Reconnection(options, resumeAfter);
+    while (!options.signal?.aborted && !this.closed) {
       try {
-        const stream = this.watchDevices({ ...req, fromRevision: synced ? from : start }, options.signal);
-        let first = true;
+        const stream = this.watchDevices({ ...req, fromRevision: resumeAfter() }, options.signal, () =>
+          session.opened(),
+        );
         for await (const m of stream) {
-          if (first && broken) {
-            options.onResumed?.({
-              resumeAfter: synced ? from : start,
-              attempts: broken.attempts,
-              downMs: Date.now() - broken.at,
-            });
-            broken = null;
-            backoff.reset();
-          }
-          first = false;
+          session.opened();
           if (m.synced) synced = true;
           if (synced) from = m.revision;
           yield m;
           if (options.signal?.aborted) return;
         }
-        if (options.signal?.aborted) return;
+        if (options.signal?.aborted || this.closed) return;
         throw endedByServer('watchDevices');
       } catch (err) {
-        if (options.signal?.aborted) return;
+        if (options.signal?.aborted || this.closed) return;
         if (
           err instanceof BerthClientError &&
           synced &&
@@ -329,17 +333,7 @@ export class SchedulerClient {
           synced = false;
           continue;
         }
-        if (!isBreak(err)) throw err;
-        broken ??= { at: Date.now(), attempts: 0 };
-        broken.attempts++;
-        const delayMs = backoff.next();
-        options.onRetry?.({
-          error: err,
-          delayMs,
-          resumeAfter: synced ? from : start,
-          attempt: broken.attempts,
-        });
-        await sleep(delayMs, options.signal);
+        await session.broke(err);
       }
     }
   }
@@ -371,12 +365,13 @@ export class SchedulerClient {
   }
 
   /** WatchCleanup as it is: one stream (ended early when `signal` aborts). */
-  watchCleanup(req: DeepPartial<WatchCleanupRequest>, signal?: AbortSignal) {
+  watchCleanup(req: DeepPartial<WatchCleanupRequest>, signal?: AbortSignal, onOpen?: () => void) {
     const path = '/berth.scheduler.v1.DeviceService/WatchCleanup';
     return iterate(
       'watchCleanup',
       this.raw.devices.watchCleanup(completeRequest(path, req), this.md()),
       signal,
+      onOpen,
     );
   }
 
@@ -391,22 +386,14 @@ export class SchedulerClient {
   ): AsyncGenerator<WatchCleanupResponse> {
     let jobId = req.jobId ?? '';
     let after = req.fromSequence ?? 0;
-    const backoff = options.backoff ?? new Backoff(200, 5_000);
-    let broken: { at: number; attempts: number } | null = null;
-    while (!options.signal?.aborted) {
+    const session = new Reconnection(options, () => after);
+    while (!options.signal?.aborted && !this.closed) {
       try {
-        let first = true;
-        for await (const m of this.watchCleanup({ ...req, jobId, fromSequence: after }, options.signal)) {
-          if (first && broken) {
-            options.onResumed?.({
-              resumeAfter: after,
-              attempts: broken.attempts,
-              downMs: Date.now() - broken.at,
-            });
-            broken = null;
-            backoff.reset();
-          }
-          first = false;
+        const stream = this.watchCleanup({ ...req, jobId, fromSequence: after }, options.signal, () =>
+          session.opened(),
+        );
+        for await (const m of stream) {
+          session.opened();
           if (m.event) {
             jobId = m.event.jobId || jobId;
             after = m.event.sequence;
@@ -417,19 +404,62 @@ export class SchedulerClient {
         // WatchCleanup ends by itself after the terminal event.
         return;
       } catch (err) {
-        if (options.signal?.aborted) return;
-        if (!isBreak(err)) throw err;
-        broken ??= { at: Date.now(), attempts: 0 };
-        broken.attempts++;
-        const delayMs = backoff.next();
-        options.onRetry?.({ error: err, delayMs, resumeAfter: after, attempt: broken.attempts });
-        await sleep(delayMs, options.signal);
+        if (options.signal?.aborted || this.closed) return;
+        await session.broke(err);
       }
     }
   }
 
   close(): void {
+    this.closed = true;
     this.channel.close();
+  }
+}
+
+/**
+ * The reconnection state of one resuming watch: whether it ever reached the
+ * scheduler, the current break (since when, how many attempts), the backoff,
+ * and what the caller is told.
+ */
+class Reconnection {
+  private connected = false;
+  private broken: { at: number; attempts: number } | null = null;
+  private readonly backoff: Backoff;
+
+  constructor(
+    private readonly options: Omit<WatchOptions, 'onRelist'>,
+    private readonly resumeAfter: () => number,
+  ) {
+    this.backoff = options.backoff ?? new Backoff(200, 5_000);
+  }
+
+  /** The stream is open (headers or a message came): a break is over. */
+  opened(): void {
+    this.connected = true;
+    if (!this.broken) return;
+    this.options.onResumed?.({
+      resumeAfter: this.resumeAfter(),
+      attempts: this.broken.attempts,
+      downMs: Date.now() - this.broken.at,
+    });
+    this.broken = null;
+    this.backoff.reset();
+  }
+
+  /** The stream broke with `err`: rethrows what is not a break, else waits the backoff. */
+  async broke(err: unknown): Promise<void> {
+    // A watch that never reached the scheduler has nothing to resume: the caller hears why at once.
+    if (!isBreak(err) || (!this.connected && neverConnected(err))) throw err;
+    this.broken ??= { at: Date.now(), attempts: 0 };
+    this.broken.attempts++;
+    const delayMs = this.backoff.next();
+    this.options.onRetry?.({
+      error: err,
+      delayMs,
+      resumeAfter: this.resumeAfter(),
+      attempt: this.broken.attempts,
+    });
+    await sleep(delayMs, this.options.signal);
   }
 }
 

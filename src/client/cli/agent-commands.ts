@@ -169,7 +169,7 @@ export function registerAgentCommands(program: Command): void {
               : renderTable(
                   data.devices,
                   [
-                    { header: 'address', get: (d) => d.address },
+                    { header: 'address', get: (d) => d.address, fixed: true },
                     { header: 'driver', get: (d) => d.driver },
                     { header: 'kind', get: (d) => d.function_kind },
                     { header: 'vendor:product', get: (d) => `${d.vendor_id}:${d.product_id}` },
@@ -191,11 +191,15 @@ export function registerAgentCommands(program: Command): void {
           const excluded =
             result.excluded.length === 0
               ? ''
-              : `\n\nExcluded (matched by a device_spec entry, not offered):\n${renderTable(result.excluded, [
-                  { header: 'address', get: (e) => e.address },
-                  { header: 'driver', get: (e) => e.driver },
-                  { header: 'reason', get: (e) => e.reason },
-                ])}`;
+              : `\n\nExcluded (matched by a device_spec entry, not offered):\n${renderTable(
+                  result.excluded,
+                  [
+                    { header: 'address', get: (e) => e.address, fixed: true },
+                    { header: 'driver', get: (e) => e.driver },
+                    { header: 'reason', get: (e) => e.reason, wrap: true },
+                  ],
+                  { wide },
+                )}`;
           return `${devices}${excluded}`;
         }),
       );

@@ -199,9 +199,12 @@ export async function explainConnection(
         client.tls.ca ? `CA ${client.tls.ca}` : "the system's roots"
       }): give the CA that signed it with --tls-ca ($BERTH_TLS_CA, or tls.ca in ${cfg})`;
     }
-    const altname = /(Hostname\/IP does not match certificate's altnames: [^.]*)/i.exec(m);
-    if (altname) {
-      return `${ep}'s certificate is not for the name dialled (${altname[1]}): give the name it carries with --tls-server-name ($BERTH_TLS_SERVER_NAME, or tls.server_name in ${cfg})`;
+    const altname = /Host: (\S+?)\.? is not in the cert's altnames: ([^\n]*?)(?:\. Resolution note|$)/i.exec(
+      m,
+    );
+    if (altname || /does not match certificate's altnames/i.test(m)) {
+      const names = altname ? ` (it is for ${altname[2]!.trim()}, not ${altname[1]})` : '';
+      return `${ep}'s certificate is not for the name dialled${names}: give a name it carries with --tls-server-name ($BERTH_TLS_SERVER_NAME, or tls.server_name in ${cfg})`;
     }
     if (/bad certificate|unknown ca|certificate unknown|alert/i.test(m)) {
       return `${ep} refused this client's certificate (${oneLine(m).replace(/^No connection established\. Last error: /, '')}): is it signed by the CA the server trusts?`;
@@ -248,11 +251,6 @@ export async function hintFor(
     return `nothing answers at ${client.endpoint} (${where}): is berth up (or the scheduler) running?`;
   }
   return undefined;
-}
-
-/** A hint a command attaches to an error it understands (shown after the error line). */
-export function withHint<E extends Error>(err: E, hint: string): E {
-  return Object.assign(err, { hint });
 }
 
 /** Reports an error on stderr as one line and returns the exit code for it. */

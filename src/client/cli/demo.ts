@@ -195,7 +195,8 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     let told = '';
     const startedWaiting = Date.now();
     for (const until = Date.now() + 30_000; hosts.length < 2 && Date.now() < until; ) {
-      await sleep(200);
+      await sleep(200, o.signal);
+      interruptedCheck();
       hosts = await ready();
       const all = (await client.hosts.listHosts({})).hosts;
       const why =

@@ -92,10 +92,10 @@ export function deviceTable(rows: readonly DeviceView[], wide = false): string {
   return renderTable(
     rows,
     [
-      { header: 'uuid', get: (d) => short.get(d.uuid), only: 'table' },
+      { header: 'uuid', get: (d) => short.get(d.uuid), only: 'table', fixed: true },
       { header: 'uuid', get: (d) => d.uuid, only: 'wide' },
       { header: 'host', get: (d) => d.host, shrink: true },
-      { header: 'address', get: (d) => d.address },
+      { header: 'address', get: (d) => d.address, fixed: true },
       { header: 'type', get: (d) => d.type },
       { header: 'state', get: (d) => deviceState(d) },
       { header: 'cleanup', get: (d) => d.cleanup_action || '-' },
@@ -177,11 +177,15 @@ async function neverCleaned(
     () => undefined,
   );
   if (!d || d.lastCleanup) return err;
+  const state = deviceView(d).device_state;
+  const next = !d.supportsCleaning
+    ? ', and its driver does not clean it'
+    : state === 'error'
+      ? `; clean it with: berth device clean ${name} --wait`
+      : '; a cleanup starts when the ARQ holding it is deleted';
   return new BerthError(
     'NOT_FOUND',
-    `${deviceName(d)} has never been cleaned: there is no cleanup to follow (it is ${deviceView(d).device_state}${
-      d.supportsCleaning ? '' : ', and its driver does not clean it'
-    })${d.supportsCleaning ? `; a cleanup starts when its ARQ is deleted, or with: berth device clean ${name} --wait` : ''}`,
+    `${deviceName(d)} has never been cleaned: there is no cleanup to follow (it is ${state})${next}`,
     { reason: 'NO_CLEANUP' },
   );
 }

@@ -27,6 +27,10 @@ export interface Column<T> {
   only?: 'table' | 'wide';
   /** May be cut (with "…") so the default table fits its width. */
   shrink?: boolean;
+  /** May be wrapped onto further lines so the default table fits its width. */
+  wrap?: boolean;
+  /** Never narrowed: an id or an address the commands take back. */
+  fixed?: boolean;
 }
 
 /** The width a default table is fitted to. */
@@ -46,7 +50,10 @@ const cut = (s: string, w: number) => (s.length <= w ? s : `${s.slice(0, Math.ma
 
 /**
  * A table: no borders, upper-case headers. The default view (`wide` false)
- * is fitted to `width` by narrowing its `shrink` columns, widest first.
+ * is fitted to `width`: first by narrowing its `shrink` and `wrap` columns,
+ * widest first (a `shrink` cell is cut with "…", a `wrap` cell continues on
+ * the next lines), then, if that is not enough, any column but the `fixed`
+ * ones (ids and addresses a command takes back), down to its header.
  */
 export function renderTable<T>(
   rows: readonly T[],
@@ -61,23 +68,41 @@ export function renderTable<T>(
   if (!wide) {
     const limit = options.width ?? TABLE_WIDTH;
     const total = () => widths.reduce((a, b) => a + b, 0) + GAP.length * (widths.length - 1);
-    for (let over = total() - limit; over > 0; over = total() - limit) {
-      let widest = -1;
-      for (const [i, c] of cols.entries()) {
-        const floor = Math.max(MIN_SHRUNK, headers[i]!.length);
-        if (c.shrink && widths[i]! > floor && (widest < 0 || widths[i]! > widths[widest]!)) widest = i;
+    const narrow = (eligible: (c: Column<T>) => boolean, minimum: (i: number) => number) => {
+      for (let over = total() - limit; over > 0; over = total() - limit) {
+        let widest = -1;
+        for (const [i, c] of cols.entries()) {
+          if (eligible(c) && widths[i]! > minimum(i) && (widest < 0 || widths[i]! > widths[widest]!))
+            widest = i;
+        }
+        if (widest < 0) return;
+        widths[widest] = Math.max(minimum(widest), widths[widest]! - over);
       }
-      if (widest < 0) break;
-      const floor = Math.max(MIN_SHRUNK, headers[widest]!.length);
-      widths[widest] = Math.max(floor, widths[widest]! - over);
-    }
+    };
+    narrow(
+      (c) => Boolean(c.shrink || c.wrap),
+      (i) => Math.max(MIN_SHRUNK, headers[i]!.length),
+    );
+    narrow(
+      (c) => !c.fixed,
+      (i) => headers[i]!.length,
+    );
   }
-  const line = (cells: string[]) =>
-    cells
-      .map((c, i) => cut(c, widths[i]!).padEnd(widths[i]!))
-      .join(GAP)
-      .trimEnd();
-  return [line(headers), ...data.map(line)].join('\n');
+  const lines = (cells: string[]): string[] => {
+    const parts = cells.map((c, i) =>
+      cols[i]!.wrap && c.length > widths[i]!
+        ? wrapText(c, widths[i]!).map((l) => cut(l, widths[i]!))
+        : [cut(c, widths[i]!)],
+    );
+    const height = Math.max(...parts.map((p) => p.length));
+    return Array.from({ length: height }, (_, k) =>
+      parts
+        .map((p, i) => (p[k] ?? '').padEnd(widths[i]!))
+        .join(GAP)
+        .trimEnd(),
+    );
+  };
+  return [...lines(headers), ...data.flatMap(lines)].join('\n');
 }
 
 /** YAML that 1.1 and 1.2 readers read the same way (see the module comment). */
