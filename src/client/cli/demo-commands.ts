@@ -150,15 +150,15 @@ export function registerDemoCommands(program: Command): void {
       }
       const demoClient = client;
       const outcome = await interruptible(
-        async ({ signal, received }) => {
+        async (interruption) => {
           const ok = await runDemo({
             client: demoClient,
-            signal,
+            signal: interruption.signal,
             injectFault,
             noFaultReason,
             ...(ledger ? { saveLedger: (l: DemoLedger) => ledger.save(l) } : {}),
           });
-          return { ok, received };
+          return { ok, received: interruption.received };
         },
         () =>
           console.error(

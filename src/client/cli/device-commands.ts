@@ -254,7 +254,8 @@ export function registerDeviceCommands(program: Command): void {
       if (format !== 'json') {
         console.log(`cleaning ${deviceName(d)} (${d.cleanupAction}), job ${res.jobId}`);
       }
-      await interruptible(async ({ signal, received }) => {
+      await interruptible(async (interruption) => {
+        const { signal } = interruption;
         const out = await followCleanup(
           client,
           { ref: { $case: 'uuid', value: d.uuid } },
@@ -262,7 +263,7 @@ export function registerDeviceCommands(program: Command): void {
           defaultProgressStyle(format === 'json'),
           { signal },
         );
-        if (out.interrupted) throw interrupted(received, `${deviceName(d)}: ${out.reason}`);
+        if (out.interrupted) throw interrupted(interruption.received, `${deviceName(d)}: ${out.reason}`);
         if (!out.succeeded) throw new CommandFailed(`${deviceName(d)}: ${out.reason}`);
         if (format !== 'json') console.log(`${deviceName(d)} is clean and available again`);
       });
@@ -280,13 +281,14 @@ export function registerDeviceCommands(program: Command): void {
   ).action(
     withClient(async (client, format, name: string, o: { job?: string }) => {
       const ref = await resolveDeviceRef(client, name);
-      await interruptible(async ({ signal, received }) => {
+      await interruptible(async (interruption) => {
+        const { signal } = interruption;
         const out = await followCleanup(client, ref, o.job ?? '', defaultProgressStyle(format === 'json'), {
           signal,
         }).catch(async (err: unknown) => {
           throw await neverCleaned(client, err, ref, name, o.job);
         });
-        if (out.interrupted) throw interrupted(received, `${name}: ${out.reason}`);
+        if (out.interrupted) throw interrupted(interruption.received, `${name}: ${out.reason}`);
         if (!out.succeeded) throw new CommandFailed(`${name}: ${out.reason}`);
       });
     }),

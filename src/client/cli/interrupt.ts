@@ -49,7 +49,7 @@ process.once('exit', () => {
 export interface Interruption {
   /** Aborted at the first SIGINT or SIGTERM. */
   readonly signal: AbortSignal;
-  /** Which signal came, once one did. */
+  /** Which signal came, once one did (read it when needed: it changes). */
   readonly received: 'SIGINT' | 'SIGTERM' | undefined;
 }
 
