@@ -30,6 +30,7 @@
  * warning, and nothing else (docs/security.md).
  */
 import { isIP } from 'node:net';
+import { checkServerIdentity, connect } from 'node:tls';
 import { type ChannelCredentials, type ChannelOptions, credentials } from '@grpc/grpc-js';
 
 /** The channel options of every Berth client (see the module comment). */
@@ -156,7 +157,6 @@ export const sleep = (ms: number, signal?: AbortSignal): Promise<void> =>
  * answers. For explaining a failed connection, never for trusting one.
  */
 export async function speaksTls(endpoint: string, timeoutMs = 3_000): Promise<boolean | undefined> {
-  const { connect } = await import('node:tls');
   const first = endpoint.split(',')[0]!.trim();
   const i = first.lastIndexOf(':');
   const host = first.slice(0, i).replace(/^\[|\]$/g, '');
@@ -185,5 +185,47 @@ export async function speaksTls(endpoint: string, timeoutMs = 3_000): Promise<bo
           : false,
       );
     });
+  });
+}
+
+/**
+ * What goes wrong in a TLS handshake with `tls` at `endpoint`, as Node words
+ * it, or undefined when the server accepts it: the handshake, then the
+ * server's first HTTP/2 frame (a server refusing the client certificate says
+ * so only after the handshake, with an alert). For explaining a failed
+ * connection grpc-js reported without a cause.
+ */
+export async function tlsProblem(
+  endpoint: string,
+  tls: ClientTls,
+  timeoutMs = 3_000,
+): Promise<string | undefined> {
+  const first = endpoint.split(',')[0]!.trim();
+  const i = first.lastIndexOf(':');
+  const host = first.slice(0, i).replace(/^\[|\]$/g, '');
+  const port = Number(first.slice(i + 1));
+  const name = tls.serverName ?? host;
+  return new Promise((resolve) => {
+    const socket = connect({
+      host,
+      port,
+      ALPNProtocols: ['h2'],
+      ...(tls.ca ? { ca: tls.ca } : {}),
+      ...(tls.cert ? { cert: tls.cert } : {}),
+      ...(tls.key ? { key: tls.key } : {}),
+      ...(isIP(name) ? {} : { servername: name }),
+      checkServerIdentity: (_h, cert) => checkServerIdentity(name, cert),
+    });
+    const done = (v: string | undefined) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(v);
+    };
+    const timer = setTimeout(() => done(undefined), timeoutMs);
+    socket.once('error', (err) => done(err.message));
+    // The server's first frame (its SETTINGS) means it took the client certificate; a
+    // TLS 1.3 server that refuses it closes the connection after the handshake instead.
+    socket.once('data', () => done(undefined));
+    socket.once('end', () => done('the server closed the connection after the TLS handshake: certificate refused'));
   });
 }

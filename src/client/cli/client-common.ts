@@ -40,7 +40,7 @@ import type { Host } from '../../gen/berth/scheduler/v1/host.js';
 import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
-import { type ClientTls, speaksTls } from '../channel.js';
+import { type ClientTls, speaksTls, tlsProblem } from '../channel.js';
 import {
   type ClientFlagValues,
   loadClientTls,
@@ -175,6 +175,7 @@ function endpointWhere(client: ResolvedClient): string {
 export async function explainConnection(
   err: { codeName: string; message: string },
   client: Pick<ResolvedClient, 'endpoint' | 'endpointSource' | 'configPath' | 'tls'>,
+  tls?: ClientTls,
 ): Promise<string | undefined> {
   if (err.codeName !== 'UNAVAILABLE') return undefined;
   const where = endpointWhere(client as ResolvedClient);
@@ -185,7 +186,11 @@ export async function explainConnection(
     const target = resolution[1]!.replace(/:\d+$/, '').replace(/^\/+/, '');
     return `no such host ${JSON.stringify(target)} (${where}): check the name, or give the scheduler's address`;
   }
-  const m = err.message;
+  let m = err.message;
+  if (client.tls && tls && /Failed to connect|Connection dropped/.test(m)) {
+    // grpc-js says no more; a handshake of our own with the same files says what the server refused.
+    m = (await tlsProblem(client.endpoint, tls)) ?? m;
+  }
   if (client.tls) {
     const why = client.tls.from.join(', ');
     if (/wrong version number|packet length too long|unknown protocol|http_request/i.test(m)) {
@@ -206,8 +211,9 @@ export async function explainConnection(
       const names = altname ? ` (it is for ${altname[2]!.trim()}, not ${altname[1]})` : '';
       return `${ep}'s certificate is not for the name dialled${names}: give a name it carries with --tls-server-name ($BERTH_TLS_SERVER_NAME, or tls.server_name in ${cfg})`;
     }
-    if (/bad certificate|unknown ca|certificate unknown|alert/i.test(m)) {
-      return `${ep} refused this client's certificate (${oneLine(m).replace(/^No connection established\. Last error: /, '')}): is it signed by the CA the server trusts?`;
+    if (/bad certificate|unknown ca|certificate unknown|alert|certificate refused/i.test(m)) {
+      const cert = client.tls.cert ? ` ${client.tls.cert}` : '';
+      return `${ep} refused this client's certificate${cert} (${oneLine(m).replace(/^No connection established\. Last error: /, '')}): is it signed by the CA the server trusts?`;
     }
     if (/certificate has expired|not yet valid/i.test(m)) {
       return `${ep}: ${oneLine(m).replace(/^No connection established\. Last error: (Error: )?/, '')}`;
@@ -291,7 +297,7 @@ export async function reportClientError(
   tls?: ClientTls,
 ): Promise<number> {
   if (err instanceof BerthClientError && resolved) {
-    const explained = await explainConnection(err, resolved);
+    const explained = await explainConnection(err, resolved, tls);
     if (explained) {
       console.error(`berth: ${err.codeName}: ${explained}`);
       return EXIT_CODE.unavailable;
