@@ -222,10 +222,17 @@ export async function tlsProblem(
       resolve(v);
     };
     const timer = setTimeout(() => done(undefined), timeoutMs);
-    socket.once('error', (err) => done(err.message));
     // The server's first frame (its SETTINGS) means it took the client certificate; a
-    // TLS 1.3 server that refuses it closes the connection after the handshake instead.
+    // TLS 1.3 server that refuses it closes (or resets) the connection after the handshake.
+    const refused = 'the server closed the connection after the TLS handshake: certificate refused';
+    let secured = false;
+    socket.once('secureConnect', () => {
+      secured = true;
+    });
+    socket.once('error', (err: NodeJS.ErrnoException) =>
+      done(secured && (err.code === 'ECONNRESET' || err.code === 'EPIPE') ? refused : err.message),
+    );
     socket.once('data', () => done(undefined));
-    socket.once('end', () => done('the server closed the connection after the TLS handshake: certificate refused'));
+    socket.once('end', () => done(refused));
   });
 }

@@ -187,7 +187,7 @@ export async function explainConnection(
     return `no such host ${JSON.stringify(target)} (${where}): check the name, or give the scheduler's address`;
   }
   let m = err.message;
-  if (client.tls && tls && /Failed to connect|Connection dropped/.test(m)) {
+  if (client.tls && tls && /Failed to connect|Connection dropped|ECONNRESET|EPIPE/.test(m)) {
     // grpc-js says no more; a handshake of our own with the same files says what the server refused.
     m = (await tlsProblem(client.endpoint, tls)) ?? m;
   }
