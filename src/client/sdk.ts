@@ -37,6 +37,7 @@ import { ProfileServiceClient } from '../gen/berth/scheduler/v1/profile.js';
 import { RegistrationServiceClient } from '../gen/berth/scheduler/v1/registration.js';
 import { decodeServiceError } from '../server/grpc/status.js';
 import { Backoff, type ClientTls, channelCredentials, channelOptions, dialTarget, sleep } from './channel.js';
+import { type ClientFlagValues, loadClientTls, resolveClient } from './client-config.js';
 import { completeRequest, type DeepPartial } from './request-messages.js';
 import { isRetryable } from './retry-policy.js';
 
@@ -245,6 +246,27 @@ export class SchedulerClient {
   private readonly channel: Channel;
   private readonly raw: { devices: DeviceServiceClient };
   private closed = false;
+
+  /**
+   * A client for the scheduler the CLI's client configuration names — the
+   * file `berth up` and `berth config set` write, with BERTH_ENDPOINT,
+   * BERTH_TOKEN and BERTH_TLS_* overriding it, as for every berth command
+   * (docs/sdk.md). `overrides` take precedence over both.
+   */
+  static async fromClientConfig(
+    overrides: ClientFlagValues & Pick<ClientOptions, 'timeoutMs' | 'retries'> = {},
+  ): Promise<SchedulerClient> {
+    const { timeoutMs, retries, ...flags } = overrides;
+    const resolved = await resolveClient(flags);
+    const tls = await loadClientTls(resolved.tls);
+    return new SchedulerClient({
+      endpoint: resolved.endpoint,
+      ...(resolved.token ? { token: resolved.token } : {}),
+      ...(tls ? { tls } : {}),
+      ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+      ...(retries !== undefined ? { retries } : {}),
+    });
+  }
 
   constructor(private readonly options: ClientOptions) {
     this.endpoint = options.endpoint;
