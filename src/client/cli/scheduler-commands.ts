@@ -7,7 +7,7 @@ import { type PlacementFlags, placementOptionsFromFlags } from '../../server/sch
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import type { RetentionPolicy } from '../../server/scheduler/store/store.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
-import { withListenHint } from './listen-hint.js';
+import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
 import { parseDuration } from './token-commands.js';
 
 interface ServeFlags extends PlacementFlags {
@@ -225,8 +225,9 @@ export function registerSchedulerCommands(program: Command): void {
       const agentToken = o.agentTokenFile ? (await readFile(o.agentTokenFile, 'utf8')).trim() : undefined;
       const agentSigningKey = o.agentSigningKey ? await readFile(o.agentSigningKey, 'utf8') : undefined;
       const hostPrincipals = o.hostPrincipals ? await readHostPrincipals(o.hostPrincipals) : undefined;
+      const db = dbLocation(o.db);
       const s = await Scheduler.start({
-        db: o.db,
+        db,
         listen: o.listen,
         auth,
         ...(tls ? { tls } : {}),
@@ -239,7 +240,7 @@ export function registerSchedulerCommands(program: Command): void {
       }).catch((err: unknown) => {
         const flags: Record<string, string> = { [o.listen]: '--listen' };
         if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
-        throw withListenHint(err, flags, 'another scheduler');
+        throw withDbPath(withListenHint(err, flags, 'another scheduler'), '--db', o.db, db);
       });
       const stop = () => void s.stop().then(() => process.exit(0));
       process.once('SIGTERM', stop);

@@ -14,7 +14,7 @@ import { withStateLock } from '../../sim/nvme-cli/state.js';
 import { clientConfigPath, clientConfigWritable, writeClientConfig } from '../client-config.js';
 import { startUp, type Up } from '../up/berth-up.js';
 import { UsageError } from '../usage-error.js';
-import { withListenHint } from './listen-hint.js';
+import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
 
 /** Whether `name` is an executable file in a directory of $PATH. */
 async function onPath(name: string): Promise<boolean> {
@@ -122,14 +122,15 @@ export function registerUpCommands(program: Command): void {
             agentConfig,
             logger,
             ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
-            ...(o.db ? { db: o.db } : {}),
+            ...(o.db ? { db: dbLocation(o.db) } : {}),
             ...(o.replicas !== undefined ? { replicas: o.replicas } : {}),
             ...(placement ? { placement } : {}),
           });
         } catch (err) {
           const flags: Record<string, string> = { [o.listen]: '--listen' };
           if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
-          throw withListenHint(err, flags, 'another berth up');
+          const listen = withListenHint(err, flags, 'another berth up');
+          throw o.db ? withDbPath(listen, '--db', o.db, dbLocation(o.db)) : listen;
         }
         // Every replica's endpoint: the CLI's channel moves to the next when one stops answering.
         const endpoints = up.schedulers.map((x) => x.address).join(',');
