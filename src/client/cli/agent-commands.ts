@@ -23,6 +23,7 @@ interface AgentFlags {
   config?: string;
   sysfsRoot?: string;
   devRoot?: string;
+  procRoot?: string;
   nvmeCli?: string;
   stateDir?: string;
   listen?: string;
@@ -38,6 +39,7 @@ async function overrides(o: AgentFlags): Promise<ConfigOverrides> {
     ...(o.certRoles ? { certRoles: await readCertRolesFile(o.certRoles) } : {}),
     sysfsRoot: o.sysfsRoot,
     devRoot: o.devRoot,
+    procRoot: o.procRoot,
     nvmeCli: o.nvmeCli,
     stateDir: o.stateDir,
     listen: o.listen,
@@ -109,6 +111,7 @@ function withAgentFlags(cmd: Command): Command {
     .requiredOption('-c, --config <file>', 'agent configuration file (YAML or JSON)')
     .option('--sysfs-root <dir>', 'sysfs root (overrides sysfs_root)')
     .option('--dev-root <dir>', 'device node root (overrides dev_root)')
+    .option('--proc-root <dir>', "procfs root: the host's mounts and routes (overrides proc_root)")
     .option('--nvme-cli <path>', 'nvme-cli executable (overrides nvme.nvme_cli)')
     .option('--state-dir <dir>', 'state directory (overrides state_dir)')
     .option('--host <name>', 'host name (overrides host)')
@@ -148,6 +151,7 @@ export function registerAgentCommands(program: Command): void {
       const host = await PluginHost.load(config, {
         sysfsRoot: config.sysfsRoot,
         devRoot: config.devRoot,
+        procRoot: config.procRoot,
         stateDir: config.stateDir,
         readOnly: true,
         hostname: config.host,

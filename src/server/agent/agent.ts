@@ -109,6 +109,7 @@ export class Agent {
     const host = await PluginHost.load(config, {
       sysfsRoot: config.sysfsRoot,
       devRoot: config.devRoot,
+      procRoot: config.procRoot,
       stateDir: config.stateDir,
       hostname: config.host,
       runner: options.runner ?? new ExecRunner(),

@@ -51,6 +51,8 @@ export interface AgentConfig {
   schedulers: string[];
   sysfsRoot: string;
   devRoot: string;
+  /** Root of procfs, where discovery reads the host's mounts and routes (plugins/host-use.ts). */
+  procRoot: string;
   stateDir: string;
   /** Seconds between rediscoveries. */
   discoveryInterval: number;
@@ -78,6 +80,7 @@ export interface ConfigOverrides {
   scheduler?: string;
   sysfsRoot?: string;
   devRoot?: string;
+  procRoot?: string;
   stateDir?: string;
   nvmeCli?: string;
   discoveryInterval?: number;
@@ -193,6 +196,11 @@ export const agentConfigSchema = z.object({
     ),
   sysfs_root: text().nullish().describe('root of sysfs (default /sys); it must hold bus/pci/devices'),
   dev_root: text().nullish().describe('root of device nodes (default /dev)'),
+  proc_root: text()
+    .nullish()
+    .describe(
+      "root of procfs (default /proc): the host's mounts and routes, so discovery never offers a function the host uses",
+    ),
   state_dir: text().nullish().describe('where the cleanup journal lives (default /var/lib/berth)'),
   discovery_interval: seconds(...DURATION_RANGES.discovery_interval)
     .nullish()
@@ -230,6 +238,7 @@ function withOverrides(raw: Record<string, unknown>, o: ConfigOverrides): Record
   set('scheduler', o.scheduler);
   set('sysfs_root', o.sysfsRoot);
   set('dev_root', o.devRoot);
+  set('proc_root', o.procRoot);
   set('state_dir', o.stateDir);
   set('discovery_interval', o.discoveryInterval);
   if (o.certRoles) {
@@ -308,6 +317,7 @@ export function parseAgentConfig(
     schedulers: schedulerList(c.scheduler),
     sysfsRoot: resolve(baseDir, c.sysfs_root ?? '/sys'),
     devRoot: resolve(baseDir, c.dev_root ?? '/dev'),
+    procRoot: resolve(baseDir, c.proc_root ?? '/proc'),
     stateDir: resolve(baseDir, c.state_dir ?? '/var/lib/berth'),
     discoveryInterval: c.discovery_interval ?? 10,
     registerInterval: c.register_interval ?? 15,
