@@ -323,7 +323,9 @@ export class SchedulerClient {
     req: DeepPartial<WatchDevicesRequest>,
     options: WatchOptions = {},
   ): AsyncGenerator<WatchDevicesResponse> {
-    const start = req.fromRevision ?? 0;
+    // Where a stream starts until the initial state is complete: the caller's
+    // revision, or 0 once a re-list is needed.
+    let start = req.fromRevision ?? 0;
     let from = start;
     let synced = start !== 0;
     const resumeAfter = () => (synced ? from : start);
@@ -351,6 +353,7 @@ export class SchedulerClient {
           (err.reason === 'REVISION_COMPACTED' || isAheadOfScheduler(err))
         ) {
           options.onRelist?.(err);
+          start = 0;
           from = 0;
           synced = false;
           continue;

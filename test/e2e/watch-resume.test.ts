@@ -159,12 +159,14 @@ describe('watches that survive a scheduler restart and a SIGKILL', () => {
     );
     const second = await setStatus(client, uuid, DeviceStatus.DEVICE_STATUS_ENABLED);
 
-    // 2. A SIGKILL, then a start.
-    await eventually(
-      async () => linesOf(watch!),
-      (l) => l.some((x) => x.device?.status === 'enabled' && !x.initial),
-      30_000,
-    );
+    // 2. A SIGKILL, then a start — once both watchers are back (each has its own backoff).
+    for (const seen of [() => linesOf(watch!), () => sdk.seen]) {
+      await eventually(
+        async () => seen(),
+        (l) => l.some((x) => x.device?.status === 'enabled' && !x.initial),
+        30_000,
+      );
+    }
     const beforeKill = rev(linesOf(watch!));
     await scheduler.kill('SIGKILL');
     await eventually(
