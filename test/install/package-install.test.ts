@@ -99,7 +99,11 @@ describe('the packed tarball, installed globally', () => {
 
   /** Runs the installed berth as the unprivileged user (nobody when this test runs as root). */
   const userEnv = () => ({
-    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    // The system's PATH, not the one npm and vitest give this test (with the checkout's node_modules/.bin).
+    PATH: (process.env.PATH ?? '/usr/bin:/bin')
+      .split(':')
+      .filter((d) => !d.includes('node_modules'))
+      .join(':'),
     HOME: home,
     BERTH_CONFIG: join(home, 'berth-client.yaml'),
     LANG: 'C.UTF-8',
