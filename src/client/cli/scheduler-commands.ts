@@ -218,7 +218,18 @@ export function registerSchedulerCommands(program: Command): void {
     .action(async (flags: ServeFlags) => {
       const o = tlsFromFlags(flags);
       const retention = retentionFromFlags(o);
-      const placement = await placementOptionsFromFlags(o);
+      // Only the --placement-* flags: any other (--db, --listen, the defaults) would turn Placement on.
+      const placement = await placementOptionsFromFlags({
+        placementConfig: o.placementConfig,
+        placementUrl: o.placementUrl,
+        placementAuth: o.placementAuth,
+        placementTokenFile: o.placementTokenFile,
+        placementAuthUrl: o.placementAuthUrl,
+        placementAppCredentialId: o.placementAppCredentialId,
+        placementAppCredentialSecretFile: o.placementAppCredentialSecretFile,
+        placementMode: o.placementMode,
+        placementCreateRoots: o.placementCreateRoots,
+      });
       const auth = await authFromFlags(o);
       const tls =
         o.tlsCert || o.tlsKey || o.tlsCa ? { cert: o.tlsCert, key: o.tlsKey, ca: o.tlsCa } : undefined;
