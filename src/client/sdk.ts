@@ -1,18 +1,19 @@
 /**
  * A typed client for Berth's scheduler and agent services over the generated
- * grpc-js stubs: promise-returning unary calls with a default deadline,
- * retries with backoff for calls the API declares safe to repeat
+ * grpc-js stubs (docs/sdk.md): promise-returning unary calls that take plain
+ * objects (absent fields take the message's defaults) with a default
+ * deadline, retries with backoff for calls the API declares safe to repeat
  * (`option idempotency_level`, read by retry-policy.ts), streams as async
- * iterables, bearer-token and TLS options, and errors surfaced as BerthClientError
- * carrying the gRPC code name and the ErrorInfo reason.
+ * iterables, watches that reconnect and resume where they were, bearer-token
+ * and TLS options, and errors surfaced as BerthClientError carrying the gRPC
+ * code name and the ErrorInfo reason. Every client's channel comes from
+ * channel.ts: keepalive, reconnect backoff, message limits.
  */
 import {
-  type CallOptions,
-  type ChannelCredentials,
+  Channel,
   type Client,
   type ClientReadableStream,
   connectivityState,
-  credentials as grpcCredentials,
   Metadata,
   makeClientConstructor,
   type ServiceError,
@@ -21,7 +22,13 @@ import {
 import { service as healthService } from 'grpc-health-check';
 import { AgentServiceClient } from '../gen/berth/agent/v1/agent.js';
 import { AcceleratorRequestServiceClient } from '../gen/berth/scheduler/v1/accelerator_request.js';
-import { DeviceServiceClient, type WatchDevicesResponse } from '../gen/berth/scheduler/v1/device_service.js';
+import {
+  DeviceServiceClient,
+  type WatchCleanupRequest,
+  type WatchCleanupResponse,
+  type WatchDevicesRequest,
+  type WatchDevicesResponse,
+} from '../gen/berth/scheduler/v1/device_service.js';
 import { HostServiceClient } from '../gen/berth/scheduler/v1/host.js';
 import { InstanceServiceClient } from '../gen/berth/scheduler/v1/instance.js';
 import { MigrationServiceClient } from '../gen/berth/scheduler/v1/migration.js';
@@ -29,7 +36,12 @@ import { PlacementServiceClient } from '../gen/berth/scheduler/v1/placement.js';
 import { ProfileServiceClient } from '../gen/berth/scheduler/v1/profile.js';
 import { RegistrationServiceClient } from '../gen/berth/scheduler/v1/registration.js';
 import { decodeServiceError } from '../server/grpc/status.js';
+import { Backoff, type ClientTls, channelCredentials, channelOptions, dialTarget, sleep } from './channel.js';
+import { type ClientFlagValues, loadClientTls, resolveClient } from './client-config.js';
+import { completeRequest, type DeepPartial } from './request-messages.js';
 import { isRetryable } from './retry-policy.js';
+
+export { Backoff, type ClientTls, type DeepPartial };
 
 export class BerthClientError extends Error {
   readonly code: number;
@@ -53,12 +65,19 @@ export class BerthClientError extends Error {
 }
 
 export interface ClientOptions {
-  /** host:port */
+  /**
+   * `host:port`, or the replicas of one scheduler as `ip:port,ip:port` (the
+   * channel uses the first that answers and moves on when it stops).
+   */
   endpoint: string;
   /** Bearer token sent as `authorization: Bearer …`. */
   token?: string;
-  /** TLS: PEM contents. Without `tls`, the connection is plaintext. */
-  tls?: { ca?: Buffer; cert?: Buffer; key?: Buffer };
+  /**
+   * TLS: the CA verifying the server (else the system roots), a client
+   * certificate and key for mutual TLS, the server name to verify when it is
+   * not the endpoint's host. Without `tls`, the connection is plaintext.
+   */
+  tls?: ClientTls;
   /** Per-call deadline; default 30 s. */
   timeoutMs?: number;
   /** Attempts, on UNAVAILABLE, of calls declared NO_SIDE_EFFECTS or IDEMPOTENT; default 4. */
@@ -66,27 +85,30 @@ export interface ClientOptions {
 }
 
 type Callback<Res> = (err: ServiceError | null, res: Res) => void;
-type UnaryFn<Req, Res> = (req: Req, md: Metadata, opts: Partial<CallOptions>, cb: Callback<Res>) => unknown;
+type UnaryFn<Req, Res> = (req: Req, md: Metadata, opts: { deadline?: number }, cb: Callback<Res>) => unknown;
 
-/** Maps a generated client to its promise form: every unary method returns a promise. */
+/**
+ * Maps a generated client to its promise form: every unary method takes a
+ * plain object (any field may be left out: it takes the message's default)
+ * and returns a promise.
+ */
 export type Promisified<C> = {
   [K in keyof C as C[K] extends UnaryFn<infer _Req, infer _Res> ? K : never]: C[K] extends UnaryFn<
     infer Req,
     infer Res
   >
-    ? (req: Req, opts?: { timeoutMs?: number }) => Promise<Res>
+    ? (req: DeepPartial<Req>, opts?: { timeoutMs?: number }) => Promise<Res>
     : never;
 };
 
-function creds(o: ClientOptions): ChannelCredentials {
-  if (!o.tls) return grpcCredentials.createInsecure();
-  return grpcCredentials.createSsl(o.tls.ca ?? null, o.tls.key ?? null, o.tls.cert ?? null);
+/** One channel to `o.endpoint`, shared by every service client made on it. */
+function openChannel(o: ClientOptions): Channel {
+  return new Channel(dialTarget(o.endpoint), channelCredentials(o.tls), channelOptions(o.tls));
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /**
- * The promise form of any grpc-js client: deadline, bearer token, retries on
+ * The promise form of any grpc-js client of a Berth service: plain objects
+ * completed with their defaults, deadline, bearer token, retries on
  * UNAVAILABLE for calls the API declares safe to repeat, BerthClientError.
  * Exported so a benchmark's baseline calls go through the same client code.
  */
@@ -102,13 +124,16 @@ export function promisify<C extends Client>(client: C, o: ClientOptions): Promis
       if (typeof fn !== 'function') return undefined;
       return async (req: unknown, opts: { timeoutMs?: number } = {}) => {
         // The generated client's method carries its path; the API declares whether it is safe to repeat.
-        const attempts = isRetryable((fn as { path?: string }).path ?? '') ? (o.retries ?? 4) : 1;
+        const path = (fn as { path?: string }).path ?? '';
+        const attempts = isRetryable(path) ? (o.retries ?? 4) : 1;
+        const message = completeRequest(path, req);
+        const backoff = new Backoff(200, 2_000);
         for (let i = 1; ; i++) {
           try {
             return await new Promise((resolve, reject) => {
               (fn as UnaryFn<unknown, unknown>).call(
                 client,
-                req,
+                message,
                 metadata(),
                 { deadline: Date.now() + (opts.timeoutMs ?? o.timeoutMs ?? 30_000) },
                 (err, res) => (err ? reject(err) : resolve(res)),
@@ -117,7 +142,7 @@ export function promisify<C extends Client>(client: C, o: ClientOptions): Promis
           } catch (err) {
             const se = err as ServiceError;
             if (i < attempts && se.code === status.UNAVAILABLE) {
-              await sleep(Math.min(2_000, 100 * 2 ** i) * (0.5 + Math.random() / 2));
+              await sleep(backoff.next());
               // A client closed meanwhile answers with the last error, not with a call on a
               // shut-down channel (which grpc-js throws as a plain Error, seen as UNKNOWN).
               if (client.getChannel().getConnectivityState(false) !== connectivityState.SHUTDOWN) continue;
@@ -130,8 +155,21 @@ export function promisify<C extends Client>(client: C, o: ClientOptions): Promis
   });
 }
 
-/** A server stream as an async iterable; errors become BerthClientError; breaking out cancels it. */
-export async function* iterate<Res>(method: string, stream: ClientReadableStream<Res>): AsyncGenerator<Res> {
+/**
+ * A server stream as an async iterable; errors become BerthClientError;
+ * breaking out, or `signal` aborting, cancels it (the iteration then ends).
+ */
+export async function* iterate<Res>(
+  method: string,
+  stream: ClientReadableStream<Res>,
+  signal?: AbortSignal,
+  onOpen?: () => void,
+): AsyncGenerator<Res> {
+  // The server's headers: the stream is open (Berth's servers send them at once).
+  if (onOpen) stream.once('metadata', onOpen);
+  const cancel = () => stream.cancel();
+  if (signal?.aborted) cancel();
+  signal?.addEventListener('abort', cancel, { once: true });
   try {
     for await (const m of stream as AsyncIterable<Res>) yield m;
   } catch (err) {
@@ -139,9 +177,60 @@ export async function* iterate<Res>(method: string, stream: ClientReadableStream
     if (se.code === status.CANCELLED) return;
     throw new BerthClientError(method, se);
   } finally {
+    signal?.removeEventListener('abort', cancel);
     stream.cancel();
   }
 }
+
+/** How a watch that reconnects tells its caller what happens (docs/sdk.md). */
+export interface WatchOptions {
+  /** Stops the watch: the iteration ends (no error). */
+  signal?: AbortSignal;
+  /** The scheduler no longer has the events after the revision: the whole state comes again. */
+  onRelist?: (err: BerthClientError) => void;
+  /**
+   * The stream broke (the scheduler restarted, the replica died, the network
+   * cut): the watch opens it again after `delayMs`, resuming after `resumeAfter`.
+   */
+  onRetry?: (e: { error: BerthClientError; delayMs: number; resumeAfter: number; attempt: number }) => void;
+  /** The stream is open again after a break (`attempts` tries, `downMs` after it broke). */
+  onResumed?: (e: { resumeAfter: number; attempts: number; downMs: number }) => void;
+  /** Backoff between attempts; default 200 ms doubling to 5 s, jittered. */
+  backoff?: Backoff;
+}
+
+/**
+ * Errors after which a watch is opened again: UNAVAILABLE — the server went
+ * away (`Connection dropped` on a kill -9), is shutting down, or ended a
+ * stream that never ends by itself.
+ */
+function isBreak(err: unknown): err is BerthClientError {
+  return err instanceof BerthClientError && err.codeName === 'UNAVAILABLE';
+}
+
+/** grpc-js's words for a call that found no server at all (as opposed to one that lost it). */
+function neverConnected(err: BerthClientError): boolean {
+  return /No connection established|Name resolution failed/.test(err.message);
+}
+
+/** The scheduler is behind the revision a watch resumes from (its database was restored or replaced). */
+function isAheadOfScheduler(err: unknown): err is BerthClientError {
+  return (
+    err instanceof BerthClientError &&
+    err.codeName === 'INVALID_ARGUMENT' &&
+    err.fieldViolations.some((v) => v.field === 'from_revision')
+  );
+}
+
+/** A break of a stream that ended without an error (a server that closed it while shutting down). */
+const endedByServer = (method: string) =>
+  new BerthClientError(method, {
+    code: status.UNAVAILABLE,
+    details: 'the scheduler ended the stream',
+    metadata: new Metadata(),
+    name: 'Error',
+    message: 'the scheduler ended the stream',
+  });
 
 export class SchedulerClient {
   readonly devices: Promisified<DeviceServiceClient>;
@@ -152,33 +241,49 @@ export class SchedulerClient {
   readonly migrations: Promisified<MigrationServiceClient>;
   readonly registration: Promisified<RegistrationServiceClient>;
   readonly placement: Promisified<PlacementServiceClient>;
-  private readonly raw: {
-    devices: DeviceServiceClient;
-    all: Client[];
-  };
+  /** Where it connects (as given). */
+  readonly endpoint: string;
+  private readonly channel: Channel;
+  private readonly raw: { devices: DeviceServiceClient };
+  private closed = false;
+
+  /**
+   * A client for the scheduler the CLI's client configuration names — the
+   * file `berth up` and `berth config set` write, with BERTH_ENDPOINT,
+   * BERTH_TOKEN and BERTH_TLS_* overriding it, as for every berth command
+   * (docs/sdk.md). `overrides` take precedence over both.
+   */
+  static async fromClientConfig(
+    overrides: ClientFlagValues & Pick<ClientOptions, 'timeoutMs' | 'retries'> = {},
+  ): Promise<SchedulerClient> {
+    const { timeoutMs, retries, ...flags } = overrides;
+    const resolved = await resolveClient(flags);
+    const tls = await loadClientTls(resolved.tls);
+    return new SchedulerClient({
+      endpoint: resolved.endpoint,
+      ...(resolved.token ? { token: resolved.token } : {}),
+      ...(tls ? { tls } : {}),
+      ...(timeoutMs !== undefined ? { timeoutMs } : {}),
+      ...(retries !== undefined ? { retries } : {}),
+    });
+  }
 
   constructor(private readonly options: ClientOptions) {
-    const c = creds(options);
-    const devices = new DeviceServiceClient(options.endpoint, c);
-    const hosts = new HostServiceClient(options.endpoint, c);
-    const profiles = new ProfileServiceClient(options.endpoint, c);
-    const arqs = new AcceleratorRequestServiceClient(options.endpoint, c);
-    const instances = new InstanceServiceClient(options.endpoint, c);
-    const migrations = new MigrationServiceClient(options.endpoint, c);
-    const registration = new RegistrationServiceClient(options.endpoint, c);
-    const placement = new PlacementServiceClient(options.endpoint, c);
+    this.endpoint = options.endpoint;
+    this.channel = openChannel(options);
+    // One channel (one connection per server) for every service.
+    const on = { channelOverride: this.channel };
+    const creds = channelCredentials(undefined);
+    const devices = new DeviceServiceClient(options.endpoint, creds, on);
     this.devices = promisify(devices, options);
-    this.hosts = promisify(hosts, options);
-    this.profiles = promisify(profiles, options);
-    this.arqs = promisify(arqs, options);
-    this.instances = promisify(instances, options);
-    this.migrations = promisify(migrations, options);
-    this.registration = promisify(registration, options);
-    this.placement = promisify(placement, options);
-    this.raw = {
-      devices,
-      all: [devices, hosts, profiles, arqs, instances, migrations, registration, placement],
-    };
+    this.hosts = promisify(new HostServiceClient(options.endpoint, creds, on), options);
+    this.profiles = promisify(new ProfileServiceClient(options.endpoint, creds, on), options);
+    this.arqs = promisify(new AcceleratorRequestServiceClient(options.endpoint, creds, on), options);
+    this.instances = promisify(new InstanceServiceClient(options.endpoint, creds, on), options);
+    this.migrations = promisify(new MigrationServiceClient(options.endpoint, creds, on), options);
+    this.registration = promisify(new RegistrationServiceClient(options.endpoint, creds, on), options);
+    this.placement = promisify(new PlacementServiceClient(options.endpoint, creds, on), options);
+    this.raw = { devices };
   }
 
   private md(): Metadata {
@@ -187,22 +292,87 @@ export class SchedulerClient {
     return md;
   }
 
-  watchDevices(req: Parameters<DeviceServiceClient['watchDevices']>[0]) {
-    return iterate('watchDevices', this.raw.devices.watchDevices(req, this.md()));
+  /** WatchDevices as it is: one stream, which ends with the error that broke it (or when `signal` aborts). */
+  watchDevices(req: DeepPartial<WatchDevicesRequest>, signal?: AbortSignal, onOpen?: () => void) {
+    const path = '/berth.scheduler.v1.DeviceService/WatchDevices';
+    return iterate(
+      'watchDevices',
+      this.raw.devices.watchDevices(completeRequest(path, req), this.md()),
+      signal,
+      onOpen,
+    );
   }
 
   /**
-   * WatchDevices that outlives retention: when the scheduler no longer keeps
-   * the events after `fromRevision` (reason REVISION_COMPACTED, at the start or
-   * for a watcher that fell that far behind) it re-lists — the whole state
-   * comes again (`initial: true` messages, then `synced`), so a cache rebuilt
-   * from them is right — and goes on with changes. `onRelist` hears why.
+   * WatchDevices that survives what a long-lived watch meets:
+   * - a break (the scheduler restarts, the replica it was on dies, the
+   *   network cuts): it opens the stream again with backoff and resumes after
+   *   the last revision it yielded — no change is lost or repeated. A break
+   *   during the initial state starts that again (`initial` messages, then
+   *   `synced`), as the first attempt did.
+   * - a revision the scheduler no longer keeps (REVISION_COMPACTED), or one
+   *   it is behind (its database was restored): it re-lists — the whole state
+   *   comes again, `initial` messages then `synced`, so a cache rebuilt from
+   *   them is right — and goes on with changes.
+   * Other errors (UNAUTHENTICATED, PERMISSION_DENIED, …) end it, and so does
+   * finding no scheduler at the first attempt (nothing to resume yet: the
+   * caller hears why at once). `options` hears each break, retry and
+   * resumption.
+   */
+  async *watchDevicesResuming(
+    req: DeepPartial<WatchDevicesRequest>,
+    options: WatchOptions = {},
+  ): AsyncGenerator<WatchDevicesResponse> {
+    // Where a stream starts until the initial state is complete: the caller's
+    // revision, or 0 once a re-list is needed.
+    let start = req.fromRevision ?? 0;
+    let from = start;
+    let synced = start !== 0;
+    const resumeAfter = () => (synced ? from : start);
+    const session = new Reconnection(options, resumeAfter);
+    while (!options.signal?.aborted && !this.closed) {
+      try {
+        const stream = this.watchDevices({ ...req, fromRevision: resumeAfter() }, options.signal, () =>
+          session.opened(),
+        );
+        for await (const m of stream) {
+          session.opened();
+          if (m.synced) synced = true;
+          if (synced) from = m.revision;
+          yield m;
+          if (options.signal?.aborted) return;
+        }
+        if (options.signal?.aborted || this.closed) return;
+        throw endedByServer('watchDevices');
+      } catch (err) {
+        if (options.signal?.aborted || this.closed) return;
+        if (
+          err instanceof BerthClientError &&
+          synced &&
+          from !== 0 &&
+          (err.reason === 'REVISION_COMPACTED' || isAheadOfScheduler(err))
+        ) {
+          options.onRelist?.(err);
+          start = 0;
+          from = 0;
+          synced = false;
+          continue;
+        }
+        await session.broke(err);
+      }
+    }
+  }
+
+  /**
+   * WatchDevices that re-lists when the scheduler no longer keeps the events
+   * after `fromRevision` (reason REVISION_COMPACTED); watchDevicesResuming
+   * with only that. Kept for callers of earlier versions.
    */
   async *watchDevicesRelisting(
-    req: Parameters<DeviceServiceClient['watchDevices']>[0],
+    req: DeepPartial<WatchDevicesRequest>,
     onRelist: (err: BerthClientError) => void = () => {},
   ): AsyncGenerator<WatchDevicesResponse> {
-    let from = req.fromRevision;
+    let from = req.fromRevision ?? 0;
     for (;;) {
       try {
         for await (const m of this.watchDevices({ ...req, fromRevision: from })) {
@@ -219,12 +389,102 @@ export class SchedulerClient {
     }
   }
 
-  watchCleanup(req: Parameters<DeviceServiceClient['watchCleanup']>[0]) {
-    return iterate('watchCleanup', this.raw.devices.watchCleanup(req, this.md()));
+  /** WatchCleanup as it is: one stream (ended early when `signal` aborts). */
+  watchCleanup(req: DeepPartial<WatchCleanupRequest>, signal?: AbortSignal, onOpen?: () => void) {
+    const path = '/berth.scheduler.v1.DeviceService/WatchCleanup';
+    return iterate(
+      'watchCleanup',
+      this.raw.devices.watchCleanup(completeRequest(path, req), this.md()),
+      signal,
+      onOpen,
+    );
+  }
+
+  /**
+   * WatchCleanup that survives a break like watchDevicesResuming: it opens
+   * the stream again for the same job (the one its first event named) after
+   * the last event it yielded, until the cleanup's terminal event.
+   */
+  async *watchCleanupResuming(
+    req: DeepPartial<WatchCleanupRequest>,
+    options: Omit<WatchOptions, 'onRelist'> = {},
+  ): AsyncGenerator<WatchCleanupResponse> {
+    let jobId = req.jobId ?? '';
+    let after = req.fromSequence ?? 0;
+    const session = new Reconnection(options, () => after);
+    while (!options.signal?.aborted && !this.closed) {
+      try {
+        const stream = this.watchCleanup({ ...req, jobId, fromSequence: after }, options.signal, () =>
+          session.opened(),
+        );
+        for await (const m of stream) {
+          session.opened();
+          if (m.event) {
+            jobId = m.event.jobId || jobId;
+            after = m.event.sequence;
+          }
+          yield m;
+          if (options.signal?.aborted) return;
+        }
+        // WatchCleanup ends by itself after the terminal event.
+        return;
+      } catch (err) {
+        if (options.signal?.aborted || this.closed) return;
+        await session.broke(err);
+      }
+    }
   }
 
   close(): void {
-    for (const c of this.raw.all) c.close();
+    this.closed = true;
+    this.channel.close();
+  }
+}
+
+/**
+ * The reconnection state of one resuming watch: whether it ever reached the
+ * scheduler, the current break (since when, how many attempts), the backoff,
+ * and what the caller is told.
+ */
+class Reconnection {
+  private connected = false;
+  private broken: { at: number; attempts: number } | null = null;
+  private readonly backoff: Backoff;
+
+  constructor(
+    private readonly options: Omit<WatchOptions, 'onRelist'>,
+    private readonly resumeAfter: () => number,
+  ) {
+    this.backoff = options.backoff ?? new Backoff(200, 5_000);
+  }
+
+  /** The stream is open (headers or a message came): a break is over. */
+  opened(): void {
+    this.connected = true;
+    if (!this.broken) return;
+    this.options.onResumed?.({
+      resumeAfter: this.resumeAfter(),
+      attempts: this.broken.attempts,
+      downMs: Date.now() - this.broken.at,
+    });
+    this.broken = null;
+    this.backoff.reset();
+  }
+
+  /** The stream broke with `err`: rethrows what is not a break, else waits the backoff. */
+  async broke(err: unknown): Promise<void> {
+    // A watch that never reached the scheduler has nothing to resume: the caller hears why at once.
+    if (!isBreak(err) || (!this.connected && neverConnected(err))) throw err;
+    this.broken ??= { at: Date.now(), attempts: 0 };
+    this.broken.attempts++;
+    const delayMs = this.backoff.next();
+    this.options.onRetry?.({
+      error: err,
+      delayMs,
+      resumeAfter: this.resumeAfter(),
+      attempt: this.broken.attempts,
+    });
+    await sleep(delayMs, this.options.signal);
   }
 }
 
@@ -245,7 +505,9 @@ export async function identifyServer(
   endpoint: string,
   options: Pick<ClientOptions, 'tls' | 'timeoutMs'> = {},
 ): Promise<ServerKind> {
-  const client = new HealthClient(endpoint, creds({ endpoint, ...options }));
+  const client = new HealthClient(endpoint, channelCredentials(undefined), {
+    channelOverride: openChannel({ endpoint, ...options }),
+  });
   const serves = (service: string) =>
     new Promise<boolean>((resolve) => {
       (client as unknown as Record<string, UnaryFn<{ service: string }, { status: string }>>).check!(
@@ -269,7 +531,9 @@ export class AgentClient {
   private readonly raw: AgentServiceClient;
 
   constructor(private readonly options: ClientOptions) {
-    this.raw = new AgentServiceClient(options.endpoint, creds(options));
+    this.raw = new AgentServiceClient(options.endpoint, channelCredentials(undefined), {
+      channelOverride: openChannel(options),
+    });
     this.agent = promisify(this.raw, options);
   }
 
@@ -279,12 +543,14 @@ export class AgentClient {
     return md;
   }
 
-  watchInventory(req: Parameters<AgentServiceClient['watchInventory']>[0]) {
-    return iterate('watchInventory', this.raw.watchInventory(req, this.md()));
+  watchInventory(req: DeepPartial<Parameters<AgentServiceClient['watchInventory']>[0]>) {
+    const path = '/berth.agent.v1.AgentService/WatchInventory';
+    return iterate('watchInventory', this.raw.watchInventory(completeRequest(path, req), this.md()));
   }
 
-  cleanupDevice(req: Parameters<AgentServiceClient['cleanupDevice']>[0]) {
-    return iterate('cleanupDevice', this.raw.cleanupDevice(req, this.md()));
+  cleanupDevice(req: DeepPartial<Parameters<AgentServiceClient['cleanupDevice']>[0]>) {
+    const path = '/berth.agent.v1.AgentService/CleanupDevice';
+    return iterate('cleanupDevice', this.raw.cleanupDevice(completeRequest(path, req), this.md()));
   }
 
   close(): void {

@@ -21,6 +21,11 @@ export interface HostContext {
   sysfsRoot: string;
   /** Root of device nodes: /dev, or a simulated directory. */
   devRoot: string;
+  /**
+   * Root of procfs: /proc (the default when absent), or a simulated directory;
+   * discovery reads the host's mounts and network routes there (host-use.ts).
+   */
+  procRoot?: string;
   /** Directory the driver may keep state in (already created, unless `readOnly`). */
   stateDir: string;
   /**

@@ -38,6 +38,12 @@ export interface PciFunction {
   netdevs: string[];
   /** NVMe controllers under the function (nvme/nvmeX). */
   nvmeControllers: string[];
+  /**
+   * Why the host itself uses the function (its disk holds a mounted file
+   * system, its interface an address or a route; src/plugins/host-use.ts), when
+   * it does. Filled in by discovery, not by the sysfs reader.
+   */
+  hostUse?: string[];
 }
 
 /** A device a driver manages, as discovery reports it. */

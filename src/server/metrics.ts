@@ -17,6 +17,11 @@ const CODE_NAMES = new Map<number, string>(
     .map(([k, v]) => [v as number, k]),
 );
 
+const STORE_DAMAGED_HELP =
+  "1 when the scheduler's database is damaged and it serves nothing (the reason is a label); 0 while it is not";
+const COMMITS_LOST_HELP =
+  '1 when the scheduler started after an unclean stop with its write-ahead log missing: recent commits are lost; 0 otherwise';
+
 export interface DeviceCount {
   host: string;
   type: string;
@@ -52,6 +57,12 @@ export class Metrics {
       buckets: [1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600],
       registers: [this.registry],
     });
+    if (component === 'scheduler') {
+      // Alarms exist at 0 from the start: an alert rule and a dashboard see the
+      // series while all is well, and `absent()` means a scrape problem, not health.
+      this.alarmGauge('berth_store_damaged', STORE_DAMAGED_HELP, 'why');
+      this.alarmGauge('berth_store_commits_lost', COMMITS_LOST_HELP, 'wal');
+    }
   }
 
   /** A gauge of devices by host, type and state, computed by `read` at every scrape. */
@@ -77,25 +88,14 @@ export class Metrics {
 
   /** berth_store_damaged: 1 (with the reason) once the scheduler's database is found damaged. */
   storeDamaged(why: string): void {
-    this.alarm(
-      'berth_store_damaged',
-      "1 when the scheduler's database is damaged and it serves nothing (the reason is a label)",
-      'why',
-      why.slice(0, 200),
-    );
+    this.alarm('berth_store_damaged', STORE_DAMAGED_HELP, 'why', why.slice(0, 200));
   }
 
   /** berth_store_commits_lost: 1 when the scheduler started on a database whose write-ahead log was lost. */
   storeCommitsLost(wal: string): void {
-    this.alarm(
-      'berth_store_commits_lost',
-      '1 when the scheduler started after an unclean stop with its write-ahead log missing: recent commits are lost',
-      'wal',
-      wal,
-    );
+    this.alarm('berth_store_commits_lost', COMMITS_LOST_HELP, 'wal', wal);
   }
 
-  /** A gauge that is 1, with one label saying why, from the moment something went wrong. */
   private reachable: Gauge | null = null;
 
   /** Whether the last look at a shared database (PostgreSQL) reached it: 1 or 0. */
@@ -108,8 +108,24 @@ export class Metrics {
     this.reachable.set(ok ? 1 : 0);
   }
 
+  private readonly alarms = new Map<string, Gauge>();
+
+  /** An alarm's gauge: 0 without a label while nothing is wrong. */
+  private alarmGauge(name: string, help: string, label: string): Gauge {
+    let g = this.alarms.get(name);
+    if (!g) {
+      g = new Gauge({ name, help, labelNames: [label], registers: [this.registry] });
+      g.set(0);
+      this.alarms.set(name, g);
+    }
+    return g;
+  }
+
+  /** Raises an alarm: 1, with one label saying why, in place of its 0. */
   private alarm(name: string, help: string, label: string, value: string): void {
-    new Gauge({ name, help, labelNames: [label], registers: [this.registry] }).set({ [label]: value }, 1);
+    const g = this.alarmGauge(name, help, label);
+    g.reset();
+    g.set({ [label]: value }, 1);
   }
 
   private refused: Counter<'host' | 'reason'> | null = null;

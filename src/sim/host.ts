@@ -8,6 +8,7 @@ import { existsSync, renameSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { stringify as toYaml } from 'yaml';
+import { writeSimProc } from './host-use.js';
 import { type SimControllerState, type SimFault, withStateLock } from './nvme-cli/state.js';
 import { createNvmeSimState, type SimControllerSpec } from './nvme-cli/state-file.js';
 import { writeNvmeWrapper } from './nvme-cli/wrapper.js';
@@ -221,6 +222,8 @@ export async function buildSimHost(
   });
   await createNvmeSimState(nvmeStatePath, { controllers });
   const nvmeCli = await writeNvmeWrapper(join(root, 'bin'), nvmeStatePath);
+  // A procfs of its own: the host uses none of its devices until writeSimHostUse says otherwise.
+  const procRoot = await writeSimProc(root);
   const bootIdFile = join(root, 'boot_id');
   await writeFile(bootIdFile, `${crypto.randomUUID()}\n`);
   const agentConfig: Record<string, unknown> = {
@@ -228,6 +231,7 @@ export async function buildSimHost(
     listen,
     sysfs_root: sysfsRoot,
     dev_root: devRoot,
+    proc_root: procRoot,
     state_dir: stateDir,
     discovery_interval: 5,
     // A simulated host is a test bench: authentication is off, explicitly.

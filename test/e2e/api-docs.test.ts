@@ -7,7 +7,8 @@
  * against the same `berth up`, as a reader trying it again would.
  */
 import { execFile } from 'node:child_process';
-import { readFile } from 'node:fs/promises';
+import { existsSync } from 'node:fs';
+import { mkdir, readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -24,7 +25,7 @@ async function docBlocks(): Promise<string[]> {
 }
 
 /** What one block leaves for the next: the page's variables and its bcurl function. */
-const CARRIED = ['CONFIG', 'ENDPOINT', 'BERTH_TOKEN', 'PATH', 'RUN', 'ARQ', 'ARQ2', 'MIG', 'AGENT'];
+const CARRIED = ['CONFIG', 'ENDPOINT', 'BERTH_TOKEN', 'PATH', 'RUN', 'WORK', 'ARQ', 'ARQ2', 'MIG', 'AGENT'];
 
 describe('docs/api.md examples', () => {
   let up: Up;
@@ -36,7 +37,14 @@ describe('docs/api.md examples', () => {
     up = await startUp({ listen: '127.0.0.1:0', stateDir: join(dir.path, 'state') });
     const config = join(dir.path, 'client-config.yaml');
     await writeClientConfig({ endpoint: up.endpoint, token: up.adminToken, state_dir: up.stateDir }, config);
-    env = { ...process.env, BERTH_CONFIG: config, HOME: join(dir.path, 'home') };
+    // mktemp makes the page's WORK directory under the test's own temporary directory.
+    await mkdir(join(dir.path, 'tmp'));
+    env = {
+      ...process.env,
+      BERTH_CONFIG: config,
+      HOME: join(dir.path, 'home'),
+      TMPDIR: join(dir.path, 'tmp'),
+    };
     delete env.BERTH_TOKEN;
     delete env.BERTH_ENDPOINT;
     delete env.XDG_CONFIG_HOME;
@@ -44,6 +52,12 @@ describe('docs/api.md examples', () => {
   afterAll(async () => {
     await up?.stop();
     await dir?.cleanup();
+  });
+
+  it('writes no fixed path: its scratch files go to a directory of its own', async () => {
+    const blocks = await docBlocks();
+    expect(blocks.join('\n')).not.toMatch(/\/tmp\//);
+    expect(blocks[0]).toMatch(/^WORK=\$\(mktemp -d /m);
   });
 
   const runPage = async (pass: number) => {
@@ -80,6 +94,11 @@ describe('docs/api.md examples', () => {
     const second = await runPage(2);
     const runId = (s: string) => /RUN="([^"]+)"/.exec(s)?.[1];
     expect(runId(second)).not.toBe(runId(first));
+    // Each run kept its files in its own WORK, under TMPDIR.
+    const work = (s: string) => /WORK="([^"]+)"/.exec(s)?.[1];
+    expect(work(first)).toMatch(new RegExp(`^${join(dir.path, 'tmp')}/berth-api-doc\\.`));
+    expect(work(second)).not.toBe(work(first));
+    expect(existsSync(join(work(first)!, 'clean.err'))).toBe(true);
   }, 400_000);
 
   it('its refusal example fails when the reason is not the one it names', async () => {

@@ -5,8 +5,9 @@
  * demo against this external `berth up` (faults injected through its state
  * directory) — then Ctrl-C-like SIGTERM, and a clean exit 0.
  */
-import { existsSync } from 'node:fs';
-import { readFile } from 'node:fs/promises';
+import { existsSync, readdirSync } from 'node:fs';
+import { readFile, writeFile } from 'node:fs/promises';
+import { type AddressInfo, createServer } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
@@ -36,6 +37,10 @@ describe('berth up (quick start)', () => {
     up = start(['up', '--listen', `127.0.0.1:${port}`, '--state-dir', stateDir], env);
     await up.waitFor(/Berth is up/, 90_000);
     expect(up.stdout()).toContain(`scheduler  127.0.0.1:${port}`);
+    // The generic gRPC client it suggests is one this checkout has (buf, a dev dependency).
+    expect(up.stdout()).toMatch(
+      /^ {2}node_modules\/\.bin\/buf curl --protocol grpc .* --list-methods http:\/\/127\.0\.0\.1:\d+$/m,
+    );
     const written = parseYaml(await readFile(config, 'utf8')) as {
       endpoint: string;
       token: string;
@@ -83,4 +88,43 @@ describe('berth up (quick start)', () => {
     up.child.kill('SIGTERM');
     expect(await up.exited).toEqual({ code: 0, signal: null });
   }, 300_000);
+
+  it('fails at once, exit 2, when it cannot write the client configuration: nothing starts, nothing is left', async () => {
+    // A file where a directory should be: mkdir fails even for root (as a read-only HOME does for a service account).
+    await writeFile(join(dir.path, 'not-a-dir'), '');
+    const env = cliEnv(join(dir.path, 'not-a-dir', 'config.yaml'));
+    const stateDir = join(dir.path, 'unwritable-config-state');
+    const port = await freePort();
+    const r = await berth(['up', '--listen', `127.0.0.1:${port}`, '--state-dir', stateDir], env, 60_000);
+    expect(r.code).toBe(2);
+    expect(r.stderr.trim().split('\n')).toEqual([
+      expect.stringMatching(
+        /^berth: usage: cannot write the client configuration \S+not-a-dir\/config\.yaml \(\$BERTH_CONFIG\): (ENOTDIR|EEXIST): .*; set BERTH_CONFIG to a file this user can write$/,
+      ),
+    ]);
+    expect(r.stdout).not.toContain('Berth is up');
+    // No credentials were made, and the state directory is free for the next berth up.
+    expect(existsSync(join(stateDir, 'tokens.yaml'))).toBe(false);
+    expect(existsSync(join(stateDir, 'scheduler-signing.pem'))).toBe(false);
+  }, 120_000);
+
+  it('a start that fails (its port is taken) leaves no new token or key behind', async () => {
+    const busy = createServer();
+    await new Promise<void>((r) => busy.listen(0, '127.0.0.1', r));
+    const port = (busy.address() as AddressInfo).port;
+    try {
+      const stateDir = join(dir.path, 'busy-port-state');
+      const r = await berth(
+        ['up', '--listen', `127.0.0.1:${port}`, '--state-dir', stateDir],
+        cliEnv(join(dir.path, 'busy-config.yaml')),
+        60_000,
+      );
+      expect(r.code).not.toBe(0);
+      expect(r.stderr).toMatch(/in use/);
+      const left = existsSync(stateDir) ? readdirSync(stateDir) : [];
+      expect(left.filter((f) => /token|signing/.test(f))).toEqual([]);
+    } finally {
+      await new Promise<void>((r) => busy.close(() => r()));
+    }
+  }, 120_000);
 });

@@ -74,6 +74,8 @@ describe('berth agent discover', () => {
       JSON.stringify({
         state_dir: join(dir.path, 'state'),
         enabled_drivers: ['pci'],
+        // The dry run checks what serve would: an agent without authentication is refused.
+        auth: { mode: 'none' },
         pci: { device_spec: [{ vendor_id: vendor }] },
       }),
     );

@@ -215,6 +215,13 @@ export const osPlacementNames = () =>
     return null;
   });
 
+/** PyYAML (a YAML 1.1 reader) for /usr/bin/python3: the check that -o yaml reads back with its types. */
+export const pythonYaml = () =>
+  check('PyYAML', ['python3-yaml'], () => {
+    run(PYTHON, ['-c', 'import yaml; yaml.safe_load("a: 1")']);
+    return null;
+  });
+
 /**
  * Whether `p` is usable. When it is not: one line on stderr naming what is
  * missing and the package to install, and false (skip) — or, with

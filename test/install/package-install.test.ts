@@ -16,7 +16,7 @@
  * same pinned version, instead of compiling it a second time (~1 min on 2 cores).
  */
 import { type ChildProcess, execFile } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { chmod, chown, cp, mkdir, readFile, symlink, writeFile } from 'node:fs/promises';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -99,7 +99,11 @@ describe('the packed tarball, installed globally', () => {
 
   /** Runs the installed berth as the unprivileged user (nobody when this test runs as root). */
   const userEnv = () => ({
-    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    // The system's PATH, not the one npm and vitest give this test (with the checkout's node_modules/.bin).
+    PATH: (process.env.PATH ?? '/usr/bin:/bin')
+      .split(':')
+      .filter((d) => !d.includes('node_modules'))
+      .join(':'),
     HOME: home,
     BERTH_CONFIG: join(home, 'berth-client.yaml'),
     LANG: 'C.UTF-8',
@@ -232,6 +236,7 @@ describe('the packed tarball, installed globally', () => {
 
   it('installs only what runs, and the native module came from the mirror, not a compile', () => {
     expect(readdirSync(installed).sort()).toEqual([
+      'LICENSE',
       'README.md',
       'deploy',
       'dist',
@@ -240,6 +245,11 @@ describe('the packed tarball, installed globally', () => {
       'schema',
     ]);
     expect(existsSync(join(installed, 'dist/gen/berth.binpb'))).toBe(true);
+    // The license package.json names, in the package.
+    expect(readFileSync(join(installed, 'LICENSE'), 'utf8')).toMatch(
+      /^\s*Apache License\s+Version 2\.0, January 2004/,
+    );
+    expect(JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8')).license).toBe('Apache-2.0');
     expect(existsSync(join(installed, 'dist/client/cli/main.js'))).toBe(true);
     expect(existsSync(join(installed, 'schema/agent-config.schema.json'))).toBe(true);
     for (const dev of ['typescript', 'tsx', 'esbuild', 'vitest', '@biomejs', 'fast-check', 'ts-proto']) {
@@ -319,8 +329,10 @@ describe('the packed tarball, installed globally', () => {
     const [file, argv] = asUser(['up', '--listen', `127.0.0.1:${port}`, '--state-dir', join(home, 'up')]);
     const up = startBerth(file, argv, asRoot ? process.env : { ...process.env, ...userEnv() });
     await up.waitFor(/Berth is up/, 120_000);
-    // The quick start's hint names the installed command, not the checkout's bin/berth.
+    // The quick start's hint names the installed command, not the checkout's bin/berth, and
+    // suggests no tool the package does not install (buf is a development dependency).
     expect(up.stdout()).toMatch(/^ {2}berth demo/m);
+    expect(up.stdout()).not.toMatch(/buf curl|grpcurl/);
     // What the systemd units gate their start on.
     const health = await berthAsUser(['health', '--endpoint', `127.0.0.1:${port}`]);
     expect(health.code, health.stderr).toBe(0);
@@ -394,8 +406,16 @@ describe('the packed tarball, installed globally', () => {
     async () => {
       const unitDir = join(dir.path, 'units');
       await mkdir(unitDir);
-      const names = readdirSync(join(installed, 'deploy/systemd')).sort();
+      const names = readdirSync(join(installed, 'deploy/systemd'))
+        .filter((n) => n.endsWith('.service'))
+        .sort();
       expect(names).toEqual(['berth-agent.service', 'berth-scheduler.service']);
+      // The scheduler's TLS drop-in ships beside it, and is checked with it.
+      await mkdir(join(unitDir, 'berth-scheduler.service.d'));
+      await cp(
+        join(installed, 'deploy/systemd/berth-scheduler.service.d/tls.conf'),
+        join(unitDir, 'berth-scheduler.service.d/tls.conf'),
+      );
       for (const name of names) {
         const text = await readFile(join(installed, 'deploy/systemd', name), 'utf8');
         // The one change: where berth is installed (the units say /usr/local/bin, Debian's npm prefix).

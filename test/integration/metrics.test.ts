@@ -68,6 +68,9 @@ describe('metrics', () => {
       sample(text, 'berth_rpc_duration_seconds_count', { method: `berth.scheduler.v1.${method}`, code });
     expect(rpc('HostService/ListHosts', 'OK')).toBeGreaterThanOrEqual(1);
     expect(rpc('DeviceService/GetDevice', 'NOT_FOUND')).toBe(1);
+    // The alarms are there at 0 while all is well (an alert on them needs the series).
+    expect(sample(text, 'berth_store_damaged', { component: 'scheduler' })).toBe(0);
+    expect(sample(text, 'berth_store_commits_lost', { component: 'scheduler' })).toBe(0);
   });
 
   it('counts a finished cleanup by action and outcome, with its duration', async () => {

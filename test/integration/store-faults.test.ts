@@ -89,6 +89,8 @@ describe("the scheduler's database failing", () => {
     expect(list.stderr).toMatch(/^berth: UNAVAILABLE: the scheduler's database .* is damaged/m);
     const metrics = await (await fetch(`http://${s.metricsAddress}/metrics`)).text();
     expect(metrics).toMatch(/^berth_store_damaged\{why=".+"\} 1$/m);
+    // In place of the 0 it showed while the database was sound, not beside it.
+    expect(metrics).not.toMatch(/^berth_store_damaged\{component="scheduler"\} 0$/m);
   }, 60_000);
 
   const tmpfsTest = 'the full-disk test on a tiny tmpfs';
@@ -184,6 +186,8 @@ describe("the scheduler's database failing", () => {
     const second = await start();
     cleanups.push(() => second.s.stop());
     expect(second.lines.filter((l) => l.includes('write-ahead log'))).toEqual([]);
-    expect(second.metrics).not.toContain('berth_store_commits_lost');
+    // The alarm's series is there, at 0 (an alert rule sees it while all is well).
+    expect(second.metrics).toMatch(/^berth_store_commits_lost\{component="scheduler"\} 0$/m);
+    expect(second.metrics).not.toMatch(/^berth_store_commits_lost\{wal=/m);
   }, 60_000);
 });

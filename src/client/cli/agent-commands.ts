@@ -1,13 +1,21 @@
 /** `berth agent serve` and `berth agent discover` (the operator's dry run). */
 import type { Command } from 'commander';
+import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { Agent } from '../../server/agent/agent.js';
 import { CleanupJournal } from '../../server/agent/cleanup-journal.js';
-import { type ConfigOverrides, loadAgentConfig } from '../../server/agent/config.js';
+import {
+  type AgentConfig,
+  agentAuthOptions,
+  type ConfigOverrides,
+  loadAgentConfig,
+} from '../../server/agent/config.js';
 import type { StoredMedia } from '../../server/agent/media-ledger.js';
 import { PluginHost } from '../../server/agent/plugin-host.js';
+import { Authenticator, readCertRolesFile } from '../../server/grpc/auth.js';
+import { loadTls, serverCredentials } from '../../server/grpc/tls.js';
 import { withListenHint } from './listen-hint.js';
 import { parseFormat, render, renderTable } from './output.js';
 
@@ -15,19 +23,23 @@ interface AgentFlags {
   config?: string;
   sysfsRoot?: string;
   devRoot?: string;
+  procRoot?: string;
   nvmeCli?: string;
   stateDir?: string;
   listen?: string;
   scheduler?: string;
   host?: string;
   insecureNoAuth?: boolean;
+  certRoles?: string;
   output: string;
 }
 
-function overrides(o: AgentFlags): ConfigOverrides {
+async function overrides(o: AgentFlags): Promise<ConfigOverrides> {
   return {
+    ...(o.certRoles ? { certRoles: await readCertRolesFile(o.certRoles) } : {}),
     sysfsRoot: o.sysfsRoot,
     devRoot: o.devRoot,
+    procRoot: o.procRoot,
     nvmeCli: o.nvmeCli,
     stateDir: o.stateDir,
     listen: o.listen,
@@ -99,9 +111,28 @@ function withAgentFlags(cmd: Command): Command {
     .requiredOption('-c, --config <file>', 'agent configuration file (YAML or JSON)')
     .option('--sysfs-root <dir>', 'sysfs root (overrides sysfs_root)')
     .option('--dev-root <dir>', 'device node root (overrides dev_root)')
+    .option('--proc-root <dir>', "procfs root: the host's mounts and routes (overrides proc_root)")
     .option('--nvme-cli <path>', 'nvme-cli executable (overrides nvme.nvme_cli)')
     .option('--state-dir <dir>', 'state directory (overrides state_dir)')
-    .option('--host <name>', 'host name (overrides host)');
+    .option('--host <name>', 'host name (overrides host)')
+    .option(
+      '--cert-roles <file>',
+      'YAML lines "common-name: role": callers identified by client certificate alone (overrides auth.cert_roles; needs tls.ca)',
+    )
+    .option(
+      '--insecure-no-auth',
+      'serve without authentication (overrides auth; anyone who reaches the port may clean devices)',
+    );
+}
+
+/**
+ * Everything `agent serve` checks before it serves, besides discovery: the
+ * authentication it would use (refused without one) and the TLS files. The
+ * dry run runs it too, so it never passes a configuration serve refuses.
+ */
+async function checkServe(config: AgentConfig): Promise<void> {
+  new Authenticator(await agentAuthOptions(config));
+  if (config.tls) serverCredentials(await loadTls(config.tls));
 }
 
 export function registerAgentCommands(program: Command): void {
@@ -112,7 +143,7 @@ export function registerAgentCommands(program: Command): void {
     .option('-o, --output <format>', 'table, wide, json or yaml', 'table')
     .action(async (o: AgentFlags) => {
       const format = parseFormat(o.output);
-      const config = await loadAgentConfig(o.config!, overrides(o));
+      const config = await loadAgentConfig(o.config!, await overrides(o));
       // Everything the dry run learns is in its output (exclusions with their
       // reasons, failures as the error): the drivers' log lines would say it
       // twice. BERTH_LOG_LEVEL=info shows them.
@@ -120,6 +151,7 @@ export function registerAgentCommands(program: Command): void {
       const host = await PluginHost.load(config, {
         sysfsRoot: config.sysfsRoot,
         devRoot: config.devRoot,
+        procRoot: config.procRoot,
         stateDir: config.stateDir,
         readOnly: true,
         hostname: config.host,
@@ -141,7 +173,7 @@ export function registerAgentCommands(program: Command): void {
               : renderTable(
                   data.devices,
                   [
-                    { header: 'address', get: (d) => d.address },
+                    { header: 'address', get: (d) => d.address, fixed: true },
                     { header: 'driver', get: (d) => d.driver },
                     { header: 'kind', get: (d) => d.function_kind },
                     { header: 'vendor:product', get: (d) => `${d.vendor_id}:${d.product_id}` },
@@ -163,26 +195,33 @@ export function registerAgentCommands(program: Command): void {
           const excluded =
             result.excluded.length === 0
               ? ''
-              : `\n\nExcluded (matched by a device_spec entry, not offered):\n${renderTable(result.excluded, [
-                  { header: 'address', get: (e) => e.address },
-                  { header: 'driver', get: (e) => e.driver },
-                  { header: 'reason', get: (e) => e.reason },
-                ])}`;
+              : `\n\nExcluded (matched by a device_spec entry, not offered):\n${renderTable(
+                  result.excluded,
+                  [
+                    { header: 'address', get: (e) => e.address, fixed: true },
+                    { header: 'driver', get: (e) => e.driver },
+                    { header: 'reason', get: (e) => e.reason, wrap: true },
+                  ],
+                  { wide },
+                )}`;
           return `${devices}${excluded}`;
         }),
       );
+      // What discovery found is printed either way; a configuration serve would refuse fails the dry run.
+      try {
+        await checkServe(config);
+      } catch (err) {
+        if (!(err instanceof ConfigError)) throw err;
+        throw new ConfigError(`${o.config}: ${err.message} (agent serve refuses this configuration)`);
+      }
     });
 
   withAgentFlags(agent.command('serve'))
     .description('run the host agent')
     .option('--listen <addr>', 'listen address host:port (overrides listen)')
     .option('--scheduler <addr>', 'scheduler address (overrides scheduler)')
-    .option(
-      '--insecure-no-auth',
-      'serve without authentication (overrides auth; anyone who reaches the port may clean devices)',
-    )
     .action(async (o: AgentFlags) => {
-      const config = await loadAgentConfig(o.config!, overrides(o));
+      const config = await loadAgentConfig(o.config!, await overrides(o));
       const a = await Agent.start({ config }).catch((err: unknown) => {
         const flags: Record<string, string> = { [config.listen]: '--listen / listen' };
         if (config.metricsListen) flags[config.metricsListen] = 'metrics_listen';

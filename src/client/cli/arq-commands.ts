@@ -23,13 +23,13 @@ export function arqTable(rows: readonly ArqView[], wide = false): string {
   return renderTable(
     rows,
     [
-      { header: 'uuid', get: (a) => short.get(a.uuid), only: 'table' },
+      { header: 'uuid', get: (a) => short.get(a.uuid), only: 'table', fixed: true },
       { header: 'uuid', get: (a) => a.uuid, only: 'wide' },
       { header: 'profile', get: (a) => a.profile_name, shrink: true },
       { header: 'state', get: (a) => a.state },
       { header: 'instance', get: (a) => a.instance_uuid || '-', shrink: true },
       { header: 'host', get: (a) => a.host || '-', shrink: true },
-      { header: 'address', get: (a) => a.device_address || '-' },
+      { header: 'address', get: (a) => a.device_address || '-', fixed: true },
       { header: 'managed', get: (a) => (a.attach_handle_info ? a.attach_handle_info.managed : '-') },
       { header: 'tag', get: (a) => a.tag || '-', shrink: true },
       { header: 'device', get: (a) => a.device_uuid || '-', only: 'wide' },

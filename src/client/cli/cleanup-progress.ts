@@ -17,6 +17,7 @@ import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/dev
 import type { DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
 import type { SchedulerClient } from '../sdk.js';
 import { ago, cleanupEventView, formatBytes, shortEnum } from './client-common.js';
+import { registerBar } from './interrupt.js';
 
 export type ProgressStyle = 'bar' | 'lines' | 'json';
 
@@ -54,6 +55,8 @@ export function timeLeft(percent: number, elapsedMs: number): string {
 
 export interface CleanupOutcome {
   succeeded: boolean;
+  /** The follower was stopped (Ctrl-C) before the cleanup ended; the cleanup goes on. */
+  interrupted: boolean;
   /** The last event (terminal when the stream ended normally). */
   last: CleanupEvent | undefined;
   /** Why it did not succeed, worded for the operator. */
@@ -97,7 +100,12 @@ export async function followCleanup(
   device: DeviceRef,
   jobId: string,
   style: ProgressStyle,
-  options: { write?: (line: string) => void; waiting?: (line: string) => void } = {},
+  options: {
+    write?: (line: string) => void;
+    waiting?: (line: string) => void;
+    /** Stops following (the iteration ends; the outcome says `interrupted`). */
+    signal?: AbortSignal;
+  } = {},
 ): Promise<CleanupOutcome> {
   const write = options.write ?? ((line: string) => process.stdout.write(`${line}\n`));
   const waiting = options.waiting ?? ((line: string) => process.stderr.write(`berth: ${line}\n`));
@@ -129,8 +137,24 @@ export async function followCleanup(
         asking = false;
       });
   }, 250);
+  let unregister: (() => void) | undefined;
+  // A broken stream (the scheduler restarted) is opened again after the last event shown.
+  const stream = client.watchCleanupResuming(
+    { device, jobId, fromSequence: 0 },
+    {
+      ...(options.signal ? { signal: options.signal } : {}),
+      onRetry: ({ error, delayMs, attempt }) => {
+        if (attempt === 1 || attempt % 10 === 0) {
+          waiting(
+            `lost the scheduler (${error.codeName}: ${error.message}); following again in ${(delayMs / 1000).toFixed(1)} s`,
+          );
+        }
+      },
+      onResumed: ({ attempts }) => waiting(`following the cleanup again (after ${attempts} attempts)`),
+    },
+  );
   try {
-    for await (const m of client.watchCleanup({ device, jobId, fromSequence: 0 })) {
+    for await (const m of stream) {
       const e = m.event;
       if (!e) continue;
       last = e;
@@ -163,6 +187,7 @@ export async function followCleanup(
             Presets.shades_classic,
           );
           bar.start(100, Math.round(e.percent), payload);
+          unregister = registerBar(bar);
         } else {
           bar.update(Math.round(e.percent), payload);
         }
@@ -172,18 +197,21 @@ export async function followCleanup(
   } finally {
     clearInterval(watchdog);
     bar?.stop();
+    unregister?.();
   }
   const phase = last?.phase;
   if (phase === CleanupPhase.CLEANUP_PHASE_SUCCEEDED) {
-    return { succeeded: true, last, reason: '', events };
+    return { succeeded: true, interrupted: false, last, reason: '', events };
   }
+  const interrupted = options.signal?.aborted === true;
   let reason: string;
-  if (!last) reason = 'the scheduler reported no cleanup for this device';
+  if (interrupted) reason = 'stopped following; the cleanup goes on on the host';
+  else if (!last) reason = 'the scheduler reported no cleanup for this device';
   else if (phase === CleanupPhase.CLEANUP_PHASE_FAILED)
     reason = `cleanup failed: ${last.message || 'no reason given'}`;
   else if (phase === CleanupPhase.CLEANUP_PHASE_INTERRUPTED)
     reason = `cleanup interrupted: ${last.message || 'the agent stopped while it ran'}`;
   else
     reason = `the progress stream ended before the cleanup finished (last phase ${cleanupEventView(last).phase})`;
-  return { succeeded: false, last, reason, events };
+  return { succeeded: false, interrupted, last, reason, events };
 }

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CleanupPhase } from '../../gen/berth/agent/v1/agent.js';
 import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../gen/berth/scheduler/v1/profile.js';
-import { normalizeEndpoint } from '../client-config.js';
+import { dialTarget } from '../channel.js';
+import { normalizeEndpoint, parseEndpoint } from '../client-config.js';
 import { BerthClientError } from '../sdk.js';
 import { progressLine, timeLeft } from './cleanup-progress.js';
 import { errorLine, parseDeviceRef, parseEnum, shortEnum, UsageError } from './client-common.js';
@@ -92,16 +93,46 @@ describe('CLI helpers', () => {
     ).toBe('berth: INVALID_ARGUMENT: uuid: bad; try again');
   });
 
-  it('takes an endpoint as host:port or http://host:port, and explains anything else', () => {
+  it('takes an endpoint as host:port, http://, https:// or a list of replicas, and explains anything else', () => {
     expect(normalizeEndpoint('127.0.0.1:7070', '--endpoint')).toBe('127.0.0.1:7070');
     expect(normalizeEndpoint(' http://localhost:7070/ ', '--endpoint')).toBe('localhost:7070');
     expect(normalizeEndpoint('HTTP://[::1]:7070', '--endpoint')).toBe('[::1]:7070');
-    expect(() => normalizeEndpoint('https://a:7070', '--endpoint')).toThrow(/speaks plaintext gRPC/);
-    for (const bad of ['127.0.0.1', 'a:0', 'a:70700', ':7070', 'http://a:7070/x', 'a b:7070']) {
+    expect(parseEndpoint('https://a:7070', '--endpoint')).toEqual({ address: 'a:7070', scheme: 'https' });
+    expect(parseEndpoint('10.0.0.1:7070, 10.0.0.2:7070', '--endpoint')).toEqual({
+      address: '10.0.0.1:7070,10.0.0.2:7070',
+      scheme: undefined,
+    });
+    for (const bad of ['127.0.0.1', 'a:0', 'a:70700', ':7070', 'http://a:7070/x', 'a b:7070', 'a:1,b']) {
       expect(() => normalizeEndpoint(bad, 'BERTH_ENDPOINT'), bad).toThrow(
-        /^BERTH_ENDPOINT: expected host:port \(or http:\/\/host:port\)/,
+        /^BERTH_ENDPOINT: expected host:port \(or http:\/\/host:port, https:\/\/host:port/,
       );
     }
+  });
+
+  it('dials a list of replicas as one ipv4/ipv6 target; refuses names and mixed families in a list', () => {
+    expect(dialTarget('sched.example:7070')).toBe('sched.example:7070');
+    expect(dialTarget('10.0.0.1:7070,10.0.0.2:7071')).toBe('ipv4:10.0.0.1:7070,10.0.0.2:7071');
+    expect(dialTarget('[::1]:7070,[::2]:7070')).toBe('ipv6:[::1]:7070,[::2]:7070');
+    expect(() => dialTarget('a.example:7070,10.0.0.1:7070')).toThrow(/IP addresses of one family/);
+    expect(() => dialTarget('[::1]:7070,10.0.0.1:7070')).toThrow(/IP addresses of one family/);
+  });
+
+  it('ends a message without a stop when a reason or hint follows it (no "….;")', () => {
+    expect(
+      errorLine(clientError({ codeName: 'NOT_FOUND', message: 'device x not found.' }), 'check the name'),
+    ).toBe('berth: NOT_FOUND: device x not found; check the name');
+    expect(
+      errorLine(
+        clientError({ codeName: 'FAILED_PRECONDITION', message: 'busy.', reason: 'CLEANUP_IN_PROGRESS' }),
+      ),
+    ).toBe('berth: FAILED_PRECONDITION: busy [CLEANUP_IN_PROGRESS]');
+    expect(errorLine(clientError({ codeName: 'INTERNAL', message: 'it broke.' }))).toBe(
+      'berth: INTERNAL: it broke.',
+    );
+    // grpc-js's multi-line connection errors come out on one line.
+    expect(
+      errorLine(clientError({ codeName: 'UNAVAILABLE', message: 'a:\n. Resolution note: ' }), 'try'),
+    ).not.toContain('\n');
   });
 
   it('estimates the time left itself: never "NFs", "--" until there is a rate', () => {

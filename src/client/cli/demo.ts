@@ -6,7 +6,12 @@
  * host's nvme-cli, to show a cleanup that fails and the operator's re-clean.
  *
  * Every name it creates carries a run id, so it can run again against the
- * same `berth up`; what it bound it deletes, whatever happens.
+ * same `berth up`. What it changes it writes down first (a DemoLedger, kept
+ * in the state directory by `berth demo`) and undoes at the end whatever
+ * happened — also when interrupted (Ctrl-C, SIGTERM): the injected fault is
+ * cleared, its ARQs and profiles deleted, the GPU it burned released, the
+ * drive its fault put in error cleaned again. A demo killed before it could
+ * undo leaves the ledger behind, and the next demo undoes it first.
  */
 import { randomBytes } from 'node:crypto';
 import { ArqState } from '../../gen/berth/scheduler/v1/accelerator_request.js';
@@ -17,6 +22,7 @@ import { LiveMigratable, type RequestGroup } from '../../gen/berth/scheduler/v1/
 import { BerthClientError, type SchedulerClient } from '../sdk.js';
 import { defaultProgressStyle, followCleanup, type ProgressStyle } from './cleanup-progress.js';
 import { deviceName, deviceView, listAllDevices } from './client-common.js';
+import { deviceState } from './device-commands.js';
 
 /** Sets (or clears, with null) a fault on a simulated host's controller. */
 export type FaultInjector = (
@@ -26,8 +32,35 @@ export type FaultInjector = (
   fault: { mode: 'sanitize-fails' } | null,
 ) => Promise<void>;
 
+/** What a demo changed and must undo (device uuids, names), written down before each change. */
+export interface DemoLedger {
+  run: string;
+  faults: { host: string; controller: string; command: string }[];
+  instances: string[];
+  arqs: string[];
+  profiles: string[];
+  /** One-time-use devices the demo burned: released at the end. */
+  burned: string[];
+  /** Devices the demo's fault put in error: cleaned again at the end. */
+  dirtied: string[];
+}
+
+export const emptyLedger = (run: string): DemoLedger => ({
+  run,
+  faults: [],
+  instances: [],
+  arqs: [],
+  profiles: [],
+  burned: [],
+  dirtied: [],
+});
+
 export interface DemoOptions {
   client: SchedulerClient;
+  /** Aborted on Ctrl-C/SIGTERM: the demo stops at the next await and undoes what it did. */
+  signal?: AbortSignal;
+  /** Keeps the ledger where a later demo finds it (called before every change). */
+  saveLedger?: (ledger: DemoLedger) => Promise<void>;
   /** How to reach the simulated hosts' nvme-cli state; undefined: the failed-cleanup step cannot run. */
   injectFault?: FaultInjector;
   /** Why there is no injector (shown when the step is skipped). */
@@ -39,8 +72,20 @@ export interface DemoOptions {
 /** A step did not do what it should: the demo stops and says which and why. */
 export class DemoFailure extends Error {}
 
+/** The demo was interrupted (Ctrl-C, SIGTERM). */
+export class DemoInterrupted extends Error {}
+
 const noFilter = { host: '', type: DeviceType.DEVICE_TYPE_UNSPECIFIED, state: 0, resourceClass: '' };
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+  });
 
 function check(cond: unknown, what: string): asserts cond {
   if (!cond) throw new DemoFailure(what);
@@ -66,13 +111,19 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
   const progress = o.progress ?? defaultProgressStyle(false);
   const run = randomBytes(3).toString('hex');
   const name = (s: string) => `demo-${run}-${s}`;
-  const instances: string[] = [];
-  const profiles: string[] = [];
-  const faults: { host: string; controller: string }[] = [];
+  const ledger = emptyLedger(run);
+  const note = async (change: (l: DemoLedger) => void) => {
+    change(ledger);
+    await o.saveLedger?.(ledger);
+  };
   let stepNo = 0;
   const startedAt = Date.now();
+  const interruptedCheck = () => {
+    if (o.signal?.aborted) throw new DemoInterrupted('interrupted');
+  };
 
   const step = (title: string) => {
+    interruptedCheck();
     stepNo++;
     say('');
     say(`== ${stepNo}. ${title}`);
@@ -86,22 +137,25 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
       const d = await getDevice(uuid);
       if (d.deviceState === want) return d;
       if (Date.now() > until) return d;
-      await sleep(100);
+      await sleep(100, o.signal);
+      interruptedCheck();
     }
   };
   const createProfile = async (profileName: string, description: string, g: RequestGroup) => {
+    await note((l) => l.profiles.push(profileName));
     await client.profiles.createProfile({
       profile: { name: profileName, uuid: '', description, groups: [g], createdAt: undefined },
     });
-    profiles.push(profileName);
   };
   const bind = async (profile: string, instance: string, host: string, tag: string) => {
+    interruptedCheck();
+    if (!ledger.instances.includes(instance)) await note((l) => l.instances.push(instance));
     const created = await client.arqs.createAcceleratorRequests({
       profileName: profile,
       requestId: `${instance}-${tag}`,
       tags: [tag],
     });
-    if (!instances.includes(instance)) instances.push(instance);
+    await note((l) => l.arqs.push(...created.acceleratorRequests.map((a) => a.uuid)));
     const bound = await client.arqs.bindAcceleratorRequests({
       bindings: created.acceleratorRequests.map((a) => ({
         arqUuid: a.uuid,
@@ -124,7 +178,9 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     const out = await followCleanup(client, byUuid(d.uuid), jobId, progress, {
       write: (line) => say(`     ${line}`),
       waiting: (line) => say(`     (${line})`),
+      ...(o.signal ? { signal: o.signal } : {}),
     });
+    interruptedCheck();
     return out;
   };
 
@@ -139,7 +195,8 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     let told = '';
     const startedWaiting = Date.now();
     for (const until = Date.now() + 30_000; hosts.length < 2 && Date.now() < until; ) {
-      await sleep(200);
+      await sleep(200, o.signal);
+      interruptedCheck();
       hosts = await ready();
       const all = (await client.hosts.listHosts({})).hosts;
       const why =
@@ -165,9 +222,10 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
       hosts.length >= 2,
       `two connected hosts are needed (a migration needs a destination); found ${hosts.length}`,
     );
-    const devices = await listAllDevices(client, noFilter);
     const src = hosts[0]!.name;
     const dst = hosts[1]!.name;
+    const devices = await devicesReady(client, src, say, o.signal);
+    interruptedCheck();
     for (const host of [src, dst]) {
       const mine = devices.filter((d) => d.host === host);
       const kinds = new Map<string, number>();
@@ -180,12 +238,8 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
       for (const [k, n] of kinds) say(`     ${n} x ${k}`);
     }
     const srcDevs = devices.filter((d) => d.host === src && d.allocatable);
-    check(
-      srcDevs.some((d) => d.liveMigratable) &&
-        srcDevs.some((d) => d.oneTimeUse) &&
-        srcDevs.some((d) => d.traits.includes('HW_NVME_CES')),
-      `${src} needs an allocatable live-migratable VF, a one-time-use device and a crypto-erase NVMe (the demo host has them)`,
-    );
+    const missing = NEEDS.filter((n) => !srcDevs.some(n.test));
+    check(missing.length === 0, notReady(src, devices, missing));
     const vf = srcDevs.find((d) => d.liveMigratable)!;
     const gpu = srcDevs.find((d) => d.oneTimeUse)!;
     const nvme = srcDevs.find((d) => d.traits.includes('HW_NVME_CES'))!;
@@ -318,6 +372,7 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     const vm3 = name('vm3');
     step(`One-time use: ${vm3} gets the GPU, and after it the GPU stays burned`);
     const gpuArq = (await bind(pGpu, vm3, src, 'gpu0'))[0]!;
+    await note((l) => l.burned.push(gpuArq.deviceUuid));
     check(
       gpuArq.attachHandleInfo?.managed === false,
       'the GPU is pre-bound by the operator: managed should be false',
@@ -356,6 +411,7 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     check(!retry, 'a burned GPU must not be bound again');
     say('   Asking for the GPU again does not get it: it stays out of the pool.');
     const released = (await client.devices.releaseDevice({ device: byUuid(gpuArq.deviceUuid) })).device!;
+    await note((l) => l.burned.splice(l.burned.indexOf(gpuArq.deviceUuid), 1));
     check(!released.burned && released.allocatable, 'after the release the GPU should be allocatable');
     say(`   The operator released it: burned=${released.burned}, allocatable=${released.allocatable}.`);
 
@@ -371,8 +427,11 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     const dev4 = await getDevice(nvme4.deviceUuid);
     const controller = dev4.attributes.nvme_controller;
     check(controller, `${deviceName(dev4)} has no nvme_controller attribute`);
+    await note((l) => {
+      l.faults.push({ host: src, controller, command: 'sanitize' });
+      l.dirtied.push(dev4.uuid);
+    });
     await o.injectFault(src, controller, 'sanitize', { mode: 'sanitize-fails' });
-    faults.push({ host: src, controller });
     say(`   Injected a fault: ${controller}'s next sanitize will fail.`);
     await client.arqs.deleteAcceleratorRequests({ uuids: [], instanceUuid: vm4 });
     const failed = await followAndReport(dev4);
@@ -385,7 +444,9 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
       `   ${deviceName(inError)} is in error (${inError.errorReason || 'no reason'}), still reserved: no tenant gets a dirty drive.`,
     );
     await o.injectFault(src, controller, 'sanitize', null);
-    faults.pop();
+    await note((l) => {
+      l.faults = [];
+    });
     say(`   The operator fixes the drive (the fault is cleared) and cleans it again.`);
     const job = await client.devices.cleanDevice({ device: byUuid(dev4.uuid), requestId: `${vm4}-reclean` });
     const reclean = await followAndReport(dev4, job.jobId);
@@ -396,24 +457,214 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
       `after the re-clean the drive should be available, it is ${state(fixed)}`,
     );
     say(`   ${deviceName(fixed)} is clean and available again.`);
+    await note((l) => {
+      l.dirtied = [];
+    });
 
     say('');
     say(`All ${stepNo} steps did what they should, in ${((Date.now() - startedAt) / 1000).toFixed(1)} s.`);
     return true;
   } catch (err) {
     say('');
-    if (err instanceof DemoFailure) say(`FAILED at step ${stepNo}: ${err.message}`);
+    if (err instanceof DemoInterrupted || o.signal?.aborted) say(`INTERRUPTED at step ${stepNo}.`);
+    else if (err instanceof DemoFailure) say(`FAILED at step ${stepNo}: ${err.message}`);
     else if (err instanceof BerthClientError)
       say(`FAILED at step ${stepNo}: ${err.codeName}: ${err.message}${err.reason ? ` [${err.reason}]` : ''}`);
     else say(`FAILED at step ${stepNo}: ${(err as Error).message ?? String(err)}`);
     return false;
   } finally {
-    // Leave the system as the demo found it, as far as it can.
-    for (const f of faults)
-      await o.injectFault?.(f.host, f.controller, 'sanitize', null).catch(() => undefined);
-    for (const i of instances) {
-      await client.arqs.deleteAcceleratorRequests({ uuids: [], instanceUuid: i }).catch(() => undefined);
+    // Leave the system as the demo found it.
+    await undoDemo(client, o.injectFault, ledger, say, { wait: !o.signal?.aborted });
+    await o.saveLedger?.(ledger);
+  }
+}
+
+/** Is the ledger empty: nothing left to undo. */
+export const ledgerDone = (l: DemoLedger) =>
+  l.faults.length +
+    l.instances.length +
+    l.arqs.length +
+    l.profiles.length +
+    l.burned.length +
+    l.dirtied.length ===
+  0;
+
+/**
+ * Undoes what `ledger` says a demo changed, emptying it as it goes; says
+ * what it does unless there was nothing to do. A drive its fault put in
+ * error is cleaned again: followed to its end with `wait`, else only
+ * started (it finishes on the host).
+ */
+export async function undoDemo(
+  client: SchedulerClient,
+  injectFault: FaultInjector | undefined,
+  ledger: DemoLedger,
+  say: (line: string) => void,
+  options: { wait: boolean },
+): Promise<void> {
+  // ARQs, instances and profiles are removed silently (every run does); a fault, a burn or a
+  // device in error is left only by a run that failed or was stopped, so those are told.
+  const tell = say;
+  for (const f of [...ledger.faults]) {
+    await injectFault?.(f.host, f.controller, f.command, null).then(
+      () => {
+        tell(`   Undo: cleared the injected ${f.command} fault of ${f.host}'s ${f.controller}.`);
+        ledger.faults.splice(ledger.faults.indexOf(f), 1);
+      },
+      (err: Error) =>
+        say(`   Undo: could not clear the fault of ${f.host}'s ${f.controller}: ${err.message}`),
+    );
+  }
+  for (const i of [...ledger.instances]) {
+    await client.arqs.deleteAcceleratorRequests({ uuids: [], instanceUuid: i }).then(
+      () => ledger.instances.splice(ledger.instances.indexOf(i), 1),
+      () => undefined,
+    );
+  }
+  if (ledger.arqs.length > 0) {
+    // ARQs created but never bound have no instance; a uuid already deleted is not an error.
+    await client.arqs.deleteAcceleratorRequests({ uuids: ledger.arqs, instanceUuid: '' }).then(
+      () => ledger.arqs.splice(0),
+      () => undefined,
+    );
+  }
+  for (const uuid of [...ledger.burned]) {
+    const d = await client.devices.getDevice({ device: { ref: { $case: 'uuid', value: uuid } } }).then(
+      (r) => r.device,
+      () => undefined,
+    );
+    if (d?.burned && !d.arqUuid) {
+      await client.devices.releaseDevice({ device: { ref: { $case: 'uuid', value: uuid } } }).then(
+        () => tell(`   Undo: released ${deviceName(d)}, which the demo burned.`),
+        (err: Error) => say(`   Undo: could not release ${deviceName(d)}: ${err.message}`),
+      );
     }
-    for (const p of profiles) await client.profiles.deleteProfile({ name: p }).catch(() => undefined);
+    ledger.burned.splice(ledger.burned.indexOf(uuid), 1);
+  }
+  for (const uuid of [...ledger.dirtied]) {
+    const ref = { ref: { $case: 'uuid' as const, value: uuid } };
+    let d = await client.devices.getDevice({ device: ref }).then(
+      (r) => r.device,
+      () => undefined,
+    );
+    // The cleanup the fault made fail may still run (cleared in time, the fault lets it succeed).
+    const until = Date.now() + (options.wait ? 60_000 : 10_000);
+    while (d && ['pending_cleaning', 'cleaning'].includes(state(d)) && Date.now() < until) {
+      await sleep(200);
+      d = (await client.devices.getDevice({ device: ref }).catch(() => undefined))?.device ?? d;
+    }
+    if (d && ['pending_cleaning', 'cleaning'].includes(state(d))) {
+      // Left in the ledger: the next demo looks at it again first.
+      say(
+        `   Undo: ${deviceName(d)} is still being cleaned (the demo's fault is cleared); the next berth demo checks it, or follow it with: berth device watch-cleanup ${deviceName(d)}`,
+      );
+      continue;
+    }
+    if (d && state(d) === 'error') {
+      try {
+        const job = await client.devices.cleanDevice({ device: ref, requestId: `demo-${ledger.run}-undo` });
+        if (options.wait) {
+          const out = await followCleanup(client, ref, job.jobId, 'json', {
+            write: () => {},
+            waiting: () => {},
+          });
+          say(
+            out.succeeded
+              ? `   Undo: cleaned ${deviceName(d)} again (the demo's fault had put it in error); it is available.`
+              : `   Undo: cleaning ${deviceName(d)} again failed: ${out.reason}; clean it with: berth device clean ${deviceName(d)} --wait`,
+          );
+        } else {
+          say(
+            `   Undo: cleaning ${deviceName(d)} again (the demo's fault had put it in error); follow it with: berth device watch-cleanup ${deviceName(d)}`,
+          );
+        }
+      } catch (err) {
+        say(`   Undo: could not clean ${deviceName(d)} again: ${(err as Error).message}`);
+      }
+    }
+    ledger.dirtied.splice(ledger.dirtied.indexOf(uuid), 1);
+  }
+  for (const p of [...ledger.profiles]) {
+    await client.profiles.deleteProfile({ name: p }).then(
+      () => ledger.profiles.splice(ledger.profiles.indexOf(p), 1),
+      (err: unknown) => {
+        // Already gone (a profile deleted earlier, or never created): nothing to undo.
+        if (err instanceof BerthClientError && err.codeName === 'NOT_FOUND') {
+          ledger.profiles.splice(ledger.profiles.indexOf(p), 1);
+        }
+      },
+    );
+  }
+}
+
+/** The devices the demo needs on its source host, each with what tells it. */
+const NEEDS: readonly { what: string; test: (d: Device) => boolean }[] = [
+  { what: 'a live-migratable VF', test: (d) => d.liveMigratable },
+  { what: 'a one-time-use device', test: (d) => d.oneTimeUse },
+  { what: 'a crypto-erase NVMe drive', test: (d) => d.traits.includes('HW_NVME_CES') },
+];
+
+/** What an operator runs to make a device allocatable again, when there is such a command. */
+function fixFor(d: Device): string {
+  const v = deviceView(d);
+  const n = deviceName(d);
+  if (v.device_state === 'error') return `berth device clean ${n} --wait`;
+  if (v.burned && v.device_state === 'available') return `berth device release ${n}`;
+  if (v.device_state === 'allocated' && v.instance_uuid)
+    return `berth arq delete --instance ${v.instance_uuid}`;
+  if (v.status === 'maintaining') return `berth device enable ${n}`;
+  return '';
+}
+
+/** Why the source host cannot run the demo: each missing kind, the devices of that kind and how to free them. */
+function notReady(
+  host: string,
+  devices: readonly Device[],
+  missing: readonly (typeof NEEDS)[number][],
+): string {
+  const parts = missing.map((n) => {
+    const of = devices.filter((d) => d.host === host && n.test(d));
+    if (of.length === 0) return `${n.what}: ${host} has none (the demo host has them)`;
+    const why = of.map((d) => {
+      const fix = fixFor(d);
+      return `${deviceName(d)} is ${deviceState(deviceView(d))}${d.errorReason ? ` (${d.errorReason})` : ''}${
+        fix ? ` — ${fix}` : ''
+      }`;
+    });
+    return `${n.what}: ${why.join('; ')}`;
+  });
+  return `${host} has no allocatable ${parts.join('. No allocatable ')}`;
+}
+
+/**
+ * The device list once the source host's devices the demo needs are not in
+ * the middle of a cleanup (one a previous run started): waits up to a minute
+ * for those, saying so once.
+ */
+async function devicesReady(
+  client: SchedulerClient,
+  src: string,
+  say: (line: string) => void,
+  signal: AbortSignal | undefined,
+): Promise<Device[]> {
+  let told = false;
+  for (const until = Date.now() + 60_000; ; ) {
+    const devices = await listAllDevices(client, noFilter);
+    const busy = devices.filter(
+      (d) =>
+        d.host === src &&
+        NEEDS.some((n) => n.test(d)) &&
+        (d.deviceState === DeviceState.DEVICE_STATE_PENDING_CLEANING ||
+          d.deviceState === DeviceState.DEVICE_STATE_CLEANING),
+    );
+    const missing = NEEDS.filter((n) => !devices.some((d) => d.host === src && d.allocatable && n.test(d)));
+    if (missing.length === 0 || busy.length === 0 || Date.now() > until || signal?.aborted) return devices;
+    if (!told) {
+      say(
+        `   Waiting for ${busy.map((d) => `${deviceName(d)} (${state(d)})`).join(', ')} to finish cleaning.`,
+      );
+      told = true;
+    }
+    await sleep(250, signal);
   }
 }

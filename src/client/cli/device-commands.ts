@@ -4,7 +4,7 @@
  * by its uuid or as `host/address` (e.g. `sim-host-1/0000:3d:00.0`).
  */
 import type { Command } from 'commander';
-import { stringify as toYaml } from 'yaml';
+import { BerthError } from '../../errors.js';
 import {
   type Device,
   DeviceState,
@@ -13,21 +13,33 @@ import {
   deviceStateToJSON,
   deviceTypeToJSON,
 } from '../../gen/berth/scheduler/v1/device.js';
-import type { DeviceFilter } from '../../gen/berth/scheduler/v1/device_service.js';
+import type { DeviceFilter, DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
+import { BerthClientError, type SchedulerClient } from '../sdk.js';
 import { defaultProgressStyle, followCleanup } from './cleanup-progress.js';
 import {
   CommandFailed,
+  CommandInterrupted,
   clientOptions,
   type DeviceView,
   deviceName,
   deviceView,
   listAllDevices,
+  oneLine,
   parseEnum,
   resolveDeviceRef,
   UsageError,
   withClient,
 } from './client-common.js';
-import { type OutputFormat, printList, render, renderRecord, renderTable, uniquePrefixes } from './output.js';
+import { interruptible, SIGNAL_EXIT } from './interrupt.js';
+import {
+  type OutputFormat,
+  printList,
+  render,
+  renderRecord,
+  renderTable,
+  toYaml,
+  uniquePrefixes,
+} from './output.js';
 
 interface FilterFlags {
   host?: string;
@@ -80,10 +92,10 @@ export function deviceTable(rows: readonly DeviceView[], wide = false): string {
   return renderTable(
     rows,
     [
-      { header: 'uuid', get: (d) => short.get(d.uuid), only: 'table' },
+      { header: 'uuid', get: (d) => short.get(d.uuid), only: 'table', fixed: true },
       { header: 'uuid', get: (d) => d.uuid, only: 'wide' },
       { header: 'host', get: (d) => d.host, shrink: true },
-      { header: 'address', get: (d) => d.address },
+      { header: 'address', get: (d) => d.address, fixed: true },
       { header: 'type', get: (d) => d.type },
       { header: 'state', get: (d) => deviceState(d) },
       { header: 'cleanup', get: (d) => d.cleanup_action || '-' },
@@ -127,6 +139,57 @@ export function deviceRecord(d: DeviceView): string {
   });
 }
 
+/** NOT_FOUND naming the known hosts when `host` is not one (a list filtered by a typo is not empty by chance). */
+async function requireHost(client: SchedulerClient, host: string): Promise<void> {
+  try {
+    await client.hosts.getHost({ name: host });
+  } catch (err) {
+    if (!(err instanceof BerthClientError) || err.codeName !== 'NOT_FOUND') throw err;
+    const known = (await client.hosts.listHosts({})).hosts.map((h) => h.name).sort();
+    throw new BerthError(
+      'NOT_FOUND',
+      `no such host ${JSON.stringify(host)} (known hosts: ${known.length ? known.join(', ') : 'none'})`,
+      { reason: 'HOST_NOT_FOUND' },
+    );
+  }
+}
+
+/** A command stopped by a signal: exit 130 (SIGINT) or 143 (SIGTERM) with what it left running. */
+function interrupted(signal: 'SIGINT' | 'SIGTERM' | undefined, what: string): Error {
+  return new CommandInterrupted(`interrupted: ${what}`, SIGNAL_EXIT[signal ?? 'SIGINT']);
+}
+
+/**
+ * WatchCleanup of a device that has no cleanup job answers NOT_FOUND about a
+ * job "of device …" the caller never named: say that the device was never
+ * cleaned, and how to clean it.
+ */
+async function neverCleaned(
+  client: SchedulerClient,
+  err: unknown,
+  ref: DeviceRef,
+  name: string,
+  job: string | undefined,
+): Promise<unknown> {
+  if (!(err instanceof BerthClientError) || err.codeName !== 'NOT_FOUND' || job) return err;
+  const d = await client.devices.getDevice({ device: ref }).then(
+    (r) => r.device,
+    () => undefined,
+  );
+  if (!d || d.lastCleanup) return err;
+  const state = deviceView(d).device_state;
+  const next = !d.supportsCleaning
+    ? ', and its driver does not clean it'
+    : state === 'error'
+      ? `; clean it with: berth device clean ${name} --wait`
+      : '; a cleanup starts when the ARQ holding it is deleted';
+  return new BerthError(
+    'NOT_FOUND',
+    `${deviceName(d)} has never been cleaned: there is no cleanup to follow (it is ${state})${next}`,
+    { reason: 'NO_CLEANUP' },
+  );
+}
+
 function printDevice(format: OutputFormat, d: Device): void {
   const v = deviceView(d);
   console.log(render(format, v, () => deviceRecord(v)));
@@ -142,6 +205,7 @@ export function registerDeviceCommands(program: Command): void {
   filterOptions(clientOptions(device.command('list').description('list devices (filters combine)'))).action(
     withClient(async (client, format, o: FilterFlags) => {
       const rows = (await listAllDevices(client, filterFrom(o))).map(deviceView);
+      if (rows.length === 0 && o.host) await requireHost(client, o.host);
       printList(format, rows, 'devices', (wide) => deviceTable(rows, wide));
     }),
   );
@@ -190,23 +254,19 @@ export function registerDeviceCommands(program: Command): void {
       if (format !== 'json') {
         console.log(`cleaning ${deviceName(d)} (${d.cleanupAction}), job ${res.jobId}`);
       }
-      const onSigint = () => {
-        console.error('berth: interrupted: stopped following; the cleanup continues on the host');
-        process.exit(1);
-      };
-      process.once('SIGINT', onSigint);
-      try {
+      await interruptible(async (interruption) => {
+        const { signal } = interruption;
         const out = await followCleanup(
           client,
           { ref: { $case: 'uuid', value: d.uuid } },
           res.jobId,
           defaultProgressStyle(format === 'json'),
+          { signal },
         );
+        if (out.interrupted) throw interrupted(interruption.received, `${deviceName(d)}: ${out.reason}`);
         if (!out.succeeded) throw new CommandFailed(`${deviceName(d)}: ${out.reason}`);
         if (format !== 'json') console.log(`${deviceName(d)} is clean and available again`);
-      } finally {
-        process.removeListener('SIGINT', onSigint);
-      }
+      });
     }),
   );
 
@@ -220,13 +280,17 @@ export function registerDeviceCommands(program: Command): void {
       .option('--job <id>', 'a specific cleanup job'),
   ).action(
     withClient(async (client, format, name: string, o: { job?: string }) => {
-      const out = await followCleanup(
-        client,
-        await resolveDeviceRef(client, name),
-        o.job ?? '',
-        defaultProgressStyle(format === 'json'),
-      );
-      if (!out.succeeded) throw new CommandFailed(`${name}: ${out.reason}`);
+      const ref = await resolveDeviceRef(client, name);
+      await interruptible(async (interruption) => {
+        const { signal } = interruption;
+        const out = await followCleanup(client, ref, o.job ?? '', defaultProgressStyle(format === 'json'), {
+          signal,
+        }).catch(async (err: unknown) => {
+          throw await neverCleaned(client, err, ref, name, o.job);
+        });
+        if (out.interrupted) throw interrupted(interruption.received, `${name}: ${out.reason}`);
+        if (!out.succeeded) throw new CommandFailed(`${name}: ${out.reason}`);
+      });
     }),
   );
 
@@ -289,10 +353,31 @@ export function registerDeviceCommands(program: Command): void {
     withClient(async (client, format, o: FilterFlags & { fromRevision: string; maxEvents?: string }) => {
       const max = o.maxEvents === undefined ? Number.POSITIVE_INFINITY : Number(o.maxEvents);
       let changes = 0;
-      process.once('SIGINT', () => process.exit(0));
-      const watch = client.watchDevicesRelisting(
+      if (o.host) await requireHost(client, o.host);
+      // Ctrl-C ends a watch: that is how it stops, so the exit code is 0.
+      const stop = new AbortController();
+      const onSignal = () => stop.abort();
+      process.once('SIGINT', onSignal);
+      process.once('SIGTERM', onSignal);
+      const where = client.endpoint;
+      const watch = client.watchDevicesResuming(
         { filter: filterFrom(o), fromRevision: Number(o.fromRevision) || 0 },
-        (err) => console.error(`berth: ${err.message} (re-listing the current state now)`),
+        {
+          signal: stop.signal,
+          onRelist: (err) => console.error(`berth: ${err.message} (re-listing the current state now)`),
+          onRetry: ({ error, delayMs, resumeAfter, attempt }) => {
+            // Say it at the first attempt and then every tenth: a long outage is not a flood of lines.
+            if (attempt !== 1 && attempt % 10 !== 0) return;
+            const resume = resumeAfter > 0 ? `resuming after revision ${resumeAfter}` : 'from the start';
+            console.error(
+              `berth: lost the watch on ${where} (${error.codeName}: ${oneLine(error.message)}); reconnecting in ${(delayMs / 1000).toFixed(1)} s (attempt ${attempt}), ${resume}`,
+            );
+          },
+          onResumed: ({ resumeAfter, attempts, downMs }) =>
+            console.error(
+              `berth: watching ${where} again after ${(downMs / 1000).toFixed(1)} s (${attempts} attempt${attempts === 1 ? '' : 's'}), ${resumeAfter > 0 ? `resumed after revision ${resumeAfter}` : 'from the start'}`,
+            ),
+        },
       );
       for await (const m of watch) {
         const v = m.device ? deviceView(m.device) : null;
@@ -305,7 +390,7 @@ export function registerDeviceCommands(program: Command): void {
             device: v,
           };
           // JSON lines (one event per line, for jq); YAML as a stream of documents.
-          console.log(format === 'json' ? JSON.stringify(event) : `---\n${toYaml(event).trimEnd()}`);
+          console.log(format === 'json' ? JSON.stringify(event) : `---\n${toYaml(event)}`);
         } else if (m.synced) {
           console.log(`rev=${m.revision} synced (initial state complete; changes follow)`);
         } else if (v) {

@@ -3,12 +3,15 @@
  * with `--wait` keeps asking until it says SERVING. systemd units gate their
  * start on it (`ExecStartPost=berth health -c /etc/berth/agent.yaml --wait 60`):
  * the unit becomes active only once the process serves. Health is open (no
- * token); over TLS the probe uses the agent's own certificate and CA.
+ * token); over TLS the probe of an agent uses its own certificate and CA, and
+ * a scheduler's probe takes TLS as every client command does: flags,
+ * BERTH_TLS_* (the scheduler unit's drop-in sets them), the client configuration.
  *
  * Exit codes as every command: 0 SERVING, 1 answered but not SERVING,
  * 2 usage/configuration error, 3 could not be reached before the wait ran out.
  */
 import {
+  Channel,
   type Client,
   status as grpcStatus,
   makeGenericClientConstructor,
@@ -18,20 +21,28 @@ import type { Command } from 'commander';
 import { service as healthService } from 'grpc-health-check';
 import { ConfigError } from '../../errors.js';
 import { loadAgentConfig } from '../../server/agent/config.js';
-import { channelCredentials, loadTls, type TlsFiles } from '../../server/grpc/tls.js';
-import { resolveClient } from '../client-config.js';
+import { loadTls } from '../../server/grpc/tls.js';
+import { type ClientTls, channelCredentials, channelOptions, dialTarget } from '../channel.js';
+import {
+  type ClientFlagValues,
+  loadClientTls,
+  type ResolvedClient,
+  resolveClient,
+} from '../client-config.js';
 import { SchedulerClient } from '../sdk.js';
-import { EXIT_CODE } from './client-common.js';
+import {
+  connectionFlags,
+  connectionOptions,
+  EXIT_CODE,
+  explainConnection,
+  oneLine,
+} from './client-common.js';
 import { placementHealthLine, placementStatusView } from './placement-commands.js';
 
-interface HealthFlags {
-  endpoint?: string;
+interface HealthFlags extends ClientFlagValues {
   config?: string;
   service: string;
   wait: string;
-  tlsCa?: string;
-  tlsCert?: string;
-  tlsKey?: string;
 }
 
 type Check = (
@@ -61,13 +72,11 @@ function parseWait(v: string): number {
  * with one (STORE_DAMAGED, STORE_UNAVAILABLE), so one cheap call asks.
  * Undefined when the answer says nothing of the store (or there is no scheduler).
  */
-async function storeReason(endpoint: string, tls: TlsFiles | null): Promise<string | undefined> {
-  const { token } = await resolveClient({ endpoint }).catch(() => ({ token: undefined }));
-  const files = tls ? await loadTls(tls) : undefined;
+async function storeReason(endpoint: string, token: string | undefined, tls: ClientTls | undefined) {
   const client = new SchedulerClient({
     endpoint,
     ...(token ? { token } : {}),
-    ...(files ? { tls: { ca: files.ca, cert: files.cert, key: files.key } } : {}),
+    ...(tls ? { tls } : {}),
     timeoutMs: 5_000,
     retries: 1,
   });
@@ -88,13 +97,15 @@ async function storeReason(endpoint: string, tls: TlsFiles | null): Promise<stri
  * never changes the exit code). Nothing for an agent, or a scheduler without
  * Placement, or one that will not say (no token).
  */
-async function placementLine(endpoint: string, tls: TlsFiles | null): Promise<string | undefined> {
-  const { token } = await resolveClient({ endpoint }).catch(() => ({ token: undefined }));
-  const files = tls ? await loadTls(tls) : undefined;
+async function placementLine(
+  endpoint: string,
+  token: string | undefined,
+  tls: ClientTls | undefined,
+): Promise<string | undefined> {
   const client = new SchedulerClient({
     endpoint,
     ...(token ? { token } : {}),
-    ...(files ? { tls: { ca: files.ca, cert: files.cert, key: files.key } } : {}),
+    ...(tls ? { tls } : {}),
     timeoutMs: 5_000,
     retries: 1,
   });
@@ -108,11 +119,51 @@ async function placementLine(endpoint: string, tls: TlsFiles | null): Promise<st
   }
 }
 
+/** What to probe and how: an agent's configuration (-c), or the client settings (flags, environment, file). */
+async function target(o: HealthFlags): Promise<{
+  endpoint: string;
+  tls: ClientTls | undefined;
+  token?: string;
+  resolved: Pick<ResolvedClient, 'endpoint' | 'endpointSource' | 'configPath' | 'tls'>;
+}> {
+  if (o.config) {
+    const config = await loadAgentConfig(o.config);
+    const endpoint = probeAddress(config.listen);
+    const flagged = o.tlsCa || o.tlsCert || o.tlsKey;
+    const files = flagged ? { ca: o.tlsCa, cert: o.tlsCert, key: o.tlsKey } : config.tls;
+    let tls: ClientTls | undefined;
+    if (files) {
+      tls = { ...(await loadTls(files)) };
+      // The agent's certificate names the address the scheduler dials (advertise), not the loopback probed.
+      const advertised = config.advertise
+        ?.slice(0, config.advertise.lastIndexOf(':'))
+        .replace(/^\[|\]$/g, '');
+      const serverName = o.tlsServerName ?? process.env.BERTH_TLS_SERVER_NAME ?? advertised;
+      if (serverName) tls.serverName = serverName;
+    }
+    const from = flagged ? ['--tls-*'] : [`tls in ${o.config}`];
+    return {
+      endpoint,
+      tls,
+      resolved: { endpoint, endpointSource: 'file', configPath: o.config, ...(tls ? { tls: { from } } : {}) },
+    };
+  }
+  const resolved = await resolveClient(connectionFlags(o));
+  const endpoint = resolved.endpoint.split(',').map(probeAddress).join(',');
+  return {
+    endpoint,
+    tls: await loadClientTls(resolved.tls),
+    ...(resolved.token ? { token: resolved.token } : {}),
+    resolved: { ...resolved, endpoint },
+  };
+}
+
 export function registerHealthCommands(program: Command): void {
-  program
-    .command('health')
-    .description('ask a scheduler or an agent whether it serves (grpc.health.v1); exit 0 when SERVING')
-    .option('--endpoint <addr>', 'host:port (default: the client config, as other client commands)')
+  connectionOptions(
+    program
+      .command('health')
+      .description('ask a scheduler or an agent whether it serves (grpc.health.v1); exit 0 when SERVING'),
+  )
     .option('-c, --config <file>', 'probe the agent of this configuration (its listen address and TLS files)')
     .option(
       '--service <name>',
@@ -120,24 +171,14 @@ export function registerHealthCommands(program: Command): void {
       '',
     )
     .option('--wait <seconds>', 'keep asking until SERVING or this many seconds have passed', '0')
-    .option('--tls-ca <file>', 'TLS: CA bundle verifying the server')
-    .option('--tls-cert <file>', 'TLS: client certificate (for a server requiring mutual TLS)')
-    .option('--tls-key <file>', 'TLS: key of --tls-cert')
     .action(async (o: HealthFlags) => {
       const waitMs = parseWait(o.wait);
-      let endpoint: string;
-      let tls: TlsFiles | null = null;
-      if (o.config) {
-        const config = await loadAgentConfig(o.config);
-        endpoint = probeAddress(config.listen);
-        tls = config.tls;
-      } else {
-        endpoint = o.endpoint ?? (await resolveClient({})).endpoint;
-      }
-      if (o.tlsCa || o.tlsCert || o.tlsKey) tls = { ca: o.tlsCa, cert: o.tlsCert, key: o.tlsKey };
-      const creds = channelCredentials(tls ? await loadTls(tls) : undefined);
+      const { endpoint, tls, token, resolved } = await target(o);
       const HealthClient = makeGenericClientConstructor(healthService, 'Health');
-      const client = new HealthClient(endpoint, creds) as unknown as Client & { check: Check };
+      const channel = new Channel(dialTarget(endpoint), channelCredentials(tls), channelOptions(tls));
+      const client = new HealthClient(endpoint, channelCredentials(undefined), {
+        channelOverride: channel,
+      }) as unknown as Client & { check: Check };
       const deadline = Date.now() + waitMs;
       try {
         for (;;) {
@@ -148,16 +189,26 @@ export function registerHealthCommands(program: Command): void {
           );
           if (answer.status === 'SERVING') {
             console.log(`${endpoint}: SERVING`);
-            const line = o.config ? undefined : await placementLine(endpoint, tls);
+            const line = o.config ? undefined : await placementLine(endpoint, token, tls);
             if (line) console.log(line);
             return;
           }
           if (Date.now() >= deadline) {
             const why =
-              answer.status === 'NOT_SERVING' && !o.config ? await storeReason(endpoint, tls) : undefined;
-            const what = answer.error
-              ? `${grpcStatus[answer.error.code]}: ${answer.error.details.replace(/\s*Resolution note:\s*$/, '')}`
-              : `${answer.status}${why ? ` (${why})` : ''}`;
+              answer.status === 'NOT_SERVING' && !o.config
+                ? await storeReason(endpoint, token, tls)
+                : undefined;
+            let what: string;
+            if (answer.error) {
+              const codeName = grpcStatus[answer.error.code] ?? String(answer.error.code);
+              const explained = await explainConnection(
+                { codeName, message: answer.error.details },
+                resolved,
+              );
+              what = `${codeName}: ${explained ?? oneLine(answer.error.details)}`;
+            } else {
+              what = `${answer.status}${why ? ` (${why})` : ''}`;
+            }
             console.error(`berth: ${endpoint}${o.service ? ` (${o.service})` : ''} is not serving: ${what}`);
             process.exitCode =
               answer.error && answer.error.code !== grpcStatus.NOT_FOUND

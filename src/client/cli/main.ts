@@ -3,7 +3,8 @@
  * The berth command line. Every command prints results on stdout and errors as
  * one line on stderr (`berth: <CODE>: <message> [reason]`), with exit codes:
  * 0 ok, 1 the server refused or failed, 2 usage or configuration error,
- * 3 the server could not be reached.
+ * 3 the server could not be reached, 130/143 stopped by SIGINT/SIGTERM before
+ * it finished (a cleanup being followed, the demo).
  */
 import { logVerbosity, setLogVerbosity } from '@grpc/grpc-js';
 import { Command, CommanderError } from 'commander';
@@ -36,6 +37,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   health: async () => (await import('./health-commands.js')).registerHealthCommands,
   placement: async () => (await import('./placement-commands.js')).registerPlacementCommands,
   token: async () => (await import('./token-commands.js')).registerTokenCommands,
+  config: async () => (await import('./config-commands.js')).registerConfigCommands,
 };
 // `sim` lives with `up`.
 COMMANDS.sim = COMMANDS.up!;

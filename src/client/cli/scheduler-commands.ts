@@ -2,12 +2,12 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
-import { type AuthOptions, loadAuthOptions } from '../../server/grpc/auth.js';
+import { type AuthOptions, loadAuthOptions, readCertRolesFile } from '../../server/grpc/auth.js';
 import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import type { RetentionPolicy } from '../../server/scheduler/store/store.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
-import { withListenHint } from './listen-hint.js';
+import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
 import { parseDuration } from './token-commands.js';
 
 interface ServeFlags extends PlacementFlags {
@@ -23,6 +23,7 @@ interface ServeFlags extends PlacementFlags {
   tlsCert?: string;
   tlsKey?: string;
   tlsCa?: string;
+  certRoles?: string;
   agentTokenFile?: string;
   agentSigningKey?: string;
   insecureSharedAgentToken?: boolean;
@@ -89,22 +90,46 @@ async function readHostPrincipals(file: string): Promise<Record<string, string>>
   return out;
 }
 
+/**
+ * TLS from the flags, else from BERTH_TLS_CERT, BERTH_TLS_KEY and BERTH_TLS_CA
+ * (the variables every berth command reads, so one systemd drop-in gives the
+ * scheduler its certificate and `berth health` the same files to probe it with).
+ */
+export function tlsFromFlags(o: Pick<ServeFlags, 'tlsCert' | 'tlsKey' | 'tlsCa'>): ServeFlags {
+  const pick = (flag: string | undefined, env: string) => flag ?? (process.env[env] || undefined);
+  return {
+    ...(o as ServeFlags),
+    tlsCert: pick(o.tlsCert, 'BERTH_TLS_CERT'),
+    tlsKey: pick(o.tlsKey, 'BERTH_TLS_KEY'),
+    tlsCa: pick(o.tlsCa, 'BERTH_TLS_CA'),
+  };
+}
+
 /** Authentication from flags; with none given and no --insecure-no-auth, the scheduler refuses to start. */
 export async function authFromFlags(o: ServeFlags): Promise<AuthOptions> {
-  const any = o.staticTokens || o.jwtSecretFile || o.jwtPublicKeyFile || o.jwksFile || o.tlsCa;
+  const tokens = o.staticTokens || o.jwtSecretFile || o.jwtPublicKeyFile || o.jwksFile;
+  const any = tokens || o.certRoles;
   if (o.insecureNoAuth) {
     if (any)
       throw new ConfigError(
-        '--insecure-no-auth cannot be combined with token, JWT or client-certificate options',
+        '--insecure-no-auth cannot be combined with token, JWT or certificate-role options',
       );
     return { mode: 'none' };
   }
   if (!any) {
     throw new ConfigError(
-      'no authentication configured: give --static-tokens FILE, a JWT key (--jwt-secret-file, --jwt-public-key-file, ' +
-        '--jwks-file) or mutual TLS (--tls-ca), or switch it off explicitly with --insecure-no-auth',
+      o.tlsCa
+        ? 'mutual TLS (--tls-ca) identifies callers by their certificates, but no certificate has a role: give --cert-roles FILE (lines "common-name: role"), or a token option (--static-tokens, a JWT key)'
+        : 'no authentication configured: give --static-tokens FILE, a JWT key (--jwt-secret-file, --jwt-public-key-file, ' +
+            '--jwks-file) or, with mutual TLS (--tls-ca), --cert-roles FILE; or switch it off explicitly with --insecure-no-auth',
     );
   }
+  if (o.certRoles && !o.tlsCa) {
+    throw new ConfigError(
+      '--cert-roles: certificates are only presented under mutual TLS: give --tls-cert, --tls-key and --tls-ca (or BERTH_TLS_*)',
+    );
+  }
+  const certRoles = o.certRoles ? await readCertRolesFile(o.certRoles) : undefined;
   return loadAuthOptions({
     mode: 'token',
     staticTokensFile: o.staticTokens,
@@ -113,6 +138,7 @@ export async function authFromFlags(o: ServeFlags): Promise<AuthOptions> {
     jwksFile: o.jwksFile,
     jwtIssuer: o.jwtIssuer,
     jwtAudience: o.jwtAudience,
+    ...(certRoles ? { certRoles } : {}),
   });
 }
 
@@ -133,9 +159,16 @@ export function registerSchedulerCommands(program: Command): void {
     .option('--jwks-file <file>', 'JWKS (JSON) for JWT bearer tokens')
     .option('--jwt-issuer <iss>', 'required JWT issuer')
     .option('--jwt-audience <aud>', 'required JWT audience')
-    .option('--tls-cert <file>', 'serve TLS with this certificate (PEM)')
-    .option('--tls-key <file>', 'private key of --tls-cert')
-    .option('--tls-ca <file>', 'CA bundle: require client certificates from it (mutual TLS)')
+    .option('--tls-cert <file>', 'serve TLS with this certificate (PEM; default: $BERTH_TLS_CERT)')
+    .option('--tls-key <file>', 'private key of --tls-cert (default: $BERTH_TLS_KEY)')
+    .option(
+      '--tls-ca <file>',
+      'CA bundle: require client certificates from it, mutual TLS (default: $BERTH_TLS_CA)',
+    )
+    .option(
+      '--cert-roles <file>',
+      'YAML lines "common-name: role": callers identified by their client certificate alone (mutual TLS; * = any)',
+    )
     .option(
       '--agent-signing-key <file>',
       "Ed25519 private key (PEM): signs each agent's own short-lived credential (the agents hold the public key)",
@@ -182,17 +215,30 @@ export function registerSchedulerCommands(program: Command): void {
       'no Nova: create a root provider per host (else wait for the compute node)',
     )
     .option('--placement-config <file>', 'Placement settings in a YAML file (the flags override it)')
-    .action(async (o: ServeFlags) => {
+    .action(async (flags: ServeFlags) => {
+      const o = tlsFromFlags(flags);
       const retention = retentionFromFlags(o);
-      const placement = await placementOptionsFromFlags(o);
+      // Only the --placement-* flags: any other (--db, --listen, the defaults) would turn Placement on.
+      const placement = await placementOptionsFromFlags({
+        placementConfig: o.placementConfig,
+        placementUrl: o.placementUrl,
+        placementAuth: o.placementAuth,
+        placementTokenFile: o.placementTokenFile,
+        placementAuthUrl: o.placementAuthUrl,
+        placementAppCredentialId: o.placementAppCredentialId,
+        placementAppCredentialSecretFile: o.placementAppCredentialSecretFile,
+        placementMode: o.placementMode,
+        placementCreateRoots: o.placementCreateRoots,
+      });
       const auth = await authFromFlags(o);
       const tls =
         o.tlsCert || o.tlsKey || o.tlsCa ? { cert: o.tlsCert, key: o.tlsKey, ca: o.tlsCa } : undefined;
       const agentToken = o.agentTokenFile ? (await readFile(o.agentTokenFile, 'utf8')).trim() : undefined;
       const agentSigningKey = o.agentSigningKey ? await readFile(o.agentSigningKey, 'utf8') : undefined;
       const hostPrincipals = o.hostPrincipals ? await readHostPrincipals(o.hostPrincipals) : undefined;
+      const db = dbLocation(o.db);
       const s = await Scheduler.start({
-        db: o.db,
+        db,
         listen: o.listen,
         auth,
         ...(tls ? { tls } : {}),
@@ -205,7 +251,7 @@ export function registerSchedulerCommands(program: Command): void {
       }).catch((err: unknown) => {
         const flags: Record<string, string> = { [o.listen]: '--listen' };
         if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
-        throw withListenHint(err, flags, 'another scheduler');
+        throw withDbPath(withListenHint(err, flags, 'another scheduler'), '--db', o.db, db);
       });
       const stop = () => void s.stop().then(() => process.exit(0));
       process.once('SIGTERM', stop);

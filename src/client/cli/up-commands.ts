@@ -1,6 +1,8 @@
 /** `berth up` and `berth sim …`: a working Berth on this machine, and simulated hosts for it. */
-import { readFile } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { constants } from 'node:fs';
+import { access, readFile } from 'node:fs/promises';
+import { delimiter, join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
@@ -9,9 +11,45 @@ import { type PlacementFlags, placementOptionsFromFlags } from '../../server/sch
 import { buildSimHost, demoHostDefinition, type SimHostDefinition } from '../../sim/host.js';
 import type { SimFault } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
-import { clientConfigPath, writeClientConfig } from '../client-config.js';
+import { clientConfigPath, clientConfigWritable, writeClientConfig } from '../client-config.js';
 import { startUp, type Up } from '../up/berth-up.js';
-import { withListenHint } from './listen-hint.js';
+import { UsageError } from '../usage-error.js';
+import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
+
+/** Whether `name` is an executable file in a directory of $PATH. */
+async function onPath(name: string): Promise<boolean> {
+  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
+    if (!dir) continue;
+    try {
+      await access(join(dir, name), constants.X_OK);
+      return true;
+    } catch {
+      // not here
+    }
+  }
+  return false;
+}
+
+/**
+ * The line suggesting a generic gRPC client against the scheduler, only
+ * with a tool this machine has: the checkout's buf (a dev dependency), buf
+ * or grpcurl on $PATH. An installed package ships neither, so it suggests
+ * none unless the user installed one.
+ */
+export async function grpcCurlHint(cli: string, endpoint: string): Promise<string | undefined> {
+  const checkoutBuf = fileURLToPath(new URL('../../../node_modules/.bin/buf', import.meta.url));
+  const exists = await access(checkoutBuf, constants.X_OK).then(
+    () => true,
+    () => false,
+  );
+  if (cli === 'bin/berth' && exists) {
+    return `  node_modules/.bin/buf curl --protocol grpc --http2-prior-knowledge --list-methods http://${endpoint}`;
+  }
+  if (await onPath('buf'))
+    return `  buf curl --protocol grpc --http2-prior-knowledge --list-methods http://${endpoint}`;
+  if (await onPath('grpcurl')) return `  grpcurl -plaintext ${endpoint} list`;
+  return undefined;
+}
 
 export function registerUpCommands(program: Command): void {
   program
@@ -68,6 +106,10 @@ export function registerUpCommands(program: Command): void {
         if (o.sysfsRoot && !agentConfig) {
           throw new ConfigError('--sysfs-root needs -c/--config with the device_spec entries to manage');
         }
+        // Fail before anything starts (and before any token is made) when the client
+        // configuration cannot be written: a service account's HOME, a read-only one.
+        const unwritable = await clientConfigWritable();
+        if (unwritable) throw new UsageError(unwritable);
         // Machine logs go to a file in the state directory; the terminal gets the friendly lines.
         const logFile = join(resolve(o.stateDir), 'berth-up.log');
         const logger = createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'info' }, logFile);
@@ -80,23 +122,33 @@ export function registerUpCommands(program: Command): void {
             agentConfig,
             logger,
             ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
-            ...(o.db ? { db: o.db } : {}),
+            ...(o.db ? { db: dbLocation(o.db) } : {}),
             ...(o.replicas !== undefined ? { replicas: o.replicas } : {}),
             ...(placement ? { placement } : {}),
           });
         } catch (err) {
           const flags: Record<string, string> = { [o.listen]: '--listen' };
           if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
-          throw withListenHint(err, flags, 'another berth up');
+          const listen = withListenHint(err, flags, 'another berth up');
+          throw o.db ? withDbPath(listen, '--db', o.db, dbLocation(o.db)) : listen;
         }
-        const configPath = await writeClientConfig({
-          endpoint: up.endpoint,
-          token: up.adminToken,
-          state_dir: up.stateDir,
-        });
+        // Every replica's endpoint: the CLI's channel moves to the next when one stops answering.
+        const endpoints = up.schedulers.map((x) => x.address).join(',');
+        let configPath: string;
+        try {
+          configPath = await writeClientConfig({
+            endpoint: endpoints,
+            token: up.adminToken,
+            state_dir: up.stateDir,
+          });
+        } catch (err) {
+          // Nothing may keep running (or keep the state directory locked) after a failed start.
+          await up.stop();
+          throw err;
+        }
         // How the user runs berth: bin/berth in a checkout (it says so), else the installed command.
         const cli = process.env.BERTH_CLI_NAME ?? 'berth';
-        const buf = cli === 'bin/berth' ? 'node_modules/.bin/buf' : 'buf';
+        const curl = await grpcCurlHint(cli, up.endpoint);
         const lines = [
           `Berth is up.`,
           `  scheduler  ${up.endpoint}   (state: ${up.stateDir})`,
@@ -115,7 +167,7 @@ export function registerUpCommands(program: Command): void {
           `  ${cli} demo`.padEnd(39) + '# the whole lifecycle, narrated',
           `  ${cli} device list`.padEnd(39) + '# every device, its state and cleanup action',
           `  ${cli} host list`,
-          `  ${buf} curl --protocol grpc --http2-prior-knowledge --list-methods http://${up.endpoint}`,
+          ...(curl ? [curl] : []),
           '',
           'Stop with Ctrl-C.',
         ];

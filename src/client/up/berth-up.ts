@@ -112,6 +112,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
   const schedulers: Scheduler[] = [];
   const agents: Agent[] = [];
   const sims: SimHost[] = [];
+  let tokens: UpTokens | undefined;
   try {
     // Every RPC stays authenticated, with credentials that survive a restart: one
     // agent token per host (it registers that host only) and per-host scheduler
@@ -122,7 +123,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
           demoHostDefinition(`sim-host-${k + 1}`, 0x3b + k * 0x20),
         );
     const realHost = options.sysfsRoot ? String(options.agentConfig?.host ?? hostname()) : null;
-    const tokens = await loadOrCreateUpTokens(stateDir, realHost ? [realHost] : simDefs.map((d) => d.host));
+    tokens = await loadOrCreateUpTokens(stateDir, realHost ? [realHost] : simDefs.map((d) => d.host));
     // The agents accept the admin's token and the scheduler's per-host credentials.
     const agentAuth = { static_tokens_file: tokens.file, scheduler_public_key_file: tokens.publicKeyFile };
     for (let i = 0; i < replicas; i++) {
@@ -153,7 +154,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
           listen: '127.0.0.1:0',
           scheduler: schedulerList,
           auth: agentAuth,
-          scheduler_token_file: tokens.agents.get(realHost)!.file,
+          scheduler_token_file: tokens.agents.get(realHost)?.file,
         },
         {},
         process.cwd(),
@@ -173,7 +174,7 @@ export async function startUp(options: UpOptions): Promise<Up> {
           scheduler: schedulerList,
           register_interval: 5,
           auth: agentAuth,
-          scheduler_token_file: tokens.agents.get(def.host)!.file,
+          scheduler_token_file: tokens.agents.get(def.host)?.file,
         });
         agents.push(await Agent.start({ config, logger, bootIdFile: sim.bootIdFile }));
       }
@@ -183,9 +184,10 @@ export async function startUp(options: UpOptions): Promise<Up> {
     // inventory, so "Berth is up" means the devices are there to be bound.
     const s = scheduler;
     await Promise.all(agents.map((a) => followed(s, a.config.host, a.inventory.list().length)));
+    const made = tokens;
     return {
-      adminToken: tokens.admin,
-      tokens,
+      adminToken: made.admin,
+      tokens: made,
       scheduler,
       schedulers,
       agents,
@@ -202,6 +204,8 @@ export async function startUp(options: UpOptions): Promise<Up> {
   } catch (err) {
     for (const a of agents) await a.stop();
     for (const x of schedulers) await x.stop();
+    // A start that failed leaves no new credentials behind (the next one makes them again).
+    await tokens?.rollback();
     lock.release();
     throw err;
   }

@@ -13,7 +13,7 @@
  *   host; each agent holds the public key and refuses any other audience.
  */
 import { generateKeyPairSync } from 'node:crypto';
-import { readFile, writeFile } from 'node:fs/promises';
+import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
 import {
@@ -37,6 +37,11 @@ export interface UpTokens {
   publicKeyFile: string;
   /** Whether this start made the tokens file (false: read from an earlier run). */
   created: boolean;
+  /**
+   * Puts every file this call wrote back as it was (removing the ones it
+   * made): a `berth up` that fails to start leaves no new token or key.
+   */
+  rollback(): Promise<void>;
 }
 
 const ADMIN_SUBJECT = 'berth-up-admin';
@@ -54,6 +59,39 @@ async function readOptional(path: string): Promise<string | null> {
 
 /** Reads the state directory's credentials, making (mode 0600) what is missing for `hosts`. */
 export async function loadOrCreateUpTokens(stateDir: string, hosts: readonly string[]): Promise<UpTokens> {
+  // Each file as it was before this call wrote it (null: it did not exist).
+  const before = new Map<string, string | null>();
+  const remember = async (path: string) => {
+    if (!before.has(path)) before.set(path, await readOptional(path));
+  };
+  const write = async (path: string, body: string, mode: number) => {
+    await remember(path);
+    await writeFile(path, body, { mode });
+  };
+  const rollback = async () => {
+    for (const [path, previous] of before) {
+      if (previous === null) await rm(path, { force: true });
+      else await writeFile(path, previous);
+    }
+  };
+  try {
+    return await loadOrCreate(stateDir, hosts, { remember, write }, rollback);
+  } catch (err) {
+    await rollback();
+    throw err;
+  }
+}
+
+async function loadOrCreate(
+  stateDir: string,
+  hosts: readonly string[],
+  files: {
+    remember: (path: string) => Promise<void>;
+    write: (path: string, body: string, mode: number) => Promise<void>;
+  },
+  rollback: () => Promise<void>,
+): Promise<UpTokens> {
+  const { remember, write } = files;
   const file = join(stateDir, 'tokens.yaml');
   const text = await readOptional(file);
   const created = text === null;
@@ -79,10 +117,13 @@ export async function loadOrCreateUpTokens(stateDir: string, hosts: readonly str
       changed = true;
     }
     const tokenFile = join(stateDir, `agent-${host}.token`);
-    await writeFile(tokenFile, `${t.token}\n`, { mode: 0o600 });
+    await write(tokenFile, `${t.token}\n`, 0o600);
     agents.set(host, { token: t.token, file: tokenFile });
   }
-  if (changed) await writeStaticTokenFile(file, tokens);
+  if (changed) {
+    await remember(file);
+    await writeStaticTokenFile(file, tokens);
+  }
 
   const keyFile = join(stateDir, 'scheduler-signing.pem');
   const publicKeyFile = join(stateDir, 'scheduler-signing.pub');
@@ -93,8 +134,8 @@ export async function loadOrCreateUpTokens(stateDir: string, hosts: readonly str
       publicKeyEncoding: { type: 'spki', format: 'pem' },
     });
     signingKey = pair.privateKey;
-    await writeFile(keyFile, pair.privateKey, { mode: 0o600 });
-    await writeFile(publicKeyFile, pair.publicKey, { mode: 0o644 });
+    await write(keyFile, pair.privateKey, 0o600);
+    await write(publicKeyFile, pair.publicKey, 0o644);
   }
   return {
     admin: find(ADMIN_SUBJECT, 'admin')!.token,
@@ -104,5 +145,6 @@ export async function loadOrCreateUpTokens(stateDir: string, hosts: readonly str
     signingKey,
     publicKeyFile,
     created,
+    rollback,
   };
 }

@@ -5,7 +5,7 @@
  */
 export { isValidPciAddress } from './address.js';
 export { compileMatcher, entryMatches, matchDevice } from './match.js';
-export { deviceSpecListSchema, parseBool, parseDeviceSpecs } from './parse.js';
+export { deviceSpecListSchema, exactAddress, parseBool, parseDeviceSpecs } from './parse.js';
 export { normalizeResourceClass, normalizeTrait } from './placement-names.js';
 export { deviceSpecInputSchema } from './schema.js';
 export type {

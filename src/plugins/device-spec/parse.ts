@@ -7,11 +7,11 @@
  */
 import { z } from 'zod';
 import { ConfigError } from '../../errors.js';
-import { hexValue, parseAddressGlob, parseAddressRegex } from './address.js';
+import { hexValue, parseAddressGlob, parseAddressRegex, singleAddressOf } from './address.js';
 import { closest, keyPath, show } from './messages.js';
 import { normalizeResourceClass, normalizeTrait } from './placement-names.js';
 import { JsonFloat, parsePythonJson, pyStrip } from './python-values.js';
-import { CLEANUP_KEYS, NOVA_KEYS } from './schema.js';
+import { CLEANUP_KEYS, HOST_KEYS, NOVA_KEYS } from './schema.js';
 import type { ClearAction, ClearStrategy, DeviceSpecEntry, ParseOptions } from './types.js';
 
 const CLEAR_ACTIONS: readonly ClearAction[] = ['auto', 'sanitize', 'zero'];
@@ -107,7 +107,9 @@ function parseTraits(value: unknown, where: string): string[] {
 }
 
 function parseEntry(raw: Record<string, unknown>, index: number, source: string, options: ParseOptions) {
-  const known: readonly string[] = options.cleanupKeys ? [...NOVA_KEYS, ...CLEANUP_KEYS] : NOVA_KEYS;
+  const known: readonly string[] = options.cleanupKeys
+    ? [...NOVA_KEYS, ...HOST_KEYS, ...CLEANUP_KEYS]
+    : [...NOVA_KEYS, ...HOST_KEYS];
   for (const key of Object.keys(raw)) {
     if (known.includes(key)) continue;
     let hint = '';
@@ -208,7 +210,44 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
   for (const key of ['trusted', 'remote_managed']) {
     if (has(key)) entry.attributes[key] = String(parseBool(raw[key], at(key)));
   }
+  parseHostKeys(raw, entry, at);
   return entry;
+}
+
+/**
+ * `allow_no_iommu` / `allow_host_device`: true only for an entry that names
+ * one function by its full address — the operator confirms it for that
+ * function, never for whatever a wildcard, a pattern or an interface name
+ * happens to match.
+ */
+function parseHostKeys(
+  raw: Record<string, unknown>,
+  entry: DeviceSpecEntry,
+  at: (key: string) => string,
+): void {
+  for (const [key, field] of [
+    ['allow_no_iommu', 'allowNoIommu'],
+    ['allow_host_device', 'allowHostDevice'],
+  ] as const) {
+    if (!Object.hasOwn(raw, key) || !parseBool(raw[key], at(key))) continue;
+    if (entry.address === null || singleAddressOf(entry.address) === null) {
+      throw new ConfigError(
+        `${at(key)}: true needs the entry to name one function by its full address (address: "0000:3d:00.0"), not ${
+          entry.address === null
+            ? entry.devname
+              ? 'devname'
+              : 'vendor and product ids alone'
+            : 'a wildcard or a pattern'
+        }: the operator confirms it for that function only`,
+      );
+    }
+    entry[field] = true;
+  }
+}
+
+/** The one address an entry names (an exact address glob, or an all-hex regex object), else null. */
+export function exactAddress(entry: DeviceSpecEntry): string | null {
+  return entry.address === null ? null : singleAddressOf(entry.address);
 }
 
 /**

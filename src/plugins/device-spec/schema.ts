@@ -41,6 +41,20 @@ export const novaEntryShape = {
   remote_managed: bool.describe('carried as a device attribute'),
 };
 
+/**
+ * Berth's own keys, for every driver: the operator's confirmation that one
+ * function, named by its full address, is offered although nothing isolates it
+ * from the host or the host uses it (src/plugins/host-use.ts).
+ */
+export const hostEntryShape = {
+  allow_no_iommu: bool.describe(
+    'offer the function this entry names by its full address although it has no IOMMU group (default false)',
+  ),
+  allow_host_device: bool.describe(
+    'offer the function this entry names by its full address although the host uses it: a mounted disk, an interface with an address or a route (default false)',
+  ),
+};
+
 /** The keys of drivers that clean devices (NVMe). */
 export const cleanupEntryShape = {
   clear_action: z.enum(['auto', 'sanitize', 'zero']).describe('NVMe: what scrubs the device (default auto)'),
@@ -51,11 +65,18 @@ export const cleanupEntryShape = {
 };
 
 export const NOVA_KEYS: readonly string[] = Object.keys(novaEntryShape);
+export const HOST_KEYS: readonly string[] = Object.keys(hostEntryShape);
 export const CLEANUP_KEYS: readonly string[] = Object.keys(cleanupEntryShape);
 
 /** One entry's input shape (for the JSON Schema). */
 export function deviceSpecEntrySchema(cleanupKeys: boolean) {
-  return z.strictObject(cleanupKeys ? { ...novaEntryShape, ...cleanupEntryShape } : novaEntryShape).partial();
+  return z
+    .strictObject(
+      cleanupKeys
+        ? { ...novaEntryShape, ...hostEntryShape, ...cleanupEntryShape }
+        : { ...novaEntryShape, ...hostEntryShape },
+    )
+    .partial();
 }
 
 /** What `device_spec:` accepts: an entry, a list of entries, and (as in nova.conf) entries as JSON strings. */

@@ -80,6 +80,16 @@ export interface DeviceSpecEntry {
   traits: string[];
   /** physical_network, trusted, remote_managed when given (booleans as 'true'/'false'). */
   attributes: Record<string, string>;
+  /**
+   * `allow_no_iommu: true`: the function the entry's exact address names is
+   * offered without an IOMMU group (absent = false; only with an exact address).
+   */
+  allowNoIommu?: true;
+  /**
+   * `allow_host_device: true`: the function the entry's exact address names is
+   * offered although the host uses it (absent = false; only with an exact address).
+   */
+  allowHostDevice?: true;
 }
 
 export interface ParseOptions {

@@ -9,9 +9,11 @@ import {
   compileMatcher,
   type DeviceSpecEntry,
   deviceSpecListSchema,
+  exactAddress,
   type FunctionLookup,
 } from '../device-spec/index.js';
 import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
+import { readHostUse } from '../host-use.js';
 import type {
   DiscoveredDevice,
   DiscoveryResult,
@@ -43,7 +45,14 @@ export async function readHostFunctions(
   ctx: HostContext,
   entries: readonly DeviceSpecEntry[],
 ): Promise<HostFunctions> {
-  const functions = await readPciFunctions(ctx.sysfsRoot);
+  const [functions, hostUse] = await Promise.all([
+    readPciFunctions(ctx.sysfsRoot),
+    readHostUse({ sysfsRoot: ctx.sysfsRoot, devRoot: ctx.devRoot, procRoot: ctx.procRoot ?? '/proc' }),
+  ]);
+  for (const f of functions) {
+    const use = hostUse.get(f.address);
+    if (use) f.hostUse = use;
+  }
   const byAddress = new Map(functions.map((f) => [f.address, f]));
   const netdevs = new Map<string, string | null>();
   await Promise.all(
@@ -79,9 +88,19 @@ export function baseTraits(entry: DeviceSpecEntry, extra: string[] = []): string
   return [...traits].sort();
 }
 
+/** Whether `entry` names `fn` by its full address (no wildcard), as the allow_* keys require. */
+function namesExactly(entry: DeviceSpecEntry, fn: PciFunction): boolean {
+  return exactAddress(entry) === fn.address;
+}
+
 /**
  * Why a matched function is not offered at all, or null. Shared by drivers
- * that build on PCI functions.
+ * that build on PCI functions. Besides the SR-IOV rules: a function without an
+ * IOMMU group (nothing isolates it from the host: the IOMMU is off, or the
+ * platform has none), and a function the host itself uses (its disk is
+ * mounted, its interface carries an address or a route) — each unless the
+ * entry names that function by its full address and says so
+ * (`allow_no_iommu: true`, `allow_host_device: true`).
  */
 export function exclusionReason(fn: PciFunction, entry: DeviceSpecEntry): string | null {
   if (fn.sriovNumVfs > 0) {
@@ -89,6 +108,12 @@ export function exclusionReason(fn: PciFunction, entry: DeviceSpecEntry): string
   }
   if (entry.oneTimeUse && fn.physfn) {
     return `one_time_use applies to PFs and plain functions, not to VFs (${entry.source})`;
+  }
+  if (fn.iommuGroup === null && !(entry.allowNoIommu && namesExactly(entry, fn))) {
+    return `no IOMMU group: nothing isolates the function from the host (is the IOMMU on? intel_iommu=on or amd_iommu=on); to offer it anyway, name it by its address with allow_no_iommu: true (${entry.source})`;
+  }
+  if (fn.hostUse && !(entry.allowHostDevice && namesExactly(entry, fn))) {
+    return `the host uses it: ${fn.hostUse.join('; ')}; to offer it anyway, name it by its address with allow_host_device: true (${entry.source})`;
   }
   return null;
 }
@@ -104,6 +129,9 @@ export function deviceFromFunction(
     fn.iommuGroup === null ? [] : (host.groups.get(fn.iommuGroup) ?? []).filter((a) => a !== fn.address);
   const attributes: Record<string, string> = { ...entry.attributes, device_spec: entry.source };
   if (fn.netdevs.length > 0) attributes.netdevs = fn.netdevs.join(',');
+  // Offered only because the operator said so for this function: shown where an operator looks.
+  if (fn.hostUse) attributes.host_use = fn.hostUse.join('; ');
+  if (fn.iommuGroup === null) attributes.iommu = 'none (allow_no_iommu)';
   return {
     address: fn.address,
     vendorId: fn.vendorId,

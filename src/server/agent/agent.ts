@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
 import type { Server } from 'node:http';
 import type { Logger } from 'pino';
-import { ConfigError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
+import { failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import type { GetAgentInfoResponse } from '../../gen/berth/agent/v1/agent.js';
 import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
@@ -18,13 +18,7 @@ import { MAX_MEDIA_KEY } from '../../plugins/pci/media-identity.js';
 import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
 import type { DiscoveredDevice, MediaRecord } from '../../plugins/types.js';
 import { BERTH_VERSION } from '../../version.js';
-import {
-  Authenticator,
-  type AuthOptions,
-  authInterceptor,
-  loadAuthOptions,
-  logAuthMode,
-} from '../grpc/auth.js';
+import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
 import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
 import { mediaRecordToProto } from '../media-proto.js';
@@ -32,7 +26,7 @@ import { Metrics, serveMetrics } from '../metrics.js';
 import { agentServiceBinding } from './agent-service.js';
 import { CleanupJournal } from './cleanup-journal.js';
 import { CleanupRunner } from './cleanup-runner.js';
-import type { AgentConfig } from './config.js';
+import { type AgentConfig, agentAuthOptions } from './config.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
 import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import type { ObserveResult } from './media-ledger.js';
@@ -115,6 +109,7 @@ export class Agent {
     const host = await PluginHost.load(config, {
       sysfsRoot: config.sysfsRoot,
       devRoot: config.devRoot,
+      procRoot: config.procRoot,
       stateDir: config.stateDir,
       hostname: config.host,
       runner: options.runner ?? new ExecRunner(),
@@ -183,8 +178,7 @@ export class Agent {
 
   private async serve(options: AgentOptions): Promise<void> {
     const cfg = this.config;
-    const authOptions =
-      options.auth ?? (cfg.auth ? await loadAuthOptions(cfg.auth, cfg.host) : requireAgentAuth(undefined));
+    const authOptions = options.auth ?? (await agentAuthOptions(cfg));
     const auth = new Authenticator(authOptions);
     const tls = cfg.tls ? await loadTls(cfg.tls) : undefined;
     const schedulerToken =
@@ -427,17 +421,4 @@ export class Agent {
     this.journal.close();
     this.logger.info('agent stopped');
   }
-}
-
-/**
- * The one place that decides what an agent without an `auth` section (and no
- * AgentOptions.auth) does: it refuses to serve. Only `auth: {mode: none}` /
- * `--insecure-no-auth` switch authentication off.
- */
-function requireAgentAuth(auth: AuthOptions | undefined): AuthOptions {
-  if (auth) return auth;
-  throw new ConfigError(
-    'auth: no authentication configured: give auth.static_tokens_file, a jwt_* key or cert_roles, ' +
-      'or switch it off explicitly with auth: {mode: none} / --insecure-no-auth',
-  );
 }

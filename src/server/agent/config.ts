@@ -33,7 +33,7 @@ import {
 import { ConfigError } from '../../errors.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
-import type { AuthFileOptions } from '../grpc/auth.js';
+import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
 
 export interface AgentConfig {
@@ -51,6 +51,8 @@ export interface AgentConfig {
   schedulers: string[];
   sysfsRoot: string;
   devRoot: string;
+  /** Root of procfs, where discovery reads the host's mounts and routes (plugins/host-use.ts). */
+  procRoot: string;
   stateDir: string;
   /** Seconds between rediscoveries. */
   discoveryInterval: number;
@@ -78,11 +80,14 @@ export interface ConfigOverrides {
   scheduler?: string;
   sysfsRoot?: string;
   devRoot?: string;
+  procRoot?: string;
   stateDir?: string;
   nvmeCli?: string;
   discoveryInterval?: number;
   /** `--insecure-no-auth`: the explicit way to serve without authentication. */
   insecureNoAuth?: boolean;
+  /** `--cert-roles FILE` (read): client-certificate common name → role, in place of `auth.cert_roles`. */
+  certRoles?: Record<string, string>;
 }
 
 /** The key under which a driver's section is found: the name, or a module's file stem. */
@@ -191,6 +196,11 @@ export const agentConfigSchema = z.object({
     ),
   sysfs_root: text().nullish().describe('root of sysfs (default /sys); it must hold bus/pci/devices'),
   dev_root: text().nullish().describe('root of device nodes (default /dev)'),
+  proc_root: text()
+    .nullish()
+    .describe(
+      "root of procfs (default /proc): the host's mounts and routes, so discovery never offers a function the host uses",
+    ),
   state_dir: text().nullish().describe('where the cleanup journal lives (default /var/lib/berth)'),
   discovery_interval: seconds(...DURATION_RANGES.discovery_interval)
     .nullish()
@@ -228,8 +238,13 @@ function withOverrides(raw: Record<string, unknown>, o: ConfigOverrides): Record
   set('scheduler', o.scheduler);
   set('sysfs_root', o.sysfsRoot);
   set('dev_root', o.devRoot);
+  set('proc_root', o.procRoot);
   set('state_dir', o.stateDir);
   set('discovery_interval', o.discoveryInterval);
+  if (o.certRoles) {
+    const auth = doc.auth && typeof doc.auth === 'object' ? (doc.auth as Record<string, unknown>) : {};
+    doc.auth = { ...auth, cert_roles: o.certRoles };
+  }
   if (o.insecureNoAuth) doc.auth = { mode: 'none' };
   return doc;
 }
@@ -302,6 +317,7 @@ export function parseAgentConfig(
     schedulers: schedulerList(c.scheduler),
     sysfsRoot: resolve(baseDir, c.sysfs_root ?? '/sys'),
     devRoot: resolve(baseDir, c.dev_root ?? '/dev'),
+    procRoot: resolve(baseDir, c.proc_root ?? '/proc'),
     stateDir: resolve(baseDir, c.state_dir ?? '/var/lib/berth'),
     discoveryInterval: c.discovery_interval ?? 10,
     registerInterval: c.register_interval ?? 15,
@@ -319,6 +335,20 @@ export function parseAgentConfig(
       : null,
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
   };
+}
+
+/**
+ * What `agent serve` authenticates its callers with, read from the `auth`
+ * section — or the refusal when there is none (only `auth: {mode: none}` /
+ * `--insecure-no-auth` switch authentication off). The dry run asks the
+ * same, so it fails on every configuration `serve` would refuse.
+ */
+export async function agentAuthOptions(config: AgentConfig): Promise<AuthOptions> {
+  if (config.auth) return loadAuthOptions(config.auth, config.host);
+  throw new ConfigError(
+    'auth: no authentication configured: give auth.static_tokens_file, a jwt_* key or cert_roles (--cert-roles), ' +
+      'or switch it off explicitly with auth: {mode: none} / --insecure-no-auth',
+  );
 }
 
 /** Reads and validates a config file. */

@@ -8,6 +8,7 @@
  */
 import { type ChannelCredentials, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import { Backoff, CHANNEL_OPTIONS } from '../../client/channel.js';
 import {
   type RegisterRequest,
   RegistrationServiceClient,
@@ -32,6 +33,8 @@ export class RegistrationLoop {
   private current = 0;
   private timer: NodeJS.Timeout | null = null;
   private failures = 0;
+  /** Between failed attempts: 500 ms doubling to 30 s, jittered, never beyond the heartbeat interval. */
+  private readonly backoff = new Backoff(500, 30_000);
   private stopped = false;
   /** Resolves at the first successful registration. */
   readonly registered: Promise<void>;
@@ -41,15 +44,13 @@ export class RegistrationLoop {
     if (options.schedulers.length === 0) throw new Error('RegistrationLoop needs a scheduler address');
     this.clients = options.schedulers.map(
       (address) =>
-        new RegistrationServiceClient(address, options.credentials ?? credentials.createInsecure(), {
-          'grpc.keepalive_time_ms': 20_000,
-          'grpc.keepalive_timeout_ms': 10_000,
-          // gRPC's default reconnect backoff grows to 120 s: after a long outage
-          // the agent would wait that long between attempts, far beyond a
-          // heartbeat. Same bounds as the scheduler's AgentLink (CLIENT_OPTIONS).
-          'grpc.initial_reconnect_backoff_ms': 200,
-          'grpc.max_reconnect_backoff_ms': 5_000,
-        }),
+        new RegistrationServiceClient(
+          address,
+          options.credentials ?? credentials.createInsecure(),
+          // Keepalive and a reconnect backoff bounded at 5 s (gRPC's default grows
+          // to 120 s, far beyond a heartbeat): the channel module's, as every client's.
+          CHANNEL_OPTIONS,
+        ),
     );
     this.registered = new Promise((resolve) => {
       this.markRegistered = resolve;
@@ -90,11 +91,11 @@ export class RegistrationLoop {
       if (this.failures > 0) this.options.logger.info({ scheduler }, 'registered with the scheduler again');
       else this.options.logger.debug({ scheduler }, 'registered with the scheduler');
       this.failures = 0;
+      this.backoff.reset();
       this.markRegistered();
     } catch (err) {
       this.failures++;
-      const base = Math.min(30_000, 250 * 2 ** Math.min(this.failures, 7));
-      delay = Math.min(this.options.intervalMs, base / 2 + Math.random() * (base / 2));
+      delay = Math.min(this.options.intervalMs, this.backoff.next());
       // Another scheduler on the same database may answer: try it next.
       this.current = (this.current + 1) % this.clients.length;
       const log = this.failures === 1 || this.failures % 10 === 0 ? 'warn' : 'debug';

@@ -197,6 +197,44 @@ export function isRole(v: unknown): v is Role {
 const MIN_STATIC_TOKEN = 16;
 
 /**
+ * A certificate roles file (`--cert-roles`): YAML lines `CN: role`, the
+ * client certificate's subject common name (or `*`, any certificate the CA
+ * verified) to one role. For deployments that identify callers by
+ * certificate alone (docs/security.md).
+ */
+export async function readCertRolesFile(path: string, flag = '--cert-roles'): Promise<Record<string, Role>> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${flag} ${path}: cannot read it: ${(err as Error).message}`);
+  }
+  let doc: unknown;
+  try {
+    doc = parseStrictYaml(text);
+  } catch (err) {
+    throw new ConfigError(`${flag} ${path}: not valid YAML: ${(err as Error).message}`);
+  }
+  if (doc === null || doc === undefined) doc = {};
+  if (typeof doc !== 'object' || Array.isArray(doc)) {
+    throw new ConfigError(`${flag} ${path}: expected lines of "common-name: role"`);
+  }
+  const out: Record<string, Role> = Object.create(null);
+  for (const [cn, role] of Object.entries(doc as Record<string, unknown>)) {
+    if (!isRole(role)) {
+      throw new ConfigError(
+        `${flag} ${path}: ${cn}: unknown role ${JSON.stringify(role)} (roles: ${ROLES.join(', ')})`,
+      );
+    }
+    out[cn] = role;
+  }
+  if (Object.keys(out).length === 0) {
+    throw new ConfigError(`${flag} ${path}: no certificate is given a role (lines "common-name: role")`);
+  }
+  return out;
+}
+
+/**
  * Static tokens file: YAML mapping token → role, a list of roles, or
  * `{roles|role, subject}`. The plain form is just lines of `token: role`.
  */

@@ -4,12 +4,12 @@
  * generator. Cancellation reaches the handler as an AbortSignal; every thrown
  * error goes through toServiceError, so a client never sees UNKNOWN.
  */
-import type {
-  handleServerStreamingCall,
-  handleUnaryCall,
+import {
+  type handleServerStreamingCall,
+  type handleUnaryCall,
   Metadata,
-  ServerUnaryCall,
-  ServerWritableStream,
+  type ServerUnaryCall,
+  type ServerWritableStream,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Encoded } from './encoded.js';
@@ -59,6 +59,9 @@ export function serverStream<Req, Res>(
 ): handleServerStreamingCall<Req, Res> {
   return (call) => {
     const ctx = contextFor(call as ServerWritableStream<unknown, unknown>, method, logger);
+    // Headers go out at once: a client knows its stream is open (a watch that
+    // reconnected says so) before the first message, which may be far off.
+    call.sendMetadata(new Metadata());
     void (async () => {
       try {
         for await (const msg of fn(call.request, ctx)) {

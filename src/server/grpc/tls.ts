@@ -13,7 +13,8 @@
  */
 import { readFile } from 'node:fs/promises';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
-import { type ChannelCredentials, credentials, ServerCredentials } from '@grpc/grpc-js';
+import { type ChannelCredentials, ServerCredentials } from '@grpc/grpc-js';
+import { channelCredentials as clientChannelCredentials } from '../../client/channel.js';
 import { ConfigError } from '../../errors.js';
 
 export interface TlsFiles {
@@ -81,8 +82,7 @@ export function serverCredentials(tls: TlsPems): ServerCredentials {
 
 /** Client credentials: verify the server with `ca` (or the system roots), present cert+key if given. */
 export function channelCredentials(tls: TlsPems | undefined): ChannelCredentials {
-  if (!tls) return credentials.createInsecure();
-  return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null);
+  return clientChannelCredentials(tls);
 }
 
 /** The names a certificate is for: its CN and its DNS subject alternative names. */
@@ -104,8 +104,7 @@ export function certificateNames(cert: PeerCertificate): string[] {
  * agent's endpoint as its own gets no link, even with mutual TLS alone.
  */
 export function agentChannelCredentials(tls: TlsPems | undefined, host: string): ChannelCredentials {
-  if (!tls) return credentials.createInsecure();
-  return credentials.createSsl(tls.ca ?? null, tls.key ?? null, tls.cert ?? null, {
+  return clientChannelCredentials(tls, {
     checkServerIdentity(hostname, cert) {
       const usual = checkServerIdentity(hostname, cert);
       if (usual) return usual;

@@ -4,10 +4,13 @@ generate, not only for Berth's own TypeScript one.
 
 Usage: lifecycle.py GEN_DIR ENDPOINT HOST [TOKEN]
 Prints one JSON object with what it observed; exits non-zero on any failure.
+Every name and request id it creates carries a run id, and it deletes its
+profile at the end: it can run again against the same scheduler.
 """
 import json
 import sys
 import time
+import uuid
 
 sys.path.insert(0, sys.argv[1])
 
@@ -24,6 +27,9 @@ from berth.agent.v1 import agent_pb2  # noqa: E402
 endpoint, host = sys.argv[2], sys.argv[3]
 token = sys.argv[4] if len(sys.argv) > 4 else ""
 md = [("authorization", "Bearer " + token)] if token else []
+run = uuid.uuid4().hex[:8]
+profile_name = "py-nvme-block-" + run
+instance = "py-vm-" + run
 
 channel = grpc.insecure_channel(endpoint)
 profiles = prof_grpc.ProfileServiceStub(channel)
@@ -33,7 +39,7 @@ devices = dev_grpc.DeviceServiceStub(channel)
 profiles.CreateProfile(
     prof_pb.CreateProfileRequest(
         profile=prof_pb.Profile(
-            name="py-nvme-block",
+            name=profile_name,
             groups=[prof_pb.RequestGroup(vendor_id="144d", product_id="a824",
                                          required_traits=["HW_NVME_BES"],
                                          forbidden_traits=["HW_NVME_CES"], count=1)],
@@ -42,13 +48,13 @@ profiles.CreateProfile(
     metadata=md, timeout=10,
 )
 created = arqs.CreateAcceleratorRequests(
-    arq_pb.CreateAcceleratorRequestsRequest(profile_name="py-nvme-block", request_id="py-1"),
+    arq_pb.CreateAcceleratorRequestsRequest(profile_name=profile_name, request_id="py-" + run),
     metadata=md, timeout=10,
 )
 arq = created.accelerator_requests[0]
 bound = arqs.BindAcceleratorRequests(
     arq_pb.BindAcceleratorRequestsRequest(
-        bindings=[arq_pb.ArqBinding(arq_uuid=arq.uuid, instance_uuid="py-vm-1", host=host)]
+        bindings=[arq_pb.ArqBinding(arq_uuid=arq.uuid, instance_uuid=instance, host=host)]
     ),
     metadata=md, timeout=10,
 ).accelerator_requests[0]
@@ -67,7 +73,7 @@ try:
 except grpc.RpcError as e:
     not_found = e.code().name
 
-arqs.DeleteAcceleratorRequests(arq_pb.DeleteAcceleratorRequestsRequest(instance_uuid="py-vm-1"), metadata=md, timeout=10)
+arqs.DeleteAcceleratorRequests(arq_pb.DeleteAcceleratorRequestsRequest(instance_uuid=instance), metadata=md, timeout=10)
 phases = []
 for msg in devices.WatchCleanup(dev_pb.WatchCleanupRequest(device=ref), metadata=md, timeout=60):
     phases.append(agent_pb2.CleanupPhase.Name(msg.event.phase))
@@ -78,6 +84,8 @@ while True:
     if dev.device_state == device_pb2.DEVICE_STATE_AVAILABLE or time.time() > deadline:
         break
     time.sleep(0.2)
+
+profiles.DeleteProfile(prof_pb.DeleteProfileRequest(name=profile_name), metadata=md, timeout=10)
 
 print(json.dumps({
     "address": dev.address,

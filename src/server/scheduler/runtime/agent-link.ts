@@ -14,6 +14,7 @@ import {
   status,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import { CHANNEL_OPTIONS } from '../../../client/channel.js';
 import {
   AgentServiceClient,
   type CleanupDeviceResponse,
@@ -37,14 +38,14 @@ import type { Store } from '../store/store.js';
 import { Backoff, sleep } from './backoff.js';
 import type { EventHub } from './event-hub.js';
 
+/**
+ * The channel module's options (keepalive, reconnect backoff), with one host's
+ * largest inventory message as the receive limit (domain/inventory-bounds.ts
+ * HOST_INFLOW_LIMITS).
+ */
 export const CLIENT_OPTIONS = {
-  'grpc.keepalive_time_ms': 20_000,
-  'grpc.keepalive_timeout_ms': 10_000,
-  'grpc.keepalive_permit_without_calls': 1,
-  // One host's largest inventory message (domain/inventory-bounds.ts HOST_INFLOW_LIMITS).
+  ...CHANNEL_OPTIONS,
   'grpc.max_receive_message_length': HOST_INFLOW_LIMITS.messageBytes,
-  'grpc.initial_reconnect_backoff_ms': 200,
-  'grpc.max_reconnect_backoff_ms': 5_000,
 };
 
 /** How a scheduler reaches one host's agent: the channel and the credential it presents. */
