@@ -20,6 +20,7 @@
  * failure; keep it in vectors.json (or regex-vectors.json) once its cause is
  * fixed or documented, so it runs on every later run too.
  */
+
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -27,6 +28,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { translatePythonRegex } from '../../src/plugins/device-spec/python-regex.js';
 import { JsonFloat, parsePythonJson } from '../../src/plugins/device-spec/python-values.js';
+import { writeSimProc } from '../../src/sim/host-use.js';
 import { SysfsBuilder } from '../../src/sim/sysfs/builder.js';
 import {
   agentConfigText,
@@ -89,6 +91,7 @@ async function buildFixedHost(root: string): Promise<Host> {
   await b.addNetdev(vfs[0]!, 'enp59s0f0v0');
   return {
     root,
+    procRoot: await writeSimProc(root),
     netdevs: ['eth0', 'enp59s0f0', 'enp59s0f0v0'],
     functions: [
       { address: '0000:0a:00.0', vendorId: '8086', productId: '1572', physfn: null, totalVfs: 0 },

@@ -136,7 +136,19 @@ export function deviceRecord(d: DeviceView): string {
     attributes: Object.entries(d.attributes)
       .map(([k, v]) => `${k}=${v}`)
       .join(', '),
+    media: d.media ? mediaLine(d.media) : '-',
   });
+}
+
+/** A media identity in one wrappable line: `key=…, kind=…, serial=…, namespace 1 nguid=…`. */
+function mediaLine(m: NonNullable<DeviceView['media']>): string {
+  const { namespaces, ...fields } = m;
+  return [
+    ...Object.entries(fields).map(([k, v]) => `${k}=${v}`),
+    ...(namespaces ?? []).map(({ nsid, ...ids }) =>
+      [`namespace ${nsid}`, ...Object.entries(ids).map(([k, v]) => `${k}=${v}`)].join(' '),
+    ),
+  ].join(', ');
 }
 
 /** NOT_FOUND naming the known hosts when `host` is not one (a list filtered by a typo is not empty by chance). */

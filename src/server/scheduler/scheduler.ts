@@ -248,6 +248,8 @@ export class Scheduler {
         })
       : null;
     core.placement = placement;
+    // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
+    if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
     const services = [
       registrationServiceBinding(core),
       hostServiceBinding(core),

@@ -124,6 +124,20 @@ export async function startPlacement(
     devicesOfProvider: (uuid) =>
       reporter ? reporter.devicesOfProvider(uuid) : (cleaner?.devicesOfProvider(uuid) ?? []),
     sync: ({ dryRun }) => (reporter ? reporter.sync(dryRun) : cleaner!.sync(dryRun)),
+    async heldOutside(d) {
+      if (!cleaner) return null;
+      const rp = cleaner.deviceProvider(d);
+      if (!rp) return 'Nova may be using it: its Placement provider has not been read yet';
+      try {
+        const { consumers } = await api.allocations(rp.providerUuid);
+        const held = Object.keys(consumers);
+        return held.length > 0
+          ? `Nova uses it: Placement holds allocations of ${held.join(', ')} against provider ${rp.providerName}`
+          : null;
+      } catch (err) {
+        return `Placement cannot say whether Nova uses it (${(err as Error).message})`;
+      }
+    },
     start() {
       reporter?.start();
       cleaner?.start();

@@ -110,6 +110,14 @@ export interface PlacementPort {
   deviceProvider(device: DeviceRecord): DeviceProviderInfo | null;
   /** Provider uuid → the devices it stands for (Cyborg's device_rp_uuid); [] when none. */
   devicesOfProvider(providerUuid: string): Array<{ deviceUuid: string; host: string; address: string }>;
+  /**
+   * Why a cleanup Berth starts on its own (a media never cleaned, or reported
+   * dirty) must wait because someone outside Berth may be using the device:
+   * in mode clean-one-time-use, Nova owns the devices, so a device whose
+   * provider holds allocations — or whose provider Berth cannot ask about — is
+   * never scrubbed under its instance. null when nothing stops it.
+   */
+  heldOutside(device: DeviceRecord): Promise<string | null>;
   /** A full pass now: with dryRun, what it would change (nothing written). */
   sync(options: { dryRun: boolean }): Promise<PlacementChange[]>;
   /** Starts following Berth's changes (once the scheduler knows which hosts it reaches). */

@@ -20,6 +20,9 @@ import type { EventHub } from './event-hub.js';
 
 export const CLEANUP_FEATURE = 'cleanup.v1';
 
+/** How often a cleanup held back by its gate (placement/: Nova may use the device) is looked at again. */
+const GATE_RETRY_MS = 5_000;
+
 export function eventFromAgent(e: AgentEvent): CleanupEvent | null {
   const phase = cleanupPhaseFromProto(e.phase);
   if (!phase) return null;
@@ -102,6 +105,19 @@ export class CleanupDispatcher {
   }
 
   private wakeTimer: NodeJS.Timeout | null = null;
+  private gate: ((device: DeviceRecord) => Promise<string | null>) | null = null;
+  private readonly gated = new Map<string, NodeJS.Timeout>();
+
+  /**
+   * Cleanups Berth starts on its own (origin `media` or `agent`: a media
+   * never cleaned, or reported dirty) first ask `gate` whether someone outside
+   * Berth may be using the device (Nova, placement/); while it says why, the
+   * job waits and is looked at again every GATE_RETRY_MS. Cleanups a release
+   * or an operator asked for are not gated: Berth itself let go of the device.
+   */
+  setGate(gate: (device: DeviceRecord) => Promise<string | null>): void {
+    this.gate = gate;
+  }
 
   /** Something changed in the database: look at the backlog soon (changes in a burst coalesce into one look). */
   wake(delayMs = 100): void {
@@ -135,6 +151,21 @@ export class CleanupDispatcher {
       this.hub.notify();
       log.error('agent cannot clean; device moved to error');
       return;
+    }
+    if (this.gate && job.state === 'queued' && (job.origin === 'media' || job.origin === 'agent')) {
+      const why = await this.gate(device).catch((err: Error) => `cannot tell who uses it (${err.message})`);
+      if (why) {
+        log.info({ waitsFor: why }, 'cleanup waits: the device may be in use outside Berth');
+        if (!this.gated.has(job.jobId) && !this.stopped) {
+          const t = setTimeout(() => {
+            this.gated.delete(job.jobId);
+            void this.dispatchBacklog(job.host);
+          }, GATE_RETRY_MS);
+          t.unref();
+          this.gated.set(job.jobId, t);
+        }
+        return;
+      }
     }
     this.following.add(job.jobId);
     try {
@@ -204,5 +235,7 @@ export class CleanupDispatcher {
   stop(): void {
     this.stopped = true;
     if (this.wakeTimer) clearTimeout(this.wakeTimer);
+    for (const t of this.gated.values()) clearTimeout(t);
+    this.gated.clear();
   }
 }
