@@ -38,6 +38,7 @@ export interface UpgradeBackend {
 }
 
 const T0 = '2026-01-01T00:00:00.000Z';
+const nvme = validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] });
 const T1 = '2026-01-02T00:00:00.000Z';
 
 /** A device record as written before media were followed and proofs existed. */
@@ -144,15 +145,7 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
         uuid: 'old-arq',
         profileName: 'nvme',
         groupId: 0,
-        group: {
-          resourceClass: 'CUSTOM_NVME_144D_A808',
-          vendorId: '',
-          productId: '',
-          requiredTraits: [],
-          forbiddenTraits: [],
-          liveMigratable: 'unset',
-          count: 1,
-        },
+        group: nvme.groups[0]!,
         state: 'initial',
         instanceUuid: null,
         host: null,
@@ -198,9 +191,7 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
       });
 
       // It serves: the old device binds, and a new event follows the old one.
-      await store.createProfile(
-        validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] }),
-      );
+      await store.createProfile(nvme);
       const [fresh] = await store.createArqs({ profileName: 'nvme' });
       const bound = await store.bindArqs([{ arqUuid: fresh!.uuid, instanceUuid: 'vm-1', host: 'h1' }]);
       expect(bound.devices.map((d) => [d.uuid, d.deviceState, d.generation])).toEqual([

@@ -105,7 +105,8 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   deleteIdempotencyKey: null,
 };
 
-type Method = (...args: unknown[]) => Promise<unknown>;
+/** A port method; none takes more than three arguments. */
+type Method = (a?: unknown, b?: unknown, c?: unknown) => Promise<unknown>;
 
 /** A unit whose reads return up-to-date records; every call goes to `unit`. */
 class UpgradingUnit {
@@ -115,15 +116,14 @@ class UpgradingUnit {
 // One forwarder per port method on the prototype, built once: a call costs
 // one more function call, and a `then` only where a record may be old.
 for (const [name, upgrade] of Object.entries(UPGRADES) as Array<[string, ((r: unknown) => unknown) | null]>) {
-  const call = (self: UpgradingUnit, args: unknown[]) =>
-    ((self.unit as unknown as Record<string, Method>)[name] as Method).apply(self.unit, args);
+  const method = (u: UnitOfWork) => (u as unknown as Record<string, Method>)[name]!;
   Object.defineProperty(UpgradingUnit.prototype, name, {
     value: upgrade
-      ? function (this: UpgradingUnit, ...args: unknown[]) {
-          return call(this, args).then(upgrade);
+      ? function (this: UpgradingUnit, a?: unknown, b?: unknown, c?: unknown) {
+          return method(this.unit).call(this.unit, a, b, c).then(upgrade);
         }
-      : function (this: UpgradingUnit, ...args: unknown[]) {
-          return call(this, args);
+      : function (this: UpgradingUnit, a?: unknown, b?: unknown, c?: unknown) {
+          return method(this.unit).call(this.unit, a, b, c);
         },
   });
 }
