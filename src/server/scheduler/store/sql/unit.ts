@@ -233,9 +233,9 @@ export class SqlUnit implements UnitOfWork {
 
   async putDevice(rec: DeviceRecord, previousGeneration: number | null): Promise<void> {
     const json = JSON.stringify(rec);
+    // Not host and address: a uuid names one (host, address) for good, and
+    // SQLite rewrites the entries of every index whose columns an UPDATE sets.
     const columns = [
-      rec.host,
-      rec.address,
       rec.type,
       rec.resourceClass,
       rec.vendorId,
@@ -252,11 +252,11 @@ export class SqlUnit implements UnitOfWork {
             `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group,
                device_state, generation, media_key, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT DO NOTHING`,
-            [rec.uuid, ...columns],
+            [rec.uuid, rec.host, rec.address, ...columns],
           )
         : this.w().run(
-            `UPDATE devices SET host = ?, address = ?, type = ?, resource_class = ?, vendor_id = ?, product_id = ?,
-               iommu_group = ?, device_state = ?, generation = ?, media_key = ?, record = ?
+            `UPDATE devices SET type = ?, resource_class = ?, vendor_id = ?, product_id = ?, iommu_group = ?,
+               device_state = ?, generation = ?, media_key = ?, record = ?
              WHERE uuid = ? AND generation = ?`,
             [...columns, rec.uuid, previousGeneration],
           );
