@@ -472,7 +472,7 @@ export function mediaNeedsCleaning(d: DeviceRecord, jobId: string): DeviceRecord
 
 /** Settling its media decided why the media keeps the device out ('' for nothing) and whether it is burned. */
 export function mediaSettled(d: DeviceRecord, mediaReason: string, burned: boolean): DeviceRecord {
-  if ((d.mediaReason ?? '') === mediaReason && d.burned === burned) return d;
+  if (d.mediaReason === mediaReason && d.burned === burned) return d;
   return settle(d, { mediaReason, burned });
 }
 

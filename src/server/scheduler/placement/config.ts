@@ -139,7 +139,10 @@ async function secretFile(path: string, key: string): Promise<string> {
  * asks for Placement (no URL, no file, no auth: Placement stays off).
  */
 export async function placementOptionsFromFlags(flags: PlacementFlags): Promise<PlacementOptions | null> {
-  const any = Object.entries(flags).some(([, v]) => v !== undefined && v !== false);
+  // Only the placement flags count: the CLI passes all of `scheduler serve`'s options (with their defaults).
+  const any = Object.entries(flags).some(
+    ([k, v]) => k.startsWith('placement') && v !== undefined && v !== false,
+  );
   if (!any) return null;
   let doc: Record<string, unknown> = {};
   let base = process.cwd();

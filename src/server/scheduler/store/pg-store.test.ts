@@ -5,14 +5,17 @@
  * path names its own database, so a reopen finds what was acknowledged.
  */
 import { createHash } from 'node:crypto';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
 import { runMediaContract } from './media-contract.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
+import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { runStoreContract } from './store-contract.js';
 import { runUnitOfWorkContract } from './unit-of-work-contract.js';
+import { runUpgradeContract } from './upgrade-contract.js';
 
 const usable = available(postgresServer(), 'the PostgreSQL store contract');
 
@@ -36,6 +39,61 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
     const db = new PgDatabase(await databaseFor(path));
     await db.migrate();
     return db;
+  });
+  runUpgradeContract('postgres', {
+    async legacy(path, upTo) {
+      // As PgDatabase.migrate did before the one schema sequence: one transaction, each migration recorded.
+      const client = new pg.Client({ connectionString: await databaseFor(path) });
+      await client.connect();
+      await client.query('BEGIN');
+      await client.query(
+        'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)',
+      );
+      for (const m of LEGACY_PG_MIGRATIONS.filter((m) => m.version <= upTo)) {
+        await client.query(m.sql);
+        await client.query('INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)', [
+          m.version,
+          m.name,
+          new Date().toISOString(),
+        ]);
+      }
+      await client.query('COMMIT');
+      return {
+        exec: async (sql, params = []) => {
+          let n = 0;
+          await client.query(
+            sql.replace(/\?/g, () => `$${++n}`),
+            params,
+          );
+        },
+        close: () => client.end(),
+      };
+    },
+    open: async (path, options) => openPgStore(await databaseFor(path), options),
+    async structure(path) {
+      const client = new pg.Client({ connectionString: await databaseFor(path) });
+      await client.connect();
+      try {
+        const lines = async (sql: string) =>
+          (await client.query<{ line: string }>(sql)).rows.map((r) => r.line);
+        return [
+          ...(await lines(
+            `SELECT format('column %s.%s #%s %s null=%s identity=%s default=%s', table_name, column_name,
+               ordinal_position, data_type, is_nullable, is_identity, column_default) AS line
+             FROM information_schema.columns WHERE table_schema = 'public'`,
+          )),
+          ...(await lines(
+            "SELECT format('index %s: %s', indexname, indexdef) AS line FROM pg_indexes WHERE schemaname = 'public'",
+          )),
+          ...(await lines(
+            `SELECT format('constraint %s on %s: %s', conname, conrelid::regclass, pg_get_constraintdef(oid)) AS line
+             FROM pg_constraint WHERE connamespace = 'public'::regnamespace`,
+          )),
+        ].sort();
+      } finally {
+        await client.end();
+      }
+    },
   });
 
   describe('link leases (several schedulers on one database)', () => {

@@ -6,13 +6,53 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import { facts } from '../domain/test-fixtures.js';
 import { runMediaContract } from './media-contract.js';
+import { LEGACY_SQLITE_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { openSqliteStore, SqliteDatabase } from './sqlite-store.js';
 import { runStoreContract } from './store-contract.js';
 import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.js';
+import { runUpgradeContract } from './upgrade-contract.js';
 
 runStoreContract('sqlite', (path, options) => openSqliteStore(path, options));
 runMediaContract('sqlite', (path, options) => openSqliteStore(path, options));
 runUnitOfWorkContract('sqlite', async (path) => new SqliteDatabase(path));
+runUpgradeContract('sqlite', {
+  async legacy(path, upTo) {
+    // As SqliteDatabase did before the one schema sequence: each migration once, recorded.
+    const db = new Database(path);
+    db.pragma('journal_mode = WAL');
+    db.exec(
+      'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)',
+    );
+    for (const m of LEGACY_SQLITE_MIGRATIONS.filter((m) => m.version <= upTo)) {
+      db.exec(m.sql);
+      db.prepare('INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)').run(
+        m.version,
+        m.name,
+        new Date().toISOString(),
+      );
+    }
+    return {
+      exec: async (sql, params = []) => {
+        db.prepare(sql).run(...params.map((v) => (typeof v === 'boolean' ? Number(v) : v)));
+      },
+      close: async () => void db.close(),
+    };
+  },
+  open: (path, options) => openSqliteStore(path, options),
+  async structure(path) {
+    const db = new Database(path, { readonly: true });
+    try {
+      const rows = db
+        .prepare(
+          "SELECT type, name, tbl_name, sql FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' ORDER BY name",
+        )
+        .all() as Array<{ type: string; name: string; tbl_name: string; sql: string }>;
+      return rows.map((r) => `${r.type} ${r.name} on ${r.tbl_name}: ${r.sql.replace(/\s+/g, ' ')}`);
+    } finally {
+      db.close();
+    }
+  },
+});
 
 describe('SqliteStore specifics', () => {
   it('uses WAL, records each migration once, and allocation reads through the host index', async () => {
@@ -36,7 +76,7 @@ describe('SqliteStore specifics', () => {
       try {
         expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
         const rows = db.prepare('SELECT version FROM schema_migrations').all() as Array<{ version: number }>;
-        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 5]);
+        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5]);
         const plan = db
           .prepare(
             "EXPLAIN QUERY PLAN SELECT record FROM devices WHERE host = ? AND resource_class = ? AND device_state = 'available'",
@@ -49,34 +89,6 @@ describe('SqliteStore specifics', () => {
         expect(arqPlan.map((p) => p.detail).join(' ')).toMatch(/arqs_instance/);
       } finally {
         db.close();
-      }
-    } finally {
-      rmSync(dir, { recursive: true, force: true });
-    }
-  });
-});
-
-describe('SqliteStore: records written by an older scheduler', () => {
-  it('an instance registered before NICs had a devname reads back without one', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'berth-sqlite-'));
-    const path = join(dir, 's.db');
-    try {
-      await (await openSqliteStore(path)).close();
-      const db = new Database(path);
-      const nic = { mac: '52:54:00:aa:bb:01', address: '', tag: 'net', vlan: null, model: 'virtio' };
-      db.prepare('INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)').run(
-        'old-vm',
-        JSON.stringify({ nics: [nic], disks: [] }),
-      );
-      db.close();
-      const store = await openSqliteStore(path);
-      try {
-        expect(await store.getInstanceDevices('old-vm')).toEqual({
-          nics: [{ ...nic, devname: null }],
-          disks: [],
-        });
-      } finally {
-        await store.close();
       }
     } finally {
       rmSync(dir, { recursive: true, force: true });

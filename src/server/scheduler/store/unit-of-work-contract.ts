@@ -13,7 +13,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { facts } from '../domain/test-fixtures.js';
-import type { HostRecord } from './store.js';
+import type { CleanupJob, HostRecord } from './store.js';
 import { rejection } from './store-contract.js';
 import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from './unit-of-work.js';
 
@@ -135,6 +135,58 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
         uow.host('h1', FOR_UPDATE).then((h) => uow.putHost({ ...h!, registrations: h!.registrations + 1 }));
       await Promise.all(Array.from({ length: 32 }, () => db.run(bump)));
       expect((await db.read((r) => r.host('h1')))!.registrations).toBe(32);
+    });
+
+    it("retention's reads and deletes by key: oldest first, the compaction mark never goes down, a device's latest job is told", async () => {
+      for (let g = 1; g <= 4; g++)
+        await db.run((uow) => uow.appendDeviceEvent({ ...device('d-1'), generation: g }));
+      const events = await db.read((r) => r.oldestDeviceEvents(10));
+      expect(events.map((e) => e.at)).toEqual([NOW, NOW, NOW, NOW]);
+      const [, second, third] = events.map((e) => e.revision);
+      expect(await db.run((uow) => uow.deleteDeviceEventsThrough(third!))).toBe(3);
+      expect(await db.run((uow) => uow.deleteDeviceEventsThrough(second!))).toBe(0);
+      expect(await db.read((r) => r.compactedRevision())).toBe(third);
+      expect((await db.read((r) => r.oldestDeviceEvents(10))).length).toBe(1);
+
+      const job = (jobId: string, deviceUuid: string, finishedAt: string | null): CleanupJob => ({
+        jobId,
+        deviceUuid,
+        host: 'h1',
+        address: '0000:10:00.0',
+        action: 'sanitize-crypto',
+        state: finishedAt ? 'succeeded' : 'running',
+        origin: 'release',
+        message: '',
+        lastSequence: 0,
+        createdAt: NOW,
+        dispatchedAt: null,
+        finishedAt,
+      });
+      await db.run(async (uow) => {
+        // Created in this order; d-1's latest is unfinished, d-2's latest finished first of all.
+        await uow.putCleanupJob(job('a', 'd-2', '2026-01-01T00:00:01.000Z'));
+        await uow.putCleanupJob(job('b', 'd-1', '2026-01-01T00:00:03.000Z'));
+        await uow.putCleanupJob(job('c', 'd-1', '2026-01-01T00:00:02.000Z'));
+        await uow.putCleanupJob(job('d', 'd-1', null));
+        await uow.putIdempotencyKey('k2', { fingerprint: 'f', result: 'r' }, '2026-01-01T00:00:02.000Z');
+        await uow.putIdempotencyKey('k1', { fingerprint: 'f', result: 'r' }, '2026-01-01T00:00:01.000Z');
+      });
+      expect(await db.read((r) => r.finishedCleanupJobCount())).toBe(3);
+      const page1 = await db.read((r) => r.finishedCleanupJobs(null, 2));
+      expect(page1.map((j) => [j.jobId, j.latestOfDevice])).toEqual([
+        ['a', true],
+        ['c', false],
+      ]);
+      const page2 = await db.read((r) => r.finishedCleanupJobs(page1[1]!, 2));
+      expect(page2.map((j) => [j.jobId, j.latestOfDevice])).toEqual([['b', false]]);
+      expect(await db.run((uow) => uow.deleteCleanupJob('c'))).toBe(1);
+      expect(await db.read((r) => r.cleanupJob('c'))).toBeNull();
+      expect(await db.read((r) => r.idempotencyKeyCount())).toBe(2);
+      expect(await db.read((r) => r.oldestIdempotencyKeys(1))).toEqual([
+        { key: 'k1', createdAt: '2026-01-01T00:00:01.000Z' },
+      ]);
+      expect(await db.run((uow) => uow.deleteIdempotencyKey('k1'))).toBe(1);
+      expect(await db.run((uow) => uow.deleteIdempotencyKey('k1'))).toBe(0);
     });
 
     it('a read-only unit cannot write', async () => {

@@ -2,9 +2,11 @@
  * The unit-of-work port: the only thing a store backend implements.
  *
  * Every atomic operation of the scheduler (bind, release, inventory upsert,
- * cleanup events, migrations…) is written ONCE, in ../usecases, against this
- * port; a backend (SQLite today, PostgreSQL next) provides rows, locks and one
- * transaction per unit, and nothing else — no validation, no decisions.
+ * cleanup events, migrations, retention…) is written ONCE, in ../usecases,
+ * against this port; a backend provides rows, locks and one transaction per
+ * unit, and nothing else — no validation, no decisions. The port itself is
+ * written once in SQL (./sql/unit.ts) over a small dialect; SQLite and
+ * PostgreSQL each add only their runner (./sqlite-store.ts, ./pg-store.ts).
  *
  * Rules a backend must keep (and how PostgreSQL keeps them: docs/decisions.md 13):
  *
@@ -28,8 +30,11 @@
  *   without row locks (under the host lock) and rely on it.
  * - `appendDeviceEvent` assigns the revision itself, in COMMIT order: a watcher
  *   that read every event up to revision R never later finds a committed event
- *   with a revision ≤ R. The unit never learns the revision.
+ *   with a revision ≤ R. The unit never learns the revision, and does not
+ *   read its own events back (a backend may write them as the unit ends).
  * - Reads return copies: mutating a returned record changes nothing stored.
+ *   Records come back as they were written; one written by an older
+ *   scheduler is completed by the use-case layer (../usecases/upgrade.ts).
  * - Errors are BerthErrors with codes (../../../errors.ts); a unit's own
  *   BerthError passes through unchanged.
  */
@@ -141,18 +146,40 @@ export interface ReadUnit {
   eventsSince(revision: number, limit: number): Promise<DeviceEvent[]>;
   /** The highest revision retention removed from the log (0 when none was): older resumes cannot be served. */
   compactedRevision(): Promise<number>;
+
+  // what retention looks at (usecases/retention.ts decides what goes)
+  /** The oldest events of the log, oldest first, at most `limit`. */
+  oldestDeviceEvents(limit: number): Promise<EventAge[]>;
+  finishedCleanupJobCount(): Promise<number>;
+  /** Finished cleanup jobs after `after` in (finishedAt, position) order, at most `limit`. */
+  finishedCleanupJobs(after: FinishedJobKey | null, limit: number): Promise<FinishedJob[]>;
+  idempotencyKeyCount(): Promise<number>;
+  /** The oldest idempotency keys, oldest first, at most `limit`. */
+  oldestIdempotencyKeys(limit: number): Promise<IdempotencyKeyAge[]>;
 }
 
-/**
- * What one retention pass may remove (each call removes at most `limit` rows,
- * oldest first, so that pruning interleaves with writes).
- */
-export interface PruneQuery {
-  /** Rows older than this instant (ISO 8601) go. */
-  before: string;
-  /** Beyond this many rows the oldest go, whatever their age. */
-  keepNewest: number;
-  limit: number;
+/** A device event's revision and time. */
+export interface EventAge {
+  revision: number;
+  at: string;
+}
+
+/** Where a finished cleanup job stands in the order retention reads them. */
+export interface FinishedJobKey {
+  finishedAt: string;
+  /** The job's creation order (unique). */
+  position: number;
+}
+
+export interface FinishedJob extends FinishedJobKey {
+  jobId: string;
+  /** Whether it is the most recently created job of its device. */
+  latestOfDevice: boolean;
+}
+
+export interface IdempotencyKeyAge {
+  key: string;
+  createdAt: string;
 }
 
 /** One transaction's reads and writes. */
@@ -197,22 +224,16 @@ export interface UnitOfWork extends ReadUnit {
   /** A new key (a racing insert of the same key is a transient conflict). */
   putIdempotencyKey(key: string, record: IdempotencyRecord, createdAt: string): Promise<void>;
 
-  // retention (housekeeping: nothing a use case decides on is removed)
+  // retention: deletes by key; what may go is decided by usecases/retention.ts
   /**
-   * Remove the oldest device events that are older than `before` or beyond
-   * `keepNewest`; never the newest event (the current revision stays
-   * readable). Records the highest revision removed (`compactedRevision`).
-   * Returns how many rows went.
+   * Remove the device events with revision ≤ `revision` and record it as
+   * compacted (`compactedRevision` never goes down). Returns how many went.
    */
-  pruneDeviceEvents(q: PruneQuery): Promise<number>;
-  /**
-   * Remove finished cleanup jobs (finishedAt older than `before`, or beyond
-   * `keepNewest` finished jobs) with their events — never a device's latest
-   * job, which `device show` reports with its proof.
-   */
-  pruneCleanupJobs(q: PruneQuery): Promise<number>;
-  /** Remove idempotency keys created before `before` or beyond `keepNewest`. */
-  pruneIdempotencyKeys(q: PruneQuery): Promise<number>;
+  deleteDeviceEventsThrough(revision: number): Promise<number>;
+  /** Remove a cleanup job and its events; how many jobs went (0 or 1). */
+  deleteCleanupJob(jobId: string): Promise<number>;
+  /** How many keys went (0 or 1). */
+  deleteIdempotencyKey(key: string): Promise<number>;
 }
 
 /** Runs units of work; one per backend connection (pool). */

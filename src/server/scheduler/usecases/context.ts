@@ -7,6 +7,7 @@
 
 import type { MediaRecord } from '../../../plugins/types.js';
 import type { ReadUnit, TransactionRunner, UnitOfWork } from '../store/unit-of-work.js';
+import { upgrading } from './upgrade.js';
 
 export interface UseCaseDeps {
   readonly db: TransactionRunner;
@@ -46,7 +47,7 @@ export class Tx {
   }
 }
 
-/** Run `fn` as one read-only unit (a consistent snapshot). */
+/** Run `fn` as one read-only unit (a consistent snapshot); its records are up to date (./upgrade.ts). */
 export function read<T>(deps: UseCaseDeps, fn: (r: ReadUnit) => Promise<T>): Promise<T> {
-  return deps.db.read(fn);
+  return deps.db.read((r) => fn(upgrading(r)));
 }

@@ -1,14 +1,17 @@
 /**
- * Use cases: retention (issue 19). The device event log, finished cleanup
- * jobs and idempotency keys are kept for a window and under a row cap, then
- * removed in small units so that pruning never holds the database for long;
- * nothing a decision rests on goes (a device's latest cleanup, the newest
- * event). A watch resumed from before what was removed is told to re-list.
+ * Use cases: retention (issue 19, docs/decisions.md 32). The device event log,
+ * finished cleanup jobs and idempotency keys are kept for a window and under a
+ * row cap, then removed in small units so that pruning never holds the
+ * database for long. What may go is decided here, once for every backend; the
+ * port only lists rows oldest first and deletes by key. Nothing a decision
+ * rests on goes: a device's latest cleanup job (`device show` reports its
+ * proof) and the newest event (the current revision stays readable). A watch
+ * resumed from before what was removed is told to re-list.
  */
 
 import { BerthError } from '../../../errors.js';
 import type { PruneCounts, RetentionPolicy } from '../store/store.js';
-import type { PruneQuery } from '../store/unit-of-work.js';
+import type { FinishedJobKey, UnitOfWork } from '../store/unit-of-work.js';
 import type { UseCaseDeps } from './context.js';
 import { write } from './unit.js';
 
@@ -21,6 +24,64 @@ export const DEFAULT_RETENTION: RetentionPolicy = Object.freeze({
 /** Rows removed per unit: small enough that a bind waits a few ms at most behind one. */
 export const PRUNE_BATCH = 500;
 
+/** What one unit of a pass may remove: at most `limit` rows, oldest first. */
+interface PruneLimits {
+  /** Rows older than this instant (ISO 8601) may go. */
+  before: string;
+  /** Beyond this many rows the oldest go, whatever their age. */
+  keepNewest: number;
+  limit: number;
+}
+
+/**
+ * The oldest events that are older than the window or beyond the cap, as
+ * one range from the start of the log; never the newest event.
+ */
+async function pruneDeviceEvents(uow: UnitOfWork, q: PruneLimits): Promise<number> {
+  const newest = await uow.currentRevision();
+  const beyondCap = newest - q.keepNewest;
+  let upTo = 0;
+  for (const e of await uow.oldestDeviceEvents(q.limit)) {
+    if (e.revision >= newest) break;
+    if (e.at >= q.before && e.revision > beyondCap) break;
+    upTo = e.revision;
+  }
+  return upTo === 0 ? 0 : uow.deleteDeviceEventsThrough(upTo);
+}
+
+/**
+ * Finished cleanup jobs (with their events), oldest finished first, while
+ * older than the window or beyond the cap of finished jobs; never a device's
+ * latest job.
+ */
+async function pruneCleanupJobs(uow: UnitOfWork, q: PruneLimits): Promise<number> {
+  const overCap = Math.max(0, (await uow.finishedCleanupJobCount()) - q.keepNewest);
+  let removed = 0;
+  let after: FinishedJobKey | null = null;
+  for (;;) {
+    const page = await uow.finishedCleanupJobs(after, q.limit);
+    for (const j of page) {
+      if (j.latestOfDevice) continue;
+      if (j.finishedAt >= q.before && removed >= overCap) return removed;
+      removed += await uow.deleteCleanupJob(j.jobId);
+      if (removed >= q.limit) return removed;
+    }
+    if (page.length < q.limit) return removed;
+    after = page[page.length - 1]!;
+  }
+}
+
+/** Idempotency keys, oldest first, while older than their window or beyond the cap. */
+async function pruneIdempotencyKeys(uow: UnitOfWork, q: PruneLimits): Promise<number> {
+  const overCap = Math.max(0, (await uow.idempotencyKeyCount()) - q.keepNewest);
+  let removed = 0;
+  for (const k of await uow.oldestIdempotencyKeys(q.limit)) {
+    if (k.createdAt >= q.before && removed >= overCap) break;
+    removed += await uow.deleteIdempotencyKey(k.key);
+  }
+  return removed;
+}
+
 /**
  * One retention pass: units of at most `batch` rows each until nothing is left
  * to remove; `between` runs between units (the caller yields to other work there).
@@ -32,22 +93,22 @@ export async function pruneHistory(
 ): Promise<PruneCounts> {
   const batch = options.batch ?? PRUNE_BATCH;
   const now = deps.clock().getTime();
-  const query = (windowMs: number): PruneQuery => ({
+  const limits = (windowMs: number): PruneLimits => ({
     before: new Date(now - windowMs).toISOString(),
     keepNewest: policy.maxRows,
     limit: batch,
   });
   const counts: PruneCounts = { deviceEvents: 0, cleanupJobs: 0, idempotencyKeys: 0 };
   const passes: Array<
-    [keyof PruneCounts, PruneQuery, 'pruneDeviceEvents' | 'pruneCleanupJobs' | 'pruneIdempotencyKeys']
+    [keyof PruneCounts, PruneLimits, (uow: UnitOfWork, q: PruneLimits) => Promise<number>]
   > = [
-    ['deviceEvents', query(policy.historyMs), 'pruneDeviceEvents'],
-    ['cleanupJobs', query(policy.historyMs), 'pruneCleanupJobs'],
-    ['idempotencyKeys', query(policy.requestIdMs), 'pruneIdempotencyKeys'],
+    ['deviceEvents', limits(policy.historyMs), pruneDeviceEvents],
+    ['cleanupJobs', limits(policy.historyMs), pruneCleanupJobs],
+    ['idempotencyKeys', limits(policy.requestIdMs), pruneIdempotencyKeys],
   ];
-  for (const [what, q, method] of passes) {
+  for (const [what, q, prune] of passes) {
     for (;;) {
-      const removed = await write(deps, (tx) => tx.uow[method](q));
+      const removed = await write(deps, (tx) => prune(tx.uow, q));
       counts[what] += removed;
       if (removed < batch) break;
       await options.between?.();

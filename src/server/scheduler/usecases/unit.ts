@@ -7,12 +7,14 @@
 
 import { type Tx, Tx as UnitTx, type UseCaseDeps } from './context.js';
 import { settleTouchedMedia } from './media.js';
+import { upgrading } from './upgrade.js';
 
 /** Run `fn` as one read-write unit; resolves once it committed. */
 export async function write<T>(deps: UseCaseDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
   let queued: string[] = [];
   const out = await deps.db.run(async (uow) => {
-    const tx = new UnitTx(uow, deps.clock);
+    // Its records are up to date (./upgrade.ts).
+    const tx = new UnitTx(upgrading(uow), deps.clock);
     const result = await fn(tx);
     await settleTouchedMedia(tx);
     // A backend may run the unit again: only the attempt that committed counts.

@@ -1,21 +1,34 @@
 /**
- * Numbered schema migrations for the PostgreSQL store, applied in order inside
- * one transaction each (under an advisory lock, so replicas starting together
- * migrate once) and recorded in `schema_migrations`; append, never edit.
+ * The scheduler's schema: ONE numbered sequence of migrations for both
+ * backends, applied in order and recorded in `schema_migrations`; append,
+ * never edit. Where the SQL must differ a migration reads the dialect
+ * (./dialect.ts); a version means the same change on SQLite and PostgreSQL.
  *
- * The same tables as the SQLite store (migrations.ts): the full domain record
- * as JSON text in `record`, the columns queries and constraints need beside
- * it. Where SQLite orders by its implicit rowid, a `seq` identity column keeps
- * creation order. Versions 1–3 match the SQLite store's; 4 (link leases) is
- * PostgreSQL's alone, as only schedulers sharing a database need it.
+ * Rows keep the full domain record as JSON text in `record`, with the columns
+ * that queries and constraints need pulled out beside it, so a field added to
+ * a record needs no migration while indexes stay exact (an old record lacking
+ * a newer field is completed where it is read: usecases/upgrade.ts).
+ *
+ * Until version 4 meant one thing (docs/decisions.md 52), SQLite files went
+ * 1, 2, 3, 5 and PostgreSQL databases 1, 2, 3, 4 (link leases), 5: a SQLite
+ * file of that time gets 4 applied at its next start, after 5, which is why
+ * 4 depends on nothing 5 made.
  */
-import type { Migration } from './migrations.js';
 
-export const PG_MIGRATIONS: readonly Migration[] = [
+import type { Dialect } from './dialect.js';
+
+export interface Migration {
+  version: number;
+  name: string;
+  /** The migration's statements in one dialect. */
+  sql(d: Dialect): string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
   {
     version: 1,
     name: 'init',
-    sql: `
+    sql: (d) => `
 CREATE TABLE hosts (
   name TEXT PRIMARY KEY,
   record TEXT NOT NULL
@@ -31,10 +44,11 @@ CREATE TABLE devices (
   product_id TEXT NOT NULL,
   iommu_group INTEGER,
   device_state TEXT NOT NULL,
-  generation BIGINT NOT NULL,
+  generation ${d.int64} NOT NULL,
   record TEXT NOT NULL,
   UNIQUE (host, address)
 );
+-- Allocation reads only one host's devices of one class (or vendor/product).
 CREATE INDEX devices_host_class_state ON devices (host, resource_class, device_state);
 CREATE INDEX devices_host_ids ON devices (host, vendor_id, product_id);
 CREATE INDEX devices_host_iommu ON devices (host, iommu_group, device_state);
@@ -47,36 +61,36 @@ CREATE TABLE profiles (
 );
 
 CREATE TABLE arqs (
-  seq BIGINT GENERATED ALWAYS AS IDENTITY,
+  ${d.creationOrderColumn}
   uuid TEXT PRIMARY KEY,
   instance_uuid TEXT,
   device_uuid TEXT,
   state TEXT NOT NULL,
   record TEXT NOT NULL
 );
-CREATE INDEX arqs_instance ON arqs (instance_uuid, seq);
+CREATE INDEX arqs_instance ON arqs (${d.inCreationOrder('instance_uuid')});
 -- Invariant 5 as a constraint: a device is bound to at most one ARQ.
 CREATE UNIQUE INDEX arqs_device ON arqs (device_uuid) WHERE device_uuid IS NOT NULL;
 
 CREATE TABLE cleanup_jobs (
-  seq BIGINT GENERATED ALWAYS AS IDENTITY,
+  ${d.creationOrderColumn}
   job_id TEXT PRIMARY KEY,
   device_uuid TEXT NOT NULL,
   state TEXT NOT NULL,
   record TEXT NOT NULL
 );
-CREATE INDEX cleanup_jobs_device ON cleanup_jobs (device_uuid, seq);
+CREATE INDEX cleanup_jobs_device ON cleanup_jobs (${d.inCreationOrder('device_uuid')});
 CREATE INDEX cleanup_jobs_state ON cleanup_jobs (state);
 
 CREATE TABLE cleanup_events (
   job_id TEXT NOT NULL,
-  sequence BIGINT NOT NULL,
+  sequence ${d.int64} NOT NULL,
   event TEXT NOT NULL,
   PRIMARY KEY (job_id, sequence)
 );
 
 CREATE TABLE migrations (
-  seq BIGINT GENERATED ALWAYS AS IDENTITY,
+  ${d.creationOrderColumn}
   uuid TEXT PRIMARY KEY,
   instance_uuid TEXT NOT NULL,
   state TEXT NOT NULL,
@@ -96,12 +110,11 @@ CREATE TABLE idempotency_keys (
   created_at TEXT NOT NULL
 );
 
--- Revisions come from this identity, taken under one advisory lock held to
--- COMMIT, so they are in commit order (unit-of-work.ts).
+-- Revisions are in commit order (store/unit-of-work.ts).
 CREATE TABLE device_events (
-  revision BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  revision ${d.revisionKey},
   device_uuid TEXT NOT NULL,
-  removed BOOLEAN NOT NULL,
+  removed ${d.boolean} NOT NULL,
   record TEXT NOT NULL,
   at TEXT NOT NULL
 );
@@ -110,7 +123,10 @@ CREATE TABLE device_events (
   {
     version: 2,
     name: 'arq_guest_address',
-    sql: `
+    // The guest PCI address of a binding, stable for the binding's life: a
+    // column (not only inside `record`) so that the unique index makes two
+    // devices of one instance on one guest address impossible to store.
+    sql: () => `
 ALTER TABLE arqs ADD COLUMN guest_address TEXT;
 CREATE UNIQUE INDEX arqs_instance_guest_address ON arqs (instance_uuid, guest_address)
   WHERE guest_address IS NOT NULL;
@@ -119,25 +135,34 @@ CREATE UNIQUE INDEX arqs_instance_guest_address ON arqs (instance_uuid, guest_ad
   {
     version: 3,
     name: 'retention',
-    sql: `
+    // Retention (docs/operator-guide.md "Retention"): indexes that let a pass
+    // find the oldest rows without a scan, a finished_at column for cleanup
+    // jobs (filled from the records), and the highest device event revision
+    // removed, so a watch resumed from before it is told to re-list instead
+    // of silently missing events.
+    sql: (d) => `
 CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
 ALTER TABLE cleanup_jobs ADD COLUMN finished_at TEXT;
+UPDATE cleanup_jobs SET finished_at = ${d.recordField('finishedAt')};
 CREATE INDEX cleanup_jobs_finished ON cleanup_jobs (finished_at) WHERE finished_at IS NOT NULL;
 CREATE TABLE retention_marks (
   name TEXT PRIMARY KEY,
-  value BIGINT NOT NULL
+  value ${d.int64} NOT NULL
 );
 `,
   },
   {
     version: 4,
     name: 'link_leases',
-    sql: `
--- Which scheduler follows each host's agent (store.ts LinkLeases); times are the database's.
+    // Which scheduler follows each host's agent (store.ts LinkLeases; times
+    // are the database's). Only schedulers sharing a PostgreSQL database use
+    // it; a SQLite file has the table too, empty, so that the schema and its
+    // numbers are one.
+    sql: (d) => `
 CREATE TABLE link_leases (
   host TEXT PRIMARY KEY REFERENCES hosts (name) ON DELETE CASCADE,
   owner TEXT NOT NULL,
-  expires_at TIMESTAMPTZ NOT NULL
+  expires_at ${d.timestamp} NOT NULL
 );
 CREATE INDEX link_leases_owner ON link_leases (owner);
 CREATE INDEX link_leases_expires ON link_leases (expires_at);
@@ -149,7 +174,7 @@ CREATE INDEX link_leases_expires ON link_leases (expires_at);
     // Tenant data followed by media (docs/media-identity.md): each device's
     // media key beside its record, so the devices of one media are found on
     // any host, and the scheduler's own record of every media it has seen.
-    sql: `
+    sql: () => `
 ALTER TABLE devices ADD COLUMN media_key TEXT;
 CREATE INDEX devices_media ON devices (media_key) WHERE media_key IS NOT NULL;
 CREATE TABLE media (
@@ -159,3 +184,12 @@ CREATE TABLE media (
 `,
   },
 ];
+
+/** The table that records which migrations a database has. */
+export const SCHEMA_MIGRATIONS_TABLE =
+  'CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)';
+
+/** The migrations a database with `applied` versions still needs, in order. */
+export function pendingMigrations(applied: ReadonlySet<number>): Migration[] {
+  return MIGRATIONS.filter((m) => !applied.has(m.version));
+}
