@@ -24,7 +24,7 @@ import {
 import { DURATION_RANGES, parseAgentConfig } from '../../src/server/agent/config.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { berth, cliEnv } from './berth-cli.js';
+import { berth, cliEnv } from '../helpers/berth-cli.js';
 
 describe('config values that broke the process are configuration errors', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;

@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, parseJson, type Running, start, stop } from '../helpers/berth-cli.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
-import { berth, cliEnv, parseJson, type Running, start, stop } from './berth-cli.js';
 
 const usable = available(postgresServer(), 'berth up on PostgreSQL');
 const UP_TIMEOUT = 120_000;

@@ -1,6 +1,6 @@
 /** Small promise wrappers over grpc-js clients for tests. */
 import { type Client, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
-import { type DecodedStatus, decodeServiceError } from '../../src/server/grpc/status.js';
+import { type DecodedStatus, decodeServiceError } from '../../src/transport/status.js';
 
 type UnaryMethod<Req, Res> = (
   req: Req,

@@ -14,7 +14,6 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AgentServiceClient } from '../../src/gen/berth/agent/v1/agent.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { decodeServiceError } from '../../src/server/grpc/status.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import {
   plantTenantData,
@@ -22,6 +21,7 @@ import {
   spreadTenantWrites,
   withStateLock,
 } from '../../src/sim/nvme-cli/index.js';
+import { decodeServiceError } from '../../src/transport/status.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { eventually } from '../helpers/grpc.js';
 import {
@@ -32,7 +32,7 @@ import {
   settledDevice,
   stateName,
 } from '../helpers/invariants.js';
-import { prng } from '../soak/cleanup-kill-driver.js';
+import { prng } from '../soak/cleanup-kill-driver.support.js';
 
 const HOST = 'record-host';
 const DB_FILES = ['', '-wal', '-shm'];

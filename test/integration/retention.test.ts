@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError } from '../../src/client/sdk.js';
-import { berth, cliEnv, start } from '../e2e/berth-cli.js';
+import { berth, cliEnv, start } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import {
   createAndBind,

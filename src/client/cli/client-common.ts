@@ -41,7 +41,7 @@ import type { Host } from '../../gen/berth/scheduler/v1/host.js';
 import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
-import { type ClientTls, speaksTls, tlsProblem } from '../channel.js';
+import { type ClientTls, speaksTls, tlsProblem } from '../../transport/channel.js';
 import {
   type ClientFlagValues,
   loadClientTls,

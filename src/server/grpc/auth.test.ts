@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Metadata, status } from '@grpc/grpc-js';
 import { exportJWK, SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
-import { generatedServiceDefinitions } from '../../../test/fuzz/services.js';
+import { generatedServiceDefinitions } from '../../../test/helpers/grpc-services.js';
 import { ConfigError } from '../../errors.js';
 import {
   AuthError,
