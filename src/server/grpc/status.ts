@@ -22,7 +22,7 @@ import { Status } from '../../gen/google/rpc/status.js';
 import { ERROR_DOMAIN, REASON_TRAILER, typeUrl } from '../../transport/status.js';
 
 // The scheduler's runtime and services still read the decoder from here.
-export { type DecodedStatus, decodeServiceError } from '../../transport/status.js';
+export { decodeServiceError } from '../../transport/status.js';
 
 const CODES: Record<ErrorCode, status> = {
   INVALID_ARGUMENT: status.INVALID_ARGUMENT,
