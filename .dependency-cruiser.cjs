@@ -120,6 +120,24 @@ module.exports = {
       to: { path: '^src/server/scheduler/services/', reachable: true },
     },
     {
+      name: 'store-only-the-port',
+      comment:
+        'The store implements the unit-of-work port and knows no use case, workflow, service or runtime: ' +
+        'decisions live in the use cases, once for both backends. The one exception composes the Store ' +
+        'facade from the use cases (usecases/use-case-store.ts).',
+      severity: 'error',
+      from: { path: '^src/server/scheduler/store/', pathNot: TEST },
+      to: {
+        path: [
+          '^src/server/scheduler/usecases/',
+          '^src/server/scheduler/app/',
+          '^src/server/scheduler/services/',
+          '^src/server/scheduler/runtime/',
+        ],
+        pathNot: '^src/server/scheduler/usecases/use-case-store\\.ts$',
+      },
+    },
+    {
       name: 'services-no-other-service',
       comment:
         'A service imports no other service: a workflow two services share belongs in the application layer, ' +

@@ -83,6 +83,15 @@ const PLANTS: Plant[] = [
     to: 'src/server/scheduler/services/profile-service.ts',
   },
   {
+    rule: 'store-only-the-port',
+    files: {
+      'src/server/scheduler/store/planted.ts':
+        "import * as devices from '../usecases/devices.js';\nexport const planted = devices;\n",
+    },
+    from: 'src/server/scheduler/store/planted.ts',
+    to: 'src/server/scheduler/usecases/devices.ts',
+  },
+  {
     rule: 'services-no-other-service',
     files: {
       'src/server/scheduler/services/planted-service.ts':
