@@ -14,8 +14,8 @@ import { parse as parseYaml } from 'yaml';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import { tempDir } from '../helpers/agent.js';
 import { berth, cliEnv, parseJson, type Running, start, stop } from '../helpers/berth-cli.js';
-import { eventually } from '../helpers/grpc.js';
 import { freePort } from '../helpers/processes.js';
+import { eventually } from '../helpers/wait.js';
 
 describe('berth up (quick start)', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;

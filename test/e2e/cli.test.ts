@@ -24,9 +24,9 @@ import {
   start,
   stop,
 } from '../helpers/berth-cli.js';
-import { eventually } from '../helpers/grpc.js';
 import { available, SCRIPT_BIN, scriptPty } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
+import { eventually } from '../helpers/wait.js';
 
 const H1 = 'sim-host-1';
 const H2 = 'sim-host-2';

@@ -16,8 +16,9 @@ import { demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { type Running, start, stop } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
-import { createAndBind, createClassProfile, expectCode, uuidRef } from '../helpers/invariants.js';
+import { expectCode } from '../helpers/errors.js';
+import { createAndBind, createClassProfile, uuidRef } from '../helpers/invariants.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'otu-host';
 const GPU = '0000:3c:00.0';

@@ -13,7 +13,7 @@ import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
 import { cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
-import { eventually } from '../helpers/grpc.js';
+import { eventually } from '../helpers/wait.js';
 
 const H2 = 'sim-host-2';
 

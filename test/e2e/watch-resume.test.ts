@@ -17,7 +17,6 @@ import type { WatchDevicesResponse } from '../../src/gen/berth/scheduler/v1/devi
 import { buildSimHost, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
-import { eventually } from '../helpers/grpc.js';
 import { vfHostDefinition } from '../helpers/invariants.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
@@ -28,6 +27,7 @@ import {
   schedulerProcess,
   stopAllProcesses,
 } from '../helpers/processes.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'watch-host';
 const VFS = 3;

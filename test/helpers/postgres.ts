@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { postgresBin } from './prerequisites.js';
 import { freePort } from './processes.js';
+import { sleep } from './wait.js';
 
 export interface PostgresServer {
   /** postgres://… for a database of this server (created by `createDatabase`). */
@@ -103,7 +104,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
           server.kill('SIGKILL');
           throw new Error(`PostgreSQL did not start: ${(err as Error).message}\n${log}`);
         }
-        await new Promise((r) => setTimeout(r, 100));
+        await sleep(100);
       }
     }
   };

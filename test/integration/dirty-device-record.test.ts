@@ -23,7 +23,6 @@ import {
 } from '../../src/sim/nvme-cli/index.js';
 import { decodeServiceError } from '../../src/transport/status.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createNvmeProfile,
@@ -32,6 +31,7 @@ import {
   settledDevice,
   stateName,
 } from '../helpers/invariants.js';
+import { eventually } from '../helpers/wait.js';
 import { prng } from '../soak/cleanup-kill-driver.support.js';
 
 const HOST = 'record-host';

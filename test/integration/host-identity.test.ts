@@ -18,11 +18,11 @@ import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
 import { berth, cliEnv } from '../helpers/berth-cli.js';
-import { eventually } from '../helpers/grpc.js';
+import { expectCode } from '../helpers/errors.js';
 import { generatedMethods } from '../helpers/grpc-services.js';
-import { expectCode } from '../helpers/invariants.js';
 import { freePort } from '../helpers/processes.js';
 import { metadataWith, rawCall } from '../helpers/raw-call.js';
+import { eventually } from '../helpers/wait.js';
 
 const JWT_SECRET = 'an-hs256-secret-of-at-least-32-bytes!';
 

@@ -25,7 +25,8 @@ import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/ber
 import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { SMALL_HOST, startSimAgent, tempDir } from '../helpers/agent.js';
-import { call, eventually, insecure } from '../helpers/grpc.js';
+import { call, insecure } from '../helpers/grpc.js';
+import { eventually } from '../helpers/wait.js';
 
 const LIMITS = { storedBytes: 1 << 20, burstBytes: 2 << 20, bytesPerSecond: 128 << 10 };
 

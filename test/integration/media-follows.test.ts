@@ -42,8 +42,9 @@ import {
 } from '../../src/sim/nvme-cli/index.js';
 import { decodeServiceError } from '../../src/transport/status.js';
 import { tempDir } from '../helpers/agent.js';
-import { call, callError, collect, eventually } from '../helpers/grpc.js';
+import { call, callError, collect } from '../helpers/grpc.js';
 import { type RecordingScheduler, startRecordingScheduler } from '../helpers/recording-scheduler.js';
+import { eventually } from '../helpers/wait.js';
 
 const NVME_A = '0000:01:00.0';
 const NVME_B = '0000:06:00.0';

@@ -14,9 +14,9 @@ import { BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { tempDir } from '../helpers/agent.js';
 import { berth, cliEnv } from '../helpers/berth-cli.js';
-import { eventually } from '../helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
+import { eventually } from '../helpers/wait.js';
 
 const usable = available(postgresServer(), 'a scheduler whose PostgreSQL goes away');
 

@@ -11,10 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError } from '../../src/client/sdk.js';
 import { berth, cliEnv, start } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { expectCode } from '../helpers/errors.js';
 import {
   createAndBind,
   createClassProfile,
-  expectCode,
   stateName,
   VF_CLASS,
   vfHostDefinition,

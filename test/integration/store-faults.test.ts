@@ -9,7 +9,7 @@ import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { openSqliteStore } from '../../src/server/scheduler/store/sqlite-store.js';
 import { tempDir } from '../helpers/agent.js';
 import { berth, cliEnv } from '../helpers/berth-cli.js';
-import { expectCode } from '../helpers/invariants.js';
+import { expectCode } from '../helpers/errors.js';
 import { available, root } from '../helpers/prerequisites.js';
 import { freePort, schedulerProcess } from '../helpers/processes.js';
 import { mountTinyTmpfs } from '../helpers/tmpfs.js';

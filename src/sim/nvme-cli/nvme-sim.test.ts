@@ -8,6 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { available, REAL_NVME, realNvmeCli } from '../../../test/helpers/prerequisites.js';
+import { sleep } from '../../../test/helpers/wait.js';
 import { createNvmeSimState, type NvmeSimSpec, readNvmeSimState, writeNvmeWrapper } from './index.js';
 
 const haveRealNvme = available(realNvmeCli(), 'the comparisons of simulator errors with the real nvme-cli');
@@ -46,10 +47,6 @@ const MiB = 1 << 20;
 
 function pattern(size: number, byte: number): Buffer {
   return Buffer.alloc(size, byte);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 describe('nvme-sim executable', () => {
