@@ -1,5 +1,5 @@
 /**
- * Configuration values that used to break the process (issue 19, item 5), each
+ * Configuration values that used to break the process, each
  * refused at parse time with a configuration error naming the key and the value
  * — through `berth agent discover`, the operator's dry run, which exits 2 — and
  * none of them a stack trace:

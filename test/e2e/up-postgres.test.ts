@@ -1,5 +1,5 @@
 /**
- * `berth up --db postgres://…` as a newcomer runs it (issue 13): the real CLI
+ * `berth up --db postgres://…` as a newcomer runs it (docs/decisions.md 36): the real CLI
  * starts the scheduler on a PostgreSQL database (started here with initdb),
  * the simulated hosts' devices land in it, the CLI lists them, and a second
  * `berth up` on the same database after a stop finds them again.

@@ -1,5 +1,6 @@
 /**
- * A real PostgreSQL server for the tests of the PostgreSQL store (issue 13):
+ * A real PostgreSQL server for the tests of the PostgreSQL store
+ * (docs/decisions.md 36, 37):
  * `initdb` in a temporary directory, `postgres` on a free port on 127.0.0.1
  * (its socket in the same directory), stopped and removed at the end. As root
  * both run as the `postgres` user (the server refuses to run as root). Test

@@ -130,7 +130,7 @@ describe("the agent's record of devices that hold tenant data", () => {
     await c.waitForDevices(HOST, 9);
     // The new database knows nothing of the bind, but each device of the inventory carries the
     // journal's record of its media (held for the first tenant): the same unit that stores the
-    // device queues its cleanup, so it is never offered as clean. (Before issue 27 the window
+    // device queues its cleanup, so it is never offered as clean. (Before decision 42 the window
     // stayed open until the next registration, and the agent's refusal of the bind closed it.)
     const seen = await getDevice(c.client, HOST, addressOf('nvme2'));
     expect(['DEVICE_STATE_PENDING_CLEANING', 'DEVICE_STATE_CLEANING']).toContain(stateName(seen.deviceState));

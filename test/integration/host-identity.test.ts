@@ -1,6 +1,6 @@
 /**
  * Invariant 10: a principal acts only for its own host, and what the scheduler
- * presents to an agent is valid on that agent only (issue 18's attacks, each
+ * presents to an agent is valid on that agent only (decision 31; the attacks, each
  * through the real servers). Two real agents on simulated hosts; the scheduler
  * reaches host-a's agent through a proxy that captures the credential it sends.
  */

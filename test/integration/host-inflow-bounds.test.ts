@@ -1,6 +1,5 @@
 /**
- * One host cannot exhaust the scheduler (docs/media-identity.md, issue on media
- * identity): a host with a valid agent credential that reports thousands of
+ * One host cannot exhaust the scheduler (docs/media-identity.md): a host with a valid agent credential that reports thousands of
  * fat devices and then a stream of changes gets what is beyond its bounds
  * refused — with a reason in the log and a metric — while the scheduler's
  * database stays bounded and another host's inventory keeps flowing.

@@ -1,5 +1,5 @@
 /**
- * A scheduler whose PostgreSQL database stops answering (issue 13: with
+ * A scheduler whose PostgreSQL database stops answering (decision 37: with
  * several replicas, a load balancer and the agents must go to another one):
  * its health turns NOT_SERVING within a look of its link-lease keeper, every
  * call is UNAVAILABLE with STORE_UNAVAILABLE (never INTERNAL), /metrics says

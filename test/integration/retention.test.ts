@@ -1,5 +1,5 @@
 /**
- * Retention through the real servers (issue 19): a bind storm's history is
+ * Retention through the real servers (docs/decisions.md 32): a bind storm's history is
  * pruned under the configured cap while the scheduler serves; a watch resumed
  * from before what was pruned gets FAILED_PRECONDITION REVISION_COMPACTED, and
  * the SDK and `berth device watch` re-list instead of missing changes; a

@@ -64,7 +64,7 @@ function eventToProto(epoch: string, e: InventoryEvent): WatchInventoryResponse 
 
 /**
  * A failure of the agent itself (its journal's disk full or damaged, a bug) in
- * words the scheduler can put into the device's error reason (issue 19), not
+ * words the scheduler can put into the device's error reason, not
  * `internal error (id …)`: the scheduler is the only caller of these RPCs.
  */
 function agentFailure(agent: ServedAgent, err: unknown): unknown {

@@ -265,7 +265,7 @@ describe('Authenticator', () => {
   });
 
   it('refuses a JWKS whose keys are not JSON objects when it is configured, not at the first token', () => {
-    // jose, which builds the key set, loads with the first token (issue 17): the
+    // jose, which builds the key set, loads with the first token (decision 53): the
     // shape it requires is checked here, at start, as a configuration error.
     for (const keys of [[1], ['k'], [null], [[]]]) {
       const bad = () =>
