@@ -1,5 +1,5 @@
 /**
- * replicas (issue 13): bind throughput with 1, 2 and 3 `berth scheduler
+ * replicas (docs/decisions.md 36, 37): bind throughput with 1, 2 and 3 `berth scheduler
  * serve` processes on one PostgreSQL database against 1 on a SQLite file, in
  * the same run, with the same clients: 64 concurrent create → bind → delete
  * loops in this process, spread evenly over the replicas, on the same fleet

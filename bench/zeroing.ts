@@ -23,9 +23,9 @@ import { rm, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { NvmeDriver } from '../src/plugins/nvme/nvme-driver.js';
-import { cleanAndJudge, makeTestHost, writeTenantData } from '../src/plugins/nvme/test-host.js';
 import type { CleanupProgress } from '../src/plugins/types.js';
 import { attachLoop, detachLoop } from '../test/helpers/loop.js';
+import { cleanAndJudge, makeTestHost, writeTenantData } from '../test/helpers/nvme-host.js';
 import { emit, median, nowMs, parseArgs, round, tempDir } from './lib.js';
 
 const run = promisify(execFile);

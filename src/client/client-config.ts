@@ -17,7 +17,7 @@ import { mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
-import type { ClientTls } from './channel.js';
+import type { ClientTls } from '../transport/channel.js';
 import { UsageError } from './usage-error.js';
 
 export interface ClientTlsFile {

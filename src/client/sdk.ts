@@ -35,8 +35,15 @@ import { MigrationServiceClient } from '../gen/berth/scheduler/v1/migration.js';
 import { PlacementServiceClient } from '../gen/berth/scheduler/v1/placement.js';
 import { ProfileServiceClient } from '../gen/berth/scheduler/v1/profile.js';
 import { RegistrationServiceClient } from '../gen/berth/scheduler/v1/registration.js';
-import { decodeServiceError } from '../server/grpc/status.js';
-import { Backoff, type ClientTls, channelCredentials, channelOptions, dialTarget, sleep } from './channel.js';
+import {
+  Backoff,
+  type ClientTls,
+  channelCredentials,
+  channelOptions,
+  dialTarget,
+  sleep,
+} from '../transport/channel.js';
+import { decodeServiceError } from '../transport/status.js';
 import { type ClientFlagValues, loadClientTls, resolveClient } from './client-config.js';
 import { completeRequest, type DeepPartial } from './request-messages.js';
 import { isRetryable } from './retry-policy.js';

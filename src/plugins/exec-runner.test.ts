@@ -3,6 +3,7 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { waitFor } from '../../test/helpers/wait.js';
 import { ExecRunner } from './exec-runner.js';
 
 /** Alive = exists and is not a zombie waiting for an (unrelated) reaper. */
@@ -18,15 +19,6 @@ function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
-}
-
-async function waitFor(cond: () => boolean | Promise<boolean>, ms = 3000): Promise<boolean> {
-  const end = Date.now() + ms;
-  while (Date.now() < end) {
-    if (await cond()) return true;
-    await new Promise((r) => setTimeout(r, 20));
-  }
-  return cond();
 }
 
 describe('ExecRunner', () => {
@@ -119,7 +111,7 @@ describe('ExecRunner', () => {
     expect(r.timedOut).toBe(true);
     const grandchild = Number((await readFile(pidFile, 'utf8')).trim());
     expect(grandchild).toBeGreaterThan(0);
-    expect(await waitFor(() => !isAlive(grandchild))).toBe(true);
+    await waitFor(() => !isAlive(grandchild), 3_000, 'the grandchild to be gone');
   });
 
   it('escalates to SIGKILL when the group ignores SIGTERM', async () => {
@@ -136,7 +128,7 @@ describe('ExecRunner', () => {
     expect(r.aborted).toBe(true);
     expect(r.timedOut).toBe(false);
     const grandchild = Number((await readFile(pidFile, 'utf8')).trim());
-    expect(await waitFor(() => !isAlive(grandchild))).toBe(true);
+    await waitFor(() => !isAlive(grandchild), 3_000, 'the grandchild to be gone');
   });
 
   it('does not start anything when the signal is already aborted', async () => {

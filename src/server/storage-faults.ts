@@ -1,7 +1,7 @@
 /**
  * What a failure of a database file (the scheduler's store, an agent's
  * journal) means, in Berth's error taxonomy, so a caller never sees
- * `internal error (id …)` for a full disk or a damaged file (issue 19): a
+ * `internal error (id …)` for a full disk or a damaged file: a
  * damaged database (SQLITE_CORRUPT, SQLITE_NOTADB, a failed integrity check)
  * stops the scheduler's store — it serves nothing until an operator restores
  * it — a full disk is RESOURCE_EXHAUSTED with nothing written, and an I/O

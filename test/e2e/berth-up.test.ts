@@ -13,9 +13,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import { berth, cliEnv, parseJson, type Running, start, stop } from '../helpers/berth-cli.js';
 import { freePort } from '../helpers/processes.js';
-import { berth, cliEnv, parseJson, type Running, start, stop } from './berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 describe('berth up (quick start)', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;

@@ -17,11 +17,11 @@ import { createLogger } from '../../src/logging.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, type Result } from '../helpers/berth-cli.js';
 import { type Leaf, makeCa } from '../helpers/certs.js';
-import { eventually } from '../helpers/grpc.js';
 import { available, openssl, PYTHON, pythonYaml } from '../helpers/prerequisites.js';
 import { BerthProcess, freePort, stopAllProcesses } from '../helpers/processes.js';
-import { berth, cliEnv, type Result } from './berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const usable = available(openssl(), 'the CLI over TLS');
 const haveYaml = available(pythonYaml(), 'the YAML 1.1 reader check');

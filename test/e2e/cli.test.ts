@@ -14,10 +14,19 @@ import { startUp, type Up } from '../../src/client/up/berth-up.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import {
+  BERTH,
+  berth,
+  cliEnv,
+  parseJson,
+  type Result,
+  type Running,
+  start,
+  stop,
+} from '../helpers/berth-cli.js';
 import { available, SCRIPT_BIN, scriptPty } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
-import { BERTH, berth, cliEnv, parseJson, type Result, type Running, start, stop } from './berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const H1 = 'sim-host-1';
 const H2 = 'sim-host-2';

@@ -1,5 +1,5 @@
 /**
- * Configuration values that used to break the process (issue 19, item 5), each
+ * Configuration values that used to break the process, each
  * refused at parse time with a configuration error naming the key and the value
  * — through `berth agent discover`, the operator's dry run, which exits 2 — and
  * none of them a stack trace:
@@ -24,7 +24,7 @@ import {
 import { DURATION_RANGES, parseAgentConfig } from '../../src/server/agent/config.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { berth, cliEnv } from './berth-cli.js';
+import { berth, cliEnv } from '../helpers/berth-cli.js';
 
 describe('config values that broke the process are configuration errors', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;

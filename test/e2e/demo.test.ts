@@ -6,8 +6,8 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv } from '../helpers/berth-cli.js';
 import { freePort } from '../helpers/processes.js';
-import { berth, cliEnv } from './berth-cli.js';
 
 describe('berth demo', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;

@@ -18,7 +18,7 @@ import { readHostUse } from '../../src/plugins/host-use.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { simProcRoot, writeSimHostUse } from '../../src/sim/host-use.js';
 import { tempDir } from '../helpers/agent.js';
-import { berth, cliEnv, parseJson } from './berth-cli.js';
+import { berth, cliEnv, parseJson } from '../helpers/berth-cli.js';
 
 const AHCI = '0000:00:17.0';
 const ENO = (n: number) => `0000:${(0x50 + n - 1).toString(16)}:00.0`;

@@ -18,9 +18,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { DeviceServiceClient } from '../../src/gen/berth/scheduler/v1/device_service.js';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, parseJson, type Running, start, stop } from '../helpers/berth-cli.js';
 import { freePort } from '../helpers/processes.js';
 import { ReflectionClient } from '../helpers/reflection-client.js';
-import { berth, cliEnv, parseJson, type Running, start, stop } from './berth-cli.js';
 
 const run = promisify(execFile);
 const BUF = join(process.cwd(), 'node_modules/.bin/buf');

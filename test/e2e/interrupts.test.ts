@@ -19,10 +19,10 @@ import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
 import { withStateLock } from '../../src/sim/nvme-cli/state.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import { BERTH, berth, cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
 import { available, scriptPty } from '../helpers/prerequisites.js';
 import { runInPty, terminalRestored } from '../helpers/pty.js';
-import { BERTH, berth, cliEnv, type Running, start, stop } from './berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const usable = available(scriptPty(), 'Ctrl-C on a pseudo-terminal');
 const SLOW = 300_000;

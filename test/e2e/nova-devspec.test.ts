@@ -1,6 +1,6 @@
 /**
  * device_spec means what it means in Nova: a differential test with Nova's own
- * code as the oracle (issue 30).
+ * code as the oracle (docs/decisions.md 44).
  *
  * test/fixtures/nova-devspec/oracle.py runs Debian's python3-nova 26.2.2
  * (nova/pci/whitelist.py, devspec.py, the placement translator; oslo,

@@ -14,10 +14,11 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Device } from '../../src/gen/berth/scheduler/v1/device.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
+import { type Running, start, stop } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
-import { createAndBind, createClassProfile, expectCode, uuidRef } from '../helpers/invariants.js';
-import { type Running, start, stop } from './berth-cli.js';
+import { expectCode } from '../helpers/errors.js';
+import { createAndBind, createClassProfile, uuidRef } from '../helpers/invariants.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'otu-host';
 const GPU = '0000:3c:00.0';

@@ -16,8 +16,8 @@ import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
 import { withStateLock } from '../../src/sim/nvme-cli/state.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
-import { berth, cliEnv, type Result } from './berth-cli.js';
+import { berth, cliEnv, type Result } from '../helpers/berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const errorLine = (r: Result) => {
   const lines = r.stderr.trimEnd().split('\n');

@@ -8,12 +8,12 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, parseJson } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
 import { type PlacementServer, startPlacementServer } from '../helpers/placement.js';
 import { available, openstackCli, placementApi } from '../helpers/prerequisites.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
-import { berth, cliEnv, parseJson } from './berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'sim-host-1';
 const NVME = '0000:3d:00.0';

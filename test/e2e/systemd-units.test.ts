@@ -14,10 +14,10 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { generateStaticToken, writeStaticTokenFile } from '../../src/server/grpc/auth.js';
 import { tempDir } from '../helpers/agent.js';
+import { BERTH, berth } from '../helpers/berth-cli.js';
 import { makeCa } from '../helpers/certs.js';
 import { available, openssl, systemdAnalyze } from '../helpers/prerequisites.js';
 import { BerthProcess, freePort, stopAllProcesses } from '../helpers/processes.js';
-import { BERTH, berth } from './berth-cli.js';
 
 const UNIT = join(process.cwd(), 'deploy/systemd/berth-scheduler.service');
 const DROP_IN = join(process.cwd(), 'deploy/systemd/berth-scheduler.service.d/tls.conf');

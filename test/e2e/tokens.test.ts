@@ -8,8 +8,8 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
 import { freePort } from '../helpers/processes.js';
-import { berth, cliEnv, type Running, start, stop } from './berth-cli.js';
 
 describe('berth token', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;

@@ -1,5 +1,5 @@
 /**
- * `berth up --db postgres://…` as a newcomer runs it (issue 13): the real CLI
+ * `berth up --db postgres://…` as a newcomer runs it (docs/decisions.md 36): the real CLI
  * starts the scheduler on a PostgreSQL database (started here with initdb),
  * the simulated hosts' devices land in it, the CLI lists them, and a second
  * `berth up` on the same database after a stop finds them again.
@@ -9,10 +9,10 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, parseJson, type Running, start, stop } from '../helpers/berth-cli.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
-import { berth, cliEnv, parseJson, type Running, start, stop } from './berth-cli.js';
 
 const usable = available(postgresServer(), 'berth up on PostgreSQL');
 const UP_TIMEOUT = 120_000;

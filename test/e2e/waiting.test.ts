@@ -12,8 +12,8 @@ import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.j
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
-import { cliEnv, type Running, start, stop } from './berth-cli.js';
+import { cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const H2 = 'sim-host-2';
 

@@ -16,7 +16,7 @@ import { DeviceStatus, deviceStatusToJSON } from '../../src/gen/berth/scheduler/
 import type { WatchDevicesResponse } from '../../src/gen/berth/scheduler/v1/device_service.js';
 import { buildSimHost, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import { cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
 import { vfHostDefinition } from '../helpers/invariants.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
@@ -27,7 +27,7 @@ import {
   schedulerProcess,
   stopAllProcesses,
 } from '../helpers/processes.js';
-import { cliEnv, type Running, start, stop } from './berth-cli.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'watch-host';
 const VFS = 3;

@@ -10,7 +10,11 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { keyPathOf } from '../../src/config-schema.js';
 import { ConfigError } from '../../src/errors.js';
-import { deviceSpecInput, plausibleValue, propertyRuns } from '../../src/plugins/device-spec/arbitraries.js';
+import {
+  deviceSpecInput,
+  plausibleValue,
+  propertyRuns,
+} from '../../src/plugins/device-spec/arbitraries.support.js';
 import { parseDeviceSpecs } from '../../src/plugins/device-spec/parse.js';
 import { parseAgentConfig, TOP_LEVEL_KEYS } from '../../src/server/agent/config.js';
 import { parseStaticTokens } from '../../src/server/grpc/auth.js';

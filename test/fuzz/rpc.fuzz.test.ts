@@ -15,13 +15,13 @@ import { fileURLToPath } from 'node:url';
 import { Client, credentials } from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { propertyRuns } from '../../src/plugins/device-spec/arbitraries.js';
+import { propertyRuns } from '../../src/plugins/device-spec/arbitraries.support.js';
 import { generateStaticToken, isOpenMethod } from '../../src/server/grpc/auth.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
-import { metadataWith, rawCall } from './raw-call.js';
-import { type GeneratedMethod, generatedMethods } from './services.js';
+import { type GeneratedMethod, generatedMethods } from '../helpers/grpc-services.js';
+import { metadataWith, rawCall } from '../helpers/raw-call.js';
+import { eventually } from '../helpers/wait.js';
 
 /** Per-test timeout that grows with FUZZ_RUNS (about 10 ms a call, with headroom). */
 const TIMEOUT_MS = Math.max(120_000, propertyRuns(1_000) * 30);

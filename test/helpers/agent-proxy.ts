@@ -23,8 +23,8 @@ import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
 import type { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
-import { eventually } from './grpc.js';
 import { freePort } from './processes.js';
+import { eventually } from './wait.js';
 
 export interface AgentProxy {
   /** host:port the scheduler should dial (the agent's `advertise`). */
@@ -37,8 +37,8 @@ type Method = keyof typeof AgentServiceService;
 export async function startAgentProxy(
   target: string,
   rewrite: (method: keyof typeof AgentServiceService, message: unknown) => unknown = (_m, r) => r,
-  /** Sees every call's metadata as the caller sent it (e.g. to capture a credential). */
-  onCall: (method: string, metadata: Metadata) => void = () => {},
+  /** Sees every call as the caller sent it: its metadata (e.g. to capture a credential) and request. */
+  onCall: (method: string, metadata: Metadata, request: unknown) => void = () => {},
 ): Promise<AgentProxy> {
   const upstream = new AgentServiceClient(target, credentials.createInsecure());
   const forward = upstream as unknown as Record<Method, (...args: unknown[]) => unknown>;
@@ -47,14 +47,14 @@ export async function startAgentProxy(
     const call = forward[name].bind(upstream);
     if (!def.responseStream) {
       const unary: handleUnaryCall<unknown, unknown> = (c, done) => {
-        onCall(name, c.metadata);
+        onCall(name, c.metadata, c.request);
         call(c.request, c.metadata, (err: ServiceError | null, res: unknown) => done(err, res));
       };
       impl[name] = unary;
       continue;
     }
     const stream: handleServerStreamingCall<unknown, unknown> = (c) => {
-      onCall(name, c.metadata);
+      onCall(name, c.metadata, c.request);
       const up = call(c.request, c.metadata) as NodeJS.EventEmitter & { cancel(): void };
       up.on('data', (m: unknown) => c.write(rewrite(name, m)));
       up.on('end', () => c.end());

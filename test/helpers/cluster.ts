@@ -6,7 +6,7 @@ import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { Scheduler, type SchedulerOptions } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, type SimHost, type SimHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from './agent.js';
-import { eventually } from './grpc.js';
+import { eventually } from './wait.js';
 
 export interface ClusterHost {
   sim: SimHost;

@@ -1,6 +1,6 @@
 /** Small promise wrappers over grpc-js clients for tests. */
 import { type Client, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
-import { type DecodedStatus, decodeServiceError } from '../../src/server/grpc/status.js';
+import { type DecodedStatus, decodeServiceError } from '../../src/transport/status.js';
 
 type UnaryMethod<Req, Res> = (
   req: Req,
@@ -78,21 +78,5 @@ export function collect<T>(
   });
 }
 
-/** Waits until `predicate` holds, polling. */
-export async function eventually<T>(
-  fn: () => Promise<T> | T,
-  predicate: (v: T) => boolean,
-  timeoutMs = 10_000,
-): Promise<T> {
-  const start = Date.now();
-  let last: T;
-  for (;;) {
-    last = await fn();
-    if (predicate(last)) return last;
-    if (Date.now() - start > timeoutMs)
-      throw new Error(
-        `condition not met after ${timeoutMs} ms; last: ${JSON.stringify(last)?.slice(0, 2000)}`,
-      );
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
+// The scheduler's PostgreSQL store test still imports eventually from here.
+export { eventually } from './wait.js';

@@ -1,16 +1,15 @@
 /**
  * Checks and small builders shared by the fault and crash tests: invariant 1
- * on every device a test touches, error assertions by gRPC code name and
- * ErrorInfo reason, and profiles that pick one specific simulated NVMe
+ * on every device a test touches, and profiles that pick one specific simulated NVMe
  * controller by its capability traits (so a test knows which device it binds).
  */
 import { expect } from 'vitest';
-import { BerthClientError, type SchedulerClient } from '../../src/client/sdk.js';
+import type { SchedulerClient } from '../../src/client/sdk.js';
 import type { Device } from '../../src/gen/berth/scheduler/v1/device.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import type { SimHostDefinition } from '../../src/sim/host.js';
-import { eventually } from './grpc.js';
+import { eventually } from './wait.js';
 
 export const noFilter = { host: '', type: 0, state: 0, resourceClass: '' };
 
@@ -70,22 +69,6 @@ export function settledDevice(
 }
 
 export const uuidRef = (uuid: string) => ({ ref: { $case: 'uuid' as const, value: uuid } });
-
-/** Awaits a call that must fail with `codeName` (and `reason`, when given). */
-export async function expectCode(
-  p: Promise<unknown>,
-  codeName: string,
-  reason?: string,
-): Promise<BerthClientError> {
-  const err = await p.then(
-    (v) => new Error(`expected ${codeName}${reason ? `/${reason}` : ''}, got ${JSON.stringify(v)}`),
-    (e: unknown) => e,
-  );
-  if (!(err instanceof BerthClientError)) throw err;
-  expect(err.codeName, err.message).toBe(codeName);
-  if (reason) expect(err.reason, err.message).toBe(reason);
-  return err;
-}
 
 /**
  * Traits that single out each controller of demoHostDefinition: nvme0 is the

@@ -7,7 +7,7 @@
  */
 import { chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { eventually } from './grpc.js';
+import { eventually } from './wait.js';
 
 export interface Gate {
   /** The executable to use as nvme_cli. */

@@ -1,5 +1,6 @@
 /**
- * A real PostgreSQL server for the tests of the PostgreSQL store (issue 13):
+ * A real PostgreSQL server for the tests of the PostgreSQL store
+ * (docs/decisions.md 36, 37):
  * `initdb` in a temporary directory, `postgres` on a free port on 127.0.0.1
  * (its socket in the same directory), stopped and removed at the end. As root
  * both run as the `postgres` user (the server refuses to run as root). Test
@@ -13,6 +14,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { postgresBin } from './prerequisites.js';
 import { freePort } from './processes.js';
+import { sleep } from './wait.js';
 
 export interface PostgresServer {
   /** postgres://… for a database of this server (created by `createDatabase`). */
@@ -103,7 +105,7 @@ export async function startPostgres(options: PostgresOptions = {}): Promise<Post
           server.kill('SIGKILL');
           throw new Error(`PostgreSQL did not start: ${(err as Error).message}\n${log}`);
         }
-        await new Promise((r) => setTimeout(r, 100));
+        await sleep(100);
       }
     }
   };

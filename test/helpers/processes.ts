@@ -16,6 +16,8 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { stringify as toYaml } from 'yaml';
 import type { SimHost } from '../../src/sim/host.js';
+import type { LogLine } from './logs.js';
+import { waitFor } from './wait.js';
 
 const REPO = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const BERTH = join(REPO, 'bin', 'berth');
@@ -23,6 +25,8 @@ const BERTH = join(REPO, 'bin', 'berth');
 const KEEP_CHARS = 64 * 1024;
 const START_TIMEOUT_MS = 30_000;
 const EXIT_TIMEOUT_MS = 10_000;
+/** Parsed log lines kept per process (the newest). */
+const KEEP_LINES = 20_000;
 
 /** A free TCP port on 127.0.0.1, so a restarted process can take the same endpoint. */
 export async function freePort(): Promise<number> {
@@ -71,6 +75,9 @@ export class BerthProcess {
   private exitPromise: Promise<{ code: number | null; signal: NodeJS.Signals | null }> | null = null;
   private stderrBuf = '';
   private stdoutBuf = '';
+  private stderrPending = '';
+  /** The JSON log lines (stderr) of every start so far, parsed, each with the start it came from. */
+  readonly logLines: (LogLine & { start: number })[] = [];
   endpoint = '';
   /** The whole `{"event":"listening",…}` line of the current start (a scheduler's `scheduler_id`, …). */
   listening: Record<string, unknown> = {};
@@ -90,6 +97,24 @@ export class BerthProcess {
   /** The tail of stderr (the JSON log) and stdout, for assertion messages. */
   output(): string {
     return `--- ${this.spec.name} stdout ---\n${this.stdoutBuf}\n--- ${this.spec.name} stderr ---\n${this.stderrBuf}`;
+  }
+
+  /**
+   * Waits until `count` log lines (default 1) of the current start satisfy
+   * `match` — the process's own account of what it did, for a test to wait
+   * on before asserting that nothing else happened.
+   */
+  async waitForLog(
+    match: (l: LogLine) => boolean,
+    { count = 1, timeoutMs = 20_000, what = 'a log line' } = {},
+  ): Promise<LogLine[]> {
+    const mine = () => this.logLines.filter((l) => l.start === this.starts && match(l));
+    await waitFor(() => mine().length >= count, timeoutMs, `${this.spec.name}: ${count} × ${what}`).catch(
+      (err: Error) => {
+        throw new Error(`${err.message}\n${this.output()}`);
+      },
+    );
+    return mine();
   }
 
   async start(): Promise<string> {
@@ -122,8 +147,24 @@ export class BerthProcess {
     this.stderrBuf = (this.stderrBuf + marker).slice(-KEEP_CHARS);
     this.stdoutBuf = (this.stdoutBuf + marker).slice(-KEEP_CHARS);
     child.stderr?.setEncoding('utf8');
+    this.stderrPending = '';
+    const start = this.starts;
     child.stderr?.on('data', (s: string) => {
       this.stderrBuf = (this.stderrBuf + s).slice(-KEEP_CHARS);
+      this.stderrPending += s;
+      let nl = this.stderrPending.indexOf('\n');
+      while (nl >= 0) {
+        const line = this.stderrPending.slice(0, nl).trim();
+        this.stderrPending = this.stderrPending.slice(nl + 1);
+        nl = this.stderrPending.indexOf('\n');
+        if (!line.startsWith('{')) continue;
+        try {
+          this.logLines.push({ ...(JSON.parse(line) as LogLine), start });
+        } catch {
+          // Not a log line.
+        }
+      }
+      if (this.logLines.length > KEEP_LINES) this.logLines.splice(0, this.logLines.length - KEEP_LINES);
     });
     child.stdout?.setEncoding('utf8');
     const endpoint = await new Promise<string>((resolve, reject) => {

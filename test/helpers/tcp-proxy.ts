@@ -15,6 +15,11 @@ export interface TcpProxy {
   readonly port: number;
   /** Connections accepted and forwarded since start (refused ones excluded). */
   readonly forwarded: number;
+  /**
+   * Connections refused while cut, since start: each is a peer's attempt to
+   * get through, which a test can wait for before asserting that nothing did.
+   */
+  readonly refused: number;
   /** Connections currently open through the proxy. */
   readonly open: number;
   /** Whether the link is cut. */
@@ -46,11 +51,13 @@ export async function startTcpProxy(target: string, port = 0): Promise<TcpProxy>
   let cut = false;
   let restoreTimer: NodeJS.Timeout | undefined;
   let forwarded = 0;
+  let refused = 0;
   /** Each pair is the client side and the upstream side of one connection. */
   const pairs = new Set<[Socket, Socket]>();
 
   const server: Server = createServer((client) => {
     if (cut) {
+      refused++;
       client.resetAndDestroy();
       return;
     }
@@ -86,6 +93,9 @@ export async function startTcpProxy(target: string, port = 0): Promise<TcpProxy>
     port: boundPort,
     get forwarded() {
       return forwarded;
+    },
+    get refused() {
+      return refused;
     },
     get open() {
       return pairs.size;

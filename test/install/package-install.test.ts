@@ -26,9 +26,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml, stringify as toYaml } from 'yaml';
 import { AgentClient } from '../../src/client/sdk.js';
 import { CleanupPhase } from '../../src/gen/berth/agent/v1/agent.js';
-import { holdsTenantData, isAllZero, writeTenantData } from '../../src/plugins/nvme/test-host.js';
-import { type Running, start } from '../e2e/berth-cli.js';
 import { tempDir } from '../helpers/agent.js';
+import { type Running, start } from '../helpers/berth-cli.js';
+import { holdsTenantData, isAllZero, writeTenantData } from '../helpers/nvme-host.js';
 import { available, systemdAnalyze } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
 

@@ -14,8 +14,8 @@ import {
 import { ReadBack } from '../../src/gen/berth/agent/v1/cleanup_proof.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { decodeServiceError } from '../../src/server/grpc/status.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
+import { decodeServiceError } from '../../src/transport/status.js';
 import { tempDir } from '../helpers/agent.js';
 import { collect } from '../helpers/grpc.js';
 import { type Gate, nvmeGate } from '../helpers/nvme-gate.js';

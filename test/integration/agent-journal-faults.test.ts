@@ -8,10 +8,10 @@ import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
 import { createAndBind, createNvmeProfile, listChecked, settledDevice } from '../helpers/invariants.js';
 import { available, root } from '../helpers/prerequisites.js';
 import { mountTinyTmpfs } from '../helpers/tmpfs.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'journal-full-host';
 

@@ -15,6 +15,7 @@ import { FunctionKind } from '../../src/gen/berth/agent/v1/device.js';
 import { DuplicateClaimError } from '../../src/server/agent/plugin-host.js';
 import { type SimAgent, SMALL_HOST, startSimAgent, tempDir } from '../helpers/agent.js';
 import { call, collect } from '../helpers/grpc.js';
+import { waitFor } from '../helpers/wait.js';
 
 const run = promisify(execFile);
 const PCI_CONFIG = {
@@ -207,11 +208,3 @@ describe('agent start-up refusals', () => {
     await dir.cleanup();
   });
 });
-
-async function waitFor(cond: () => boolean, timeoutMs = 10_000): Promise<void> {
-  const start = Date.now();
-  while (!cond()) {
-    if (Date.now() - start > timeoutMs) throw new Error('timed out waiting');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

@@ -20,10 +20,10 @@ import {
 } from '../../src/server/grpc/auth.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
-import { metadataWith, rawCall } from '../fuzz/raw-call.js';
-import { generatedServiceDefinitions } from '../fuzz/services.js';
 import { startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
+import { generatedServiceDefinitions } from '../helpers/grpc-services.js';
+import { metadataWith, rawCall } from '../helpers/raw-call.js';
+import { eventually } from '../helpers/wait.js';
 
 const SECRET = 's'.repeat(48);
 const quiet = () => createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'silent' });

@@ -1,11 +1,11 @@
 /**
  * The kill -9 soak, short: 50 cleanups on a simulated host with the four NVMe
  * actions while the agent (and sometimes the scheduler) is SIGKILLed at seeded
- * random points and restarted (test/soak/cleanup-kill-driver.ts). The seed is
+ * random points and restarted (test/soak/cleanup-kill-driver.support.ts). The seed is
  * printed; SOAK_SEED replays it. The long run is test/soak/cleanup-kill.soak.ts.
  */
 import { describe, it } from 'vitest';
-import { soakAndAssert } from '../soak/cleanup-kill-assert.js';
+import { soakAndAssert } from '../soak/cleanup-kill-assert.support.js';
 
 const CLEANUPS = 50;
 const BUDGET_MS = 200_000;

@@ -3,6 +3,9 @@
  * `berth agent serve` run as child processes (test/helpers/processes.ts) so
  * they can be SIGKILLed mid-operation and restarted on the same port, state
  * dir and database, the way a host or a scheduler crashes in production.
+ * The scheduler reaches the agent through a gRPC proxy that records every
+ * call (test/helpers/agent-proxy.ts): what the scheduler asked of the agent
+ * is what the checks that nothing happened wait on.
  */
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -17,7 +20,7 @@ import {
   type SimHostDefinition,
 } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
 import {
   createAndBind,
   createClassProfile,
@@ -31,7 +34,14 @@ import {
   VF_CLASS,
   vfHostDefinition,
 } from '../helpers/invariants.js';
-import { agentProcess, type BerthProcess, schedulerProcess, stopAllProcesses } from '../helpers/processes.js';
+import {
+  agentProcess,
+  type BerthProcess,
+  freePort,
+  schedulerProcess,
+  stopAllProcesses,
+} from '../helpers/processes.js';
+import { eventually, sleep } from '../helpers/wait.js';
 
 const HOST = 'crash-host';
 /** 4 VFs + GPU + 4 NVMe controllers. */
@@ -61,6 +71,11 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
   let scheduler: BerthProcess;
   let agent: BerthProcess;
   let client: SchedulerClient;
+  let proxy: AgentProxy;
+  /** Every CleanupDevice the scheduler sent the agent (through the proxy), in order. */
+  const cleanupCalls: { address: string; jobId: string }[] = [];
+  const cleanupCallsFor = (address: string, since = 0) =>
+    cleanupCalls.slice(since).filter((c) => c.address === address);
   const nvmeAddress: Record<string, string> = {};
 
   const explain = () => `${scheduler?.output() ?? ''}\n${agent?.output() ?? ''}`;
@@ -76,7 +91,15 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     scheduler = await schedulerProcess(join(dir.path, 'scheduler.db'));
     const schedEndpoint = await scheduler.start();
     client = new SchedulerClient({ endpoint: schedEndpoint, timeoutMs: 10_000 });
-    agent = await agentProcess(sim, { scheduler: schedEndpoint });
+    const agentPort = await freePort();
+    proxy = await startAgentProxy(`127.0.0.1:${agentPort}`, undefined, (method, _md, request) => {
+      if (method === 'cleanupDevice') cleanupCalls.push(request as { address: string; jobId: string });
+    });
+    agent = await agentProcess(sim, {
+      scheduler: schedEndpoint,
+      port: agentPort,
+      config: { advertise: proxy.address },
+    });
     await agent.start();
     await waitForHost(client, HOST, DEMO_DEVICES);
     for (const ctrl of ['nvme0', 'nvme1', 'nvme2', 'nvme3'] as const) await createNvmeProfile(client, ctrl);
@@ -85,6 +108,7 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
   afterAll(async () => {
     client?.close();
     await stopAllProcesses();
+    await proxy?.stop();
     await dir?.cleanup();
   });
 
@@ -94,6 +118,10 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     await sim.setFault('nvme0', 'sanitize', { mode: 'hang' });
     const bound = await createAndBind(client, 'pick-nvme0', 'vm-killed-agent', HOST);
     expect(bound.deviceAddress).toBe(address);
+    // A witness: another device, released while the agent is down, so that its
+    // cleanup is dispatched when the agent returns — by the same look at the
+    // backlog that would retry nvme0's (what the check below waits for).
+    const witness = await createAndBind(client, 'pick-nvme2', 'vm-witness', HOST);
     await client.arqs.deleteAcceleratorRequests({ uuids: [bound.uuid], instanceUuid: '' });
     const cleaning = await eventually(
       () => getDevice(client, HOST, address),
@@ -109,9 +137,11 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     const held = await getDevice(client, HOST, address);
     expect(held.deviceState, explain()).not.toBe(DeviceState.DEVICE_STATE_AVAILABLE);
     expect(held.reserved).toBe(1);
+    await client.arqs.deleteAcceleratorRequests({ uuids: [witness.uuid], instanceUuid: '' });
 
     // The "hardware" is fine again; only the interrupted job is in doubt.
     await sim.setFault('nvme0', 'sanitize', null);
+    const callsBeforeRestart = cleanupCalls.length;
     await agent.restart();
     const err = await eventually(
       () => getDevice(client, HOST, address),
@@ -124,9 +154,17 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     expect(err.lastCleanup?.jobId).toBe(jobId);
     expect(err.lastCleanup?.outcome).toBe(CleanupOutcome.CLEANUP_OUTCOME_INTERRUPTED);
     expect(err.errorReason).toMatch(/interrupted|restarted/);
-    // It stays in error: nothing retries a cleanup that may have half-run.
-    await new Promise((r) => setTimeout(r, 1_500));
-    expect((await getDevice(client, HOST, address)).deviceState).toBe(DeviceState.DEVICE_STATE_ERROR);
+    // It stays in error: nothing retries a cleanup that may have half-run. The
+    // witness's cleanup, queued while the agent was away, went out with the
+    // scheduler's look at the backlog after the restart and has finished; a
+    // retry of nvme0 would have gone out with it.
+    const witnessClean = await settledDevice(client, HOST, witness.deviceAddress, 30_000);
+    expect(stateName(witnessClean.deviceState), witnessClean.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+    expect(cleanupCallsFor(witness.deviceAddress, callsBeforeRestart).length).toBeGreaterThan(0);
+    const still = await getDevice(client, HOST, address);
+    expect(stateName(still.deviceState)).toBe('DEVICE_STATE_ERROR');
+    expect(still.lastCleanup?.jobId).toBe(jobId);
+    expect(cleanupCallsFor(address, callsBeforeRestart)).toEqual([]);
 
     const { jobId: operatorJob } = await client.devices.cleanDevice({
       device: uuidRef(err.uuid),
@@ -149,9 +187,15 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     // The agent is frozen: it still holds its connections, so the scheduler
     // dispatches the cleanup, but the agent never reads the request.
     agent.signal('SIGSTOP');
+    const callsBefore = cleanupCalls.length;
     try {
       await client.arqs.deleteAcceleratorRequests({ uuids: [bound.uuid], instanceUuid: '' });
-      await new Promise((r) => setTimeout(r, 1_000));
+      // The scheduler has sent the cleanup; the frozen agent never answers it.
+      await eventually(
+        () => cleanupCallsFor(address, callsBefore).length,
+        (n) => n > 0,
+        15_000,
+      );
       const pending = await getDevice(client, HOST, address);
       expect(stateName(pending.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
       // nvme3 was never cleaned before: no cleanup has started on it.
@@ -185,8 +229,12 @@ describe('agent and scheduler crashes around cleanups (child processes)', () => 
     expect(stateName(pending.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
     expect(pending.reserved).toBe(1);
     expect(pending.arqUuid).toBe('');
-    // Nobody can clean it, so nothing changes however long the agent stays away.
-    await new Promise((r) => setTimeout(r, 2_000));
+    // Nobody can clean it, so nothing changes however long the agent stays away:
+    // the scheduler has looked at the cleanup and decided it waits.
+    await scheduler.waitForLog(
+      (l) => l.address === address && l.msg.startsWith('agent not connected; the cleanup waits for it'),
+      { what: 'the cleanup of nvme2 waiting for its agent' },
+    );
     const still = await getDevice(client, HOST, address);
     expect(stateName(still.deviceState)).toBe('DEVICE_STATE_PENDING_CLEANING');
     // And a bind cannot take it meanwhile.
@@ -292,7 +340,6 @@ describe('scheduler kill -9 during a bind storm (child processes)', () => {
     /** Calls that met the dead scheduler: proof the kill landed mid-storm. */
     let unavailable = 0;
     const deadline = Date.now() + 60_000;
-    const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
     // Each worker: create + bind (acknowledged binds are recorded), and delete its
     // oldest binding once it holds two, so the storm never runs out of devices.

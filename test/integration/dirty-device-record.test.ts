@@ -14,7 +14,6 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { AgentServiceClient } from '../../src/gen/berth/agent/v1/agent.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { decodeServiceError } from '../../src/server/grpc/status.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import {
   plantTenantData,
@@ -22,8 +21,8 @@ import {
   spreadTenantWrites,
   withStateLock,
 } from '../../src/sim/nvme-cli/index.js';
+import { decodeServiceError } from '../../src/transport/status.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createNvmeProfile,
@@ -32,7 +31,8 @@ import {
   settledDevice,
   stateName,
 } from '../helpers/invariants.js';
-import { prng } from '../soak/cleanup-kill-driver.js';
+import { eventually } from '../helpers/wait.js';
+import { prng } from '../soak/cleanup-kill-driver.support.js';
 
 const HOST = 'record-host';
 const DB_FILES = ['', '-wal', '-shm'];
@@ -130,7 +130,7 @@ describe("the agent's record of devices that hold tenant data", () => {
     await c.waitForDevices(HOST, 9);
     // The new database knows nothing of the bind, but each device of the inventory carries the
     // journal's record of its media (held for the first tenant): the same unit that stores the
-    // device queues its cleanup, so it is never offered as clean. (Before issue 27 the window
+    // device queues its cleanup, so it is never offered as clean. (Before decision 42 the window
     // stayed open until the next registration, and the agent's refusal of the bind closed it.)
     const seen = await getDevice(c.client, HOST, addressOf('nvme2'));
     expect(['DEVICE_STATE_PENDING_CLEANING', 'DEVICE_STATE_CLEANING']).toContain(stateName(seen.deviceState));

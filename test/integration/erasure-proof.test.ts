@@ -1,6 +1,6 @@
 /**
  * The three ways a cleanup used to report success with tenant data still on
- * the media (issue 11), each driven through the agent's CleanupDevice stream on
+ * the media (docs/decisions.md 14-16), each driven through the agent's CleanupDevice stream on
  * a simulated host with inputs the simulator does not produce by itself:
  *
  * 1. a sanitize log that already said "completed" and a sanitize that exits 0

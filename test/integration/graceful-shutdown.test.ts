@@ -15,9 +15,9 @@ import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { DeviceServiceClient } from '../../src/gen/berth/scheduler/v1/device_service.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
 import { createAndBind, createNvmeProfile, getDevice } from '../helpers/invariants.js';
 import { agentProcess, type BerthProcess, schedulerProcess, stopAllProcesses } from '../helpers/processes.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'shutdown-host';
 

@@ -9,7 +9,7 @@ import { execFile } from 'node:child_process';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BerthClientError } from '../../src/client/sdk.js';
+import type { BerthClientError } from '../../src/client/sdk.js';
 import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { MigrationState } from '../../src/gen/berth/scheduler/v1/migration.js';
@@ -20,8 +20,9 @@ import { validateMetadata } from '../../src/server/scheduler/guest/metadata.js';
 import { validateDomains, wrapInDomain } from '../../src/server/scheduler/guest/virt-xml.js';
 import { demoHostDefinition, type SimHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
+import { expectCode } from '../helpers/errors.js';
 import { available, virtXmlValidate } from '../helpers/prerequisites.js';
+import { eventually } from '../helpers/wait.js';
 
 const run = promisify(execFile);
 const BUF = join(process.cwd(), 'node_modules/.bin/buf');
@@ -47,18 +48,6 @@ const migratableNvme = (config: Record<string, unknown>): Record<string, unknown
     'migratable-nvme': nvme,
   };
 };
-
-async function expectCode(p: Promise<unknown>, codeName: string, reason?: string): Promise<BerthClientError> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err, `expected ${codeName}`).toBeInstanceOf(BerthClientError);
-  const e = err as BerthClientError;
-  expect(e.codeName, e.message).toBe(codeName);
-  if (reason) expect(e.reason, e.message).toBe(reason);
-  return e;
-}
 
 /** The guest `<address type='pci' .../>` lines of hostdev XML, in order. */
 const guestLines = (xml: string) => xml.split('\n').filter((l) => l.includes("<address type='pci'"));

@@ -1,6 +1,6 @@
 /**
  * Invariant 10: a principal acts only for its own host, and what the scheduler
- * presents to an agent is valid on that agent only (issue 18's attacks, each
+ * presents to an agent is valid on that agent only (decision 31; the attacks, each
  * through the real servers). Two real agents on simulated hosts; the scheduler
  * reaches host-a's agent through a proxy that captures the credential it sends.
  */
@@ -15,14 +15,14 @@ import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { allowedRoles, generateStaticToken, signHs256Token } from '../../src/server/grpc/auth.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
-import { berth, cliEnv } from '../e2e/berth-cli.js';
-import { metadataWith, rawCall } from '../fuzz/raw-call.js';
-import { generatedMethods } from '../fuzz/services.js';
 import { tempDir } from '../helpers/agent.js';
 import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
-import { eventually } from '../helpers/grpc.js';
-import { expectCode } from '../helpers/invariants.js';
+import { berth, cliEnv } from '../helpers/berth-cli.js';
+import { expectCode } from '../helpers/errors.js';
+import { generatedMethods } from '../helpers/grpc-services.js';
 import { freePort } from '../helpers/processes.js';
+import { metadataWith, rawCall } from '../helpers/raw-call.js';
+import { eventually } from '../helpers/wait.js';
 
 const JWT_SECRET = 'an-hs256-secret-of-at-least-32-bytes!';
 

@@ -1,6 +1,5 @@
 /**
- * One host cannot exhaust the scheduler (docs/media-identity.md, issue on media
- * identity): a host with a valid agent credential that reports thousands of
+ * One host cannot exhaust the scheduler (docs/media-identity.md): a host with a valid agent credential that reports thousands of
  * fat devices and then a stream of changes gets what is beyond its bounds
  * refused — with a reason in the log and a metric — while the scheduler's
  * database stays bounded and another host's inventory keeps flowing.
@@ -25,7 +24,8 @@ import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/ber
 import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { SMALL_HOST, startSimAgent, tempDir } from '../helpers/agent.js';
-import { call, eventually, insecure } from '../helpers/grpc.js';
+import { call, insecure } from '../helpers/grpc.js';
+import { eventually } from '../helpers/wait.js';
 
 const LIMITS = { storedBytes: 1 << 20, burstBytes: 2 << 20, bytesPerSecond: 128 << 10 };
 

@@ -1,5 +1,5 @@
 /**
- * Coverage is the judge's, not the driver's (issue 27, case 4 and case 2's
+ * Coverage is the judge's, not the driver's (docs/decisions.md 40, and 41's
  * cleanup side), through a real agent's CleanupDevice stream on simulated
  * hosts, with inputs the simulator does not produce by itself:
  *

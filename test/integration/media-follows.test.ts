@@ -33,7 +33,6 @@ import { type Device, MediaCondition } from '../../src/gen/berth/agent/v1/device
 import type { RegisterRequest } from '../../src/gen/berth/scheduler/v1/registration.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { decodeServiceError } from '../../src/server/grpc/status.js';
 import { buildSimHost, type SimHost, type SimHostDefinition } from '../../src/sim/host.js';
 import {
   plantTenantData,
@@ -41,9 +40,11 @@ import {
   spreadTenantWrites,
   withStateLock,
 } from '../../src/sim/nvme-cli/index.js';
+import { decodeServiceError } from '../../src/transport/status.js';
 import { tempDir } from '../helpers/agent.js';
-import { call, callError, collect, eventually } from '../helpers/grpc.js';
+import { call, callError, collect } from '../helpers/grpc.js';
 import { type RecordingScheduler, startRecordingScheduler } from '../helpers/recording-scheduler.js';
+import { eventually } from '../helpers/wait.js';
 
 const NVME_A = '0000:01:00.0';
 const NVME_B = '0000:06:00.0';

@@ -18,16 +18,16 @@ import {
 import type { SimHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
+import { expectCode } from '../helpers/errors.js';
 import {
   createAndBind,
   createClassProfile,
-  expectCode,
   expectInvariant1,
   getDevice,
   settledDevice,
   stateName,
 } from '../helpers/invariants.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'media-host';
 const MIB = 1 << 20;

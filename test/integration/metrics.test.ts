@@ -8,7 +8,7 @@ import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'metrics-host';
 

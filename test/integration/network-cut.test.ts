@@ -14,6 +14,7 @@
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentClient, SchedulerClient } from '../../src/client/sdk.js';
+import { CleanupPhase } from '../../src/gen/berth/agent/v1/agent.js';
 import { CleanupOutcome, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import {
   buildSimHost,
@@ -22,7 +23,6 @@ import {
   type SimHostDefinition,
 } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createNvmeProfile,
@@ -39,12 +39,12 @@ import {
   stopAllProcesses,
 } from '../helpers/processes.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST_A = 'cut-host-a';
 const HOST_B = 'cut-host-b';
 /** 4 VFs + GPU + 4 NVMe controllers. */
 const DEMO_DEVICES = 9;
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('network cuts between the scheduler and an agent (TCP proxy, child processes)', () => {
   let dir: { path: string; cleanup: () => Promise<void> };
@@ -136,13 +136,22 @@ describe('network cuts between the scheduler and an agent (TCP proxy, child proc
       (h) => h?.connected === false,
       10_000,
     );
-    // While cut off, the device stays held back however the job is doing.
-    for (let i = 0; i < 5; i++) {
-      const d = await getDevice(client, HOST_A, address);
-      expect(stateName(d.deviceState), explain()).not.toBe('DEVICE_STATE_AVAILABLE');
-      expect(d.reserved).toBe(1);
-      await sleep(400);
+    // While cut off, the device stays held back however the job is doing: even
+    // once the agent (asked directly, re-attaching by job id) has finished it.
+    const agentClient = new AgentClient({ endpoint: `127.0.0.1:${agentAPort}`, timeoutMs: 30_000 });
+    const phases: CleanupPhase[] = [];
+    try {
+      for await (const m of agentClient.cleanupDevice({ address, jobId })) {
+        if (m.event) phases.push(m.event.phase);
+      }
+    } finally {
+      agentClient.close();
     }
+    expect(phases.at(-1), explain()).toBe(CleanupPhase.CLEANUP_PHASE_SUCCEEDED);
+    const held = await getDevice(client, HOST_A, address);
+    expect(stateName(held.deviceState), explain()).not.toBe('DEVICE_STATE_AVAILABLE');
+    expect(held.reserved).toBe(1);
+    expect((await hostOf(HOST_A))?.connected).toBe(false);
     proxyA.restore();
 
     const done = await settledDevice(client, HOST_A, address, 30_000);
@@ -183,8 +192,14 @@ describe('network cuts between the scheduler and an agent (TCP proxy, child proc
     } finally {
       agentClient.close();
     }
-    // Nothing reaches the scheduler while cut.
-    await sleep(1_000);
+    // Nothing reaches the scheduler while cut: it tried to follow the agent
+    // again since the change (twice) and was refused.
+    const refused = proxyA.refused;
+    await eventually(
+      () => proxyA.refused,
+      (n) => n >= refused + 2,
+      30_000,
+    );
     expect((await devicesOf(HOST_A)).length).toBe(DEMO_DEVICES);
 
     proxyA.restore();
@@ -243,6 +258,7 @@ describe('network cuts between the scheduler and an agent (TCP proxy, child proc
   it('the agent re-registers soon after a long cut of its path to a scheduler that restarted meanwhile', async () => {
     // The agent cannot reach the scheduler; the scheduler restarts and so
     // knows host A only from its database (disconnected) until A registers.
+    const refusedAtCut = proxyS.refused;
     proxyS.cut();
     await scheduler.kill('SIGKILL');
     await scheduler.restart();
@@ -254,9 +270,15 @@ describe('network cuts between the scheduler and an agent (TCP proxy, child proc
       15_000,
     );
     expect((await hostOf(HOST_A))?.connected).toBe(false);
-    // A long outage: gRPC's default reconnect backoff would by now wait tens
-    // of seconds between attempts (it grows to 120 s).
-    await sleep(30_000);
+    // A long outage, counted in the agent's refused attempts to reach the
+    // scheduler: after eight, gRPC's default reconnect backoff (1 s growing
+    // by 1.6 up to 120 s) would wait about half a minute before the next; the
+    // shipped one (200 ms up to 5 s) is at its cap.
+    await eventually(
+      () => proxyS.refused,
+      (n) => n >= refusedAtCut + 8,
+      60_000,
+    );
     expect((await hostOf(HOST_A))?.connected).toBe(false);
 
     proxyS.restore();

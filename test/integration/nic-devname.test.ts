@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Nic } from '../../src/gen/berth/scheduler/v1/instance.js';
 import { validateMetadata } from '../../src/server/scheduler/guest/metadata.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { expectCode } from '../helpers/invariants.js';
+import { expectCode } from '../helpers/errors.js';
 
 const nic = (o: Partial<Nic> = {}): Nic => ({
   mac: '52:54:00:00:00:01',

@@ -21,10 +21,10 @@ import {
 } from '../../src/server/scheduler/placement/config.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
 import { type PlacementServer, startPlacementServer } from '../helpers/placement.js';
 import { available, placementApi } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
+import { eventually } from '../helpers/wait.js';
 
 const have = available(placementApi(), "Berth's Placement credentials");
 const CRED_ID = 'a0b1c2d3e4f5';

@@ -19,11 +19,11 @@ import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import type { PlacementOptions } from '../../src/server/scheduler/placement/config.js';
 import type { SimHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
 import { getDevice, settledDevice, uuidRef } from '../helpers/invariants.js';
 import { type Gate, nvmeGateSync } from '../helpers/nvme-gate.js';
 import { type PlacementServer, providerView, startPlacementServer } from '../helpers/placement.js';
 import { available, placementApi } from '../helpers/prerequisites.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'nova-compute-1';
 const RC = 'CUSTOM_PCI_144D_A824';

@@ -25,7 +25,6 @@ import type { PlacementStatus } from '../../src/gen/berth/scheduler/v1/placement
 import type { PlacementOptions } from '../../src/server/scheduler/placement/config.js';
 import { demoHostDefinition, type SimHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createClassProfile,
@@ -39,6 +38,7 @@ import { type Gate, nvmeGateSync } from '../helpers/nvme-gate.js';
 import { type PlacementServer, providerView, startPlacementServer } from '../helpers/placement.js';
 import { available, placementApi } from '../helpers/prerequisites.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'sim-host-1';
 const PF = '0000:3b:00.0';

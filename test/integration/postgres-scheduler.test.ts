@@ -16,7 +16,6 @@ import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createClassProfile,
@@ -29,6 +28,7 @@ import {
 } from '../helpers/invariants.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
+import { eventually } from '../helpers/wait.js';
 
 const usable = available(postgresServer(), 'the scheduler on PostgreSQL');
 

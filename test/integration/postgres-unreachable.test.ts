@@ -1,5 +1,5 @@
 /**
- * A scheduler whose PostgreSQL database stops answering (issue 13: with
+ * A scheduler whose PostgreSQL database stops answering (decision 37: with
  * several replicas, a load balancer and the agents must go to another one):
  * its health turns NOT_SERVING within a look of its link-lease keeper, every
  * call is UNAVAILABLE with STORE_UNAVAILABLE (never INTERNAL), /metrics says
@@ -12,11 +12,11 @@ import { service as healthService } from 'grpc-health-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
-import { berth, cliEnv } from '../e2e/berth-cli.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import { berth, cliEnv } from '../helpers/berth-cli.js';
 import { type PostgresServer, startPostgres } from '../helpers/postgres.js';
 import { available, postgresServer } from '../helpers/prerequisites.js';
+import { eventually } from '../helpers/wait.js';
 
 const usable = available(postgresServer(), 'a scheduler whose PostgreSQL goes away');
 

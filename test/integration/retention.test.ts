@@ -1,5 +1,5 @@
 /**
- * Retention through the real servers (issue 19): a bind storm's history is
+ * Retention through the real servers (docs/decisions.md 32): a bind storm's history is
  * pruned under the configured cap while the scheduler serves; a watch resumed
  * from before what was pruned gets FAILED_PRECONDITION REVISION_COMPACTED, and
  * the SDK and `berth device watch` re-list instead of missing changes; a
@@ -9,12 +9,12 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BerthClientError } from '../../src/client/sdk.js';
-import { berth, cliEnv, start } from '../e2e/berth-cli.js';
+import { berth, cliEnv, start } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { expectCode } from '../helpers/errors.js';
 import {
   createAndBind,
   createClassProfile,
-  expectCode,
   stateName,
   VF_CLASS,
   vfHostDefinition,

@@ -22,12 +22,11 @@ import { demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import type { NvmeSimState } from '../../src/sim/nvme-cli/state.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
+import { expectCode } from '../helpers/errors.js';
 import {
   createAndBind,
   createClassProfile,
   createNvmeProfile,
-  expectCode,
   expectInvariant1,
   getDevice,
   listChecked,
@@ -38,6 +37,7 @@ import {
   VF_CLASS,
   vfHostDefinition,
 } from '../helpers/invariants.js';
+import { eventually } from '../helpers/wait.js';
 
 /** Demo host: 4 VFs, the one-time-use GPU, nvme0-3. nvme0 sanitizes slowly (CLEANUP_IN_PROGRESS window). */
 const MAIN = 'fault-host';

@@ -3,32 +3,20 @@
  * simulated hosts (sysfs tree + nvme-cli simulator), on loopback.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { BerthClientError } from '../../src/client/sdk.js';
 import { type CleanupEvent, CleanupPhase } from '../../src/gen/berth/agent/v1/agent.js';
 import { ArqState } from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
 import { DeviceState, DeviceStatus, DeviceType } from '../../src/gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { eventually } from '../helpers/grpc.js';
+import { expectCode } from '../helpers/errors.js';
+import { eventually } from '../helpers/wait.js';
 
 const HOST = 'sim-host-1';
 // 4 VFs + GPU + 4 NVMe controllers (the PF with VFs is excluded).
 const DEVICES = 9;
 
 const noFilter = { host: '', type: 0, state: 0, resourceClass: '' };
-
-async function expectCode(p: Promise<unknown>, codeName: string, reason?: string): Promise<BerthClientError> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  expect(err, `expected ${codeName}`).toBeInstanceOf(BerthClientError);
-  const e = err as BerthClientError;
-  expect(e.codeName, e.message).toBe(codeName);
-  if (reason) expect(e.reason).toBe(reason);
-  return e;
-}
 
 describe('scheduler lifecycle over gRPC', () => {
   let c: Cluster;

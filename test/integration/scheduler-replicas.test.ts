@@ -18,7 +18,6 @@ import { SchedulerClient } from '../../src/client/sdk.js';
 import { CleanupOutcome } from '../../src/gen/berth/scheduler/v1/device.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
-import { eventually } from '../helpers/grpc.js';
 import {
   createAndBind,
   createClassProfile,
@@ -40,6 +39,7 @@ import {
   schedulerProcess,
   stopAllProcesses,
 } from '../helpers/processes.js';
+import { eventually } from '../helpers/wait.js';
 
 const usable = available(postgresServer(), 'scheduler replicas on PostgreSQL');
 

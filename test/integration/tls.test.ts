@@ -15,8 +15,9 @@ import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
-import { eventually } from '../helpers/grpc.js';
+import { captureLogs, type LogLine } from '../helpers/logs.js';
 import { available, openssl } from '../helpers/prerequisites.js';
+import { eventually } from '../helpers/wait.js';
 
 const OPENSSL = available(openssl(), 'the TLS tests');
 
@@ -143,14 +144,26 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
     );
   });
 
-  /** A scheduler and a real agent on a simulated host, each with its own certificate. */
+  /** The agent's log line for a registration the scheduler did not accept. */
+  const refusedRegistration = (l: LogLine) => l.msg === 'cannot register with the scheduler; retrying';
+  /** The scheduler's log line for a link to `host` that could not follow the agent. */
+  const brokenLink = (host: string) => (l: LogLine) =>
+    l.host === host && l.msg === 'inventory stream from the agent broke; reconnecting';
+
+  /**
+   * A scheduler and a real agent on a simulated host, each with its own
+   * certificate; their logs are kept: a refusal is waited for in them
+   * before checking that it changed nothing.
+   */
   async function pair(schedulerCn: string, agentCa: 'good' | 'rogue', host: string, certHost?: string) {
     const schedCert = await good.leaf(schedulerCn);
     // The agent's certificate names its host (invariant 10).
     const agentCert = await (agentCa === 'good' ? good : other).leaf(certHost ?? host);
+    const schedLogs = captureLogs();
+    const agentLogs = captureLogs();
     const sched = await Scheduler.start({
       listen: '127.0.0.1:0',
-      logger: quiet(),
+      logger: schedLogs.logger,
       heartbeatSeconds: 1,
       tls: schedCert,
       auth: { mode: 'token', certRoles: { '*': 'agent' } },
@@ -169,10 +182,12 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
       {},
       dir.path,
     );
-    const agent = await Agent.start({ config, bootIdFile: sim.bootIdFile, logger: quiet() });
+    const agent = await Agent.start({ config, bootIdFile: sim.bootIdFile, logger: agentLogs.logger });
     return {
       sched,
       agent,
+      schedLogs,
+      agentLogs,
       host: () => sched.store.listHosts().then((hs) => hs.find((h) => h.name === host)),
       stop: async () => {
         await agent.stop();
@@ -194,7 +209,8 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
   it('refuses an agent whose certificate is from another CA', async () => {
     const p = await pair('berth-scheduler', 'rogue', 'rogue-agent');
     try {
-      await new Promise((r) => setTimeout(r, 1_500));
+      // Two registrations tried and refused (at the handshake): neither made a host.
+      await p.agentLogs.waitFor(refusedRegistration, { count: 2, what: 'refused registrations' });
       expect(await p.host()).toBeUndefined();
     } finally {
       await p.stop();
@@ -204,7 +220,12 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
   it('refuses an agent whose certificate names another host (impersonation)', async () => {
     const p = await pair('berth-scheduler', 'good', 'victim-host', 'attacker-host');
     try {
-      await new Promise((r) => setTimeout(r, 1_500));
+      // Two registrations answered with a refusal: neither made a host.
+      const refused = await p.agentLogs.waitFor(refusedRegistration, {
+        count: 2,
+        what: 'refused registrations',
+      });
+      expect(String(refused[0]!.err)).toMatch(/PERMISSION_DENIED|7 /);
       expect(await p.host()).toBeUndefined();
     } finally {
       await p.stop();
@@ -238,7 +259,10 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
         p.sched.store.listHosts().then((hs) => hs.find((h) => h.name === 'attacker-host'));
       expect(await attackerHost()).toBeDefined();
       // The scheduler dials the victim's agent as attacker-host: its certificate is for endpoint-owner, so no link.
-      await new Promise((r) => setTimeout(r, 2_000));
+      await p.schedLogs.waitFor(brokenLink('attacker-host'), {
+        count: 2,
+        what: "attacker-host's link failing",
+      });
       expect((await attackerHost())!.connected).toBe(false);
       const stolen = await p.sched.store.listDevices({ host: 'attacker-host' });
       expect(stolen.devices).toEqual([]);
@@ -253,7 +277,8 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
     const p = await pair('not-the-scheduler', 'good', 'picky-agent');
     try {
       await p.agent.registered;
-      await new Promise((r) => setTimeout(r, 1_500));
+      // The scheduler dialled the agent twice and was refused both times.
+      await p.schedLogs.waitFor(brokenLink('picky-agent'), { count: 2, what: "picky-agent's link failing" });
       const h = await p.host();
       expect(h).toBeDefined();
       expect(h!.connected).toBe(false);

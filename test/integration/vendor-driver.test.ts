@@ -11,12 +11,12 @@ import {
   type CleanupDeviceResponse,
   CleanupPhase,
 } from '../../src/gen/berth/agent/v1/agent.js';
-import { holdsTenantData, isAllZero, writeTenantData } from '../../src/plugins/nvme/test-host.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { collect } from '../helpers/grpc.js';
+import { holdsTenantData, isAllZero, writeTenantData } from '../helpers/nvme-host.js';
 
 const NVME0 = '0000:3d:00.0';
 

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CleanupPhase } from '../../gen/berth/agent/v1/agent.js';
 import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../gen/berth/scheduler/v1/profile.js';
-import { dialTarget } from '../channel.js';
+import { dialTarget } from '../../transport/channel.js';
 import { normalizeEndpoint, parseEndpoint } from '../client-config.js';
 import { BerthClientError } from '../sdk.js';
 import { progressLine, timeLeft } from './cleanup-progress.js';

@@ -41,7 +41,7 @@ import type { Host } from '../../gen/berth/scheduler/v1/host.js';
 import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
-import { type ClientTls, speaksTls, tlsProblem } from '../channel.js';
+import { type ClientTls, speaksTls, tlsProblem } from '../../transport/channel.js';
 import {
   type ClientFlagValues,
   loadClientTls,
@@ -687,9 +687,6 @@ export type ArqView = ReturnType<typeof arqView>;
 
 const pciView = (p: PciAddress | undefined) =>
   p ? { domain: p.domain, bus: p.bus, slot: p.slot, function: p.function } : null;
-export const pciString = (p: PciAddress | undefined) =>
-  p ? `${p.domain}:${p.bus}:${p.slot}.${p.function}` : '';
-
 export function hostdevView(h: Hostdev) {
   return {
     arq_uuid: h.arqUuid,
@@ -715,7 +712,6 @@ export function migrationView(m: Migration) {
     created_at: iso(m.createdAt),
   };
 }
-export type MigrationView = ReturnType<typeof migrationView>;
 
 export function cleanupEventView(e: CleanupEvent, deviceUuid = '') {
   return {

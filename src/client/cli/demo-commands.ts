@@ -12,7 +12,7 @@ import type { Command } from 'commander';
 import { createLogger } from '../../logging.js';
 import { InstanceLock } from '../../server/instance-lock.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
-import type { ClientTls } from '../channel.js';
+import type { ClientTls } from '../../transport/channel.js';
 import type { ResolvedClient } from '../client-config.js';
 import { BerthClientError, SchedulerClient } from '../sdk.js';
 import { startUp, type Up } from '../up/berth-up.js';

@@ -22,7 +22,7 @@ import { service as healthService } from 'grpc-health-check';
 import { ConfigError } from '../../errors.js';
 import { loadAgentConfig } from '../../server/agent/config.js';
 import { loadTls } from '../../server/grpc/tls.js';
-import { type ClientTls, channelCredentials, channelOptions, dialTarget } from '../channel.js';
+import { type ClientTls, channelCredentials, channelOptions, dialTarget } from '../../transport/channel.js';
 import {
   type ClientFlagValues,
   loadClientTls,

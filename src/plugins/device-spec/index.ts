@@ -4,16 +4,13 @@
  * specifications"). The PCI and NVMe drivers each parse their own section.
  */
 export { isValidPciAddress } from './address.js';
-export { compileMatcher, entryMatches, matchDevice } from './match.js';
+export { compileMatcher, matchDevice } from './match.js';
 export { deviceSpecListSchema, exactAddress, parseBool, parseDeviceSpecs } from './parse.js';
 export { normalizeResourceClass, normalizeTrait } from './placement-names.js';
 export { deviceSpecInputSchema } from './schema.js';
 export type {
-  AddressGlob,
-  AddressRegex,
   ClearAction,
   ClearStrategy,
   DeviceSpecEntry,
   FunctionLookup,
-  ParseOptions,
 } from './types.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { makeFunction, makeLookup } from './fixtures.js';
+import { makeFunction, makeLookup } from './fixtures.support.js';
 import { matchDevice } from './match.js';
 import { parseDeviceSpecs } from './parse.js';
 

@@ -17,8 +17,8 @@ import {
   pciFunctionAt,
   propertyRuns,
   traitInput,
-} from './arbitraries.js';
-import { makeFunction, makeLookup } from './fixtures.js';
+} from './arbitraries.support.js';
+import { makeFunction, makeLookup } from './fixtures.support.js';
 import { compileMatcher, matchDevice } from './match.js';
 import { parseDeviceSpecs } from './parse.js';
 import { normalizeTrait } from './placement-names.js';

@@ -1,5 +1,6 @@
 /**
- * The Python-regex translator on the cases that made it necessary (issue 30)
+ * The Python-regex translator on the cases that made it necessary
+ * (docs/decisions.md 44)
  * and on each construct of the grammar. test/e2e/nova-devspec.test.ts checks
  * it against Python's own `re` on thousands of generated patterns.
  */

@@ -1,10 +1,6 @@
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import VendorExampleV1Driver from '../../../test/fixtures/drivers/vendor-example-v1.js';
-import { ConfigError } from '../../errors.js';
-import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
-import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
-import { NvmeDriver } from '../nvme/index.js';
 import {
   cleanAndJudge,
   holdsTenantData,
@@ -12,7 +8,11 @@ import {
   makeTestHost,
   type TestHost,
   writeTenantData,
-} from '../nvme/test-host.js';
+} from '../../../test/helpers/nvme-host.js';
+import { ConfigError } from '../../errors.js';
+import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
+import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
+import { NvmeDriver } from '../nvme/index.js';
 import VendorDefault, { VendorExampleNvmeDriver } from './index.js';
 
 describe('VendorExampleNvmeDriver', () => {

@@ -5,10 +5,15 @@
  * every way nvme-cli or the host can fail makes it fail, never come back short.
  */
 import { afterEach, describe, expect, it } from 'vitest';
+import {
+  ADDRESS,
+  makeTestHost,
+  type TestHost,
+  type TestHostOptions,
+} from '../../../test/helpers/nvme-host.js';
 import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
 import type { CommandRunner } from '../command-runner.js';
 import { CensusError, takeNvmeCensus } from './census.js';
-import { ADDRESS, makeTestHost, type TestHost, type TestHostOptions } from './test-host.js';
 
 const MIB = 1 << 20;
 

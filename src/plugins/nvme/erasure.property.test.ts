@@ -14,6 +14,7 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
+import { cleanAndJudge, makeTestHost, type TestHost } from '../../../test/helpers/nvme-host.js';
 import {
   namespaceManagementWorks,
   plantTenantData,
@@ -23,7 +24,6 @@ import {
 import { loadState, type SimFault } from '../../sim/nvme-cli/state.js';
 import type { VerifyMode } from '../cleanup-evidence.js';
 import { NvmeDriver } from './nvme-driver.js';
-import { cleanAndJudge, makeTestHost, type TestHost } from './test-host.js';
 
 const RUNS = Number(process.env.ERASURE_RUNS ?? 40);
 const KIB = 1024;

@@ -6,9 +6,6 @@
  */
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
-import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
-import { NvmeDriver } from './nvme-driver.js';
 import {
   cleanAndJudge,
   holdsTenantData,
@@ -16,7 +13,10 @@ import {
   makeTestHost,
   type TestHost,
   writeTenantData,
-} from './test-host.js';
+} from '../../../test/helpers/nvme-host.js';
+import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
+import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
+import { NvmeDriver } from './nvme-driver.js';
 
 describe('NvmeDriver on a controller of a multipath NVM subsystem', () => {
   let host: TestHost | undefined;

@@ -5,11 +5,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, loopAvailable } from '../../../test/helpers/loop.js';
-import { judgeEvidence } from '../../server/agent/cleanup-judge.js';
-import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
-import { withStateLock } from '../../sim/nvme-cli/state.js';
-import type { CleanupProgress, DiscoveredDevice } from '../types.js';
-import { NvmeDriver } from './nvme-driver.js';
 import {
   ADDRESS,
   cleanAndJudge,
@@ -19,7 +14,12 @@ import {
   type TestHost,
   type TestHostOptions,
   writeTenantData,
-} from './test-host.js';
+} from '../../../test/helpers/nvme-host.js';
+import { judgeEvidence } from '../../server/agent/cleanup-judge.js';
+import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
+import { withStateLock } from '../../sim/nvme-cli/state.js';
+import type { CleanupProgress, DiscoveredDevice } from '../types.js';
+import { NvmeDriver } from './nvme-driver.js';
 
 const PHASES: CleanupProgress['phase'][] = [
   'preparing',

@@ -128,9 +128,6 @@ export function capabilitiesOf(id: IdCtrl): {
   };
 }
 
-/** SANICAP bit 29: No-Deallocate Inhibited — never send `-d` then. */
-export const sanicapNdi = (sanicap: number): boolean => (sanicap & (1 << 29)) !== 0;
-
 export const hex = (n: number): string => `0x${(n >>> 0).toString(16)}`;
 
 /** SSTAT bits 2:0. */

@@ -21,14 +21,35 @@ import {
   type WatchInventoryRequest,
   type WatchInventoryResponse,
 } from '../../gen/berth/agent/v1/agent.js';
+import type { MediaRecord } from '../../plugins/types.js';
 import { serverStream, unary } from '../grpc/handlers.js';
 import type { ServiceBinding } from '../grpc/server.js';
 import { mediaRecordToProto } from '../media-proto.js';
 import { classifySqliteFailure } from '../storage-faults.js';
-import type { Agent } from './agent.js';
+import type { CleanupJournal } from './cleanup-journal.js';
+import type { CleanupRunner } from './cleanup-runner.js';
+import type { AgentConfig } from './config.js';
 import { deviceToProto, jobEventToProto } from './convert.js';
-import type { InventoryEvent } from './inventory.js';
+import type { Inventory, InventoryDiff, InventoryEvent } from './inventory.js';
 import { checkMigrationDevice } from './prepare-migration.js';
+
+/**
+ * What the service needs of the agent. The Agent class (agent.ts) satisfies
+ * it; it is named here rather than imported from agent.ts, which imports this
+ * module, so that the two do not import each other (.dependency-cruiser.cjs,
+ * no-circular).
+ */
+export interface ServedAgent {
+  readonly config: AgentConfig;
+  readonly journal: Pick<CleanupJournal, 'path'>;
+  readonly inventory: Inventory;
+  readonly cleanups: CleanupRunner;
+  readonly stopped: Promise<void>;
+  readonly isStopping: boolean;
+  info(): GetAgentInfoResponse;
+  rediscover(): Promise<InventoryDiff>;
+  releaseDevice(address: string, mediaKey: string): MediaRecord;
+}
 
 function eventToProto(epoch: string, e: InventoryEvent): WatchInventoryResponse {
   switch (e.kind) {
@@ -43,10 +64,10 @@ function eventToProto(epoch: string, e: InventoryEvent): WatchInventoryResponse 
 
 /**
  * A failure of the agent itself (its journal's disk full or damaged, a bug) in
- * words the scheduler can put into the device's error reason (issue 19), not
+ * words the scheduler can put into the device's error reason, not
  * `internal error (id …)`: the scheduler is the only caller of these RPCs.
  */
-function agentFailure(agent: Agent, err: unknown): unknown {
+function agentFailure(agent: ServedAgent, err: unknown): unknown {
   if (err instanceof BerthError) return err;
   const owner = `the agent on ${agent.config.host}'s`;
   const fault = classifySqliteFailure(err, agent.journal.path, owner);
@@ -57,7 +78,7 @@ function agentFailure(agent: Agent, err: unknown): unknown {
   });
 }
 
-export function agentServiceBinding(agent: Agent, logger: Logger): ServiceBinding {
+export function agentServiceBinding(agent: ServedAgent, logger: Logger): ServiceBinding {
   const inv = agent.inventory;
   const impl: AgentServiceServer = {
     getAgentInfo: unary('GetAgentInfo', logger, async (): Promise<GetAgentInfoResponse> => agent.info()),

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { makeFunction } from '../../plugins/device-spec/fixtures.js';
+import { makeFunction } from '../../plugins/device-spec/fixtures.support.js';
 import { parseDeviceSpecs } from '../../plugins/device-spec/index.js';
 import { deviceFromFunction } from '../../plugins/pci/pci-driver.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';

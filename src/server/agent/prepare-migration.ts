@@ -8,12 +8,19 @@
 import { invalidArgument } from '../../errors.js';
 import type { MigrationDevice, PrepareMigrationResponse } from '../../gen/berth/agent/v1/agent.js';
 import { readPciFunction } from '../../plugins/pci/sysfs-reader.js';
-import type { Agent } from './agent.js';
+import type { AgentConfig } from './config.js';
+import type { Inventory } from './inventory.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 
+/** What the check reads of the agent (agent.ts imports this module through agent-service.ts). */
+interface MigrationTarget {
+  readonly inventory: Inventory;
+  readonly config: Pick<AgentConfig, 'host' | 'sysfsRoot'>;
+}
+
 export async function checkMigrationDevice(
-  agent: Agent,
+  agent: MigrationTarget,
   d: MigrationDevice,
   field: string,
 ): Promise<PrepareMigrationResponse> {

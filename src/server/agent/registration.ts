@@ -8,11 +8,11 @@
  */
 import { type ChannelCredentials, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { Backoff, CHANNEL_OPTIONS } from '../../client/channel.js';
 import {
   type RegisterRequest,
   RegistrationServiceClient,
 } from '../../gen/berth/scheduler/v1/registration.js';
+import { Backoff, CHANNEL_OPTIONS } from '../../transport/channel.js';
 
 export interface RegistrationOptions {
   /** One address, or several schedulers sharing one database (tried in turn). */

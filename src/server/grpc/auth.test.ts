@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { Metadata, status } from '@grpc/grpc-js';
 import { exportJWK, SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
-import { generatedServiceDefinitions } from '../../../test/fuzz/services.js';
+import { generatedServiceDefinitions } from '../../../test/helpers/grpc-services.js';
 import { ConfigError } from '../../errors.js';
 import {
   AuthError,
@@ -265,7 +265,7 @@ describe('Authenticator', () => {
   });
 
   it('refuses a JWKS whose keys are not JSON objects when it is configured, not at the first token', () => {
-    // jose, which builds the key set, loads with the first token (issue 17): the
+    // jose, which builds the key set, loads with the first token (decision 54): the
     // shape it requires is checked here, at start, as a configuration error.
     for (const keys of [[1], ['k'], [null], [[]]]) {
       const bad = () =>

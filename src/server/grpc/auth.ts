@@ -394,7 +394,7 @@ type Jose = typeof import('jose');
 let jose: Promise<Jose> | null = null;
 /**
  * jose loads with the first token to verify or sign, not at start: an agent
- * without JWT callers never holds it (issue 17, the agent's memory).
+ * without JWT callers never holds it (the agent's memory, docs/decisions.md 54).
  */
 const loadJose = (): Promise<Jose> => (jose ??= import('jose'));
 

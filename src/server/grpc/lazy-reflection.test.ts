@@ -12,8 +12,8 @@ import { promisify } from 'node:util';
 import { type Client, credentials, loadPackageDefinition, type ServiceError } from '@grpc/grpc-js';
 import { loadSync } from '@grpc/proto-loader';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { decodeServiceError } from '../../transport/status.js';
 import { GrpcServer } from './server.js';
-import { decodeServiceError } from './status.js';
 
 const REFLECTION_PROTO = (version: string) =>
   join(

@@ -3,7 +3,8 @@
  * on its first call. @grpc/reflection parses its .proto files with
  * proto-loader when it is added to a server, and the descriptors it serves
  * are decoded from the descriptor set with protobufjs: about 6 MiB of an
- * agent's resident memory for a service most agents never answer (issue 17).
+ * agent's resident memory for a service most agents never answer
+ * (docs/decisions.md 54).
  *
  * So both reflection services (v1 and v1alpha, the paths clients try) are
  * registered at once with byte-passing codecs; the first call loads

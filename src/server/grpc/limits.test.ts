@@ -7,7 +7,7 @@
  */
 import { Client, credentials } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { metadataWith, rawCall } from '../../../test/fuzz/raw-call.js';
+import { metadataWith, rawCall } from '../../../test/helpers/raw-call.js';
 import {
   BindAcceleratorRequestsRequest,
   CreateAcceleratorRequestsRequest,

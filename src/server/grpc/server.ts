@@ -31,7 +31,7 @@ import { guardDeserializers, malformedRequestInterceptor } from './limits.js';
  *   abuse, not load.
  * - keepalive: the server pings idle connections every 30 s and drops a peer
  *   that does not answer in 10 s (dead agents are noticed even on long
- *   streams). Clients ping every 20 s (CHANNEL_OPTIONS, src/client/channel.ts); the minimum ping
+ *   streams). Clients ping every 20 s (CHANNEL_OPTIONS, src/transport/channel.ts); the minimum ping
  *   interval accepted from them is 10 s, below the clients' 20 s, so a
  *   policy-enforcing peer never answers our clients with too_many_pings.
  */

@@ -1,8 +1,9 @@
 import type { ServiceError } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
+import { decodeServiceError, REASON_TRAILER } from '../../transport/status.js';
 import { AuthError } from './auth.js';
-import { decodeServiceError, REASON_TRAILER, toServiceError } from './status.js';
+import { toServiceError } from './status.js';
 
 const roundTrip = (err: unknown) => decodeServiceError(toServiceError(err) as ServiceError);
 

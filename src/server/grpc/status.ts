@@ -10,6 +10,7 @@
  * curl shows details of types it was not compiled with as base64 only).
  * Anything that is not a BerthError is a bug: the client gets a generic
  * INTERNAL with an id, the operator's log gets the whole error under that id.
+ * The decoding side, which clients share, is src/transport/status.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServiceError, status } from '@grpc/grpc-js';
@@ -18,8 +19,10 @@ import { BerthError, type ErrorCode } from '../../errors.js';
 import type { Any } from '../../gen/google/protobuf/any.js';
 import { BadRequest, ErrorInfo } from '../../gen/google/rpc/error_details.js';
 import { Status } from '../../gen/google/rpc/status.js';
+import { ERROR_DOMAIN, REASON_TRAILER, typeUrl } from '../../transport/status.js';
 
-export const ERROR_DOMAIN = 'berth.dev';
+// The scheduler's runtime and services still read the decoder from here.
+export { decodeServiceError } from '../../transport/status.js';
 
 const CODES: Record<ErrorCode, status> = {
   INVALID_ARGUMENT: status.INVALID_ARGUMENT,
@@ -35,20 +38,6 @@ const CODES: Record<ErrorCode, status> = {
   CANCELLED: status.CANCELLED,
   INTERNAL: status.INTERNAL,
 };
-
-/** Every gRPC status code's name (UNIMPLEMENTED, DATA_LOSS, … included: a client may receive any). */
-export type StatusName = ErrorCode | 'OK' | 'UNKNOWN' | 'UNIMPLEMENTED' | 'OUT_OF_RANGE' | 'DATA_LOSS';
-const STATUS_NAMES = new Map<number, StatusName>(
-  Object.entries(status)
-    .filter((e): e is [string, number] => typeof e[1] === 'number')
-    .map(([k, v]) => [v, k as StatusName]),
-);
-const isErrorCode = (n: string): n is ErrorCode => n in CODES;
-
-const typeUrl = (name: string) => `type.googleapis.com/${name}`;
-
-/** The trailer that repeats the ErrorInfo reason in plain text. */
-export const REASON_TRAILER = 'berth-error-reason';
 
 /** Builds the ServiceError grpc-js sends for `err`. */
 export function toServiceError(err: unknown, logger?: Logger): Partial<ServiceError> {
@@ -95,54 +84,4 @@ function isServiceErrorLike(err: unknown): err is Partial<ServiceError> {
     typeof (err as { code: unknown }).code === 'number' &&
     'details' in err
   );
-}
-
-export interface DecodedStatus {
-  code: number;
-  codeName: StatusName;
-  message: string;
-  reason?: string;
-  metadata: Record<string, string>;
-  fieldViolations: { field: string; description: string }[];
-}
-
-/** Client side: decode a grpc-js error back into code, reason and field violations. */
-export function decodeServiceError(err: ServiceError): DecodedStatus {
-  const out: DecodedStatus = {
-    code: err.code,
-    codeName: STATUS_NAMES.get(err.code) ?? 'UNKNOWN',
-    message: err.details,
-    metadata: {},
-    fieldViolations: [],
-  };
-  const raw = err.metadata?.get('grpc-status-details-bin')[0];
-  if (raw instanceof Buffer) {
-    try {
-      const st = Status.decode(raw);
-      for (const d of st.details) {
-        if (d.typeUrl === typeUrl('google.rpc.ErrorInfo')) {
-          const info = ErrorInfo.decode(d.value);
-          out.reason = info.reason;
-          out.metadata = info.metadata;
-        } else if (d.typeUrl === typeUrl('google.rpc.BadRequest')) {
-          out.fieldViolations = BadRequest.decode(d.value).fieldViolations;
-        }
-      }
-    } catch {
-      // Undecodable details: keep code and message.
-    }
-  }
-  return out;
-}
-
-/** Turns a client-side grpc error back into a BerthError (for servers that call other servers). */
-export function berthErrorFromServiceError(err: ServiceError): BerthError {
-  const d = decodeServiceError(err);
-  const code: ErrorCode = isErrorCode(d.codeName) ? d.codeName : 'INTERNAL';
-  return new BerthError(code, d.message, {
-    reason: d.reason,
-    metadata: d.metadata,
-    fieldViolations: d.fieldViolations,
-    cause: err,
-  });
 }

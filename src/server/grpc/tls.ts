@@ -14,8 +14,8 @@
 import { readFile } from 'node:fs/promises';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { type ChannelCredentials, ServerCredentials } from '@grpc/grpc-js';
-import { channelCredentials as clientChannelCredentials } from '../../client/channel.js';
 import { ConfigError } from '../../errors.js';
+import { channelCredentials as clientChannelCredentials } from '../../transport/channel.js';
 
 export interface TlsFiles {
   /** PEM certificate (chain) of this process. */

@@ -2,26 +2,14 @@
  * Public surface of the nvme-cli 2.3 simulator for the rest of Berth (tests,
  * the simulated host, the demo). The executable is main.ts (bin/nvme-sim in a checkout).
  */
-export { type CliEnv, type CliResult, cliEnvFrom, runCli, VERSION_TEXT } from './main.js';
-export type {
-  NvmeSimState,
-  SimControllerState,
-  SimFault,
-  SimNamespaceState,
-  SimSanitizeState,
-} from './state.js';
+export { cliEnvFrom, runCli } from './main.js';
+export type { SimFault } from './state.js';
 export { withStateLock } from './state.js';
 export {
-  controllerFromSpec,
   createNvmeSimState,
   type NvmeSimSpec,
-  nvmeSimStateSchema,
   readNvmeSimState,
   type SimControllerSpec,
-  type SimNamespaceSpec,
-  simControllerSchema,
-  simFaultSchema,
-  simNamespaceSchema,
 } from './state-file.js';
 export {
   namespaceManagementWorks,
@@ -31,4 +19,4 @@ export {
   TENANT_MARK,
   type TenantWrite,
 } from './tenant-data.js';
-export { NVME_SIM_COMMAND, writeNvmeWrapper } from './wrapper.js';
+export { writeNvmeWrapper } from './wrapper.js';

@@ -3,11 +3,12 @@
  * (through the wrapper written by writeNvmeWrapper), against temp state dirs.
  */
 import { execFile, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, watch, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { available, REAL_NVME, realNvmeCli } from '../../../test/helpers/prerequisites.js';
+import { sleep, waitFor } from '../../../test/helpers/wait.js';
 import { createNvmeSimState, type NvmeSimSpec, readNvmeSimState, writeNvmeWrapper } from './index.js';
 
 const haveRealNvme = available(realNvmeCli(), 'the comparisons of simulator errors with the real nvme-cli');
@@ -46,10 +47,6 @@ const MiB = 1 << 20;
 
 function pattern(size: number, byte: number): Buffer {
   return Buffer.alloc(size, byte);
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((r) => setTimeout(r, ms));
 }
 
 describe('nvme-sim executable', () => {
@@ -352,16 +349,28 @@ describe('nvme-sim executable', () => {
       stderr:
         'NVMe status: Invalid Field in Command: A reserved coded value or an unsupported value in a defined field(0x4002)\n',
     });
+    // The hung command meets its fault under the state lock: once it has taken
+    // the lock and let it go, a command that was not going to hang exits at once.
+    const lock = `${sim.state}.lock`;
+    let lockChanges = 0;
+    const watcher = watch(dirname(lock), (_event, name) => {
+      if (name === basename(lock)) lockChanges++;
+    });
     const child = spawn(sim.nvme, ['sanitize-log', sim.dev('nvme0'), '-o', 'json'], { stdio: 'ignore' });
     const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
       child.on('exit', (code, signal) => resolve({ code, signal })),
     );
-    const early = await Promise.race([exited, sleep(4000).then(() => 'running' as const)]);
-    expect(early).toBe('running');
+    try {
+      await waitFor(() => lockChanges >= 2, 15_000, 'the hung command to take and release the state lock');
+    } finally {
+      watcher.close();
+    }
+    // A witness: a whole invocation started after that runs to its end — and
+    // finds the state unlocked — while the hung one is still there.
+    expect((await sim.run(['list-ns', sim.dev('nvme0'), '-o', 'json'])).code).toBe(0);
+    expect({ code: child.exitCode, signal: child.signalCode }).toEqual({ code: null, signal: null });
     child.kill('SIGTERM');
     expect(await exited).toEqual({ code: null, signal: 'SIGTERM' });
-    // The hung command must not have left the state locked.
-    expect((await sim.run(['list-ns', sim.dev('nvme0'), '-o', 'json'])).code).toBe(0);
   }, 30_000);
 
   it('concurrent invocations serialize on the state lock (no lost updates)', async () => {

@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import { fillWhole, resetFile } from './media.js';
 import type { SimControllerState } from './state.js';
 
-export const SSTAT_NEVER = 0;
+// SSTAT 0: never sanitized.
 export const SSTAT_COMPLETED = 1;
 export const SSTAT_IN_PROGRESS = 2;
 export const SSTAT_FAILED = 3;

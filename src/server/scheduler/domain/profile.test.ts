@@ -1,19 +1,9 @@
 import { describe, expect, it } from 'vitest';
+import { violatedFields } from '../../../../test/helpers/errors.js';
 import { BerthError } from '../../../errors.js';
 import { type Arq, attachHandleFromAddress, canTransition, transitionArq } from './arq.js';
 import { sameProfileSpec, validateProfile } from './profile.js';
 import { assertUniqueTags, validateTag } from './tags.js';
-
-function violations(fn: () => unknown): string[] {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(BerthError);
-    expect((e as BerthError).code).toBe('INVALID_ARGUMENT');
-    return (e as BerthError).fieldViolations.map((v) => v.field);
-  }
-  return [];
-}
 
 describe('validateProfile', () => {
   it('normalises a valid profile: count 0 → 1, lower-case ids, deduplicated traits', () => {
@@ -43,7 +33,7 @@ describe('validateProfile', () => {
 
   it('reports every violation with its field path', () => {
     expect(
-      violations(() =>
+      violatedFields(() =>
         validateProfile({
           name: 'bad name',
           groups: [
@@ -69,9 +59,9 @@ describe('validateProfile', () => {
       'profile.groups[2].resource_class',
       'profile.groups[3].resource_class',
     ]);
-    expect(violations(() => validateProfile({ name: 'p', groups: [] }))).toEqual(['profile.groups']);
+    expect(violatedFields(() => validateProfile({ name: 'p', groups: [] }))).toEqual(['profile.groups']);
     expect(
-      violations(() =>
+      violatedFields(() =>
         validateProfile({ name: 'p', groups: [{ resourceClass: `CUSTOM_${'A'.repeat(249)}` }] }),
       ),
     ).toEqual(['profile.groups[0].resource_class']);

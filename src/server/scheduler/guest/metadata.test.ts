@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
-import { isBerthError } from '../../../errors.js';
+import { violations } from '../../../../test/helpers/errors.js';
 import { newDevice } from '../domain/device-state.js';
 import { facts, pciFacts } from '../domain/test-fixtures.js';
 import { assignGuestAddress, guestAddressForSlot } from './guest-address.js';
@@ -42,18 +42,6 @@ const gpu = (o: Partial<PassthroughInput> = {}): PassthroughInput => ({
   tag: 'gpu0',
   ...o,
 });
-
-/** Field violations of the INVALID_ARGUMENT `f` throws, as `field: description`. */
-const violations = (f: () => unknown): string[] => {
-  try {
-    f();
-  } catch (e) {
-    if (isBerthError(e) && e.code === 'INVALID_ARGUMENT')
-      return e.fieldViolations.map((v) => `${v.field}: ${v.description}`);
-    throw e;
-  }
-  throw new Error('expected INVALID_ARGUMENT');
-};
 
 describe('the schema file', () => {
   it('is JSON that compiles under strict draft-07 ajv', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { violations } from '../../../../test/helpers/errors.js';
 import { available, virtXmlValidate } from '../../../../test/helpers/prerequisites.js';
-import { isBerthError } from '../../../errors.js';
 import { guestAddressForSlot, parsePciAddress } from './guest-address.js';
 import { renderInstanceXml, rewriteSourceAddresses } from './hostdev-xml.js';
 import { validateDomains, wrapInDomain } from './virt-xml.js';
@@ -23,19 +23,6 @@ const xml = renderInstanceXml([
     tag: 'vf1',
   },
 ]);
-
-const violations = (f: () => unknown) => {
-  try {
-    f();
-  } catch (e) {
-    if (isBerthError(e)) {
-      expect(e.code).toBe('INVALID_ARGUMENT');
-      return e.fieldViolations.map((v) => `${v.field}: ${v.description}`);
-    }
-    throw e;
-  }
-  throw new Error('expected an INVALID_ARGUMENT');
-};
 
 describe('rewriteSourceAddresses', () => {
   const map = { '0000:3b:02.0': '0000:5e:00.4', '0000:3b:02.1': '0000:3b:02.0' };

@@ -1,7 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { facts } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { DeviceFeed } from './device-feed.js';
@@ -65,15 +65,22 @@ describe('EventHub', () => {
   });
 
   it('a wait with nothing new blocks until the next notify', async () => {
-    const hub = new EventHub();
-    let woke = false;
-    const p = hub.wait(undefined, hub.version, 5_000).then(() => {
-      woke = true;
-    });
-    await new Promise((r) => setTimeout(r, 50));
-    expect(woke).toBe(false);
-    hub.notify();
-    await p;
-    expect(woke).toBe(true);
+    // The clock is the test's: everything the wait could act on in the next
+    // 4.9 s (its own timer included) has run, and it still waits.
+    vi.useFakeTimers();
+    try {
+      const hub = new EventHub();
+      let woke = false;
+      const p = hub.wait(undefined, hub.version, 5_000).then(() => {
+        woke = true;
+      });
+      await vi.advanceTimersByTimeAsync(4_900);
+      expect(woke).toBe(false);
+      hub.notify();
+      await p;
+      expect(woke).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

@@ -10,12 +10,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
-import { runMediaContract } from './media-contract.js';
+import { runMediaContract } from './media-contract.support.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
 import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
-import { runStoreContract } from './store-contract.js';
-import { runUnitOfWorkContract } from './unit-of-work-contract.js';
-import { runUpgradeContract } from './upgrade-contract.js';
+import { runStoreContract } from './store-contract.support.js';
+import { runUnitOfWorkContract } from './unit-of-work-contract.support.js';
+import { runUpgradeContract } from './upgrade-contract.support.js';
 
 const usable = available(postgresServer(), 'the PostgreSQL store contract');
 

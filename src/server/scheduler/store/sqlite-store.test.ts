@@ -5,12 +5,12 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import { facts } from '../domain/test-fixtures.js';
-import { runMediaContract } from './media-contract.js';
+import { runMediaContract } from './media-contract.support.js';
 import { LEGACY_SQLITE_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { openSqliteStore, SqliteDatabase } from './sqlite-store.js';
-import { runStoreContract } from './store-contract.js';
-import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.js';
-import { runUpgradeContract } from './upgrade-contract.js';
+import { runStoreContract } from './store-contract.support.js';
+import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.support.js';
+import { runUpgradeContract } from './upgrade-contract.support.js';
 
 runStoreContract('sqlite', (path, options) => openSqliteStore(path, options));
 runMediaContract('sqlite', (path, options) => openSqliteStore(path, options));

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { facts } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
-import { rejection } from '../store/store-contract.js';
+import { rejection } from '../store/store-contract.support.js';
 
 describe('inventory use case', () => {
   let dir: string;

@@ -12,7 +12,7 @@ import { allocatable, type DeviceFacts, type DeviceRecord } from '../domain/devi
 import { validateProfile } from '../domain/profile.js';
 import { facts, nvmeMedia, PROOF, pciFacts } from '../domain/test-fixtures.js';
 import type { CleanupEvent, HostRegistration, Store } from './store.js';
-import { rejection } from './store-contract.js';
+import { rejection } from './store-contract.support.js';
 
 export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<Store>;
 

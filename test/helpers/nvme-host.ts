@@ -1,5 +1,5 @@
 /**
- * Test fixture: a simulated host for the NVMe driver — a sysfs tree, an nvme-cli
+ * Test support: a simulated host for the NVMe driver — a sysfs tree, an nvme-cli
  * 2.3 simulator state with file-backed namespaces, and a logging wrapper around
  * the simulator so tests can count invocations and find child pids.
  *
@@ -11,22 +11,22 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { judgeEvidence, type Verdict } from '../../server/agent/cleanup-judge.js';
-import { syncNvmeNamespaces } from '../../sim/kernel.js';
+import type { CensusPair, CleanupEvidence } from '../../src/plugins/cleanup-evidence.js';
+import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../../src/plugins/cleanup-evidence.js';
+import type { CommandRunner } from '../../src/plugins/command-runner.js';
+import type { CleanupContext, GenericDriver, HostContext } from '../../src/plugins/driver.js';
+import { ExecRunner } from '../../src/plugins/exec-runner.js';
+import { takeNvmeCensus } from '../../src/plugins/nvme/census.js';
+import type { CleanupProgress, DiscoveredDevice } from '../../src/plugins/types.js';
+import { judgeEvidence, type Verdict } from '../../src/server/agent/cleanup-judge.js';
+import { syncNvmeNamespaces } from '../../src/sim/kernel.js';
 import {
   createNvmeSimState,
   runCli,
   type SimControllerSpec,
   writeNvmeWrapper,
-} from '../../sim/nvme-cli/index.js';
-import { buildSysfs, type SysfsBuilder } from '../../sim/sysfs/index.js';
-import type { CensusPair, CleanupEvidence } from '../cleanup-evidence.js';
-import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../cleanup-evidence.js';
-import type { CommandRunner } from '../command-runner.js';
-import type { CleanupContext, GenericDriver, HostContext } from '../driver.js';
-import { ExecRunner } from '../exec-runner.js';
-import type { CleanupProgress, DiscoveredDevice } from '../types.js';
-import { takeNvmeCensus } from './census.js';
+} from '../../src/sim/nvme-cli/index.js';
+import { buildSysfs, type SysfsBuilder } from '../../src/sim/sysfs/index.js';
 
 export const ADDRESS = '0000:01:00.0';
 

@@ -21,8 +21,8 @@ describe('the client-channel module', () => {
       ),
     );
     expect(setters.map((f) => f.slice(root.length + 1)).sort()).toEqual([
-      'client/channel.ts',
       'server/grpc/server.ts',
+      'transport/channel.ts',
     ]);
   });
 

@@ -3,7 +3,7 @@
  * kill -9 cleanup soak, so both fail the same way and print the seed to replay.
  */
 import { expect } from 'vitest';
-import { runCleanupKillSoak, type SoakReport, soakSeed } from './cleanup-kill-driver.js';
+import { runCleanupKillSoak, type SoakReport, soakSeed } from './cleanup-kill-driver.support.js';
 
 /** Runs `cleanups` releases under seeded kills and asserts the invariants the driver checked. */
 export async function soakAndAssert(cleanups: number, budgetMs: number): Promise<SoakReport> {

@@ -1,12 +1,12 @@
 /**
- * fast-check arbitraries for device_spec inputs, shared by the property tests
+ * Test support: fast-check arbitraries for device_spec inputs, shared by the property tests
  * (a few hundred runs each) and a long fuzz run (FUZZ_RUNS=100000). They lean
  * towards almost-valid input — known keys, hex-ish and regex-ish strings —
  * because purely random JSON rarely gets past the first check.
  */
 import fc from 'fast-check';
 import type { PciFunction } from '../types.js';
-import { makeFunction } from './fixtures.js';
+import { makeFunction } from './fixtures.support.js';
 
 /** Runs per property: FUZZ_RUNS when set (the fuzz script), else `base`. */
 export function propertyRuns(base: number): number {

@@ -47,6 +47,7 @@ import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../s
 import { tempDir } from '../helpers/agent.js';
 import { createNvmeProfile, NVME_PICK, type NvmeName, stateName } from '../helpers/invariants.js';
 import { agentProcess, type BerthProcess, schedulerProcess, stopAllProcesses } from '../helpers/processes.js';
+import { sleep } from '../helpers/wait.js';
 
 export interface SoakOptions {
   /** Device releases (each one a cleanup job) to run; the operator re-cleans come on top. */
@@ -111,8 +112,6 @@ export function prng(seed: number) {
     chance: (p: number) => next() < p,
   };
 }
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The seed: SOAK_SEED when set, else a fresh one (printed by the caller). */
 export function soakSeed(): number {

@@ -14,7 +14,7 @@ import { BerthError } from '../../../errors.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { facts } from '../domain/test-fixtures.js';
 import type { CleanupJob, HostRecord } from './store.js';
-import { rejection } from './store-contract.js';
+import { rejection } from './store-contract.support.js';
 import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from './unit-of-work.js';
 
 export type OpenRunner = (path: string) => Promise<TransactionRunner>;

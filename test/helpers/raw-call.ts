@@ -10,7 +10,7 @@
  * that can only hide a failure, never invent one.
  */
 import { type Client, Metadata, type ServiceError, status } from '@grpc/grpc-js';
-import { type DecodedStatus, decodeServiceError } from '../../src/server/grpc/status.js';
+import { type DecodedStatus, decodeServiceError } from '../../src/transport/status.js';
 
 export interface RawMethod {
   path: string;

@@ -1,5 +1,5 @@
 /**
- * Test fixtures: PCI functions and a FunctionLookup over an in-memory host, so
+ * Test support: PCI functions and a FunctionLookup over an in-memory host, so
  * matching is exercised without sysfs. Used by the tests and the property runs.
  */
 import type { PciFunction } from '../types.js';
