@@ -1,7 +1,8 @@
 /**
  * Invariant 10: a principal acts only for its own host, and what the scheduler
- * presents to an agent is valid on that agent only (decision 31; the attacks, each
- * through the real servers). Two real agents on simulated hosts; the scheduler
+ * presents to an agent is valid on that agent only (decision 31; the attacks,
+ * and two principals racing for a host's first registration, each through the
+ * real servers). Two real agents on simulated hosts; the scheduler
  * reaches host-a's agent through a proxy that captures the credential it sends.
  */
 import { generateKeyPairSync } from 'node:crypto';

@@ -1,6 +1,6 @@
 /**
- * `berth scheduler serve --db postgres://…` through the real servers (issue
- * 13): a scheduler on PostgreSQL follows a simulated host, binds, releases and
+ * `berth scheduler serve --db postgres://…` through the real servers
+ * (docs/decisions.md 36, 37): a scheduler on PostgreSQL follows a simulated host, binds, releases and
  * has the NVMe controller cleaned with its proof, and keeps it all across a
  * restart; two and three schedulers on one database answer binds racing for
  * the same devices without ever binding one twice, and a watch on one sees a

@@ -1,5 +1,6 @@
 /**
- * The PostgreSQL backend against the same contracts as SQLite (issue 13): the
+ * The PostgreSQL backend against the same contracts as SQLite (docs/decisions.md
+ * 36): the
  * store contract (every use case through the UseCases API) and the unit-of-work
  * contract, on a real PostgreSQL server started for this file. Each test's
  * path names its own database, so a reopen finds what was acknowledged.
