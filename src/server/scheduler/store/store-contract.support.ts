@@ -1,8 +1,8 @@
 /**
- * The one contract every Store backend must pass (style practice 3). A backend's
- * test file calls `runStoreContract` with a factory; the suite reopens the
- * store on the same path (close + open) to prove that what was acknowledged
- * persisted.
+ * The one contract every backend must pass, through the use cases over it
+ * (style practice 3). A backend's test file calls `runStoreContract` with a
+ * factory; the suite reopens the store on the same path (close + open) to
+ * prove that what was acknowledged persisted.
  */
 
 import { mkdtempSync, rmSync } from 'node:fs';
