@@ -3,20 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validateProfile } from '../domain/profile.js';
-import { facts } from '../domain/test-fixtures.js';
+import { facts, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { rejection } from '../store/store-contract.js';
 import type { Change } from './use-cases.js';
 
-const reg = {
-  name: 'h1',
-  endpoint: 'h1:1',
-  bootId: 'b',
-  agentEpoch: 'e',
-  agentVersion: 'v',
-  features: [],
-  drivers: [],
-};
+const reg = hostRegistration('h1');
 
 describe('the use cases tell of every commit', () => {
   let dir: string;
