@@ -2,8 +2,7 @@
  * The scheduler process, composed: the use cases over a store, the runtime
  * (agent links, cleanup dispatcher, event hub, lease keeper, retention), the
  * application workflows (app/) and every berth.scheduler.v1 service on one
- * gRPC server. Its lifecycle is explicit (lifecycle.ts): starting → serving ⇄
- * degraded(reason) → stopping → stopped.
+ * gRPC server. Its lifecycle is explicit (../lifecycle.ts, `SchedulerState`).
  */
 import { createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -22,6 +21,7 @@ import {
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import { InstanceLock } from '../instance-lock.js';
+import { Lifecycle, type LifecycleState } from '../lifecycle.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import { Binding } from './app/binding.js';
 import { Cleaning } from './app/cleaning.js';
@@ -32,7 +32,6 @@ import { Migrations } from './app/migration.js';
 import { Registration } from './app/registration.js';
 import { HOST_INFLOW_LIMITS, type HostInflowLimits } from './domain/inventory-bounds.js';
 import type { RetentionPolicy } from './domain/retention.js';
-import { SchedulerLifecycle, type SchedulerState } from './lifecycle.js';
 import type { PlacementOptions } from './placement/config.js';
 import { startPlacement } from './placement/placement.js';
 import type { PlacementPort } from './placement/port.js';
@@ -116,12 +115,25 @@ export interface SchedulerOptions {
   extraServices?: () => ServiceBinding[];
 }
 
+/** Why a scheduler that runs does not serve. */
+export type DegradedReason =
+  /** The database was found damaged: every call is refused (STORE_DAMAGED) until it is restored; never heals. */
+  | 'store_damaged'
+  /** A shared database does not answer: agents and load balancers go to another replica until it does. */
+  | 'database_unreachable';
+
+/**
+ * starting → serving ⇄ degraded(database_unreachable) → stopping → stopped, or
+ * degraded(store_damaged) until a restart. Health is SERVING only in `serving`.
+ */
+export type SchedulerState = LifecycleState<DegradedReason>;
+
 export class Scheduler {
   private constructor(
     /** Identifies this scheduler in logs, RegisterResponse and `Host.followed_by`. */
     readonly id: string,
     readonly useCases: UseCases,
-    readonly lifecycle: SchedulerLifecycle,
+    readonly lifecycle: Lifecycle<DegradedReason>,
     readonly server: GrpcServer,
     /** The agent links this scheduler follows. */
     readonly links: AgentLinks,
@@ -181,7 +193,7 @@ export class Scheduler {
       throw err;
     }
     const id = randomUUID();
-    const lifecycle = new SchedulerLifecycle();
+    const lifecycle = new Lifecycle<DegradedReason>(['store_damaged']);
     const hub = new EventHub();
     const metrics = new Metrics('scheduler');
     metrics.devicesGauge(() => useCases.deviceCounts());
@@ -318,7 +330,7 @@ export class Scheduler {
     // agents re-register (within one heartbeat), or, on a shared database, when
     // this scheduler adopts them; until then they show as disconnected. Hosts
     // another live scheduler follows are left as it says.
-    if (!lifecycle.damaged) {
+    if (!lifecycle.is('store_damaged')) {
       const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
       for (const h of await useCases.listHosts()) {
         if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
@@ -327,14 +339,14 @@ export class Scheduler {
     }
     // After the hosts known from before are marked disconnected: Placement never
     // sees a host as reachable that this scheduler has not heard from.
-    if (!lifecycle.damaged) placement?.start();
+    if (!lifecycle.is('store_damaged')) placement?.start();
     const pruner = new HistoryPruner(
       useCases,
       { ...DEFAULT_RETENTION, ...options.retention },
       logger.child({ component: 'retention' }),
       options.retentionIntervalMs,
     );
-    if (!lifecycle.damaged) pruner.start();
+    if (!lifecycle.is('store_damaged')) pruner.start();
     const scheduler = new Scheduler(
       id,
       useCases,

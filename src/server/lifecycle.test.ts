@@ -1,15 +1,17 @@
 import { describe, expect, it } from 'vitest';
-import { SchedulerLifecycle, type SchedulerState } from './lifecycle.js';
+import { Lifecycle, type LifecycleState } from './lifecycle.js';
 
-describe("the scheduler's lifecycle", () => {
+type Reason = 'store_damaged' | 'database_unreachable';
+
+describe('a server lifecycle', () => {
   const track = () => {
-    const l = new SchedulerLifecycle();
-    const seen: SchedulerState[] = [];
+    const l = new Lifecycle<Reason>(['store_damaged']);
+    const seen: LifecycleState<Reason>[] = [];
     l.onTransition((next) => seen.push(next));
     return { l, seen };
   };
 
-  it('starting → serving ⇄ degraded(database_unreachable) → stopping → stopped, each transition once', () => {
+  it('starting → serving ⇄ degraded(reason) → stopping → stopped, each transition once', () => {
     const { l, seen } = track();
     expect(l.state).toEqual({ kind: 'starting' });
     l.started();
@@ -18,7 +20,7 @@ describe("the scheduler's lifecycle", () => {
     l.recovered('database_unreachable');
     l.started(); // only from starting
     l.stopping();
-    l.degrade('database_unreachable', 'late'); // a stopping scheduler is not degraded any more
+    l.degrade('database_unreachable', 'late'); // a stopping server is not degraded any more
     l.stopped();
     expect(seen).toEqual([
       { kind: 'serving' },
@@ -29,13 +31,14 @@ describe("the scheduler's lifecycle", () => {
     ]);
   });
 
-  it('a damaged store outranks an unreachable database and does not heal; found at start, it is never serving', () => {
+  it('a permanent reason outranks the others and does not heal; found at start, it is never serving', () => {
     const { l, seen } = track();
     l.degrade('store_damaged', 'malformed page');
     l.started();
     l.degrade('database_unreachable', 'timeout');
     l.recovered('database_unreachable');
-    expect(l.damaged).toBe(true);
+    l.recovered('store_damaged');
+    expect(l.is('store_damaged')).toBe(true);
     expect(seen).toEqual([{ kind: 'degraded', reason: 'store_damaged', detail: 'malformed page' }]);
 
     const u = track();
