@@ -1,6 +1,6 @@
 /**
  * A server's lifecycle as one explicit state, with the reason when it runs
- * but is degraded (the scheduler's and the agent's: docs/decisions.md 52):
+ * but is degraded (the scheduler's and the agent's: docs/decisions.md 55):
  *
  *   starting → serving ⇄ degraded(reason) → stopping → stopped
  *

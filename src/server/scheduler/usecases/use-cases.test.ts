@@ -5,7 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validateProfile } from '../domain/profile.js';
 import { facts, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
-import { rejection } from '../store/store-contract.js';
+import { rejection } from '../store/store-contract.support.js';
 import type { Change } from './use-cases.js';
 
 const reg = hostRegistration('h1');
