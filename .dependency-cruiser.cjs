@@ -123,8 +123,9 @@ module.exports = {
       name: 'store-only-the-port',
       comment:
         'The store implements the unit-of-work port and knows no use case, workflow, service or runtime: ' +
-        'decisions live in the use cases, once for both backends. The one exception composes the Store ' +
-        'facade from the use cases (usecases/use-case-store.ts).',
+        'decisions live in the use cases, once for both backends. It imports the port (which the use cases ' +
+        'own: usecases/unit-of-work.ts) and, to open a store, the composition of the use cases over it ' +
+        '(usecases/use-cases.ts).',
       severity: 'error',
       from: { path: '^src/server/scheduler/store/', pathNot: TEST },
       to: {
@@ -134,8 +135,26 @@ module.exports = {
           '^src/server/scheduler/services/',
           '^src/server/scheduler/runtime/',
         ],
-        pathNot: '^src/server/scheduler/usecases/use-case-store\\.ts$',
+        pathNot: '^src/server/scheduler/usecases/(unit-of-work|use-cases)\\.ts$',
       },
+    },
+    {
+      name: 'usecases-no-store',
+      comment:
+        'The use cases never reach a backend, directly or through another module: they own the port a ' +
+        'backend implements, so store/ -> usecases/ is the only direction (docs/decisions.md 55).',
+      severity: 'error',
+      from: { path: '^src/server/scheduler/usecases/', pathNot: TEST },
+      to: { path: STORAGE, reachable: true },
+    },
+    {
+      name: 'app-no-transport',
+      comment:
+        'Application workflows (app/) import no transport and no backend themselves: they call the use cases ' +
+        'and the runtime (which talks to the agents), and the services do the decoding and encoding.',
+      severity: 'error',
+      from: { path: '^src/server/scheduler/app/', pathNot: TEST },
+      to: { path: [...TRANSPORT, ...STORAGE] },
     },
     {
       name: 'services-no-other-service',

@@ -27,7 +27,7 @@ import type { ServiceBinding } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
 import { Scheduler, type SchedulerOptions } from '../src/server/scheduler/scheduler.js';
 import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
-import type { Store } from '../src/server/scheduler/store/store.js';
+import type { UseCases } from '../src/server/scheduler/usecases/use-cases.js';
 import { nowMs, percentile, runWorkers, sorted } from './lib.js';
 
 export const DEVICES_PER_HOST = 8;
@@ -111,7 +111,7 @@ export async function loadStore(
 }
 
 /** Registers `hosts` hosts of DEVICES_PER_HOST devices each, and the bench profile, through the store (any backend). */
-export async function loadFleet(store: Store, hosts: number): Promise<void> {
+export async function loadFleet(store: UseCases, hosts: number): Promise<void> {
   for (let h = 0; h < hosts; h++) {
     const name = hostName(h);
     const devices = Array.from({ length: DEVICES_PER_HOST }, (_, i) => benchDevice(i, name));

@@ -10,7 +10,7 @@
  */
 import { existsSync, statSync } from 'node:fs';
 import Database from 'better-sqlite3';
-import type { RetentionPolicy } from '../src/server/scheduler/store/store.js';
+import type { RetentionPolicy } from '../src/server/scheduler/domain/retention.js';
 import { bindLoop, dbFile, loadStore, startScheduler } from './bind-harness.js';
 import { emit, parseArgs, tempDir } from './lib.js';
 

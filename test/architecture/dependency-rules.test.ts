@@ -92,6 +92,27 @@ const PLANTS: Plant[] = [
     to: 'src/server/scheduler/usecases/devices.ts',
   },
   {
+    rule: 'usecases-no-store',
+    // Transitive: through a neutral-looking module of the use cases.
+    files: {
+      'src/server/scheduler/usecases/planted-backend-user.ts':
+        "import { planted as p } from './planted-neutral.js';\nexport const planted = p;\n",
+      'src/server/scheduler/usecases/planted-neutral.ts':
+        "import { SQLITE } from '../store/sql/dialect.js';\nexport const planted = SQLITE;\n",
+    },
+    from: 'src/server/scheduler/usecases/planted-backend-user.ts',
+    to: 'src/server/scheduler/store/sql/dialect.ts',
+  },
+  {
+    rule: 'app-no-transport',
+    files: {
+      'src/server/scheduler/app/planted-grpc.ts':
+        "import type { ServiceError } from '@grpc/grpc-js';\nexport type Planted = ServiceError;\n",
+    },
+    from: 'src/server/scheduler/app/planted-grpc.ts',
+    to: /(^|\/)node_modules\/@grpc\/grpc-js\//,
+  },
+  {
     rule: 'services-no-other-service',
     files: {
       'src/server/scheduler/services/planted-service.ts':
@@ -173,6 +194,8 @@ const ALLOWED: Record<string, string> = {
     "import { BerthError } from '../../../errors.js';\nimport type { Profile } from './profile.js';\nexport type Planted = Profile | BerthError;\n",
   'src/server/agent/planted-allowed.ts':
     "import { CHANNEL_OPTIONS } from '../../transport/channel.js';\nexport const planted = CHANNEL_OPTIONS;\n",
+  'src/server/scheduler/store/planted-allowed-port.ts':
+    "import { FOR_UPDATE } from '../usecases/unit-of-work.js';\nexport const planted = FOR_UPDATE;\n",
   'src/server/scheduler/services/planted-allowed-service.ts':
     "import { BerthError } from '../../../errors.js';\nexport const planted = BerthError;\n",
 };

@@ -56,7 +56,7 @@ describe.skipIf(!have)(
       });
       await c.waitForDevices(HOST, 9);
       // In step: every change the scheduler committed is in Placement.
-      const revision = await c.scheduler.store.currentRevision();
+      const revision = await c.scheduler.useCases.currentRevision();
       await eventually(
         () => c.client.placement.getPlacementStatus({}),
         (r) =>

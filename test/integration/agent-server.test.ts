@@ -1,8 +1,9 @@
 /**
  * The agent on loopback, on a simulated host: health, reflection (buf curl),
- * inventory with hotplug events, and the start-up refusals.
+ * inventory with hotplug events, its lifecycle, and the start-up refusals.
  */
 import { execFile } from 'node:child_process';
+import { rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { credentials, loadPackageDefinition } from '@grpc/grpc-js';
@@ -18,6 +19,36 @@ import { call, collect } from '../helpers/grpc.js';
 import { waitFor } from '../helpers/wait.js';
 
 const run = promisify(execFile);
+
+/** The agent service's status by grpc.health.v1. */
+async function healthOf(address: string): Promise<string> {
+  const pkg = loadPackageDefinition(loadSync(healthProtoPath, { enums: String })) as unknown as {
+    grpc: {
+      health: {
+        v1: {
+          Health: new (
+            a: string,
+            c: unknown,
+          ) => {
+            check(req: { service: string }, cb: (e: Error | null, r: { status: string }) => void): void;
+            close(): void;
+          };
+        };
+      };
+    };
+  };
+  const health = new pkg.grpc.health.v1.Health(address, credentials.createInsecure());
+  try {
+    const res = await new Promise<{ status: string }>((resolve, reject) =>
+      health.check({ service: 'berth.agent.v1.AgentService' }, (e: Error | null, r: { status: string }) =>
+        e ? reject(e) : resolve(r),
+      ),
+    );
+    return res.status;
+  } finally {
+    health.close();
+  }
+}
 const PCI_CONFIG = {
   enabled_drivers: ['pci'],
   pci: { device_spec: [{ vendor_id: '8086' }, { vendor_id: '10de', managed: 'no' }] },
@@ -45,29 +76,7 @@ describe('agent server on a simulated host', () => {
   });
 
   it('serves grpc.health.v1 as SERVING', async () => {
-    const pkg = loadPackageDefinition(loadSync(healthProtoPath, { enums: String })) as unknown as {
-      grpc: {
-        health: {
-          v1: {
-            Health: new (
-              a: string,
-              c: unknown,
-            ) => {
-              check(req: { service: string }, cb: (e: Error | null, r: { status: string }) => void): void;
-              close(): void;
-            };
-          };
-        };
-      };
-    };
-    const health = new pkg.grpc.health.v1.Health(sim.agent.address, credentials.createInsecure());
-    const res = await new Promise<{ status: string }>((resolve, reject) =>
-      health.check({ service: 'berth.agent.v1.AgentService' }, (e: Error | null, r: { status: string }) =>
-        e ? reject(e) : resolve(r),
-      ),
-    );
-    health.close();
-    expect(res.status).toBe('SERVING');
+    expect(await healthOf(sim.agent.address)).toBe('SERVING');
   });
 
   it('answers reflection: buf curl lists the agent methods without .proto files', async () => {
@@ -154,6 +163,35 @@ describe('agent server on a simulated host', () => {
     await sim.sysfs.setDriver('0000:5e:00.0', 'ixgbe');
     res = await call(client, client.rediscover, {});
     expect(res.changed.find((d) => d.address === '0000:5e:00.0')?.healthReason).toBe('');
+  });
+});
+
+describe("the agent's lifecycle", () => {
+  it('a driver whose discovery fails degrades the agent (health still SERVING) until it discovers again', async () => {
+    const sim = await startSimAgent(SMALL_HOST, {
+      enabled_drivers: [join(process.cwd(), 'test/fixtures/drivers/flaky-discovery.ts')],
+      'flaky-discovery': { device_spec: { vendor_id: '10de' } },
+    });
+    try {
+      expect(sim.agent.state).toEqual({ kind: 'serving' });
+      const flag = join(sim.agent.config.stateDir, 'flaky-fail');
+      await writeFile(flag, '');
+      await sim.agent.rediscover();
+      expect(sim.agent.state).toEqual({
+        kind: 'degraded',
+        reason: 'drivers_failing',
+        detail: 'flaky-discovery',
+      });
+      // Its devices are kept as they were, and the agent still answers.
+      expect(sim.agent.inventory.list().map((d) => d.address)).toEqual(['0000:af:00.0']);
+      expect(await healthOf(sim.agent.address)).toBe('SERVING');
+      await rm(flag);
+      await sim.agent.rediscover();
+      expect(sim.agent.state).toEqual({ kind: 'serving' });
+    } finally {
+      await sim.stop();
+    }
+    expect(sim.agent.state).toEqual({ kind: 'stopped' });
   });
 });
 

@@ -1,7 +1,8 @@
 /**
  * Invariant 10: a principal acts only for its own host, and what the scheduler
- * presents to an agent is valid on that agent only (decision 31; the attacks, each
- * through the real servers). Two real agents on simulated hosts; the scheduler
+ * presents to an agent is valid on that agent only (decision 31; the attacks,
+ * and two principals racing for a host's first registration, each through the
+ * real servers). Two real agents on simulated hosts; the scheduler
  * reaches host-a's agent through a proxy that captures the credential it sends.
  */
 import { generateKeyPairSync } from 'node:crypto';
@@ -32,6 +33,12 @@ describe('no host can speak for another', () => {
   let proxy: AgentProxy;
   const agents = new Map<string, Agent>();
   const tokens = { a: generateStaticToken(), b: generateStaticToken(), mapped: generateStaticToken() };
+  /** Hosts registered at once by two principals each: its name's token and its certificate name's. */
+  const racers = Array.from({ length: 10 }, (_, i) => ({
+    host: `race-${i}`,
+    byName: generateStaticToken(),
+    byCert: generateStaticToken(),
+  }));
   const admin = generateStaticToken();
   /** What the scheduler sent to host-a's agent, as a captured credential. */
   const captured: string[] = [];
@@ -54,6 +61,10 @@ describe('no host can speak for another', () => {
           // An operator-written mapping: this principal speaks for host-a.
           { token: tokens.mapped, roles: ['agent'], subject: 'ops-agent-7' },
           { token: admin, roles: ['admin'], subject: 'ops' },
+          ...racers.flatMap((r) => [
+            { token: r.byName, roles: ['agent' as const], subject: r.host },
+            { token: r.byCert, roles: ['agent' as const], subject: `cert:${r.host}` },
+          ]),
         ],
       },
       agentSigningKey: signing.privateKey,
@@ -266,6 +277,38 @@ describe('no host can speak for another', () => {
       onScheduler.close();
     }
     expect(failures).toEqual([]);
+  });
+
+  it('two principals of one host register it first at the same moment: exactly one is pinned, the other refused', async () => {
+    const outcomes = await Promise.all(
+      racers.map((r) =>
+        Promise.allSettled([
+          registerAs(r.byName, registration(r.host)),
+          registerAs(r.byCert, { ...registration(r.host), epoch: 'epoch-other' }),
+        ]),
+      ),
+    );
+    const c = new SchedulerClient({ endpoint: scheduler.address, token: admin });
+    try {
+      for (const [i, pair] of outcomes.entries()) {
+        expect(pair.filter((o) => o.status === 'fulfilled')).toHaveLength(1);
+        const refused = pair.flatMap((o) => (o.status === 'rejected' ? [o.reason as unknown] : []));
+        expect(refused).toHaveLength(1);
+        await expectCode(Promise.reject(refused[0]), 'PERMISSION_DENIED', 'HOST_PINNED_TO_ANOTHER_PRINCIPAL');
+        // The winner registers again; the loser still may not.
+        const won = pair[0]!.status === 'fulfilled' ? racers[i]!.byName : racers[i]!.byCert;
+        const lost = won === racers[i]!.byName ? racers[i]!.byCert : racers[i]!.byName;
+        await registerAs(won, registration(racers[i]!.host));
+        await expectCode(
+          registerAs(lost, registration(racers[i]!.host)),
+          'PERMISSION_DENIED',
+          'HOST_PINNED_TO_ANOTHER_PRINCIPAL',
+        );
+      }
+      for (const r of racers) await c.hosts.deleteHost({ name: r.host }).catch(() => {});
+    } finally {
+      c.close();
+    }
   });
 
   // Last: it stops host-a's agent.

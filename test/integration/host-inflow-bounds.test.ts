@@ -185,7 +185,7 @@ describe('one host cannot exhaust the scheduler', () => {
   });
 
   const metric = async (reason: string) => {
-    const text = await scheduler.core.metrics.registry.metrics();
+    const text = await scheduler.metrics.registry.metrics();
     const line = text.split('\n').find((l) => l.includes('host="flood"') && l.includes(`reason="${reason}"`));
     return line ? Number(line.split(' ').at(-1)) : 0;
   };
@@ -205,7 +205,7 @@ describe('one host cannot exhaust the scheduler', () => {
     );
     // …and what that snapshot held beyond the byte bound was not stored.
     expect(await metric('device_bound')).toBeGreaterThan(1000);
-    const stored = await scheduler.core.store.listDevices({ host: 'flood' }, { pageSize: 5000 });
+    const stored = await scheduler.useCases.listDevices({ host: 'flood' }, { pageSize: 5000 });
     const bytes = stored.devices.reduce((n, d) => n + JSON.stringify(d.attributes).length, 0);
     expect(stored.devices.length).toBeGreaterThan(0);
     expect(stored.devices.length).toBeLessThan(8000);
@@ -215,7 +215,7 @@ describe('one host cannot exhaust the scheduler', () => {
 
   it("another host's inventory keeps flowing while the flood goes on", async () => {
     await eventually(
-      () => scheduler.core.store.listDevices({ host: 'honest' }),
+      () => scheduler.useCases.listDevices({ host: 'honest' }),
       (p) => p.devices.length > 0,
       20_000,
     );
@@ -228,7 +228,7 @@ describe('one host cannot exhaust the scheduler', () => {
     });
     await honest.agent.rediscover();
     await eventually(
-      () => scheduler.core.store.getDevice({ host: 'honest', address: '0000:d8:00.0' }).catch(() => null),
+      () => scheduler.useCases.getDevice({ host: 'honest', address: '0000:d8:00.0' }).catch(() => null),
       (d) => d !== null,
       20_000,
     );

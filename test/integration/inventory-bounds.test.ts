@@ -62,14 +62,14 @@ describe('inventory bounds at the scheduler', () => {
   });
 
   it('a page ends at its byte budget and the next page continues after it', async () => {
-    const records = (await scheduler.core.store.listDevices({}, {})).devices;
+    const records = (await scheduler.useCases.listDevices({}, {})).devices;
     const one = (await all()).devices[0]!;
     const size = JSON.stringify(one).length;
     const first = boundedPage(records, '', Math.floor(size * 2.5));
     expect(first.devices.length).toBeGreaterThanOrEqual(1);
     expect(first.devices.length).toBeLessThan(records.length);
     expect(first.nextPageToken).not.toBe('');
-    const rest = await scheduler.core.store.listDevices({}, { pageToken: first.nextPageToken });
+    const rest = await scheduler.useCases.listDevices({}, { pageToken: first.nextPageToken });
     expect([...first.devices.map((d) => d.uuid), ...rest.devices.map((d) => d.uuid)]).toEqual(
       records.map((d) => d.uuid),
     );

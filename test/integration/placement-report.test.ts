@@ -117,7 +117,7 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
 
   /** Placement shows every change Berth has committed (pending none, applied up to Berth's revision). */
   async function inStep(): Promise<void> {
-    const revision = await c.scheduler.store.currentRevision();
+    const revision = await c.scheduler.useCases.currentRevision();
     await eventually(
       status,
       (s) => s.reachable && s.pendingProviders === 0 && s.appliedRevision >= revision,
@@ -164,7 +164,7 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
     const vf = (await listChecked(client, HOST)).find((d) => d.physfn === PF)!;
     expect((await getDevice(client, HOST, vf.address)).placementProviderUuid).toBe(vfs!.uuid);
     // The port's lookups, provider uuid → devices (what a Cyborg ARQ's device_rp_uuid names).
-    const port = c.scheduler.core.placement!;
+    const port = c.scheduler.placement!;
     expect(port.devicesOfProvider(nvme0!.uuid)).toEqual([
       { deviceUuid: shown.uuid, host: HOST, address: NVME.nvme0 },
     ]);

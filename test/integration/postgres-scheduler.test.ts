@@ -1,6 +1,6 @@
 /**
- * `berth scheduler serve --db postgres://…` through the real servers (issue
- * 13): a scheduler on PostgreSQL follows a simulated host, binds, releases and
+ * `berth scheduler serve --db postgres://…` through the real servers
+ * (docs/decisions.md 36, 37): a scheduler on PostgreSQL follows a simulated host, binds, releases and
  * has the NVMe controller cleaned with its proof, and keeps it all across a
  * restart; two and three schedulers on one database answer binds racing for
  * the same devices without ever binding one twice, and a watch on one sees a
@@ -184,7 +184,7 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
     });
 
     it('finds at its next look that another took the host and closes its link; the host is followed again', async () => {
-      expect(c.scheduler.core.links.has(HOST)).toBe(true);
+      expect(c.scheduler.links.has(HOST)).toBe(true);
       // As if it stalled past its lease (a long GC pause, a frozen VM) and the
       // other scheduler took the host meanwhile, holding it for 2 s.
       const db = new pg.Client({ connectionString: url });
@@ -192,14 +192,14 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
       try {
         await db.query(
           "UPDATE link_leases SET owner = $2, expires_at = now() + interval '2 seconds' WHERE host = $1",
-          [HOST, other.core.schedulerId],
+          [HOST, other.id],
         );
       } finally {
         await db.end();
       }
       // Its next renewal does not return the host: the link is closed, the host's state left alone.
       await eventually(
-        () => c.scheduler.core.links.has(HOST),
+        () => c.scheduler.links.has(HOST),
         (has) => !has,
         10_000,
       );
@@ -208,8 +208,8 @@ describe.skipIf(!usable)('the scheduler on PostgreSQL', () => {
         () => c.client.hosts.getHost({ name: HOST }),
         (r) =>
           r.host?.connected === true &&
-          [c.scheduler.core.schedulerId, other.core.schedulerId].includes(r.host.followedBy) &&
-          (c.scheduler.core.links.has(HOST) || other.core.links.has(HOST)),
+          [c.scheduler.id, other.id].includes(r.host.followedBy) &&
+          (c.scheduler.links.has(HOST) || other.links.has(HOST)),
         15_000,
       );
       expect(host.host?.deviceCount).toBe(4);

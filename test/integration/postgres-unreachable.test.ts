@@ -91,6 +91,7 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
 
     await pg.halt();
     expect(await healthBecomes('NOT_SERVING')).toBe('NOT_SERVING');
+    expect(scheduler.state).toMatchObject({ kind: 'degraded', reason: 'database_unreachable' });
     expect(await metric()).toBe('0');
     const err = await client.hosts.listHosts({}).then(
       () => null,
@@ -108,6 +109,7 @@ describe.skipIf(!usable)('a scheduler whose PostgreSQL database stops answering'
 
     await pg.resume();
     expect(await healthBecomes('SERVING')).toBe('SERVING');
+    expect(scheduler.state).toEqual({ kind: 'serving' });
     expect(await metric()).toBe('1');
     expect((await client.hosts.listHosts({})).hosts).toEqual([]);
   }, 120_000);

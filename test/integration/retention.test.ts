@@ -59,11 +59,11 @@ describe('retention', () => {
     }
     const before = rows('device_events');
     expect(before).toBeGreaterThan(MAX_ROWS);
-    const revision = await scheduler.store.currentRevision();
+    const revision = await scheduler.useCases.currentRevision();
     const counts = await scheduler.pruner.pass();
     expect(counts?.deviceEvents).toBe(before - MAX_ROWS);
     expect(rows('device_events')).toBe(MAX_ROWS);
-    expect(await scheduler.store.currentRevision()).toBe(revision);
+    expect(await scheduler.useCases.currentRevision()).toBe(revision);
     const after = await client.devices.listDevices({ filter: undefined, pageSize: 0, pageToken: '' });
     expect(after.devices.map((d) => stateName(d.deviceState))).toEqual(
       Array(4).fill('DEVICE_STATE_AVAILABLE'),

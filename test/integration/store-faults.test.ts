@@ -71,6 +71,7 @@ describe("the scheduler's database failing", () => {
       metricsListen: `127.0.0.1:${metricsPort}`,
     });
     cleanups.push(() => s.stop());
+    expect(s.state).toMatchObject({ kind: 'degraded', reason: 'store_damaged' });
     const client = new SchedulerClient({ endpoint: s.address, retries: 1 });
     cleanups.push(async () => client.close());
     const err = await expectCode(client.profiles.listProfiles({}), 'UNAVAILABLE', 'STORE_DAMAGED');

@@ -188,7 +188,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
       agent,
       schedLogs,
       agentLogs,
-      host: () => sched.store.listHosts().then((hs) => hs.find((h) => h.name === host)),
+      host: () => sched.useCases.listHosts().then((hs) => hs.find((h) => h.name === host)),
       stop: async () => {
         await agent.stop();
         await sched.stop();
@@ -256,7 +256,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
         c.close();
       }
       const attackerHost = () =>
-        p.sched.store.listHosts().then((hs) => hs.find((h) => h.name === 'attacker-host'));
+        p.sched.useCases.listHosts().then((hs) => hs.find((h) => h.name === 'attacker-host'));
       expect(await attackerHost()).toBeDefined();
       // The scheduler dials the victim's agent as attacker-host: its certificate is for endpoint-owner, so no link.
       await p.schedLogs.waitFor(brokenLink('attacker-host'), {
@@ -264,7 +264,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
         what: "attacker-host's link failing",
       });
       expect((await attackerHost())!.connected).toBe(false);
-      const stolen = await p.sched.store.listDevices({ host: 'attacker-host' });
+      const stolen = await p.sched.useCases.listDevices({ host: 'attacker-host' });
       expect(stolen.devices).toEqual([]);
       // The victim's own link is untouched.
       expect((await p.host())!.connected).toBe(true);

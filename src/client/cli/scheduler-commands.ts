@@ -3,9 +3,9 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { type AuthOptions, loadAuthOptions, readCertRolesFile } from '../../server/grpc/auth.js';
+import type { RetentionPolicy } from '../../server/scheduler/domain/retention.js';
 import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
-import type { RetentionPolicy } from '../../server/scheduler/store/store.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
 import { parseDuration } from './token-commands.js';
@@ -261,7 +261,7 @@ export function registerSchedulerCommands(program: Command): void {
           event: 'listening',
           endpoint: s.address,
           metrics: s.metricsAddress || undefined,
-          scheduler_id: s.core.schedulerId,
+          scheduler_id: s.id,
         }),
       );
     });

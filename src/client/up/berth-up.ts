@@ -70,7 +70,7 @@ async function followed(
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const h = await scheduler.store.getHost(host).catch(() => null);
+    const h = await scheduler.useCases.getHost(host).catch(() => null);
     if (h?.connected && h.deviceCount >= devices) return;
     if (Date.now() > deadline) {
       throw new Error(`the scheduler did not receive ${host}'s inventory within ${timeoutMs / 1000} s`);

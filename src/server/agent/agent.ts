@@ -2,7 +2,8 @@
  * The host agent: loads drivers, validates the host, discovers, serves
  * berth.agent.v1.AgentService, registers with the scheduler, rediscovers on an
  * interval (so hotplug and removal reach the scheduler within one interval),
- * and runs cleanups. Lifecycle: starting → serving → stopping → stopped.
+ * and runs cleanups. Lifecycle (`AgentState`): starting → serving ⇄
+ * degraded(drivers_failing) → stopping → stopped.
  */
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile } from 'node:fs/promises';
@@ -21,6 +22,7 @@ import { BERTH_VERSION } from '../../version.js';
 import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
 import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
+import { Lifecycle, type LifecycleState } from '../lifecycle.js';
 import { mediaRecordToProto } from '../media-proto.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import { agentServiceBinding } from './agent-service.js';
@@ -42,6 +44,18 @@ import { RegistrationLoop } from './registration.js';
  * (docs/media-identity.md).
  */
 export const AGENT_FEATURES = ['inventory.v1', 'cleanup.v1', 'migration.v1', 'binding.v1', 'media.v1'];
+
+/** Why a serving agent is degraded. */
+export type AgentDegradedReason =
+  /** A driver's discovery fails (a broken driver degrades the host, it does not stop the agent): its devices keep their last state. */
+  'drivers_failing';
+
+/**
+ * starting → serving ⇄ degraded(drivers_failing) → stopping → stopped. Health
+ * is SERVING while serving or degraded (its API answers, its other drivers'
+ * devices are current), NOT_SERVING otherwise.
+ */
+export type AgentState = LifecycleState<AgentDegradedReason>;
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -75,7 +89,7 @@ export class Agent {
   private registration: RegistrationLoop | null = null;
   private timer: NodeJS.Timeout | null = null;
   private discovering: Promise<InventoryDiff> | null = null;
-  private stopping = false;
+  private readonly lifecycle = new Lifecycle<AgentDegradedReason>();
   private resolveStopped!: () => void;
   readonly stopped = new Promise<void>((r) => {
     this.resolveStopped = r;
@@ -93,8 +107,13 @@ export class Agent {
     readonly metrics: Metrics,
   ) {}
 
+  /** Where the agent is in its lifecycle (and why, when degraded). */
+  get state(): AgentState {
+    return this.lifecycle.state;
+  }
+
   get isStopping(): boolean {
-    return this.stopping;
+    return this.lifecycle.ending;
   }
 
   /**
@@ -191,6 +210,9 @@ export class Agent {
     });
     logAuthMode(auth, this.logger, 'agent');
     const bound = await this.server.listen(this.config.listen);
+    // Health follows the lifecycle from here on; each transition is one log line.
+    this.server.setServing(false);
+    this.lifecycle.onTransition((next, previous) => this.transitioned(next, previous));
     if (cfg.metricsListen) {
       const m = await serveMetrics(cfg.metricsListen, this.metrics.registry);
       this.metricsServer = m.server;
@@ -198,14 +220,6 @@ export class Agent {
       this.logger.info({ metrics: `http://${m.address}/metrics` }, 'serving metrics');
     }
     this.endpoint = this.config.advertise ?? bound;
-    this.logger.info(
-      {
-        endpoint: this.endpoint,
-        devices: this.inventory.list().length,
-        drivers: this.host.drivers.map((d) => d.name),
-      },
-      'agent serving',
-    );
     this.timer = setInterval(() => {
       void this.rediscover().catch((err) => this.logger.error({ err }, 'rediscovery failed'));
     }, this.config.discoveryInterval * 1000);
@@ -231,6 +245,41 @@ export class Agent {
       });
       this.registration.start();
     }
+    this.lifecycle.started();
+  }
+
+  private transitioned(next: AgentState, previous: AgentState): void {
+    this.server?.setServing(next.kind === 'serving' || next.kind === 'degraded');
+    const state = next.kind;
+    switch (next.kind) {
+      case 'serving':
+        if (previous.kind === 'starting') {
+          this.logger.info(
+            {
+              state,
+              endpoint: this.endpoint,
+              devices: this.inventory.list().length,
+              drivers: this.host.drivers.map((d) => d.name),
+            },
+            'agent serving',
+          );
+        } else {
+          this.logger.info({ state }, 'every driver discovers again');
+        }
+        return;
+      case 'degraded':
+        this.logger.warn(
+          { state, reason: next.reason, drivers: next.detail },
+          'a driver fails to discover: its devices keep their last state until it discovers again',
+        );
+        return;
+      case 'stopping':
+      case 'stopped':
+        this.logger.info({ state }, `agent ${state}`);
+        return;
+      case 'starting':
+        return;
+    }
   }
 
   /** Resolves once the scheduler accepted a registration (tests and `berth up`). */
@@ -245,6 +294,11 @@ export class Agent {
       try {
         const result = await this.host.discover({ strict: false });
         const diff = this.applyDiscovery(result.devices, result.failedDrivers, false);
+        if (result.failedDrivers.length > 0) {
+          this.lifecycle.degrade('drivers_failing', result.failedDrivers.join(', '));
+        } else {
+          this.lifecycle.recovered('drivers_failing');
+        }
         const n = diff.added.length + diff.changed.length + diff.removed.length;
         if (n > 0) {
           this.logger.info(
@@ -409,16 +463,15 @@ export class Agent {
 
   /** Graceful stop: no new work, running cleanups end as interrupted, streams close. */
   async stop(): Promise<void> {
-    if (this.stopping) return this.stopped;
-    this.stopping = true;
+    if (this.lifecycle.ending) return this.stopped;
+    this.lifecycle.stopping();
     if (this.timer) clearInterval(this.timer);
     this.registration?.stop();
-    this.server?.setServing(false);
     await this.cleanups.stop();
     this.resolveStopped();
     await this.server?.stop(2_000);
     this.metricsServer?.close();
     this.journal.close();
-    this.logger.info('agent stopped');
+    this.lifecycle.stopped();
   }
 }

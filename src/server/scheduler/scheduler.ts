@@ -1,7 +1,8 @@
 /**
- * The scheduler process: the store, the agent links, the cleanup dispatcher
- * and every berth.scheduler.v1 service on one gRPC server. Lifecycle:
- * open store → serve → (agents register) → stop (streams end, links close).
+ * The scheduler process, composed: the use cases over a store, the runtime
+ * (agent links, cleanup dispatcher, event hub, lease keeper, retention), the
+ * application workflows (app/) and every berth.scheduler.v1 service on one
+ * gRPC server. Its lifecycle is explicit (../lifecycle.ts, `SchedulerState`).
  */
 import { createPrivateKey, type KeyObject, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
@@ -20,14 +21,23 @@ import {
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import { InstanceLock } from '../instance-lock.js';
+import { Lifecycle, type LifecycleState } from '../lifecycle.js';
 import { Metrics, serveMetrics } from '../metrics.js';
-import type { SchedulerCore } from './core.js';
-import { HOST_INFLOW_LIMITS, type HostInflowLimits, InflowBudget } from './domain/inventory-bounds.js';
+import { Binding } from './app/binding.js';
+import { Cleaning } from './app/cleaning.js';
+import { Devices } from './app/devices.js';
+import { Hosts } from './app/hosts.js';
+import { Instances } from './app/instances.js';
+import { Migrations } from './app/migration.js';
+import { Registration } from './app/registration.js';
+import { HOST_INFLOW_LIMITS, type HostInflowLimits } from './domain/inventory-bounds.js';
+import type { RetentionPolicy } from './domain/retention.js';
 import type { PlacementOptions } from './placement/config.js';
 import { startPlacement } from './placement/placement.js';
+import type { PlacementPort } from './placement/port.js';
 import { schedulerSide } from './placement/scheduler-side.js';
 import { AgentDirectory } from './runtime/agent-directory.js';
-import { AgentLink } from './runtime/agent-link.js';
+import { AgentLinks } from './runtime/agent-links.js';
 import { CleanupDispatcher } from './runtime/cleanup-dispatcher.js';
 import { DeviceFeed } from './runtime/device-feed.js';
 import { EventHub } from './runtime/event-hub.js';
@@ -43,14 +53,14 @@ import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
 import { isPostgresUrl, openPgStore } from './store/pg-store.js';
 import { openSqliteStore } from './store/sqlite-store.js';
-import type { RetentionPolicy, Store } from './store/store.js';
 import { DEFAULT_RETENTION } from './usecases/retention.js';
+import type { UseCases } from './usecases/use-cases.js';
 
 export interface SchedulerOptions {
   /** SQLite database file, or a `postgres://` URL (several schedulers may share one). */
   db?: string;
-  /** Or a store already opened (tests, other backends). */
-  store?: Store;
+  /** Or the use cases over a store already opened (tests, benchmarks, other backends). */
+  store?: UseCases;
   listen: string;
   logger?: Logger;
   heartbeatSeconds?: number;
@@ -101,17 +111,44 @@ export interface SchedulerOptions {
   placement?: PlacementOptions;
   /** The fetch Placement and Keystone calls use (tests). */
   placementFetch?: typeof fetch;
-  /** Extra services (instances, migrations) registered by later modules. */
-  extraServices?: (core: SchedulerCore) => ServiceBinding[];
+  /** Extra services on the same server, behind the same interceptors (benchmarks' baseline method). */
+  extraServices?: () => ServiceBinding[];
 }
+
+/** Why a scheduler that runs does not serve. */
+export type DegradedReason =
+  /** The database was found damaged: every call is refused (STORE_DAMAGED) until it is restored; never heals. */
+  | 'store_damaged'
+  /** A shared database does not answer: agents and load balancers go to another replica until it does. */
+  | 'database_unreachable';
+
+/**
+ * starting → serving ⇄ degraded(database_unreachable) → stopping → stopped, or
+ * degraded(store_damaged) until a restart. Health is SERVING only in `serving`.
+ */
+export type SchedulerState = LifecycleState<DegradedReason>;
 
 export class Scheduler {
   private constructor(
-    readonly core: SchedulerCore,
+    /** Identifies this scheduler in logs, RegisterResponse and `Host.followed_by`. */
+    readonly id: string,
+    readonly useCases: UseCases,
+    readonly lifecycle: Lifecycle<DegradedReason>,
     readonly server: GrpcServer,
-    private readonly lock: InstanceLock | null,
+    /** The agent links this scheduler follows. */
+    readonly links: AgentLinks,
+    readonly metrics: Metrics,
+    /** Placement reporting (placement/), when configured. */
+    readonly placement: PlacementPort | null,
     readonly pruner: HistoryPruner,
     readonly leaseKeeper: LinkLeaseKeeper | null,
+    private readonly parts: {
+      hub: EventHub;
+      dispatcher: CleanupDispatcher;
+      agents: AgentDirectory;
+      lock: InstanceLock | null;
+      logger: Logger;
+    },
   ) {}
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
@@ -140,126 +177,115 @@ export class Scheduler {
     // A scheduler that did not stop cleanly leaves its write-ahead log beside
     // the database (SQLite deletes it only at a clean close). Without it, the
     // commits since the last checkpoint are gone: reported, never silently
-    // accepted (issue 19). Checked before opening, which creates a new one.
+    // accepted (docs/operator-guide.md "What survives what"). Checked before
+    // opening, which creates a new one.
     const walLost =
       lock?.uncleanPredecessor && options.db && existsSync(options.db) && !existsSync(`${options.db}-wal`)
         ? lock.uncleanPredecessor
         : null;
-    let store: Store;
+    let useCases: UseCases;
     try {
-      store =
+      useCases =
         options.store ??
         (postgres ? await openPgStore(options.db!) : await openSqliteStore(options.db ?? ':memory:'));
     } catch (err) {
       lock?.release();
       throw err;
     }
+    const id = randomUUID();
+    const lifecycle = new Lifecycle<DegradedReason>(['store_damaged']);
     const hub = new EventHub();
     const metrics = new Metrics('scheduler');
-    metrics.devicesGauge(() => store.deviceCounts());
-    const links = new Map<string, AgentLink>();
-    const leases = store.leases;
-    const dispatcher = new CleanupDispatcher(
-      store,
-      hub,
-      (h) => links.get(h),
-      logger.child({ component: 'cleanup' }),
-      metrics,
-      leases !== undefined,
-    );
-    // Changes committed through another scheduler on the same database wake this
-    // one's watches, and its dispatcher (a release made there of a host followed here).
-    store.onChange?.(() => {
-      hub.notify();
-      if (links.size > 0) dispatcher.wake();
-    });
-    // Cleanups a unit queued on its own (media holding data nobody cleans).
-    store.onCleanupsQueued?.((hosts) => {
-      hub.notify();
-      for (const h of hosts) void dispatcher.dispatchBacklog(h);
-    });
-    const schedulerId = randomUUID();
+    metrics.devicesGauge(() => useCases.deviceCounts());
     const dial = (host: string) => ({
       credentials: agentChannelCredentials(tls, host),
       ...(credentialFor ? { credential: credentialFor } : {}),
     });
-    const budgets = new Map<string, InflowBudget>();
-    const connectAgent = (host: string, endpoint: string, features: string[]) => {
-      links.get(host)?.stop();
-      let budget = budgets.get(host);
-      if (!budget) {
-        budget = new InflowBudget(inflow, Date.now());
-        budgets.set(host, budget);
-      }
-      const link = new AgentLink(host, endpoint, features, {
-        store,
-        hub,
-        logger,
-        ...dial(host),
-        metrics,
-        inflow,
-        budget,
-        onConnected: (h) => void dispatcher.dispatchBacklog(h),
-      });
-      links.set(host, link);
-      link.start();
-    };
-    let databaseReachable: (reachable: boolean, why?: string) => void = () => {};
+    const links: AgentLinks = new AgentLinks({
+      useCases,
+      logger,
+      metrics,
+      inflow,
+      dial,
+      onConnected: (h) => void dispatcher.dispatchBacklog(h),
+    });
+    const leases = useCases.leases;
+    const dispatcher = new CleanupDispatcher(
+      useCases,
+      links,
+      logger.child({ component: 'cleanup' }),
+      metrics,
+      leases !== undefined,
+    );
+    // Every committed change — this scheduler's, and on a shared database
+    // another's — wakes the watches and the dispatcher.
+    useCases.onChange((change) => {
+      hub.notify();
+      dispatcher.committed(change);
+    });
     const leaseKeeper = leases
       ? new LinkLeaseKeeper({
-          store,
+          useCases,
           leases,
-          owner: schedulerId,
+          owner: id,
           links,
-          connect: connectAgent,
           afterTick: () => void dispatcher.dispatchFollowed(),
-          onDatabase: (reachable, why) => databaseReachable(reachable, why),
+          // A shared database that stops answering (the keeper looks every 2 s):
+          // degraded, so load balancers and agents go to another replica, until it answers again.
+          onDatabase: (reachable, why) => {
+            metrics.storeReachable(reachable);
+            if (reachable) lifecycle.recovered('database_unreachable');
+            else lifecycle.degrade('database_unreachable', why ?? '');
+          },
           logger: logger.child({ component: 'link-leases' }),
           ...(options.linkLeases ? { timing: options.linkLeases } : {}),
         })
       : null;
-    const core: SchedulerCore = {
-      store,
-      hub,
-      feed: new DeviceFeed(store),
-      links,
-      agents: new AgentDirectory(links, store, dial),
-      dispatcher,
-      logger,
-      metrics,
-      schedulerId,
-      heartbeatSeconds: options.heartbeatSeconds ?? 15,
-      hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
-      connectAgent,
-      claimLink: (host) => leaseKeeper?.claim(host) ?? Promise.resolve(true),
-      placement: null,
-    };
+    const agents = new AgentDirectory(links, useCases, dial);
+    const cleaning = new Cleaning({ useCases, agents });
     // Placement is asked for its versions before serving: a server too old, or
     // credentials refused, stop the start with the reason (an unreachable one does not).
     const placement = options.placement
-      ? await startPlacement(options.placement, schedulerSide(core), {
+      ? await startPlacement(options.placement, schedulerSide({ useCases, hub, links, cleaning }), {
           logger,
           registry: metrics.registry,
           ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
         }).catch(async (err: unknown) => {
-          await store.close();
+          await useCases.close();
           lock?.release();
           throw err;
         })
       : null;
-    core.placement = placement;
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
+    const binding = new Binding({ useCases, agents, logger });
+    const instances = new Instances(useCases);
+    const registration = new Registration({
+      useCases,
+      links,
+      claimLink: (host) => leaseKeeper?.claim(host) ?? Promise.resolve(true),
+      hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
+      schedulerId: id,
+      heartbeatSeconds: options.heartbeatSeconds ?? 15,
+      logger,
+    });
     const services = [
-      registrationServiceBinding(core),
-      hostServiceBinding(core),
-      deviceServiceBinding(core),
-      profileServiceBinding(core),
-      arqServiceBinding(core),
-      instanceServiceBinding(core),
-      migrationServiceBinding(core),
-      placementServiceBinding(core),
-      ...(options.extraServices?.(core) ?? []),
+      registrationServiceBinding(registration, logger),
+      hostServiceBinding(new Hosts({ useCases, links, schedulerId: id, logger }), logger),
+      deviceServiceBinding(
+        {
+          useCases,
+          devices: new Devices({ useCases, hub, feed: new DeviceFeed(useCases), placement }),
+          cleaning,
+        },
+        logger,
+      ),
+      profileServiceBinding(useCases, logger),
+      arqServiceBinding({ useCases, binding }, logger),
+      instanceServiceBinding(instances, logger),
+      migrationServiceBinding(new Migrations({ useCases, agents, binding, instances }), logger),
+      placementServiceBinding(placement, logger),
+      ...(options.extraServices?.() ?? []),
     ];
     const server = new GrpcServer({
       services,
@@ -272,32 +298,23 @@ export class Scheduler {
     } catch (err) {
       await placement?.stop();
       await server.stop(0);
-      await store.close();
+      await useCases.close();
       lock?.release();
       throw err;
     }
     lock?.setEndpoint(server.address);
+    // Health is SERVING in `serving` only; each transition is logged with its reason.
+    server.setServing(false);
+    lifecycle.onTransition((next) => {
+      server.setServing(next.kind === 'serving');
+      logTransition(logger, next, { address: server.address, schedulerId: id, db: options.db });
+    });
     // A damaged database (found at start or by any later unit) stops the scheduler
     // serving: health NOT_SERVING, every call UNAVAILABLE with STORE_DAMAGED, and
     // the log and /metrics say why, until an operator restores it.
-    let damaged = false;
-    // A shared database that stops answering (the lease keeper looks every 2 s):
-    // health NOT_SERVING, so load balancers and agents go to another replica,
-    // until it answers again.
-    let reachable = true;
-    databaseReachable = (ok, why) => {
-      metrics.storeReachable(ok);
-      if (ok === reachable || damaged) return;
-      reachable = ok;
-      server.setServing(ok);
-      if (ok) logger.warn('the database answers again: serving');
-      else logger.error({ why }, 'the database does not answer: health NOT_SERVING until it does');
-    };
-    store.onDamage?.((why) => {
-      damaged = true;
-      server.setServing(false);
+    useCases.onDamage((why) => {
       metrics.storeDamaged(why);
-      logger.error({ db: options.db, why }, 'the database is damaged: serving nothing until it is restored');
+      lifecycle.degrade('store_damaged', why);
     });
     if (walLost) {
       metrics.storeCommitsLost(`${options.db}-wal`);
@@ -313,25 +330,41 @@ export class Scheduler {
     // agents re-register (within one heartbeat), or, on a shared database, when
     // this scheduler adopts them; until then they show as disconnected. Hosts
     // another live scheduler follows are left as it says.
-    if (!damaged) {
+    if (!lifecycle.is('store_damaged')) {
       const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
-      for (const h of await store.listHosts()) {
-        if (h.connected && !followedElsewhere.has(h.name)) await store.setHostConnected(h.name, false);
+      for (const h of await useCases.listHosts()) {
+        if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
       }
       leaseKeeper?.start();
     }
     // After the hosts known from before are marked disconnected: Placement never
     // sees a host as reachable that this scheduler has not heard from.
-    if (!damaged) placement?.start();
+    if (!lifecycle.is('store_damaged')) placement?.start();
     const pruner = new HistoryPruner(
-      store,
+      useCases,
       { ...DEFAULT_RETENTION, ...options.retention },
       logger.child({ component: 'retention' }),
       options.retentionIntervalMs,
     );
-    if (!damaged) pruner.start();
-    logger.info({ address: server.address, schedulerId }, 'scheduler serving');
-    const scheduler = new Scheduler(core, server, lock, pruner, leaseKeeper);
+    if (!lifecycle.is('store_damaged')) pruner.start();
+    const scheduler = new Scheduler(
+      id,
+      useCases,
+      lifecycle,
+      server,
+      links,
+      metrics,
+      placement,
+      pruner,
+      leaseKeeper,
+      {
+        hub,
+        dispatcher,
+        agents,
+        lock,
+        logger,
+      },
+    );
     if (options.metricsListen) {
       try {
         const m = await serveMetrics(options.metricsListen, metrics.registry);
@@ -343,6 +376,7 @@ export class Scheduler {
       }
       logger.info({ metrics: `http://${scheduler.metricsAddress}/metrics` }, 'serving metrics');
     }
+    lifecycle.started();
     return scheduler;
   }
 
@@ -354,23 +388,62 @@ export class Scheduler {
     return this.server.address;
   }
 
-  get store(): Store {
-    return this.core.store;
+  /** Where the scheduler is in its lifecycle (and why, when degraded). */
+  get state(): SchedulerState {
+    return this.lifecycle.state;
   }
 
   async stop(): Promise<void> {
-    await this.core.placement?.stop();
-    this.core.dispatcher.stop();
+    const { hub, dispatcher, agents, lock } = this.parts;
+    this.lifecycle.stopping();
+    await this.placement?.stop();
+    dispatcher.stop();
     await this.pruner.stop();
     // Its hosts are adopted by the other schedulers on the database at their next look.
     await this.leaseKeeper?.stop();
-    this.core.hub.close();
-    for (const l of this.core.links.values()) l.stop();
-    this.core.agents.close();
+    hub.close();
+    this.links.stopAll();
+    agents.close();
     await this.server.stop(2_000);
     this.metricsServer?.close();
-    await this.core.store.close();
-    this.lock?.release();
+    await this.useCases.close();
+    lock?.release();
+    this.lifecycle.stopped();
+  }
+}
+
+/** One log line per lifecycle transition, naming the state and why. */
+function logTransition(
+  logger: Logger,
+  next: SchedulerState,
+  at: { address: string; schedulerId: string; db: string | undefined },
+): void {
+  switch (next.kind) {
+    case 'serving':
+      logger.info(
+        { state: next.kind, address: at.address, schedulerId: at.schedulerId },
+        'scheduler serving',
+      );
+      return;
+    case 'degraded':
+      if (next.reason === 'store_damaged') {
+        logger.error(
+          { state: next.kind, reason: next.reason, db: at.db, why: next.detail },
+          'the database is damaged: serving nothing until it is restored',
+        );
+      } else {
+        logger.error(
+          { state: next.kind, reason: next.reason, why: next.detail },
+          'the database does not answer: health NOT_SERVING until it does',
+        );
+      }
+      return;
+    case 'stopping':
+    case 'stopped':
+      logger.info({ state: next.kind }, `scheduler ${next.kind}`);
+      return;
+    case 'starting':
+      return;
   }
 }
 

@@ -4,8 +4,9 @@
  * every change goes through `transitionArq`, so an ARQ cannot skip a state.
  */
 
-import { failedPrecondition, invalidArgument } from '../../../errors.js';
+import { type BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import type { DeviceRecord } from './device-state.js';
+import type { HostRecord } from './host.js';
 import type { RequestGroup } from './profile.js';
 
 export const ARQ_STATES = ['initial', 'bind_started', 'bound', 'bind_failed', 'deleting'] as const;
@@ -112,3 +113,38 @@ export function arqUnconfirmed(arq: Arq, error: string): Arq {
 /** Whether a bind request is a retry of the binding this ARQ already has. */
 export const sameBinding = (arq: Arq, b: { instanceUuid: string; host: string }): boolean =>
   arq.state === 'bound' && arq.instanceUuid === b.instanceUuid && arq.host === b.host;
+
+export interface CreateArqsRequest {
+  profileName: string;
+  /** Idempotency key: the same id returns the same ARQs. */
+  requestId?: string;
+  tags?: string[];
+}
+
+export interface ArqBinding {
+  arqUuid: string;
+  instanceUuid: string;
+  host: string;
+  /** Overrides the tag given at creation when non-empty. */
+  tag?: string;
+}
+
+/**
+ * Whether a device that is cleaned may be bound on `host` now (its agent is
+ * connected and records bindings): null, or the error to refuse with before
+ * anything is allocated.
+ */
+export type BindGate = (host: HostRecord) => BerthError | null;
+
+export interface BindResult {
+  arqs: Arq[];
+  devices: DeviceRecord[];
+  /** The ARQs this call bound (the others were already bound so: a retried request). */
+  newlyBound: string[];
+}
+
+export interface DeleteArqsResult {
+  deletedUuids: string[];
+  /** Devices that went through release; pending_cleaning ones get a cleanup dispatched. */
+  released: DeviceRecord[];
+}

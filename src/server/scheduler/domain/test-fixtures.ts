@@ -1,10 +1,22 @@
 /**
- * Device facts for tests of the scheduler's domain and store. Not test code
+ * Device facts (and host registrations) for tests of the scheduler's domain and store. Not test code
  * itself: both the property tests and the store contract build fleets with it.
  */
 
 import type { MediaRecord } from '../../../plugins/types.js';
 import type { CleanupProofRecord, DeviceFacts } from './device-state.js';
+import type { HostRegistration } from './host.js';
+
+/** An agent's registration of host `name` (no features, no drivers). */
+export const hostRegistration = (name: string, agentEpoch = 'e'): HostRegistration => ({
+  name,
+  endpoint: `${name}:1`,
+  bootId: 'b',
+  agentEpoch,
+  agentVersion: 'v',
+  features: [],
+  drivers: [],
+});
 
 export interface FactsOptions extends Partial<DeviceFacts> {
   /** Shorthand: device index → address 0000:<bus>:00.0 and IOMMU group. */

@@ -4,14 +4,14 @@
  *
  * - SchedulerSide: what Placement reporting reads and asks of the scheduler
  *   (devices, hosts, the ordered device change feed, and a scrub of a device
- *   used outside Berth). scheduler-side.ts implements it over the store, the
- *   event hub and the cleanup dispatcher; nothing else in placement/ imports
- *   them.
+ *   used outside Berth). scheduler-side.ts implements it over the use cases,
+ *   the event hub, the agent links and the cleaning workflow; nothing else in
+ *   placement/ imports them.
  * - PlacementPort: what the scheduler's services get from it (status, a
  *   device's provider, provider uuid → devices, a dry run or a sync now).
  */
 import type { DeviceRecord } from '../domain/device-state.js';
-import type { DeviceEvent } from '../store/store.js';
+import type { DeviceEvent } from '../domain/inventory.js';
 import type { HostView } from './desired.js';
 
 export interface SchedulerSide {

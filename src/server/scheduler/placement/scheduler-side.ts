@@ -1,27 +1,34 @@
 /**
- * SchedulerSide over the scheduler's core: the one file in placement/ that
- * knows the store, the event hub, the agent links and the cleanup dispatcher.
+ * SchedulerSide over the scheduler: the one file in placement/ that knows the
+ * use cases, the event hub, the agent links and the cleaning workflow.
  */
 import { isBerthError } from '../../../errors.js';
-import type { SchedulerCore } from '../core.js';
+import type { Cleaning } from '../app/cleaning.js';
+import type { AgentLinks } from '../runtime/agent-links.js';
+import type { EventHub } from '../runtime/event-hub.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import type { SchedulerSide } from './port.js';
 
-export function schedulerSide(
-  core: Pick<SchedulerCore, 'store' | 'hub' | 'links' | 'dispatcher' | 'logger'>,
-): SchedulerSide {
-  const { store, hub } = core;
+export interface SchedulerSideDeps {
+  useCases: UseCases;
+  hub: EventHub;
+  links: AgentLinks;
+  cleaning: Cleaning;
+}
+
+export function schedulerSide({ useCases, hub, links, cleaning }: SchedulerSideDeps): SchedulerSide {
   return {
-    snapshot: () => store.snapshot(),
+    snapshot: () => useCases.snapshot(),
     async changesSince(revision, limit) {
       try {
-        return await store.eventsSince(revision, limit);
+        return await useCases.eventsSince(revision, limit);
       } catch (err) {
         if (isBerthError(err) && err.reason === 'REVISION_COMPACTED') return 'compacted';
         throw err;
       }
     },
     async hosts() {
-      return (await store.listHosts()).map((h) => ({ name: h.name, connected: h.connected }));
+      return (await useCases.listHosts()).map((h) => ({ name: h.name, connected: h.connected }));
     },
     get changeVersion() {
       return hub.version;
@@ -29,23 +36,22 @@ export function schedulerSide(
     waitForChange: (seen, signal, maxWaitMs) => hub.wait(signal, seen, maxWaitMs),
     // One scheduler on its database speaks for every host; schedulers sharing a
     // PostgreSQL database each speak for the hosts whose agent link they hold.
-    ownsHost: (host) => (store.leases ? host !== null && core.links.has(host) : true),
+    ownsHost: (host) => (useCases.leases ? host !== null && links.has(host) : true),
     async device(host, address) {
       try {
-        return await store.getDevice({ host, address });
+        return await useCases.getDevice({ host, address });
       } catch (err) {
         if (isBerthError(err) && err.code === 'NOT_FOUND') return null;
         throw err;
       }
     },
     async latestCleanupJob(deviceUuid) {
-      const job = await store.latestCleanupJob(deviceUuid);
+      const job = await useCases.latestCleanupJob(deviceUuid);
       return job ? { jobId: job.jobId, createdAt: job.createdAt, state: job.state } : null;
     },
     async scrubUsedOutsideBerth(ref, why) {
-      const { device, job } = await store.scrubUsedOutsideBerth(ref, why);
-      if (device.deviceState !== 'available') hub.notify();
-      if (job) void core.dispatcher.dispatch(device, job);
+      // The cleanup is dispatched once the unit commits (the use cases' change feed).
+      const { device, job } = await cleaning.scrubUsedOutsideBerth(ref, why);
       return { device, jobId: job?.jobId ?? null };
     },
   };

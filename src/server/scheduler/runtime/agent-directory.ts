@@ -1,14 +1,16 @@
 /**
  * Every host's agent as this scheduler can reach it: the links it follows
- * (core.links) and, when several schedulers share the database, the agents
+ * (agent-links.ts) and, when several schedulers share the database, the agents
  * another scheduler follows, dialled directly for the calls a request needs
  * (RecordBinding for a bind, PrepareMigration, a clean's capability check).
  * Whether such an agent is connected is what its follower wrote in the
  * database, read again (at most once a second per host) before a request
  * that needs it (`refresh`).
  */
-import type { HostRecord, Store } from '../store/store.js';
-import { type AgentDialDeps, type AgentHandle, type AgentLink, RemoteAgent } from './agent-link.js';
+import type { HostRecord } from '../domain/host.js';
+import type { UseCases } from '../usecases/use-cases.js';
+import { type AgentDialDeps, type AgentHandle, RemoteAgent } from './agent-link.js';
+import type { AgentLinks } from './agent-links.js';
 
 /**
  * How long what the database said of a host followed elsewhere is trusted.
@@ -24,8 +26,8 @@ export class AgentDirectory {
   private readonly checkedAt = new Map<string, number>();
 
   constructor(
-    private readonly links: ReadonlyMap<string, AgentLink>,
-    private readonly store: Store,
+    private readonly links: AgentLinks,
+    private readonly useCases: UseCases,
     private readonly dial: (host: string) => AgentDialDeps,
   ) {}
 
@@ -40,11 +42,11 @@ export class AgentDirectory {
    * features and whether their follower is connected to them.
    */
   async refresh(hosts: Iterable<string>): Promise<void> {
-    if (!this.store.leases) return;
+    if (!this.useCases.leases) return;
     const now = Date.now();
     for (const name of new Set(hosts)) {
       if (this.links.has(name) || now - (this.checkedAt.get(name) ?? -Infinity) < FRESH_MS) continue;
-      const h = await this.store.getHost(name).catch(() => null);
+      const h = await this.useCases.getHost(name).catch(() => null);
       if (h) {
         this.observe(h);
       } else {
@@ -61,7 +63,7 @@ export class AgentDirectory {
    */
   observe(h: HostRecord): AgentHandle | undefined {
     const own = this.links.get(h.name);
-    if (own || !this.store.leases) return own;
+    if (own || !this.useCases.leases) return own;
     let agent = this.remote.get(h.name);
     if (!agent?.matches(h.endpoint, h.features)) {
       agent?.close();

@@ -11,6 +11,7 @@ import {
   type ClientReadableStream,
   credentials,
   Metadata,
+  type ServiceError,
   status,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
@@ -23,6 +24,7 @@ import {
   type WatchInventoryResponse,
 } from '../../../gen/berth/agent/v1/agent.js';
 import type { Device as AgentDevice } from '../../../gen/berth/agent/v1/device.js';
+import { decodeServiceError } from '../../grpc/status.js';
 import type { Metrics } from '../../metrics.js';
 import { factsFromAgent } from '../convert.js';
 import type { DeviceFacts } from '../domain/device-state.js';
@@ -34,9 +36,8 @@ import {
   InflowBudget,
   inventoryBoundBroken,
 } from '../domain/inventory-bounds.js';
-import type { Store } from '../store/store.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { Backoff, sleep } from './backoff.js';
-import type { EventHub } from './event-hub.js';
 
 /**
  * The channel module's options (keepalive, reconnect backoff), with one host's
@@ -48,6 +49,9 @@ export const CLIENT_OPTIONS = {
   'grpc.max_receive_message_length': HOST_INFLOW_LIMITS.messageBytes,
 };
 
+/** A claimed destination device as PrepareMigration checks it (what it must match on the source). */
+export type PreparedDevice = MigrationDevice;
+
 /** How a scheduler reaches one host's agent: the channel and the credential it presents. */
 export interface AgentDialDeps {
   credentials?: ChannelCredentials;
@@ -56,8 +60,7 @@ export interface AgentDialDeps {
 }
 
 export interface AgentLinkDeps extends AgentDialDeps {
-  store: Store;
-  hub: EventHub;
+  useCases: UseCases;
   logger: Logger;
   /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
   onConnected: (host: string) => void;
@@ -229,8 +232,7 @@ export class AgentLink extends AgentCalls {
       // the host over) says nothing of the agent: the host's state is not its to write.
       if (this.connected && !this.abort.signal.aborted) {
         this.connected = false;
-        await this.deps.store.setHostConnected(this.host, false).catch(() => {});
-        this.deps.hub.notify();
+        await this.deps.useCases.setHostConnected(this.host, false).catch(() => {});
       }
       this.wake = new AbortController();
       // A refused update waits for the budget to refill (a heartbeat does not cut it short).
@@ -295,11 +297,10 @@ export class AgentLink extends AgentCalls {
         await this.apply(msg);
         if (!this.connected) {
           this.connected = true;
-          await this.deps.store.setHostConnected(this.host, true);
+          await this.deps.useCases.setHostConnected(this.host, true);
           this.log.info({ revision: msg.revision }, 'following the agent inventory');
           this.deps.onConnected(this.host);
         }
-        this.deps.hub.notify();
       }
     } finally {
       this.stream = null;
@@ -375,7 +376,7 @@ export class AgentLink extends AgentCalls {
   private async apply(msg: WatchInventoryResponse): Promise<void> {
     const ev = msg.event;
     if (!ev) return;
-    const store = this.deps.store;
+    const store = this.deps.useCases;
     if (ev.$case === 'snapshot') {
       // A snapshot is charged what it stores (at most storedBytes, so it always
       // fits a full budget); its size is bounded by messageBytes.
@@ -415,4 +416,26 @@ export class AgentLink extends AgentCalls {
 export function isUnreachable(err: unknown): boolean {
   const code = (err as { code?: number }).code;
   return code === status.UNAVAILABLE || code === status.DEADLINE_EXCEEDED || code === status.CANCELLED;
+}
+
+/** A failed call to an agent, as the workflows that made it judge it (no gRPC types). */
+export interface AgentCallFailure {
+  /** The agent could not be reached, or did not answer in time: retry later. */
+  unreachable: boolean;
+  /** The agent does not have the method (an older agent). */
+  unimplemented: boolean;
+  /** The agent's own reason for a refusal ('' when it gave none beyond the code). */
+  reason: string;
+  message: string;
+}
+
+/** What a rejected AgentCalls call means. */
+export function agentCallFailure(err: unknown): AgentCallFailure {
+  const e = decodeServiceError(err as ServiceError);
+  return {
+    unreachable: isUnreachable(err),
+    unimplemented: (err as { code?: number }).code === status.UNIMPLEMENTED,
+    reason: e.reason && e.reason !== e.codeName ? e.reason : '',
+    message: e.message,
+  };
 }

@@ -7,16 +7,21 @@
  * answers "running", "finished: …", or "interrupted"), so nothing is started
  * twice and no outcome is lost. An agent without cleanup.v1 cannot clean: the
  * device goes to error with AGENT_CANNOT_CLEAN.
+ *
+ * What starts a dispatch: a committed change that queued cleanups on a host
+ * (`committed`: a release, an operator's clean, a media found dirty, …), a
+ * link that (re)connects, and on a shared database a change committed by
+ * another scheduler or a lease look (`dispatchFollowed`).
  */
 import type { Logger } from 'pino';
 import type { CleanupEvent as AgentEvent, CleanupDeviceResponse } from '../../../gen/berth/agent/v1/agent.js';
 import { cleanupPhaseFromProto, proofFromProto } from '../../cleanup-event-proto.js';
 import type { Metrics } from '../../metrics.js';
+import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord } from '../domain/device-state.js';
-import type { CleanupEvent, CleanupJob, Store } from '../store/store.js';
-import type { AgentLink } from './agent-link.js';
+import type { Change, UseCases } from '../usecases/use-cases.js';
 import { isUnreachable } from './agent-link.js';
-import type { EventHub } from './event-hub.js';
+import type { AgentLinks } from './agent-links.js';
 
 export const CLEANUP_FEATURE = 'cleanup.v1';
 
@@ -47,9 +52,8 @@ export class CleanupDispatcher {
   private stopped = false;
 
   constructor(
-    private readonly store: Store,
-    private readonly hub: EventHub,
-    private readonly links: (host: string) => AgentLink | undefined,
+    private readonly useCases: UseCases,
+    private readonly links: AgentLinks,
     private readonly logger: Logger,
     private readonly metrics?: Metrics,
     /** Schedulers share the database: a host not followed here is another's to clean. */
@@ -72,7 +76,7 @@ export class CleanupDispatcher {
    * through it — is dispatched by the host's follower). Never throws.
    */
   dispatchFollowed(): Promise<void> {
-    return this.dispatchPending(undefined, (job) => this.links(job.host) !== undefined);
+    return this.dispatchPending(undefined, (job) => this.links.has(job.host));
   }
 
   private async dispatchPending(
@@ -81,7 +85,7 @@ export class CleanupDispatcher {
   ): Promise<void> {
     if (this.stopped) return;
     try {
-      const backlog = await this.store.cleanupBacklog(host);
+      const backlog = await this.useCases.cleanupBacklog(host);
       const now = backlog.filter(({ job }) => wanted(job));
       for (const { job, waitsFor } of now) {
         if (waitsFor && !this.following.has(job.jobId)) {
@@ -119,9 +123,19 @@ export class CleanupDispatcher {
     this.gate = gate;
   }
 
+  /**
+   * A change committed: the hosts it queued cleanups on are dispatched now; a
+   * change another scheduler committed (what it was is not known) wakes a
+   * look at the backlog of the hosts followed here.
+   */
+  committed(change: Change): void {
+    if (change.cleanupsOn === null) this.wake();
+    else for (const host of change.cleanupsOn) void this.dispatchBacklog(host);
+  }
+
   /** Something changed in the database: look at the backlog soon (changes in a burst coalesce into one look). */
   wake(delayMs = 100): void {
-    if (this.stopped || this.wakeTimer) return;
+    if (this.stopped || this.wakeTimer || this.links.size === 0) return;
     this.wakeTimer = setTimeout(() => {
       this.wakeTimer = null;
       void this.dispatchFollowed();
@@ -132,7 +146,7 @@ export class CleanupDispatcher {
   async dispatch(device: DeviceRecord, job: CleanupJob): Promise<void> {
     if (this.stopped || this.following.has(job.jobId)) return;
     const log = this.logger.child({ jobId: job.jobId, host: job.host, address: job.address });
-    const link = this.links(job.host);
+    const link = this.links.get(job.host);
     if (!link && this.followedElsewhere) {
       log.debug('another scheduler follows this host: it dispatches the cleanup');
       return;
@@ -142,13 +156,12 @@ export class CleanupDispatcher {
       return;
     }
     if (!link.has(CLEANUP_FEATURE)) {
-      await this.store
+      await this.useCases
         .failCleanup(
           job.jobId,
           `AGENT_CANNOT_CLEAN: the agent on ${job.host} does not support ${CLEANUP_FEATURE}`,
         )
         .catch((err) => log.error({ err }, 'cannot record the cleanup failure'));
-      this.hub.notify();
       log.error('agent cannot clean; device moved to error');
       return;
     }
@@ -169,8 +182,7 @@ export class CleanupDispatcher {
     }
     this.following.add(job.jobId);
     try {
-      if (job.state === 'queued') await this.store.markCleanupDispatched(job.jobId);
-      this.hub.notify();
+      if (job.state === 'queued') await this.useCases.markCleanupDispatched(job.jobId);
       const stream = link.cleanupDevice(device.address, job.jobId);
       let terminal = false;
       let adopted = false;
@@ -192,7 +204,7 @@ export class CleanupDispatcher {
           }
           ev = { ...ev, jobId: job.jobId };
         }
-        const applied = await this.store.applyCleanupEvent(ev);
+        const applied = await this.useCases.applyCleanupEvent(ev);
         if (
           applied.applied &&
           (ev.phase === 'succeeded' || ev.phase === 'failed' || ev.phase === 'interrupted')
@@ -204,7 +216,6 @@ export class CleanupDispatcher {
             Math.max(0, Date.parse(ev.time) - started) / 1000,
           );
         }
-        this.hub.notify();
         if (ev.phase === 'succeeded' || ev.phase === 'failed' || ev.phase === 'interrupted') terminal = true;
       }
       if (!terminal)
@@ -222,10 +233,9 @@ export class CleanupDispatcher {
         const message = (err as { details?: string; message?: string }).details ?? (err as Error).message;
         log.error({ err: message }, 'agent refused the cleanup');
         this.metrics?.observeCleanup(job.action, 'failed', 0);
-        await this.store
+        await this.useCases
           .failCleanup(job.jobId, `the agent refused the cleanup: ${message}`)
           .catch((e) => log.error({ err: e }, 'cannot record the cleanup failure'));
-        this.hub.notify();
       }
     } finally {
       this.following.delete(job.jobId);

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { facts } from '../domain/test-fixtures.js';
+import { facts, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { DeviceFeed } from './device-feed.js';
 import { EventHub } from './event-hub.js';
@@ -13,15 +13,7 @@ describe('DeviceFeed', () => {
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'berth-feed-'));
     store = await openSqliteStore(join(dir, 's.db'));
-    await store.registerHost({
-      name: 'h1',
-      endpoint: '127.0.0.1:1',
-      bootId: 'b',
-      agentEpoch: 'e',
-      agentVersion: '0',
-      features: [],
-      drivers: [],
-    });
+    await store.registerHost(hostRegistration('h1'));
   });
   afterEach(async () => {
     await store.close();

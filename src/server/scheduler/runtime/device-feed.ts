@@ -7,7 +7,8 @@
  */
 import type { Device } from '../../../gen/berth/scheduler/v1/device.js';
 import { deviceToProto } from '../convert.js';
-import type { DeviceEvent, Store } from '../store/store.js';
+import type { DeviceEvent } from '../domain/inventory.js';
+import type { UseCases } from '../usecases/use-cases.js';
 
 export interface FeedEvent extends DeviceEvent {
   proto: Device;
@@ -22,7 +23,7 @@ export class DeviceFeed {
   private again = false;
 
   constructor(
-    private readonly store: Store,
+    private readonly useCases: UseCases,
     private readonly keep = 20_000,
   ) {}
 
@@ -41,9 +42,9 @@ export class DeviceFeed {
       try {
         do {
           this.again = false;
-          if (this.head < 0) this.head = await this.store.currentRevision();
+          if (this.head < 0) this.head = await this.useCases.currentRevision();
           for (;;) {
-            const page = await this.store.eventsSince(this.head, PAGE);
+            const page = await this.useCases.eventsSince(this.head, PAGE);
             for (const e of page) this.events.push(DeviceFeed.wrap(e));
             if (page.length > 0) this.head = page[page.length - 1]!.revision;
             if (page.length < PAGE) break;
@@ -63,7 +64,7 @@ export class DeviceFeed {
     const first = this.events[0];
     const held = first ? first.revision <= revision + 1 : revision >= this.head;
     if (!held) {
-      return (await this.store.eventsSince(revision, limit)).map(DeviceFeed.wrap);
+      return (await this.useCases.eventsSince(revision, limit)).map(DeviceFeed.wrap);
     }
     let lo = 0;
     let hi = this.events.length;

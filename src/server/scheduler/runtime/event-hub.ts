@@ -1,10 +1,12 @@
 /**
- * Wakes stream handlers (WatchDevices, WatchCleanup) when the store changed.
- * The store's event log is the source of truth; the hub only says "look again".
- * Every notify bumps a version: a handler reads the version before it reads the
- * store and waits for a version after it, so a change committed between its
- * read and its wait is never slept through. (With several scheduler replicas
- * on PostgreSQL, a LISTEN/NOTIFY or a poll feeds the same hub.)
+ * Wakes stream handlers (WatchDevices, WatchCleanup, Placement reporting) when
+ * the store changed: the scheduler notifies it after every committed unit (the
+ * use cases' `onChange`; with several schedulers on PostgreSQL, the others'
+ * commits too, through LISTEN/NOTIFY). The store's event log is the source of
+ * truth; the hub only says "look again". Every notify bumps a version: a
+ * handler reads the version before it reads the store and waits for a version
+ * after it, so a change committed between its read and its wait is never
+ * slept through.
  */
 export class EventHub {
   private waiters = new Set<() => void>();

@@ -1,11 +1,12 @@
 /**
- * Runs retention in the background (issue 19): one pass at start and then
+ * Runs retention in the background (docs/decisions.md 32): one pass at start and then
  * every `intervalMs`, each pass in small units with a yield to the event loop
  * between them, so binds never wait behind a whole pass. A failing pass is
  * logged and retried at the next tick; it never stops the scheduler.
  */
 import type { Logger } from 'pino';
-import type { PruneCounts, RetentionPolicy, Store } from '../store/store.js';
+import type { PruneCounts, RetentionPolicy } from '../domain/retention.js';
+import type { UseCases } from '../usecases/use-cases.js';
 
 export class HistoryPruner {
   private timer: NodeJS.Timeout | null = null;
@@ -13,7 +14,7 @@ export class HistoryPruner {
   private stopped = false;
 
   constructor(
-    private readonly store: Store,
+    private readonly useCases: UseCases,
     private readonly policy: RetentionPolicy,
     private readonly logger: Logger,
     private readonly intervalMs = 60_000,
@@ -28,7 +29,7 @@ export class HistoryPruner {
   /** One pass now (or the one already running); null when it failed or the pruner stopped. */
   pass(): Promise<PruneCounts | null> {
     if (this.stopped) return Promise.resolve(null);
-    this.running ??= this.store
+    this.running ??= this.useCases
       .pruneHistory(this.policy, { between: () => new Promise((r) => setImmediate(r)) })
       .then(
         (counts) => {

@@ -1,5 +1,5 @@
 /**
- * Several schedulers on one database (issue 13, docs/decisions.md 37): each
+ * Several schedulers on one database (docs/decisions.md 37): each
  * host's agent link — inventory follow, cleanup dispatch and re-attach — is
  * owned by one scheduler at a time, through a lease in the database.
  *
@@ -18,8 +18,9 @@
  * again within 8 s of its last renewal, plus the time to dial.
  */
 import type { Logger } from 'pino';
-import type { LeasedHost, LinkLeases, Store } from '../store/store.js';
-import type { AgentLink } from './agent-link.js';
+import type { LeasedHost, LinkLeases } from '../usecases/unit-of-work.js';
+import type { UseCases } from '../usecases/use-cases.js';
+import type { AgentLinks } from './agent-links.js';
 
 export interface LeaseTiming {
   /** How long a lease lasts without renewal. */
@@ -31,13 +32,12 @@ export interface LeaseTiming {
 export const DEFAULT_LEASE_TIMING: LeaseTiming = { ttlMs: 6_000, intervalMs: 2_000 };
 
 export interface LinkLeaseKeeperDeps {
-  store: Store;
+  useCases: UseCases;
   leases: LinkLeases;
   /** This scheduler's id: the lease owner. */
   owner: string;
-  links: Map<string, AgentLink>;
-  /** Dials (or dials again) the host's agent and follows it. */
-  connect: (host: string, endpoint: string, features: string[]) => void;
+  /** The links followed here: dialled (again) for a lease taken, stopped for a lease lost. */
+  links: AgentLinks;
   /** After each look: dispatch the cleanups of the hosts followed here. */
   afterTick: () => void;
   /** After each look: whether the database answered it (and why not). */
@@ -86,19 +86,17 @@ export class LinkLeaseKeeper {
   async tick(): Promise<void> {
     const { leases, owner, links, logger } = this.deps;
     // Only the links asked about: one a registration opens meanwhile has a fresh lease.
-    const asked = [...links.keys()];
+    const asked = links.hosts();
     const held = await leases.renew(owner, asked, this.timing.ttlMs);
     if (this.stopped) return;
     const heldNow = new Set(held.map((h) => h.host));
     for (const host of asked) {
-      const link = links.get(host);
-      if (!link || heldNow.has(host)) continue;
+      if (!links.has(host) || heldNow.has(host)) continue;
       logger.warn(
         { host },
         'another scheduler follows this host now (this one did not renew its lease in time); link closed here',
       );
-      link.stop();
-      links.delete(host);
+      links.drop(host);
       this.heard.delete(host);
     }
     for (const h of held) await this.keepUp(h);
@@ -109,7 +107,7 @@ export class LinkLeaseKeeper {
         { host: h.host, endpoint: h.endpoint },
         'adopted the link of a host whose scheduler went away (its lease expired)',
       );
-      this.deps.connect(h.host, h.endpoint, h.features);
+      links.connect(h.host, h.endpoint, h.features);
     }
     this.deps.afterTick();
   }
@@ -119,12 +117,12 @@ export class LinkLeaseKeeper {
     if (!link) return;
     if (!link.matches(h.endpoint, h.features)) {
       // The agent registered a new endpoint through another scheduler.
-      this.deps.connect(h.host, h.endpoint, h.features);
+      this.deps.links.connect(h.host, h.endpoint, h.features);
       return;
     }
     if (link.isConnected) {
       this.heard.delete(h.host);
-      if (!h.connected) await this.deps.store.setHostConnected(h.host, true);
+      if (!h.connected) await this.deps.useCases.setHostConnected(h.host, true);
       return;
     }
     if (this.heard.get(h.host) !== h.lastSeen) {

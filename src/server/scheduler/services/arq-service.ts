@@ -1,8 +1,9 @@
 /**
- * AcceleratorRequestService: ARQs from a profile, bound atomically to devices,
- * deleted into the release path (cleanup or burn).
+ * AcceleratorRequestService: ARQs from a profile, bound atomically to devices
+ * (app/binding.ts), deleted into the release path (cleanup or burn).
  */
 
+import type { Logger } from 'pino';
 import { invalidArgument } from '../../../errors.js';
 import {
   type AcceleratorRequestServiceServer,
@@ -15,22 +16,18 @@ import {
 } from '../../../gen/berth/scheduler/v1/accelerator_request.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
+import type { Binding } from '../app/binding.js';
 import { arqToProto } from '../convert.js';
-import type { SchedulerCore } from '../core.js';
-import type { DeviceRecord } from '../domain/device-state.js';
 import { PROFILE_NAME } from '../domain/profile.js';
 import { validateTag } from '../domain/tags.js';
-import { bindGate, confirmBindings } from '../runtime/binding-recorder.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { maxItems, optionalRequestId, requireHost, requireInstance, requireUuid } from './validate.js';
 
-/** Dispatches the cleanups a release queued, host by host. */
-export function dispatchReleased(core: SchedulerCore, released: readonly DeviceRecord[]): void {
-  const hosts = new Set(released.filter((d) => d.deviceState === 'pending_cleaning').map((d) => d.host));
-  for (const h of hosts) void core.dispatcher.dispatchBacklog(h);
-}
-
-export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
-  const { store, hub, logger } = core;
+export function arqServiceBinding(
+  app: { useCases: UseCases; binding: Binding },
+  logger: Logger,
+): ServiceBinding {
+  const { useCases, binding } = app;
   const impl: AcceleratorRequestServiceServer = {
     createAcceleratorRequests: unary(
       'CreateAcceleratorRequests',
@@ -46,7 +43,7 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
         }
         maxItems('tags', req.tags, 64);
         const tags = req.tags.map((t, i) => (t === '' ? '' : validateTag(`tags[${i}]`, t)));
-        const arqs = await store.createArqs({
+        const arqs = await useCases.createArqs({
           profileName: req.profileName,
           requestId: optionalRequestId('request_id', req.requestId),
           tags,
@@ -67,11 +64,7 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
           host: requireHost(`bindings[${i}].host`, b.host),
           tag: b.tag === '' ? undefined : validateTag(`bindings[${i}].tag`, b.tag),
         }));
-        const result = await store.bindArqs(bindings, undefined, bindGate(core));
-        // Acknowledged only once every device's agent has recorded the binding (invariant 9).
-        await confirmBindings(core, bindings, result);
-        hub.notify();
-        return { acceleratorRequests: result.arqs.map(arqToProto) };
+        return { acceleratorRequests: (await binding.bind(bindings)).map(arqToProto) };
       },
     ),
 
@@ -79,7 +72,7 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
       'GetAcceleratorRequest',
       logger,
       async (req: GetAcceleratorRequestRequest) => ({
-        acceleratorRequest: arqToProto(await store.getArq(requireUuid('uuid', req.uuid))),
+        acceleratorRequest: arqToProto(await useCases.getArq(requireUuid('uuid', req.uuid))),
       }),
     ),
 
@@ -89,7 +82,7 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
       async (req: ListAcceleratorRequestsRequest) => {
         const instance =
           req.instanceUuid === '' ? undefined : requireInstance('instance_uuid', req.instanceUuid);
-        return { acceleratorRequests: (await store.listArqs(instance)).map(arqToProto) };
+        return { acceleratorRequests: (await useCases.listArqs(instance)).map(arqToProto) };
       },
     ),
 
@@ -104,13 +97,12 @@ export function arqServiceBinding(core: SchedulerCore): ServiceBinding {
           throw invalidArgument('instance_uuid', 'give uuids or instance_uuid, not both');
         }
         maxItems('uuids', req.uuids, 256);
-        const result = await store.deleteArqs(
+        // The released devices' cleanups are dispatched once the unit commits.
+        const result = await useCases.deleteArqs(
           req.instanceUuid !== ''
             ? { instanceUuid: requireInstance('instance_uuid', req.instanceUuid) }
             : { uuids: req.uuids.map((u, i) => requireUuid(`uuids[${i}]`, u)) },
         );
-        hub.notify();
-        dispatchReleased(core, result.released);
         return { deletedUuids: result.deletedUuids };
       },
     ),

@@ -1,4 +1,5 @@
-/** HostService: the hosts whose agents registered. */
+/** HostService: the hosts whose agents registered (app/hosts.ts). */
+import type { Logger } from 'pino';
 import {
   type DeleteHostRequest,
   type GetHostRequest,
@@ -9,11 +10,10 @@ import {
 import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
-import type { SchedulerCore } from '../core.js';
-import type { HostRecord } from '../store/store.js';
+import type { FollowedHost, Hosts } from '../app/hosts.js';
 import { requireHost } from './validate.js';
 
-export function hostToProto(h: HostRecord, followedBy = ''): Host {
+export function hostToProto({ host: h, followedBy }: FollowedHost): Host {
   return {
     name: h.name,
     endpoint: h.endpoint,
@@ -29,36 +29,14 @@ export function hostToProto(h: HostRecord, followedBy = ''): Host {
   };
 }
 
-/** Who follows each host: the lease holders on a shared database, else this scheduler's connected links. */
-async function followers(core: SchedulerCore): Promise<(host: string) => string> {
-  if (core.store.leases) {
-    const live = await core.store.leases.live();
-    return (host) => live.get(host) ?? '';
-  }
-  return (host) => (core.links.get(host)?.isConnected ? core.schedulerId : '');
-}
-
-export function hostServiceBinding(core: SchedulerCore): ServiceBinding {
+export function hostServiceBinding(hosts: Hosts, logger: Logger): ServiceBinding {
   const impl: HostServiceServer = {
-    listHosts: unary('ListHosts', core.logger, async () => {
-      const hosts = await core.store.listHosts();
-      const follower = await followers(core);
-      return { hosts: hosts.map((h) => hostToProto(h, follower(h.name))) };
-    }),
-    getHost: unary('GetHost', core.logger, async (req: GetHostRequest) => {
-      const h = await core.store.getHost(requireHost('name', req.name));
-      return { host: hostToProto(h, (await followers(core))(h.name)) };
-    }),
-    deleteHost: unary('DeleteHost', core.logger, async (req: DeleteHostRequest, ctx) => {
-      const name = requireHost('name', req.name);
-      const removed = await core.store.deleteHost(name);
-      core.links.get(name)?.stop();
-      core.links.delete(name);
-      core.hub.notify();
-      core.logger.warn(
-        { host: name, devices: removed.length, by: callerOf(ctx.metadata).subject },
-        'host deleted by an operator, with its devices',
-      );
+    listHosts: unary('ListHosts', logger, async () => ({ hosts: (await hosts.list()).map(hostToProto) })),
+    getHost: unary('GetHost', logger, async (req: GetHostRequest) => ({
+      host: hostToProto(await hosts.get(requireHost('name', req.name))),
+    })),
+    deleteHost: unary('DeleteHost', logger, async (req: DeleteHostRequest, ctx) => {
+      const removed = await hosts.delete(requireHost('name', req.name), callerOf(ctx.metadata).subject);
       return { removedDeviceUuids: removed.map((d) => d.uuid) };
     }),
   };

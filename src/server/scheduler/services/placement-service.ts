@@ -1,4 +1,6 @@
 /** PlacementService: how Berth keeps OpenStack Placement in step (placement/). */
+
+import type { Logger } from 'pino';
 import { BerthError, failedPrecondition } from '../../../errors.js';
 import {
   type PlacementChange as PlacementChangePb,
@@ -11,7 +13,6 @@ import {
 import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
-import type { SchedulerCore } from '../core.js';
 import { PlacementUnreachable } from '../placement/api.js';
 import { PlacementIncompatible } from '../placement/connection.js';
 import type { PlacementChange, PlacementPort, PlacementStatus } from '../placement/port.js';
@@ -53,23 +54,23 @@ const changeToProto = (c: PlacementChange): PlacementChangePb => ({
   deviceAddresses: c.deviceAddresses,
 });
 
-function configured(core: SchedulerCore): PlacementPort {
-  if (!core.placement) {
+function configured(placement: PlacementPort | null): PlacementPort {
+  if (!placement) {
     throw failedPrecondition(
       'PLACEMENT_NOT_CONFIGURED',
       'this scheduler does not use Placement (start it with --placement-url and --placement-auth, or --placement-config)',
     );
   }
-  return core.placement;
+  return placement;
 }
 
-export function placementServiceBinding(core: SchedulerCore): ServiceBinding {
+export function placementServiceBinding(port: PlacementPort | null, logger: Logger): ServiceBinding {
   const impl: PlacementServiceServer = {
-    getPlacementStatus: unary('GetPlacementStatus', core.logger, async () => ({
-      status: placementStatusToProto(configured(core).status()),
+    getPlacementStatus: unary('GetPlacementStatus', logger, async () => ({
+      status: placementStatusToProto(configured(port).status()),
     })),
-    syncPlacement: unary('SyncPlacement', core.logger, async (req: SyncPlacementRequest, ctx) => {
-      const placement = configured(core);
+    syncPlacement: unary('SyncPlacement', logger, async (req: SyncPlacementRequest, ctx) => {
+      const placement = configured(port);
       let changes: PlacementChange[];
       try {
         changes = await placement.sync({ dryRun: req.dryRun });
@@ -85,7 +86,7 @@ export function placementServiceBinding(core: SchedulerCore): ServiceBinding {
         throw err;
       }
       if (!req.dryRun) {
-        core.logger.info(
+        logger.info(
           { changes: changes.length, by: callerOf(ctx.metadata).subject },
           'Placement sync asked by an operator',
         );

@@ -1,5 +1,6 @@
-/** ProfileService: named device profiles (validated by the domain's profile module inside the store). */
+/** ProfileService: named device profiles (validated by the domain's profile module). */
 
+import type { Logger } from 'pino';
 import { invalidArgument, notFound } from '../../../errors.js';
 import {
   type CreateProfileRequest,
@@ -11,8 +12,8 @@ import {
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import { profileInputFromProto, profileToProto } from '../convert.js';
-import type { SchedulerCore } from '../core.js';
 import { PROFILE_NAME, validateProfile } from '../domain/profile.js';
+import type { UseCases } from '../usecases/use-cases.js';
 
 function requireName(field: string, v: string): string {
   if (!PROFILE_NAME.test(v))
@@ -20,23 +21,22 @@ function requireName(field: string, v: string): string {
   return v;
 }
 
-export function profileServiceBinding(core: SchedulerCore): ServiceBinding {
-  const { store, logger } = core;
+export function profileServiceBinding(useCases: UseCases, logger: Logger): ServiceBinding {
   const impl: ProfileServiceServer = {
     createProfile: unary('CreateProfile', logger, async (req: CreateProfileRequest) => {
       const spec = validateProfile(profileInputFromProto(req.profile));
-      return { profile: profileToProto(await store.createProfile(spec)) };
+      return { profile: profileToProto(await useCases.createProfile(spec)) };
     }),
     getProfile: unary('GetProfile', logger, async (req: GetProfileRequest) => {
       if (req.name === '') throw invalidArgument('name', 'is required (a profile name or uuid)');
-      return { profile: profileToProto(await store.getProfile(req.name)) };
+      return { profile: profileToProto(await useCases.getProfile(req.name)) };
     }),
     listProfiles: unary('ListProfiles', logger, async () => ({
-      profiles: (await store.listProfiles()).map(profileToProto),
+      profiles: (await useCases.listProfiles()).map(profileToProto),
     })),
     deleteProfile: unary('DeleteProfile', logger, async (req: DeleteProfileRequest) => {
       const name = requireName('name', req.name);
-      if (!(await store.deleteProfile(name))) throw notFound('profile', name);
+      if (!(await useCases.deleteProfile(name))) throw notFound('profile', name);
       return {};
     }),
   };

@@ -2,7 +2,7 @@
 
 import { invalidArgument } from '../../../errors.js';
 import type { DeviceRef as DeviceRefPb } from '../../../gen/berth/scheduler/v1/device_service.js';
-import type { DeviceRef } from '../store/store.js';
+import type { DeviceRef } from '../domain/inventory.js';
 
 const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
 export const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;

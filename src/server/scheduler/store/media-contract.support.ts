@@ -8,13 +8,15 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts, type DeviceRecord } from '../domain/device-state.js';
+import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
 import { facts, nvmeMedia, PROOF, pciFacts } from '../domain/test-fixtures.js';
-import type { CleanupEvent, HostRegistration, Store } from './store.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { rejection } from './store-contract.support.js';
 
-export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<Store>;
+export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
 
 const reg = (name: string): HostRegistration => ({
   name,
@@ -37,7 +39,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
   describe(`Store contract, media: ${name}`, () => {
     let dir: string;
     let path: string;
-    let store: Store;
+    let store: UseCases;
     const revisions = new Map<string, number>();
 
     beforeEach(async () => {

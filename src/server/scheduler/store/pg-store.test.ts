@@ -1,7 +1,7 @@
 /**
- * The PostgreSQL backend against the same contracts as SQLite (issue 13): the
- * store contract (every use case through UseCaseStore) and the unit-of-work
- * contract, on a real PostgreSQL server started for this file. Each test's
+ * The PostgreSQL backend against the same contracts as SQLite (docs/decisions.md
+ * 36): the store contract (every use case through the UseCases API) and the
+ * unit-of-work contract, on a real PostgreSQL server started for this file. Each test's
  * path names its own database, so a reopen finds what was acknowledged.
  */
 import { createHash } from 'node:crypto';

@@ -4,7 +4,7 @@
  * schema are shared with SQLite (./sql); this file is PostgreSQL's runner
  * only: the pool, transactions and retries, event numbering at commit,
  * NOTIFY/LISTEN and link leases. Every use case is the same code as on
- * SQLite (../usecases, composed by UseCaseStore).
+ * SQLite (../usecases, composed by use-cases.ts).
  *
  * How it keeps the port's rules (docs/decisions.md 36):
  * - One transaction per unit, READ COMMITTED; reads given FOR_UPDATE are
@@ -21,20 +21,26 @@
  */
 import pg from 'pg';
 import { BerthError } from '../../../errors.js';
-import { UseCaseStore, type UseCaseStoreOptions } from '../usecases/use-case-store.js';
+import type { HostRecord } from '../domain/host.js';
+import type {
+  LeasedHost,
+  LinkLeases,
+  ReadUnit,
+  TransactionRunner,
+  UnitOfWork,
+} from '../usecases/unit-of-work.js';
+import { type UseCases, type UseCasesOptions, useCasesOver } from '../usecases/use-cases.js';
 import { POSTGRES } from './sql/dialect.js';
 import { pendingMigrations, SCHEMA_MIGRATIONS_TABLE } from './sql/schema.js';
 import { type Executor, SqlUnit } from './sql/unit.js';
-import type { HostRecord, LeasedHost, LinkLeases } from './store.js';
-import type { ReadUnit, TransactionRunner, UnitOfWork } from './unit-of-work.js';
 
-export interface PgStoreOptions extends UseCaseStoreOptions {
+export interface PgStoreOptions extends UseCasesOptions {
   /** Connections in the pool (default 10). */
   poolSize?: number;
 }
 
-/** The Store over PostgreSQL; `db` is the backend. */
-export type PgStore = UseCaseStore<PgDatabase>;
+/** The use cases over PostgreSQL; `db` is the backend. */
+export type PgStore = UseCases<PgDatabase>;
 
 /** Whether `--db` names a PostgreSQL database rather than a SQLite file. */
 export const isPostgresUrl = (db: string): boolean => /^postgres(ql)?:\/\//.test(db);
@@ -48,7 +54,7 @@ export async function openPgStore(url: string, options: PgStoreOptions = {}): Pr
     await db.close();
     throw err;
   }
-  return new UseCaseStore(db, options);
+  return useCasesOver(db, options);
 }
 
 const INT8_OID = 20;

@@ -26,23 +26,23 @@
 import Database from 'better-sqlite3';
 import { BerthError } from '../../../errors.js';
 import { classifySqliteFailure, storeDamaged } from '../../storage-faults.js';
-import { UseCaseStore, type UseCaseStoreOptions } from '../usecases/use-case-store.js';
+import type { ReadUnit, TransactionRunner, UnitOfWork } from '../usecases/unit-of-work.js';
+import { type UseCases, type UseCasesOptions, useCasesOver } from '../usecases/use-cases.js';
 import { SQLITE } from './sql/dialect.js';
 import { pendingMigrations, SCHEMA_MIGRATIONS_TABLE } from './sql/schema.js';
 import { type Executor, type PendingEvent, SqlUnit } from './sql/unit.js';
-import type { ReadUnit, TransactionRunner, UnitOfWork } from './unit-of-work.js';
 
-export interface SqliteStoreOptions extends UseCaseStoreOptions {
+export interface SqliteStoreOptions extends UseCasesOptions {
   /** How long a writer waits for another connection's lock (ms). */
   busyTimeoutMs?: number;
 }
 
-/** The Store over SQLite; `db` is the backend. */
-export type SqliteStore = UseCaseStore<SqliteDatabase>;
+/** The use cases over SQLite; `db` is the backend. */
+export type SqliteStore = UseCases<SqliteDatabase>;
 
 /** Open (creating and migrating if needed) a store on `path`. */
 export async function openSqliteStore(path: string, options: SqliteStoreOptions = {}): Promise<SqliteStore> {
-  return new UseCaseStore(new SqliteDatabase(path, options), options);
+  return useCasesOver(new SqliteDatabase(path, options), options);
 }
 
 const closedError = () => new BerthError('UNAVAILABLE', 'the store is closed');

@@ -1,8 +1,8 @@
 /**
- * The one contract every Store backend must pass (style practice 3). A backend's
- * test file calls `runStoreContract` with a factory; the suite reopens the
- * store on the same path (close + open) to prove that what was acknowledged
- * persisted.
+ * The one contract every backend must pass, through the use cases over it
+ * (style practice 3). A backend's test file calls `runStoreContract` with a
+ * factory; the suite reopens the store on the same path (close + open) to
+ * prove that what was acknowledged persisted.
  */
 
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -10,13 +10,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
+import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts } from '../domain/device-state.js';
+import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
 import { facts, PROOF, pciFacts } from '../domain/test-fixtures.js';
-import type { CleanupEvent, HostRegistration, Store } from './store.js';
+import type { UseCases } from '../usecases/use-cases.js';
 
 /** Opens the backend on `path`; `now` is the store's clock (retention tests move it). */
-export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<Store>;
+export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
 
 const reg = (name: string, agentEpoch = 'e1'): HostRegistration => ({
   name,
@@ -67,7 +69,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
   describe(`Store contract: ${name}`, () => {
     let dir: string;
     let path: string;
-    let store: Store;
+    let store: UseCases;
     /** The store's clock: real time unless a test sets `clockAt`. */
     let clockAt: Date | null = null;
     const now = () => clockAt ?? new Date();
@@ -280,6 +282,48 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await store.latestCleanupJob(done.device.uuid))?.jobId).toBe(job.jobId);
     });
 
+    it('registration: a heartbeat writes only lastSeen; a new epoch, endpoint or link is a registration', async () => {
+      expect((await store.registerHost(reg('h1'))).change).toBe('new');
+      const beat = await store.registerHost(reg('h1'), { opensLink: false });
+      expect([beat.change, beat.host.registrations]).toEqual(['heartbeat', 1]);
+      expect((await store.registerHost(reg('h1'))).change).toBe('relinked');
+      expect(
+        (await store.registerHost({ ...reg('h1'), endpoint: 'h1:7072' }, { opensLink: false })).change,
+      ).toBe('moved');
+      const restarted = await store.registerHost(reg('h1', 'e2'), { opensLink: false });
+      expect([restarted.change, restarted.host.registrations, restarted.host.inventoryRevision]).toEqual([
+        'restarted',
+        4,
+        0,
+      ]);
+    });
+
+    it('invariant 10: two first registrations of one host by different principals race; exactly one is pinned', async () => {
+      // Twenty hosts, each registered at once by its own name and by its certificate's.
+      const hosts = Array.from({ length: 20 }, (_, i) => `h${i}`);
+      const outcomes = await Promise.all(
+        hosts.map((h) =>
+          Promise.allSettled([
+            store.registerHost({ ...reg(h), principal: h }),
+            store.registerHost({ ...reg(h, 'e2'), principal: `cert:${h}` }),
+          ]),
+        ),
+      );
+      for (const [i, pair] of outcomes.entries()) {
+        const won = pair.flatMap((o) => (o.status === 'fulfilled' ? [o.value.host.principal] : []));
+        const refused = pair.flatMap((o) => (o.status === 'rejected' ? [o.reason as BerthError] : []));
+        expect(won).toHaveLength(1);
+        expect(refused.map((e) => [e.code, e.reason])).toEqual([
+          ['PERMISSION_DENIED', 'HOST_PINNED_TO_ANOTHER_PRINCIPAL'],
+        ]);
+        expect((await store.getHost(hosts[i]!)).principal).toBe(won[0]);
+      }
+      // The pinned principal registers again; a registration without one (authentication off) keeps the pin.
+      const pinned = (await store.getHost('h0')).principal!;
+      await store.registerHost({ ...reg('h0', 'e3'), principal: pinned });
+      expect((await store.registerHost(reg('h0', 'e4'))).host.principal).toBe(pinned);
+    });
+
     it('agent restart: cleaning → error (job interrupted), pending_cleaning is kept for re-dispatch', async () => {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);
@@ -289,8 +333,8 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.deleteArqs({ instanceUuid: 'i2' });
       const [a, b] = await store.cleanupBacklog('h1');
       await store.applyCleanupEvent(cleanupEvent(a!.job, a!.device.address, 1, 'preparing'));
-      await store.registerHost(reg('h1', 'e2'));
-      const { interrupted, toDispatch } = await store.reconcileAgentRestart('h1');
+      const { change, interrupted, toDispatch } = await store.registerHost(reg('h1', 'e2'));
+      expect(change).toBe('restarted');
       expect(interrupted.map((d) => [d.uuid, d.deviceState, d.reserved])).toEqual([
         [a!.device.uuid, 'error', 1],
       ]);

@@ -11,11 +11,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
+import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
+import type { HostRecord } from '../domain/host.js';
 import { facts } from '../domain/test-fixtures.js';
-import type { CleanupJob, HostRecord } from './store.js';
+import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from '../usecases/unit-of-work.js';
 import { rejection } from './store-contract.support.js';
-import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from './unit-of-work.js';
 
 export type OpenRunner = (path: string) => Promise<TransactionRunner>;
 

@@ -15,8 +15,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { validateProfile } from '../domain/profile.js';
 import { facts } from '../domain/test-fixtures.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { MIGRATIONS } from './sql/schema.js';
-import type { Store } from './store.js';
 
 /** A database as the older scheduler left it. */
 export interface LegacyDatabase {
@@ -32,7 +32,7 @@ export interface UpgradeBackend {
    */
   legacy(path: string, upTo: number): Promise<LegacyDatabase>;
   /** Today's store on `path` (migrating it). */
-  open(path: string, options?: { now?: () => Date }): Promise<Store>;
+  open(path: string, options?: { now?: () => Date }): Promise<UseCases>;
   /** The database's schema (tables, columns, types, keys, indexes), one sorted line each. */
   structure(path: string): Promise<string[]>;
 }
@@ -63,7 +63,7 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
   describe(`Upgrade contract: ${name}`, () => {
     let dir: string;
     let path: string;
-    let store: Store | undefined;
+    let store: UseCases | undefined;
 
     beforeEach(() => {
       dir = mkdtempSync(join(tmpdir(), 'berth-upgrade-'));

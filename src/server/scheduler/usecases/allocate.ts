@@ -2,7 +2,7 @@
 
 import { candidateQuery, type PickFn } from '../domain/allocation.js';
 import type { RequestGroup } from '../domain/profile.js';
-import type { ReadUnit } from '../store/unit-of-work.js';
+import type { ReadUnit } from './unit-of-work.js';
 
 /**
  * Pick among the host's available devices of the group's class or

@@ -3,18 +3,11 @@
 import { randomUUID } from 'node:crypto';
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
+import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
 import { type Arq, arqBound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
 import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
-import type {
-  ArqBinding,
-  BindGate,
-  BindResult,
-  CreateArqsRequest,
-  DeleteArqsResult,
-} from '../store/store.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { pickOnHost } from './allocate.js';
 import { read, type UseCaseDeps } from './context.js';
 import { abortPlanned } from './live-migrations.js';
@@ -31,6 +24,7 @@ import {
   writeDevice,
 } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE } from './unit-of-work.js';
 
 export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Promise<Arq[]> {
   const tags = req.tags ?? [];

@@ -2,6 +2,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { invalidArgument } from '../../../errors.js';
+import type { CleanupBacklogEntry, CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import {
   cleanupDispatched,
   cleanupFailed,
@@ -12,9 +13,8 @@ import {
   type DeviceRecord,
   operatorClean,
 } from '../domain/device-state.js';
+import type { DeviceRef } from '../domain/inventory.js';
 import { mediaKeyOf } from '../domain/media.js';
-import type { CleanupBacklogEntry, CleanupEvent, CleanupJob, DeviceRef } from '../store/store.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps } from './context.js';
 import { recordMediaCleaned } from './media.js';
 import {
@@ -29,6 +29,7 @@ import {
   writeJob,
 } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE } from './unit-of-work.js';
 
 const WORKING_PHASES = new Set(['preparing', 'sanitizing', 'namespace_reset', 'zeroing', 'verifying']);
 const FINAL_PHASES = new Set(['succeeded', 'failed', 'interrupted']);
@@ -68,7 +69,7 @@ export async function requestClean(
 export async function cleanupBacklog(deps: UseCaseDeps, host?: string): Promise<CleanupBacklogEntry[]> {
   return read(deps, async (r) => {
     // cleaning devices too: a broken progress stream is re-attached by job id
-    // (after an agent restart, reconcileAgentRestart has already moved them to error).
+    // (after an agent restart, its registration has already moved them to error).
     const devices = await r.devices({
       ...(host ? { host } : {}),
       states: ['pending_cleaning', 'cleaning'],

@@ -6,19 +6,25 @@
  */
 
 import type { MediaRecord } from '../../../plugins/types.js';
-import type { ReadUnit, TransactionRunner, UnitOfWork } from '../store/unit-of-work.js';
+import type { ReadUnit, TransactionRunner, UnitOfWork } from './unit-of-work.js';
 import { upgrading } from './upgrade.js';
+
+/** A change committed to the scheduler's records, as the listeners need it. */
+export interface Change {
+  /**
+   * The hosts on which the unit queued cleanups (or let one that waited go):
+   * their backlog is dispatched now. null for a change another scheduler
+   * committed on a shared database (what it was is not known here).
+   */
+  cleanupsOn: readonly string[] | null;
+}
 
 export interface UseCaseDeps {
   readonly db: TransactionRunner;
   /** Clock, injectable for tests. */
   readonly clock: () => Date;
-  /**
-   * Called after a unit committed that queued cleanups on its own (a media
-   * found holding data nobody cleans: domain/media.ts), with their hosts, so
-   * the dispatcher looks at them now.
-   */
-  readonly cleanupsQueued?: (hosts: string[]) => void;
+  /** Called after every read-write unit committed. */
+  readonly committed?: (change: Change) => void;
 }
 
 /** An agent's journal record of a media, as its inventory reported it with a device. */
@@ -32,7 +38,7 @@ export interface AgentMediaReport {
 export class Tx {
   /** Media keys whose devices this unit wrote: settled before the unit ends. */
   readonly touchedMedia = new Set<string>();
-  /** Hosts on which this unit queued cleanups of its own. */
+  /** Hosts on which this unit queued cleanups (or let one that waited go). */
   readonly queuedOn = new Set<string>();
   /** What agents' journals said in this unit of the media they reported devices of, by media key. */
   readonly agentReports = new Map<string, AgentMediaReport[]>();

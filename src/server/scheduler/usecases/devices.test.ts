@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { facts } from '../domain/test-fixtures.js';
+import { facts, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { rejection } from '../store/store-contract.support.js';
 
@@ -12,15 +12,7 @@ describe('inventory use case', () => {
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'berth-inventory-'));
     store = await openSqliteStore(join(dir, 's.db'));
-    await store.registerHost({
-      name: 'h1',
-      endpoint: 'h1:1',
-      bootId: 'b',
-      agentEpoch: 'e',
-      agentVersion: 'v',
-      features: [],
-      drivers: [],
-    });
+    await store.registerHost(hostRegistration('h1'));
   });
   afterEach(async () => {
     await store.close();

@@ -13,7 +13,6 @@ import {
   setStatus,
   vanished,
 } from '../domain/device-state.js';
-import { mediaKeyOf, mediaUnburned } from '../domain/media.js';
 import type {
   DeviceFilter,
   DevicePage,
@@ -21,11 +20,12 @@ import type {
   InventoryResult,
   InventoryUpdate,
   PageRequest,
-} from '../store/store.js';
-import { type DeviceQuery, FOR_UPDATE } from '../store/unit-of-work.js';
+} from '../domain/inventory.js';
+import { mediaKeyOf, mediaUnburned } from '../domain/media.js';
 import { read, type UseCaseDeps } from './context.js';
 import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
+import { type DeviceQuery, FOR_UPDATE } from './unit-of-work.js';
 
 const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 const DEFAULT_PAGE = 500;

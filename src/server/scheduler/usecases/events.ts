@@ -1,10 +1,10 @@
 /** Use cases: the device event log (WatchDevices) and device counts (metrics). */
 
 import type { DeviceRecord } from '../domain/device-state.js';
-import type { DeviceEvent, DeviceFilter } from '../store/store.js';
-import type { DeviceCount } from '../store/unit-of-work.js';
+import type { DeviceEvent, DeviceFilter } from '../domain/inventory.js';
 import { read, type UseCaseDeps } from './context.js';
 import { revisionCompacted } from './retention.js';
+import type { DeviceCount } from './unit-of-work.js';
 
 export async function currentRevision(deps: UseCaseDeps): Promise<number> {
   return read(deps, (r) => r.currentRevision());

@@ -1,12 +1,13 @@
 /** Use case: a device used outside Berth (Nova's one-time-use devices) is cleaned through the normal path. */
 
 import { randomUUID } from 'node:crypto';
+import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, usedOutsideBerth } from '../domain/device-state.js';
-import type { CleanupJob, DeviceRef } from '../store/store.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
+import type { DeviceRef } from '../domain/inventory.js';
 import type { UseCaseDeps } from './context.js';
 import { createJob, mustDevice, writeDevice } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE } from './unit-of-work.js';
 
 /**
  * The device's owner outside Berth says a tenant used it (`why`): an

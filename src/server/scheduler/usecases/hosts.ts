@@ -1,61 +1,103 @@
-/** Use cases: hosts (registration, heartbeats, agent restarts). */
+/** Use cases: hosts (registration, heartbeats, agent restarts, the agent's reports, deletion). */
 
 import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import { agentRestarted, type DeviceRecord, reportedHeldByAgent } from '../domain/device-state.js';
+import {
+  checkPin,
+  type HeldDeviceReport,
+  type HostRecord,
+  type HostRegistered,
+  type HostRegistration,
+  registrationChange,
+} from '../domain/host.js';
 import { agentReportsDirt, type MediaState, mediaReported } from '../domain/media.js';
-import type { HeldDeviceReport, HostRecord, HostRegistration } from '../store/store.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
-import { read, type UseCaseDeps } from './context.js';
+import { read, type Tx, type UseCaseDeps } from './context.js';
 import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';
 
-export async function registerHost(deps: UseCaseDeps, reg: HostRegistration): Promise<HostRecord> {
+/**
+ * An agent registers (at its start, then as a heartbeat), all in one unit:
+ * the host's principal pin (invariant 10: another principal than the first is
+ * refused, even when two first registrations race), what changed (domain/
+ * host.ts `registrationChange`: a heartbeat writes only lastSeen), the host
+ * record, and after an agent restart (a new epoch) the restart reconcile of
+ * invariant 3 — devices it was cleaning go to error, their jobs interrupted;
+ * pending cleanups are returned to be dispatched again under their job id.
+ * `opensLink`: this scheduler starts to follow the host now (a registration,
+ * not a heartbeat, even when nothing else changed). A new agent epoch resets
+ * the followed inventory revision (the new agent process numbers its
+ * inventory afresh).
+ */
+export async function registerHost(
+  deps: UseCaseDeps,
+  reg: HostRegistration,
+  opts: { opensLink?: boolean } = {},
+): Promise<HostRegistered> {
   if (!reg.name) throw invalidArgument('host', 'a host name is required');
   return write(deps, async (tx) => {
     const now = tx.now();
+    // The row may not exist yet (a first registration): serialise on the name.
+    await lockHostName(tx.uow, reg.name);
     const prev = await tx.uow.host(reg.name, FOR_UPDATE);
-    return writeHost(tx, {
+    const principal = checkPin(reg.name, prev?.principal, reg.principal);
+    const change = registrationChange(prev, reg, opts.opensLink ?? true);
+    if (prev && change === 'heartbeat') {
+      return {
+        host: await writeHost(tx, { ...prev, lastSeen: now }),
+        change,
+        interrupted: [],
+        toDispatch: [],
+      };
+    }
+    const host = await writeHost(tx, {
       ...reg,
-      // The first principal stays: registering with another one is refused before this.
-      ...(prev?.principal || reg.principal ? { principal: prev?.principal ?? reg.principal } : {}),
+      ...(principal ? { principal } : {}),
       features: [...reg.features],
       drivers: [...reg.drivers],
       registrations: (prev?.registrations ?? 0) + 1,
       connected: prev?.connected ?? false,
       registeredAt: now,
       lastSeen: now,
-      // A new agent process numbers its inventory afresh.
-      inventoryRevision: prev && prev.agentEpoch === reg.agentEpoch ? prev.inventoryRevision : 0,
+      inventoryRevision: prev && change !== 'restarted' ? prev.inventoryRevision : 0,
       deviceCount: 0,
     });
+    const { interrupted, toDispatch } =
+      change === 'restarted' ? await reconcileRestart(tx, reg.name) : { interrupted: [], toDispatch: [] };
+    return { host, change, interrupted, toDispatch };
   });
 }
 
+/**
+ * Serialises the units that register one host, whether or not its row exists:
+ * a row lock cannot, before the first registration wrote it. (The port's
+ * per-key transaction lock, under a key no instance id can take: those have
+ * no space.)
+ */
+const lockHostName = (uow: UnitOfWork, name: string) => uow.lockInstance(`host ${name}`);
+
 /** Invariant 3: cleaning devices go to error (job interrupted); pending_cleaning ones are re-dispatched. */
-export async function reconcileAgentRestart(
-  deps: UseCaseDeps,
+async function reconcileRestart(
+  tx: Tx,
   host: string,
 ): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }> {
-  return write(deps, async (tx) => {
-    await mustHost(tx.uow, host);
-    const now = tx.now();
-    const interrupted: DeviceRecord[] = [];
-    const toDispatch: DeviceRecord[] = [];
-    const held = await tx.uow.devices({ host, states: ['cleaning', 'pending_cleaning'] }, FOR_UPDATE);
-    for (const d of held) {
-      if (d.deviceState === 'pending_cleaning') {
-        toDispatch.push(d);
-        continue;
-      }
-      const jobId = d.cleanupJobId;
-      const next = await writeDevice(tx, d, agentRestarted(d, now));
-      if (jobId) await finishJob(tx, jobId, 'interrupted', next.errorReason);
-      interrupted.push(next);
+  const now = tx.now();
+  const interrupted: DeviceRecord[] = [];
+  const toDispatch: DeviceRecord[] = [];
+  const held = await tx.uow.devices({ host, states: ['cleaning', 'pending_cleaning'] }, FOR_UPDATE);
+  for (const d of held) {
+    if (d.deviceState === 'pending_cleaning') {
+      toDispatch.push(d);
+      continue;
     }
-    return { interrupted, toDispatch };
-  });
+    const jobId = d.cleanupJobId;
+    const next = await writeDevice(tx, d, agentRestarted(d, now));
+    if (jobId) await finishJob(tx, jobId, 'interrupted', next.errorReason);
+    interrupted.push(next);
+  }
+  return { interrupted, toDispatch };
 }
 
 /**
@@ -159,15 +201,15 @@ const reportedMedia = (r: MediaRecord, host: string, now: string): MediaState =>
   updatedAt: now,
 });
 
-/** Stamp the host: a heartbeat (lastSeen), and optionally its link state. */
-export async function touchHost(
+/** Whether this scheduler's link to the host's agent is up (stamps lastSeen too). */
+export async function setHostConnected(
   deps: UseCaseDeps,
   name: string,
-  patch: { connected?: boolean } = {},
+  connected: boolean,
 ): Promise<HostRecord> {
   return write(deps, async (tx) => {
     const h = await mustHost(tx.uow, name, FOR_UPDATE);
-    return writeHost(tx, { ...h, ...patch, lastSeen: tx.now() });
+    return writeHost(tx, { ...h, connected, lastSeen: tx.now() });
   });
 }
 

@@ -1,6 +1,7 @@
 /** Use cases: an instance's NICs and disks, and the guest addresses of its passthrough devices. */
 
 import { invalidArgument } from '../../../errors.js';
+import { type GuestBinding, type InstanceDevices, instanceDevices } from '../domain/instance.js';
 import { formatPciAddress, planGuestAddresses, type TakenAddress } from '../guest/guest-address.js';
 import { aliasFor } from '../guest/hostdev-xml.js';
 import {
@@ -8,11 +9,10 @@ import {
   registeredAddresses,
   validateInstanceDevices,
 } from '../guest/metadata.js';
-import type { GuestBinding, InstanceDevices } from '../store/store.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps } from './context.js';
 import { mustDevice, writeArq } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE } from './unit-of-work.js';
 
 /** The stored NICs/disks in the validator's input shape (proto `optional` vlan and devname → absent). */
 export const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({
@@ -63,24 +63,7 @@ export async function registerInstanceDevices(
         ? [{ owner: `hostdev ${aliasFor({ tag: a.tag, arqUuid: a.uuid })}`, address: a.guestAddress }]
         : [],
     );
-    const checked = validateInstanceDevices(devicesInput(devices), hostdevs);
-    const stored: InstanceDevices = {
-      nics: checked.nics.map((n) => ({
-        mac: n.mac,
-        address: n.address,
-        tag: n.tag,
-        vlan: n.vlan ?? null,
-        model: n.model,
-        devname: n.devname ?? null,
-      })),
-      disks: checked.disks.map((d) => ({
-        serial: d.serial,
-        bus: d.bus,
-        address: d.address,
-        path: d.path,
-        tag: d.tag,
-      })),
-    };
+    const stored = instanceDevices(validateInstanceDevices(devicesInput(devices), hostdevs));
     await tx.uow.putInstanceDevices(instanceUuid, stored);
     return stored;
   });

@@ -5,9 +5,8 @@ import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import { arqBound } from '../domain/arq.js';
 import { adoptClaim, claimForMigration, type DeviceRecord } from '../domain/device-state.js';
+import type { MigrationOutcome, MigrationRecord, PlanMigrationRequest } from '../domain/migration.js';
 import type { RequestGroup } from '../domain/profile.js';
-import type { MigrationOutcome, MigrationRecord, PlanMigrationRequest } from '../store/store.js';
-import { FOR_UPDATE, type UnitOfWork } from '../store/unit-of-work.js';
 import { pickOnHost } from './allocate.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import {
@@ -22,6 +21,7 @@ import {
   writeMigration,
 } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';
 
 /**
  * Check that every device bound to the instance is live-migratable and claim

@@ -16,9 +16,9 @@ import {
   mediaReported,
   settleMedia,
 } from '../domain/media.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
 import type { Tx } from './context.js';
 import { createJob, writeDevice } from './records.js';
+import { FOR_UPDATE } from './unit-of-work.js';
 
 /** Settles every media this unit touched, including ones settling itself touches (never twice). */
 export async function settleTouchedMedia(tx: Tx): Promise<void> {
@@ -61,10 +61,7 @@ async function settleKey(tx: Tx, key: string): Promise<void> {
     const prev = byUuid.get(s.toClean.uuid)!;
     const jobId = randomUUID();
     const next = await writeDevice(tx, prev, mediaNeedsCleaning(s.toClean, jobId));
-    if (next.deviceState === 'pending_cleaning') {
-      await createJob(tx, next, jobId, 'media');
-      tx.queuedOn.add(next.host);
-    }
+    if (next.deviceState === 'pending_cleaning') await createJob(tx, next, jobId, 'media');
   }
   // A job that waited for the media's other device to let go can go now.
   for (const d of devices) if (d.deviceState === 'pending_cleaning') tx.queuedOn.add(d.host);

@@ -3,10 +3,10 @@
 import { randomUUID } from 'node:crypto';
 import { BerthError } from '../../../errors.js';
 import { type Profile, type ProfileSpec, sameProfileSpec } from '../domain/profile.js';
-import { FOR_UPDATE } from '../store/unit-of-work.js';
 import { read, type UseCaseDeps } from './context.js';
 import { mustProfile } from './records.js';
 import { write } from './unit.js';
+import { FOR_UPDATE } from './unit-of-work.js';
 
 /** Idempotent on an identical spec; ALREADY_EXISTS for a different one under the name. */
 export async function createProfile(deps: UseCaseDeps, spec: ProfileSpec): Promise<Profile> {

@@ -7,11 +7,14 @@
 import { randomUUID } from 'node:crypto';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
+import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, release } from '../domain/device-state.js';
+import type { HostRecord } from '../domain/host.js';
+import type { DeviceRef } from '../domain/inventory.js';
+import type { MigrationRecord } from '../domain/migration.js';
 import type { Profile } from '../domain/profile.js';
-import type { CleanupJob, DeviceRef, HostRecord, MigrationRecord } from '../store/store.js';
-import { FOR_UPDATE, type ReadOptions, type ReadUnit } from '../store/unit-of-work.js';
 import type { Tx } from './context.js';
+import { FOR_UPDATE, type ReadOptions, type ReadUnit } from './unit-of-work.js';
 
 /** The row, or NOT_FOUND naming it. */
 async function must<T>(kind: string, id: string, row: Promise<T | null>): Promise<T> {
@@ -136,7 +139,9 @@ export async function writeJob(tx: Tx, j: CleanupJob): Promise<CleanupJob> {
   return j;
 }
 
+/** A new queued cleanup job of `d`; its host's backlog is dispatched once the unit committed. */
 export function createJob(tx: Tx, d: DeviceRecord, jobId: string, origin: CleanupJob['origin']) {
+  tx.queuedOn.add(d.host);
   return writeJob(tx, {
     jobId,
     deviceUuid: d.uuid,

@@ -1,5 +1,5 @@
 /**
- * Use cases: retention (issue 19, docs/decisions.md 32). The device event log,
+ * Use cases: retention (docs/decisions.md 32). The device event log,
  * finished cleanup jobs and idempotency keys are kept for a window and under a
  * row cap, then removed in small units so that pruning never holds the
  * database for long. What may go is decided here, once for every backend; the
@@ -10,10 +10,10 @@
  */
 
 import { BerthError } from '../../../errors.js';
-import type { PruneCounts, RetentionPolicy } from '../store/store.js';
-import type { FinishedJobKey, UnitOfWork } from '../store/unit-of-work.js';
+import type { PruneCounts, RetentionPolicy } from '../domain/retention.js';
 import type { UseCaseDeps } from './context.js';
 import { write } from './unit.js';
+import type { FinishedJobKey, UnitOfWork } from './unit-of-work.js';
 
 export const DEFAULT_RETENTION: RetentionPolicy = Object.freeze({
   historyMs: 7 * 86_400_000,

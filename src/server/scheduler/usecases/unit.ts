@@ -2,14 +2,14 @@
  * A read-write unit as the use cases run it: the use case's own work, then
  * what every unit owes before it ends — settling each media whose devices it
  * wrote (./media.ts), so no use case can leave a media half-followed — in the
- * same transaction.
+ * same transaction; and once it committed, the word that something changed.
  */
 
 import { type Tx, Tx as UnitTx, type UseCaseDeps } from './context.js';
 import { settleTouchedMedia } from './media.js';
 import { upgrading } from './upgrade.js';
 
-/** Run `fn` as one read-write unit; resolves once it committed. */
+/** Run `fn` as one read-write unit; resolves once it committed (and the change listeners heard of it). */
 export async function write<T>(deps: UseCaseDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
   let queued: string[] = [];
   const out = await deps.db.run(async (uow) => {
@@ -21,6 +21,6 @@ export async function write<T>(deps: UseCaseDeps, fn: (tx: Tx) => Promise<T>): P
     queued = [...tx.queuedOn];
     return result;
   });
-  if (queued.length > 0) deps.cleanupsQueued?.(queued);
+  deps.committed?.({ cleanupsOn: queued });
   return out;
 }

@@ -12,8 +12,9 @@
 
 import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord } from '../domain/device-state.js';
-import type { DeviceEvent, InstanceDevices } from '../store/store.js';
-import type { ReadUnit, UnitOfWork } from '../store/unit-of-work.js';
+import type { InstanceDevices } from '../domain/instance.js';
+import type { DeviceEvent } from '../domain/inventory.js';
+import type { ReadUnit, UnitOfWork } from './unit-of-work.js';
 
 /**
  * A device record of any age as today's. Media were followed later than

@@ -20,18 +20,14 @@
 import { BerthError } from '../../../../errors.js';
 import type { CandidateQuery } from '../../domain/allocation.js';
 import type { Arq } from '../../domain/arq.js';
+import type { CleanupEvent, CleanupJob } from '../../domain/cleanup.js';
 import type { DeviceRecord } from '../../domain/device-state.js';
+import type { HostRecord } from '../../domain/host.js';
+import type { InstanceDevices } from '../../domain/instance.js';
+import type { DeviceEvent, DeviceRef } from '../../domain/inventory.js';
 import type { MediaState } from '../../domain/media.js';
+import type { MigrationRecord } from '../../domain/migration.js';
 import type { Profile } from '../../domain/profile.js';
-import type {
-  CleanupEvent,
-  CleanupJob,
-  DeviceEvent,
-  DeviceRef,
-  HostRecord,
-  InstanceDevices,
-  MigrationRecord,
-} from '../store.js';
 import type {
   DeviceCount,
   DeviceQuery,
@@ -42,7 +38,7 @@ import type {
   IdempotencyRecord,
   ReadOptions,
   UnitOfWork,
-} from '../unit-of-work.js';
+} from '../../usecases/unit-of-work.js';
 import type { Dialect } from './dialect.js';
 
 /** A value now (SQLite) or later (PostgreSQL). */

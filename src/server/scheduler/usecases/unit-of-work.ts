@@ -2,11 +2,13 @@
  * The unit-of-work port: the only thing a store backend implements.
  *
  * Every atomic operation of the scheduler (bind, release, inventory upsert,
- * cleanup events, migrations, retention…) is written ONCE, in ../usecases,
- * against this port; a backend provides rows, locks and one transaction per
- * unit, and nothing else — no validation, no decisions. The port itself is
- * written once in SQL (./sql/unit.ts) over a small dialect; SQLite and
- * PostgreSQL each add only their runner (./sqlite-store.ts, ./pg-store.ts).
+ * cleanup events, migrations, retention…) is written ONCE, in this
+ * directory, against this port; a backend provides rows, locks and one
+ * transaction per unit, and nothing else — no validation, no decisions. The
+ * port belongs to the use cases: a backend imports it, the use cases import no
+ * backend. It is implemented once in SQL (../store/sql/unit.ts) over a small
+ * dialect; SQLite and PostgreSQL each add only their runner
+ * (../store/sqlite-store.ts, ../store/pg-store.ts).
  *
  * Rules a backend must keep (and how PostgreSQL keeps them: docs/decisions.md 13):
  *
@@ -34,27 +36,21 @@
  *   read its own events back (a backend may write them as the unit ends).
  * - Reads return copies: mutating a returned record changes nothing stored.
  *   Records come back as they were written; one written by an older
- *   scheduler is completed by the use-case layer (../usecases/upgrade.ts).
+ *   scheduler is completed by the use-case layer (./upgrade.ts).
  * - Errors are BerthErrors with codes (../../../errors.ts); a unit's own
  *   BerthError passes through unchanged.
  */
 
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
+import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord, DeviceState } from '../domain/device-state.js';
+import type { HostRecord } from '../domain/host.js';
+import type { InstanceDevices } from '../domain/instance.js';
+import type { DeviceEvent, DeviceFilter, DeviceRef } from '../domain/inventory.js';
 import type { MediaState } from '../domain/media.js';
+import type { MigrationRecord } from '../domain/migration.js';
 import type { Profile } from '../domain/profile.js';
-import type {
-  CleanupEvent,
-  CleanupJob,
-  DeviceEvent,
-  DeviceFilter,
-  DeviceRef,
-  HostRecord,
-  InstanceDevices,
-  LinkLeases,
-  MigrationRecord,
-} from './store.js';
 
 /** How a read locks what it returns (nothing, unless `forUpdate`). */
 export interface ReadOptions {
@@ -256,6 +252,37 @@ export interface TransactionRunner {
    * (this process's or another's) committed a change, so watches wake.
    */
   onChange?(listener: () => void): void;
-  /** Link leases (store.ts), on backends several schedulers share. */
+  /** Link leases (below), on backends several schedulers share. */
   readonly leases?: LinkLeases;
+}
+
+/** A host whose agent link is leased, with what a scheduler needs to dial it. */
+export interface LeasedHost {
+  host: string;
+  endpoint: string;
+  features: string[];
+  /** Whether the database says its follower is connected to it. */
+  connected: boolean;
+  /** When the agent last registered or sent a heartbeat (to any scheduler). */
+  lastSeen: string;
+}
+
+/**
+ * Which scheduler follows each host's agent when several share one database
+ * (docs/decisions.md 37). A lease is held by one owner (a scheduler's id)
+ * until it expires; times are the database's, so the schedulers' clocks do
+ * not matter. Only a registration creates a lease: a host never registered
+ * through a replica is never dialled by one.
+ */
+export interface LinkLeases {
+  /** Takes the lease on `host` for `owner` (or extends it) unless another owner's is live; whether `owner` holds it. */
+  claim(host: string, owner: string, ttlMs: number): Promise<boolean>;
+  /** Extends `owner`'s leases on `hosts`; the hosts it still holds (a lease another owner took is gone). */
+  renew(owner: string, hosts: string[], ttlMs: number): Promise<LeasedHost[]>;
+  /** Hosts whose lease expired (their owner died or stopped): to be adopted. */
+  expired(): Promise<LeasedHost[]>;
+  /** Hosts whose lease is live, with their owner. */
+  live(): Promise<Map<string, string>>;
+  /** Expires `owner`'s leases now (a clean stop): the others adopt them at their next look. */
+  release(owner: string): Promise<void>;
 }

@@ -1,0 +1,141 @@
+/**
+ * Binding accelerator requests to devices, with invariants 9 and 13 at bind
+ * time: before the scheduler acknowledges a bind, the agent of every bound
+ * device that is cleaned or one-time-use records the binding in its own
+ * durable journal (RecordBinding) — the second record of the media's dirt, and
+ * of its burn (docs/decisions.md 30).
+ *
+ * - Before anything is allocated, the bind's gate refuses a device that is
+ *   cleaned on a host whose agent is not connected (UNAVAILABLE) or too old to
+ *   record bindings (FAILED_PRECONDITION).
+ * - After the bind committed, each agent is asked. If one does not answer or
+ *   refuses (the device still holds another tenant's data, or is being
+ *   cleaned), what this request bound is undone: nothing stays bound and the
+ *   devices go through the release path — a cleanup, since the agent may have
+ *   recorded the binding before its answer was lost (invariant 2). The caller
+ *   gets UNAVAILABLE or FAILED_PRECONDITION naming the device and why.
+ * - A live migration's destination devices are recorded the same way by the
+ *   destination agent before the plan is acknowledged (`record`, ./migration.ts).
+ */
+import type { Logger } from 'pino';
+import { BerthError, failedPrecondition } from '../../../errors.js';
+import type { Arq, ArqBinding, BindGate, BindResult } from '../domain/arq.js';
+import { type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
+import type { AgentDirectory } from '../runtime/agent-directory.js';
+import { type AgentHandle, agentCallFailure } from '../runtime/agent-link.js';
+import type { UseCases } from '../usecases/use-cases.js';
+
+/** The feature an agent advertises when it records bindings. */
+export const BINDING_FEATURE = 'binding.v1';
+
+export interface BindingDeps {
+  useCases: UseCases;
+  agents: AgentDirectory;
+  logger: Logger;
+}
+
+export class Binding {
+  constructor(private readonly deps: BindingDeps) {}
+
+  /**
+   * Refuses, before allocation, a host whose agent cannot record a binding now:
+   * the host's record is the one the bind just read under its lock (on a shared
+   * database, another scheduler's agent is judged by what its follower wrote).
+   */
+  private readonly gate: BindGate = (host) => agentRefusal(this.deps.agents.observe(host), host.name);
+
+  /**
+   * BindAcceleratorRequests: binds every ARQ (all or nothing), then has each
+   * device's agent record the binding; acknowledged only once they all did.
+   */
+  async bind(bindings: ArqBinding[]): Promise<Arq[]> {
+    const result = await this.deps.useCases.bindArqs(bindings, undefined, this.gate);
+    await this.confirm(bindings, result);
+    return result.arqs;
+  }
+
+  /**
+   * Asks each device's agent to record the binding; if any did not, undoes what
+   * this request bound and throws. ARQs that were already bound (a retried
+   * request, acknowledged before) are asked again but never undone.
+   */
+  private async confirm(bindings: ArqBinding[], result: BindResult): Promise<void> {
+    const errors = await Promise.all(
+      result.devices.map((d, i) =>
+        recordedByAgent(d)
+          ? this.record(d, result.arqs[i]!.uuid, d.instanceUuid ?? '', 'nothing is bound')
+          : Promise.resolve(null),
+      ),
+    );
+    const failed = errors.find((e): e is BerthError => e !== null);
+    if (!failed) return;
+    const fresh = new Set(result.newlyBound);
+    // The released devices' cleanups are dispatched once this commits (the use cases' change feed).
+    const released = await this.deps.useCases.revertUnconfirmedBind(
+      bindings.filter((b) => fresh.has(b.arqUuid)),
+      failed.message,
+    );
+    this.deps.logger.warn(
+      { err: failed.message, devices: released.map((d) => `${d.host}/${d.address}`) },
+      'bind undone: an agent did not record it',
+    );
+    throw failed;
+  }
+
+  /**
+   * Asks `d`'s agent to record that it is handed to `instanceUuid` for `arqUuid`;
+   * the error to return (its message starting with `undone`, what the caller
+   * undoes) when the agent is not there, cannot, or refuses; null once recorded.
+   */
+  async record(
+    d: DeviceRecord,
+    arqUuid: string,
+    instanceUuid: string,
+    undone: string,
+  ): Promise<BerthError | null> {
+    const where = `device ${d.address} on host ${d.host}`;
+    const { agents } = this.deps;
+    // Seen by the bind's gate a moment ago, or read now (a retried bind, a migration's destination).
+    await agents.refresh([d.host]);
+    const agent = agents.get(d.host);
+    const refusal = agentRefusal(agent, d.host);
+    if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
+    try {
+      await agent!.recordBinding(d.address, arqUuid, instanceUuid);
+      return null;
+    } catch (err) {
+      const e = agentCallFailure(err);
+      if (e.unreachable) {
+        return new BerthError(
+          'UNAVAILABLE',
+          `${undone}: the agent of host ${d.host} did not confirm it recorded the binding of ${where} (${e.message}); it is cleaned before it is offered again`,
+          { reason: 'AGENT_UNAVAILABLE', metadata: { host: d.host, address: d.address } },
+        );
+      }
+      return failedPrecondition(
+        e.reason || 'AGENT_REFUSED_BINDING',
+        `${undone}: the agent of host ${d.host} refused to record the binding of ${where}: ${e.message}; it is cleaned before it is offered again`,
+        { host: d.host, address: d.address },
+      );
+    }
+  }
+}
+
+/** Why `agent` (host `host`'s) cannot record a binding now, or null. */
+function agentRefusal(agent: AgentHandle | undefined, host: string): BerthError | null {
+  if (!agent?.isConnected) {
+    return new BerthError(
+      'UNAVAILABLE',
+      `the agent of host ${host} is not connected, so it cannot record a binding of a device that is cleaned; retry when it is back`,
+      { reason: 'AGENT_UNAVAILABLE', metadata: { host } },
+    );
+  }
+  if (!agent.has(BINDING_FEATURE)) {
+    return failedPrecondition(
+      'AGENT_CANNOT_RECORD_BINDINGS',
+      `the agent of host ${host} is too old to record bindings (no ${BINDING_FEATURE}); upgrade it before binding devices that are cleaned`,
+      { host },
+    );
+  }
+  return null;
+}

@@ -1,0 +1,163 @@
+/**
+ * An agent announces itself (Register: at its start, then as a heartbeat).
+ *
+ * One unit (usecases/hosts.ts registerHost) decides what the registration
+ * is and writes it: the host's principal pin (invariant 10), a heartbeat or a
+ * registration, and after a new agent epoch (the agent process restarted, or
+ * the host rebooted) the restart reconcile of invariant 3. Around it, this
+ * workflow decides whether this scheduler follows the host (with several
+ * schedulers on one database, the one holding the host's lease does), dials
+ * the agent back, and adds what the agent's journal reports — devices it
+ * holds for a tenant (invariant 9) and media records (invariants 11, 13) — to
+ * the scheduler's records.
+ */
+import type { Logger } from 'pino';
+import { isBerthError } from '../../../errors.js';
+import type { MediaRecord } from '../../../plugins/types.js';
+import {
+  type Caller,
+  type HeldDeviceReport,
+  type HostRegistered,
+  type HostRegistration,
+  principalFor,
+} from '../domain/host.js';
+import type { AgentLinks } from '../runtime/agent-links.js';
+import type { UseCases } from '../usecases/use-cases.js';
+
+/** What a Register request says, decoded. */
+export interface AgentRegistration {
+  host: Omit<HostRegistration, 'principal'>;
+  /** The devices the agent's journal records as holding a tenant's data. */
+  held: HeldDeviceReport[];
+  /** The agent's journal's records of media (present on the host or not). */
+  media: MediaRecord[];
+}
+
+export interface RegistrationDeps {
+  useCases: UseCases;
+  links: AgentLinks;
+  /**
+   * Whether this scheduler may follow `host`'s agent: always with a database of
+   * its own; with a shared one, when it holds (or just took) the host's lease.
+   */
+  claimLink: (host: string) => Promise<boolean>;
+  /** Operator-written principal subject → host (invariant 10); otherwise a subject names its host. */
+  hostPrincipals: ReadonlyMap<string, string>;
+  /** Identifies this scheduler in RegisterResponse. */
+  schedulerId: string;
+  /** Seconds between agent re-registrations asked for. */
+  heartbeatSeconds: number;
+  logger: Logger;
+}
+
+export class Registration {
+  constructor(private readonly deps: RegistrationDeps) {}
+
+  async register(
+    reg: AgentRegistration,
+    caller: Caller,
+  ): Promise<{ schedulerId: string; heartbeatSeconds: number }> {
+    const { useCases, links, logger } = this.deps;
+    const name = reg.host.name;
+    const linked = links.has(name);
+    // A host known here but not followed here is followed only under its lease;
+    // a new host's lease is taken once the host is stored (below). A plain
+    // heartbeat to the follower costs no lease write: its keeper renews the
+    // lease, and drops the link at its next look if another scheduler took it.
+    const known = !linked && (await useCases.getHost(name).catch(() => null)) !== null;
+    const claimedBefore = known ? await this.deps.claimLink(name) : null;
+    let r: HostRegistered;
+    try {
+      const principal = principalFor(caller, name, this.deps.hostPrincipals);
+      r = await useCases.registerHost(
+        { ...reg.host, ...(principal ? { principal } : {}) },
+        { opensLink: !linked && (claimedBefore ?? true) },
+      );
+    } catch (err) {
+      if (isBerthError(err) && err.code === 'PERMISSION_DENIED') {
+        logger.warn(
+          {
+            host: name,
+            principal: caller.subject,
+            pinned: err.metadata['pinned'],
+            endpoint: reg.host.endpoint,
+          },
+          'registration refused: the principal may not speak for this host',
+        );
+      }
+      throw err;
+    }
+    if (r.change === 'heartbeat') {
+      const link = links.get(name);
+      if (link && !link.isConnected) link.poke();
+    } else {
+      this.logRegistered(reg, r, caller);
+      if (claimedBefore ?? (await this.deps.claimLink(name))) {
+        links.connect(name, reg.host.endpoint, reg.host.features);
+      } else if (links.drop(name)) {
+        // Another scheduler follows this host; it dials the new endpoint at its next look.
+        logger.info({ host: name }, 'another scheduler follows this host: link closed here');
+      }
+    }
+    await this.reconcileHeld(name, reg.held);
+    await this.reconcileMedia(name, reg.media);
+    return { schedulerId: this.deps.schedulerId, heartbeatSeconds: this.deps.heartbeatSeconds };
+  }
+
+  private logRegistered(reg: AgentRegistration, r: HostRegistered, caller: Caller): void {
+    const { logger } = this.deps;
+    const host = reg.host.name;
+    if (r.change === 'restarted') {
+      // Worth a warning only when the restart cut something short.
+      if (r.interrupted.length > 0 || r.toDispatch.length > 0) {
+        logger.warn(
+          {
+            host,
+            interrupted: r.interrupted.map((d) => d.address),
+            redispatch: r.toDispatch.map((d) => d.address),
+          },
+          'agent restarted: devices it was cleaning are in error, pending cleanups will be dispatched again',
+        );
+      } else {
+        logger.info({ host }, 'agent restarted; it was cleaning nothing');
+      }
+    }
+    logger.info(
+      { host, endpoint: reg.host.endpoint, features: reg.host.features, principal: caller.subject },
+      'agent registered',
+    );
+  }
+
+  /**
+   * Invariant 9: the devices the agent's journal records as holding tenant data
+   * are never offered; one this database thinks available is queued for cleanup.
+   */
+  private async reconcileHeld(host: string, held: HeldDeviceReport[]): Promise<void> {
+    if (held.length === 0) return;
+    const moved = await this.deps.useCases.reconcileHeldDevices(host, held);
+    if (moved.length === 0) return;
+    this.deps.logger.warn(
+      {
+        host,
+        devices: moved.map((d) => d.address),
+        held: held.filter((h) => moved.some((d) => d.address === h.address)),
+      },
+      "its agent reports devices holding tenant data that this scheduler's database thought available (a lost or restored database?); they are cleaned before they are offered",
+    );
+  }
+
+  /**
+   * Invariants 11 and 13: the agent's journal records of media (present on the
+   * host or not) add their dirt and burns to the scheduler's records, so a
+   * media shows up dirty or burned wherever it is seen next, even after this
+   * database was lost or restored.
+   */
+  private async reconcileMedia(host: string, records: MediaRecord[]): Promise<void> {
+    const changed = await this.deps.useCases.reconcileMediaRecords(host, records);
+    if (changed.length === 0) return;
+    this.deps.logger.warn(
+      { host, media: changed },
+      "its agent's journal records media as holding tenant data or burned that this scheduler's database did not (a lost or restored database, or media moved from elsewhere); they are cleaned or kept burned wherever they show up",
+    );
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * Cleanup jobs and their progress events, as the scheduler records them (the
+ * device side of a cleanup is device-state.ts).
+ */
+
+import type { CleanupProofRecord, DeviceRecord } from './device-state.js';
+
+export type CleanupJobState = 'queued' | 'dispatched' | 'running' | 'succeeded' | 'failed' | 'interrupted';
+export type CleanupPhase =
+  | 'queued'
+  | 'preparing'
+  | 'sanitizing'
+  | 'namespace_reset'
+  | 'zeroing'
+  | 'verifying'
+  | 'succeeded'
+  | 'failed'
+  | 'interrupted';
+
+/** The phases that end a job. */
+export const FINAL_PHASES: ReadonlySet<string> = new Set(['succeeded', 'failed', 'interrupted']);
+
+export interface CleanupEvent {
+  jobId: string;
+  address: string;
+  action: string;
+  phase: CleanupPhase;
+  step: string;
+  percent: number;
+  bytesDone: number;
+  bytesTotal: number;
+  message: string;
+  time: string;
+  /** Increases by one per event of a job; a repeated sequence is ignored. */
+  sequence: number;
+  /** On `succeeded`: the agent's proof of erasure. */
+  proof?: CleanupProofRecord | null;
+}
+
+export interface CleanupJob {
+  jobId: string;
+  deviceUuid: string;
+  host: string;
+  address: string;
+  /** The device's locked-in action when the job was created. */
+  action: string;
+  state: CleanupJobState;
+  /**
+   * What asked for it: release (of an ARQ/migration), operator (CleanDevice),
+   * agent (its agent reports it holds tenant data), media (its media may hold
+   * tenant data nobody is cleaning: seen dirty elsewhere, or never cleaned by
+   * Berth; docs/media-identity.md), or placement (used outside Berth: Nova's
+   * one-time-use devices).
+   */
+  origin: 'release' | 'operator' | 'agent' | 'media' | 'placement';
+  message: string;
+  lastSequence: number;
+  createdAt: string;
+  dispatchedAt: string | null;
+  finishedAt: string | null;
+}
+
+/** A cleanup to dispatch or re-attach. */
+export interface CleanupBacklogEntry {
+  device: DeviceRecord;
+  job: CleanupJob;
+  /** Why it must not start yet (another device holds its media), or null. */
+  waitsFor: string | null;
+}
+
+/**
+ * The event that ends the stream of a job which ended without an agent event
+ * of its own (AGENT_CANNOT_CLEAN, a refused job), numbered after `lastSequence`;
+ * null while the job runs.
+ */
+export function syntheticEnd(job: CleanupJob, lastSequence: number): CleanupEvent | null {
+  if (!FINAL_PHASES.has(job.state)) return null;
+  return {
+    jobId: job.jobId,
+    address: job.address,
+    action: job.action,
+    phase: job.state as CleanupEvent['phase'],
+    step: '',
+    percent: 0,
+    bytesDone: 0,
+    bytesTotal: 0,
+    message: job.message,
+    time: job.finishedAt ?? new Date().toISOString(),
+    sequence: lastSequence + 1,
+  };
+}

@@ -1,0 +1,17 @@
+/** How long the scheduler keeps history (docs/operator-guide.md "Retention"). */
+
+export interface RetentionPolicy {
+  /** Device events and finished cleanup jobs older than this go (ms). */
+  historyMs: number;
+  /** At most this many device events, finished cleanup jobs and idempotency keys each. */
+  maxRows: number;
+  /** Request ids are honoured for this long (ms); a retry after it makes a new request. */
+  requestIdMs: number;
+}
+
+/** Rows one retention pass removed. */
+export interface PruneCounts {
+  deviceEvents: number;
+  cleanupJobs: number;
+  idempotencyKeys: number;
+}
