@@ -19,6 +19,7 @@ import {
 } from '../../src/gen/berth/scheduler/v1/device_service.js';
 import type { Agent } from '../../src/server/agent/agent.js';
 import { demoHostDefinition, type SimHostDefinition } from '../../src/sim/host.js';
+import { writeSimHostUse } from '../../src/sim/host-use.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { eventually } from '../helpers/grpc.js';
 
@@ -154,7 +155,7 @@ describe('hotplug through kernel events', () => {
     }
   }, 120_000);
 
-  it('VFs enabled in a burst: one pass or a few, the PF among the functions re-read', async () => {
+  it('VFs enabled in a burst: a few passes, not one per event, and nothing a full pass would change', async () => {
     c = await startCluster([definition()]);
     await c.waitForDevices(HOST, 9);
     const agent = c.host(HOST).agent!;
@@ -205,6 +206,35 @@ describe('hotplug through kernel events', () => {
       expect(agent.counts.fullPasses).toBe(before.fullPasses);
       const full = await agent.rediscover();
       expect([full.added, full.changed, full.removed]).toEqual([[], [], []]);
+    } finally {
+      w.stop();
+    }
+  }, 120_000);
+
+  it('what the host starts to use comes with no event: it is looked at every discovery_interval, and only those functions re-read', async () => {
+    c = await startCluster([definition()], {
+      agentConfig: (raw) => ({ ...raw, discovery_interval: 0.5 }),
+    });
+    await c.waitForDevices(HOST, 9);
+    const agent = c.host(HOST).agent!;
+    const sim = c.host(HOST).sim;
+    await following(agent);
+    await agent.hotplugSettled();
+    const w = watch(c.scheduler.address);
+    try {
+      const drive = await w.until((d) => d.attributes.nvme_controller === 'nvme2');
+      const before = { ...agent.counts };
+      // The host mounts a file system on the drive's namespace: no uevent says so.
+      await writeSimHostUse(sim, { mounts: [{ device: '/dev/nvme2n1', mountpoint: '/srv' }] });
+      const used = await w.until(
+        (d, removed) => d.address === drive.device.address && (removed || !d.allocatable),
+      );
+      expect(used.device.health).toBe(Health.HEALTH_UNHEALTHY);
+      await agent.hotplugSettled();
+      expect(agent.counts.fullPasses).toBe(before.fullPasses);
+      expect(agent.counts.events).toBe(before.events);
+      expect(agent.counts.functionsReread - before.functionsReread).toBe(1);
+      expect(agent.inventory.get(drive.device.address)).toBeUndefined();
     } finally {
       w.stop();
     }

@@ -14,7 +14,7 @@ import {
   isValidPciAddress,
 } from '../device-spec/index.js';
 import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
-import { readHostUse } from '../host-use.js';
+import { type HostUseRoots, readHostUse } from '../host-use.js';
 import type {
   DiscoveredDevice,
   DiscoveryResult,
@@ -47,13 +47,18 @@ export interface HostFunctions {
   groups: Map<number, string[]>;
 }
 
+/** Where what the host uses is read from: the host context's roots. */
+export function hostUseRoots(ctx: HostContext): HostUseRoots {
+  return { sysfsRoot: ctx.sysfsRoot, devRoot: ctx.devRoot, procRoot: ctx.procRoot ?? '/proc' };
+}
+
 export async function readHostFunctions(
   ctx: HostContext,
   entries: readonly DeviceSpecEntry[],
 ): Promise<HostFunctions> {
   const [functions, hostUse] = await Promise.all([
     readPciFunctions(ctx.sysfsRoot),
-    readHostUse({ sysfsRoot: ctx.sysfsRoot, devRoot: ctx.devRoot, procRoot: ctx.procRoot ?? '/proc' }),
+    readHostUse(hostUseRoots(ctx)),
   ]);
   for (const f of functions) {
     const use = hostUse.get(f.address);
@@ -107,6 +112,14 @@ export async function readHostFunctionsAt(
     .sort()
     .map(get)
     .filter((f): f is PciFunction => f !== undefined);
+  if (functions.length > 0) {
+    // What the host uses is read whole (its mounts, swaps and routes), and set on these functions.
+    const hostUse = await readHostUse(hostUseRoots(ctx));
+    for (const f of functions) {
+      const use = hostUse.get(f.address);
+      if (use) f.hostUse = use;
+    }
+  }
   const byAddress = new Map(functions.map((f) => [f.address, f]));
   for (const f of functions) {
     const pf = f.physfn === null ? undefined : get(f.physfn);

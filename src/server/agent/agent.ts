@@ -17,6 +17,7 @@ import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
 import { DRIVER_API_VERSION } from '../../plugins/driver.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
+import { readHostUse } from '../../plugins/host-use.js';
 import { MAX_MEDIA_KEY } from '../../plugins/pci/media-identity.js';
 import {
   assertPciAddress,
@@ -455,10 +456,57 @@ export class Agent {
     );
     if (s.state === 'following' && was !== 'following') {
       // Whatever changed before the source listened (since the first discovery, or while it was
-      // down) had no event: one full pass covers it.
+      // down) had no event: one full pass covers it. What the host uses is looked at first, so a
+      // change after this look is one the next look sees.
+      this.lastHostUse = null;
+      this.lane = this.lane.then(() => this.watchHostUse()).catch(() => {});
       void this.rediscover().catch((err) => this.logger.error({ err }, 'rediscovery failed'));
     }
     if ((s.state === 'following') !== (was === 'following')) this.scheduleRescan();
+  }
+
+  /** What the host used at the last look: address → its uses (null before the first look). */
+  private lastHostUse: Map<string, string> | null = null;
+  private hostUseTimer: NodeJS.Timeout | null = null;
+
+  /**
+   * The host starting or ceasing to use a function (a file system mounted on
+   * it, an address on its interface) comes with no uevent. While events are
+   * followed, it is looked at every discovery_interval instead (a few procfs
+   * files, not a scan of every function), and the functions whose use changed
+   * are re-read like those an event names. While polling, the full pass sees it.
+   */
+  private async watchHostUse(): Promise<void> {
+    if (this.hostUseTimer) clearTimeout(this.hostUseTimer);
+    this.hostUseTimer = null;
+    if (this.stopping || this.sourceStatus.state !== 'following') return;
+    try {
+      const use = await readHostUse({
+        sysfsRoot: this.config.sysfsRoot,
+        devRoot: this.config.devRoot,
+        procRoot: this.config.procRoot,
+      });
+      const now = new Map([...use].map(([a, u]) => [a, u.join('; ')]));
+      const last = this.lastHostUse;
+      this.lastHostUse = now;
+      if (last) {
+        const changed = [...new Set([...now.keys(), ...last.keys()])].filter(
+          (a) => now.get(a) !== last.get(a),
+        );
+        if (changed.length > 0) {
+          this.logger.info({ changed }, 'what the host uses changed: re-reading those functions');
+          this.coalescer.add(changed);
+        }
+      }
+    } catch (err) {
+      this.logger.warn({ err }, 'cannot read what the host uses; the full rescan will');
+    }
+    if (this.stopping || this.sourceStatus.state !== 'following') return;
+    this.hostUseTimer = setTimeout(() => {
+      this.hostUseTimer = null;
+      void this.watchHostUse();
+    }, this.config.discoveryInterval * 1000);
+    this.hostUseTimer.unref();
   }
 
   /** Seconds until the next full rediscovery: the safety net while following events, the poll otherwise. */
@@ -650,6 +698,8 @@ export class Agent {
     this.stopping = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = null;
+    if (this.hostUseTimer) clearTimeout(this.hostUseTimer);
+    this.hostUseTimer = null;
     await this.source?.stop();
     if (this.source) this.server?.health.setStatus(HOTPLUG_HEALTH_SERVICE, 'NOT_SERVING');
     await this.coalescer.close();
