@@ -432,7 +432,7 @@ async function main() {
       burst_enable_ms: round(burstOn, 1),
       burst_partial_passes: burst.partialPasses - after.partialPasses,
       burst_full_passes: burst.fullPasses - after.fullPasses,
-      note: 'agent: berth agent serve on dist/ in its own process, pci driver; scheduler in the bench process; baseline: the same agent with hotplug.source none polling every baseline_poll_interval_s (the default discovery_interval); raw_delivery: the simulated udevadm alone (append → printed line)',
+      note: 'agent: berth agent serve on dist/ in its own process, pci driver; scheduler in the bench process; baseline: the same agent with hotplug.source none polling every baseline_poll_interval_s (10 s in a full run: the default discovery_interval); raw_delivery: the simulated udevadm alone (append → printed line)',
       quick,
     });
     const value2 = idle.percent;
