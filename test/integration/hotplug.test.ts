@@ -1,5 +1,5 @@
 /**
- * Hotplug through the kernel's events (decision 46), end to end: a scheduler
+ * Hotplug through the kernel's events (decision 52), end to end: a scheduler
  * and a real agent on a simulated host whose sysfs changes come with the
  * kernel's uevents, printed by the simulated udevadm the agent runs as it runs
  * the real one. The agent's poll is an hour away (the cluster's

@@ -1,7 +1,7 @@
 /**
  * The host agent: loads drivers, validates the host, discovers, serves
  * berth.agent.v1.AgentService, registers with the scheduler, follows hotplug
- * and runs cleanups. Hotplug (decision 46): the kernel's uevents name the
+ * and runs cleanups. Hotplug (decision 52): the kernel's uevents name the
  * functions that came, went or changed, and only those (with what depends on
  * them) are re-read; a full rescan runs every hotplug.rescan_interval as a
  * safety net, and every discovery_interval while no event source is followed.
@@ -324,11 +324,17 @@ export class Agent {
       }
       const t0 = performance.now();
       const result = await this.host.discoverAt([...scope], (a) => !scope.has(a) && this.inventory.has(a));
+      const t1 = performance.now();
       this.counts.partialPasses++;
       this.counts.functionsReread += scope.size;
       const diff = this.applySome(scope, result);
       this.logger.debug(
-        { events: [...addresses], reread: scope.size, ms: Math.round(performance.now() - t0) },
+        {
+          events: [...addresses],
+          reread: scope.size,
+          discoverMs: Math.round(t1 - t0),
+          applyMs: Math.round(performance.now() - t1),
+        },
         'hotplug: functions re-read',
       );
       this.logChanges(diff, 'uevent');
@@ -435,6 +441,7 @@ export class Agent {
 
   private onUevent(e: Uevent): void {
     this.counts.events++;
+    this.logger.debug({ action: e.action, devpath: e.devpath, subsystem: e.subsystem, at: e.at }, 'uevent');
     const target = ueventTarget(e);
     if (!target) return;
     if (target.kind === 'function') {

@@ -56,7 +56,7 @@ export interface AgentConfig {
   stateDir: string;
   /** Seconds between rediscoveries while no kernel event source is followed (polling). */
   discoveryInterval: number;
-  /** How hotplug reaches the agent (the `hotplug` section; decision 46). */
+  /** How hotplug reaches the agent (the `hotplug` section; decision 52). */
   hotplug: HotplugConfig;
   /** Seconds between re-registrations with the scheduler (heartbeat). */
   registerInterval: number;
@@ -163,7 +163,7 @@ export const authSectionSchema = section({
   })
   .describe('who may call this agent (docs/security.md)');
 
-/** The `hotplug` section: where the kernel's events come from (decision 46). */
+/** The `hotplug` section: where the kernel's events come from (decision 52). */
 export const hotplugSectionSchema = section({
   source: z
     .enum(['udevadm', 'none'], { error: (iss) => `expected "udevadm" or "none", got ${show(iss.input)}` })

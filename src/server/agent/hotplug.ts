@@ -1,7 +1,7 @@
 /**
  * How the agent learns that a PCI function came or went: the kernel's
  * uevents, read from `udevadm monitor --kernel` run as a supervised child
- * (decision 46 in docs/decisions.md, with its failure modes). This file holds
+ * (decision 52 in docs/decisions.md, with its failure modes). This file holds
  * the two parts that are not the agent's own business:
  *
  * - UdevadmSource runs the child, reads its lines, says when it is listening
@@ -96,7 +96,12 @@ export class UdevadmSource {
     try {
       // stdin stays a pipe the child never reads: when the agent dies it closes, and a
       // child that watches it (the simulator's udevadm) exits with the agent.
-      child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+      // SYSTEMD_IGNORE_CHROOT: udevadm does nothing in a chroot ("Running in chroot, ignoring
+      // request.", exit 0), but the kernel's events reach a chroot all the same.
+      child = spawn(command, args, {
+        stdio: ['pipe', 'pipe', 'pipe'],
+        env: { ...process.env, SYSTEMD_IGNORE_CHROOT: '1' },
+      });
     } catch (err) {
       this.fail(`cannot run ${command}: ${(err as Error).message}`);
       return;

@@ -343,6 +343,7 @@ export class SysfsBuilder {
     st: FunctionState,
     action: 'add' | 'remove',
     only?: { netdevs: Set<string>; nvme: boolean },
+    bind = false,
   ) {
     const visible = only ?? this.visibleChildren(st);
     const dev = this.devDir(st.address);
@@ -358,8 +359,12 @@ export class SysfsBuilder {
       for (const ns of st.nvme!.namespaces) this.namespaceEvents(st, ns.nsid, action);
     };
     if (action === 'add') {
+      // What the driver's probe registers (a netdev, the nvme controller), then its bind, then
+      // what comes once the controller is up: `NVME_EVENT=connected` and the namespaces it scans.
       netdevs();
       nvme();
+      if (bind && st.driver !== null) this.event('bind', dev, 'pci');
+      if (visible.nvme) this.event('change', this.ctrlDir(st), 'nvme');
       blocks();
     } else {
       blocks();
@@ -510,8 +515,7 @@ export class SysfsBuilder {
       netdevs: new Set([...after.netdevs].filter((n) => !before.netdevs.has(n))),
       nvme: after.nvme && !before.nvme,
     };
-    this.childEvents(st, 'add', came);
-    if (driver !== null) this.event('bind', this.devDir(address), 'pci');
+    this.childEvents(st, 'add', came, true);
     const dir = this.devDir(address);
     this.linkDriver(st);
     writeFileSync(path.join(dir, 'uevent'), uevent(st));
@@ -866,10 +870,10 @@ export class SysfsBuilder {
     if (visible.nvme) this.writeNvme(st);
     // Last, so a reader never finds a bus entry for a half-written function.
     this.link(path.join(busDevices, st.address), dev);
-    // The kernel's order: the function, what its driver's probe made, the bind.
+    // The kernel's order (as a QEMU hotplug shows it): the function, what its driver's probe made,
+    // the bind, what came once the device was up.
     this.event('add', dev, 'pci');
-    this.childEvents(st, 'add');
-    if (st.driver !== null) this.event('bind', dev, 'pci');
+    this.childEvents(st, 'add', undefined, true);
   }
 
   /** Removes one function's files and links (not its VFs) and forgets it. */
