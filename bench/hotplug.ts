@@ -282,6 +282,9 @@ async function main() {
   const pollSamples = quick ? 3 : 8;
   const pollInterval = quick ? 2 : 10;
   const idleSeconds = quick ? 10 : 60;
+  // After its start the agent is quiet, but V8 collects what the start allocated (one major GC,
+  // 120-150 ms of CPU over its threads, 10-30 s in): the idle window begins after it.
+  const settleSeconds = quick ? 5 : 45;
   await run(join(process.cwd(), 'scripts/build.sh'), ['--if-stale'], { timeout: 600_000 });
   const base = existsSync('/dev/shm') ? '/dev/shm' : '/tmp';
   const dir = await tempDir(base, 'berth-bench-hotplug-');
@@ -324,7 +327,7 @@ async function main() {
     const first = await agent.client.agent.listDevices({});
     const offered = first.devices.length;
     await settled(scheduler, agent, offered, HotplugState.HOTPLUG_STATE_FOLLOWING);
-    await sleep(2_000);
+    const startGc = await idleCpu(agent, settleSeconds);
     const idleLoad = loadNow();
     const idle = await idleCpu(agent, idleSeconds);
     const w = watch(scheduler.address);
@@ -333,14 +336,30 @@ async function main() {
     const latencyLoad = loadNow();
     const ev = await latencies(sysfs, w, samples, 30_000, () => 100 + Math.random() * 150);
     const after = (await agent.client.agent.getAgentInfo({})).hotplug!;
-    // A burst: a PF's VFs disabled (every one pulled), then enabled again.
+    // A burst: a PF's VFs disabled (every one pulled), then enabled again; timed at the
+    // scheduler, and at the agent (its WatchInventory), to tell the two parts apart.
     const pf = spec.pfs![0]!.address;
+    const agentEvents: { kind: string; address: string; at: number }[] = [];
+    const inv = agent.client.watchInventory({ epoch: '', fromRevision: 0 });
+    const following = (async () => {
+      try {
+        for await (const m of inv) {
+          const e = m.event;
+          if (e?.$case === 'removed')
+            agentEvents.push({ kind: 'removed', address: e.value.address, at: nowMs() });
+          else if (e?.$case === 'added')
+            agentEvents.push({ kind: 'added', address: e.value.address, at: nowMs() });
+        }
+      } catch {}
+    })();
+    await sleep(500);
     const vfCount = spec.pfs![0]!.numVfs ?? 0;
-    let mark = w.seen.length;
-    let t0 = nowMs();
     const vfs = (await agent.client.agent.listDevices({})).devices
       .filter((d) => d.physfn === pf)
       .map((d) => d.address);
+    let mark = w.seen.length;
+    let t0 = nowMs();
+    const offAt = t0;
     await sysfs.setNumVfs(pf, 0);
     const gone = new Set<string>();
     const burstOff =
@@ -354,6 +373,7 @@ async function main() {
       )) - t0;
     mark = w.seen.length;
     t0 = nowMs();
+    const onAt = t0;
     await sysfs.setNumVfs(pf, vfCount);
     const back = new Set<string>();
     const burstOn =
@@ -366,6 +386,14 @@ async function main() {
         120_000,
       )) - t0;
     const burst = (await agent.client.agent.getAgentInfo({})).hotplug!;
+    const agentAt = (kind: string, after: number) => {
+      const hits = agentEvents.filter((e) => e.kind === kind && vfs.includes(e.address) && e.at >= after);
+      return hits.length === vfs.length ? Math.max(...hits.map((e) => e.at)) - after : Number.NaN;
+    };
+    const agentOff = agentAt('removed', offAt);
+    const agentOn = agentAt('added', onAt);
+    inv.return?.(undefined);
+    void following;
     w.stop();
     await agent.stop();
     agents.pop();
@@ -374,7 +402,7 @@ async function main() {
     agent = await startAgent(pollFile);
     agents.push(agent);
     await settled(scheduler, agent, offered, HotplugState.HOTPLUG_STATE_OFF);
-    await sleep(2_000);
+    await idleCpu(agent, settleSeconds);
     const pollIdleLoad = loadNow();
     const pollIdle = await idleCpu(agent, idleSeconds);
     const pw = watch(scheduler.address);
@@ -430,6 +458,9 @@ async function main() {
       burst_vfs: vfs.length,
       burst_disable_ms: round(burstOff, 1),
       burst_enable_ms: round(burstOn, 1),
+      // The agent's part of it: the last of its WatchInventory events for the VFs.
+      burst_agent_disable_ms: round(agentOff, 1),
+      burst_agent_enable_ms: round(agentOn, 1),
       burst_partial_passes: burst.partialPasses - after.partialPasses,
       burst_full_passes: burst.fullPasses - after.fullPasses,
       note: 'agent: berth agent serve on dist/ in its own process, pci driver; scheduler in the bench process; baseline: the same agent with hotplug.source none polling every baseline_poll_interval_s (10 s in a full run: the default discovery_interval); raw_delivery: the simulated udevadm alone (append → printed line)',
@@ -447,13 +478,15 @@ async function main() {
       loadavg_start: idleLoad,
       window_s: round(idle.wallMs / 1000, 1),
       agent_cpu_ms: idle.agentMs,
+      settle_s: settleSeconds,
+      settle_cpu_ms: startGc.agentMs,
       event_source_cpu_ms: idle.childMs,
       event_source_processes: idle.children,
       baseline_agent_cpu_ms: pollIdle.agentMs,
       baseline_loadavg_start: pollIdleLoad,
       baseline_poll_interval_s: pollInterval,
       clk_tck: CLK_TCK,
-      note: 'utime+stime of the agent process from /proc over the window (resolution 1/clk_tck s); the simulated udevadm (a node process standing in for the host’s udevadm) is reported apart; baseline: the polling agent, same window',
+      note: 'utime+stime of the agent process from /proc over the window (resolution 1/clk_tck s), which starts settle_s after the agent synced and followed events (settle_cpu_ms: its CPU meanwhile, mostly V8 collecting the start); the simulated udevadm (a node process standing in for the host’s udevadm) is reported apart; baseline: the polling agent, same window',
       quick,
     });
   } finally {

@@ -399,7 +399,8 @@ export class Agent {
     } catch (err) {
       this.logger.error({ err }, 'cannot record what this discovery saw of media in the journal');
     }
-    for (const ex of result.excluded) this.logger.warn(ex, 'device excluded');
+    // A full pass does not log its exclusions again either; a PF with VFs is excluded at every VF's event.
+    for (const ex of result.excluded) this.logger.debug(ex, 'device excluded');
     return this.inventory.applySome(
       scope,
       withRecords(result.devices, this.journal.media),
