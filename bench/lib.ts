@@ -34,13 +34,29 @@ export interface BenchResult {
   [detail: string]: unknown;
 }
 
-export function emit(result: BenchResult): void {
+/** The 1, 5 and 15 minute load averages now, rounded. */
+export function loadNow(): number[] {
+  return loadavg().map((l) => round(l, 2));
+}
+
+/** The load when this benchmark process started: a figure's start unless it says otherwise. */
+const LOAD_AT_PROCESS_START = loadNow();
+
+/**
+ * Prints one figure. `loadavg_start` is the load average when the figure's
+ * measurement began (a benchmark that measures several figures one after the
+ * other passes each its own, from loadNow()); without it, the load when the
+ * benchmark process started. `loadavg` is the load at the end. run.ts flags a
+ * figure whose start was above the machine's core count.
+ */
+export function emit(result: BenchResult & { loadavg_start?: number[] }): void {
   const out = {
     ...result,
     ratio: round(result.ratio, 3),
     value: round(result.value, 3),
     baseline: round(result.baseline, 3),
-    loadavg: loadavg().map((l) => round(l, 2)),
+    loadavg_start: result.loadavg_start ?? LOAD_AT_PROCESS_START,
+    loadavg: loadNow(),
   };
   process.stdout.write(`${JSON.stringify(out)}\n`);
 }

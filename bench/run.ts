@@ -22,6 +22,7 @@ export const BENCHMARKS = [
   'memory',
   'retention',
   'replicas',
+  'hotplug',
 ] as const;
 /** Per-benchmark wall-clock limit; a hung benchmark is killed and counted as a crash. */
 const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
@@ -77,6 +78,18 @@ function runOne(
   });
 }
 
+/**
+ * A figure's load average at its start (`loadavg_start`, 1 minute), flagged
+ * LOADED when above the core count: the figure then shared the cores with
+ * other work.
+ */
+function overloaded(r: Record<string, unknown>, nproc: number): { flag: boolean; text: string } {
+  const start = Array.isArray(r.loadavg_start) ? Number(r.loadavg_start[0]) : Number.NaN;
+  if (!Number.isFinite(start)) return { flag: false, text: '?' };
+  const flag = start > nproc;
+  return { flag, text: flag ? `${start} LOADED (> ${nproc} cores)` : String(start) };
+}
+
 async function main() {
   const argv = process.argv.slice(2);
   const { quick } = parseArgs(argv);
@@ -100,18 +113,27 @@ async function main() {
     }
     for (const l of r.lines) {
       process.stdout.write(`${JSON.stringify(l)}\n`);
-      results.push({ ...(l as Record<string, unknown>), wall_ms: r.ms });
+      const rec = { ...(l as Record<string, unknown>), wall_ms: r.ms };
+      results.push({ ...rec, loaded: overloaded(rec, m.nproc).flag });
     }
   }
-  process.stderr.write('\nname               value      baseline   ratio   pass  unit\n');
+  process.stderr.write('\nname               value      baseline   ratio   pass  unit     load at start\n');
+  let loaded = 0;
   for (const r of results) {
     if (r.crashed) {
       process.stderr.write(`${String(r.name).padEnd(18)} CRASHED\n`);
       continue;
     }
     const f = (x: unknown) => String(x).padEnd(10);
+    const load = overloaded(r, m.nproc);
+    if (load.flag) loaded++;
     process.stderr.write(
-      `${String(r.name).padEnd(18)} ${f(r.value)} ${f(r.baseline)} ${String(r.ratio).padEnd(7)} ${String(r.pass).padEnd(5)} ${r.unit}\n`,
+      `${String(r.name).padEnd(18)} ${f(r.value)} ${f(r.baseline)} ${String(r.ratio).padEnd(7)} ${String(r.pass).padEnd(5)} ${String(r.unit).padEnd(8)} ${load.text}\n`,
+    );
+  }
+  if (loaded > 0) {
+    process.stderr.write(
+      `${loaded} figure(s) marked LOADED were measured with a 1-minute load average above the ${m.nproc} cores: other work shared the machine, read them with care\n`,
     );
   }
   const end = { ...m, loadavg_end: loadavg().map((l) => Math.round(l * 100) / 100) };

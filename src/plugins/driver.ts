@@ -76,6 +76,17 @@ export abstract class GenericDriver {
   abstract discover(ctx: HostContext): Promise<DiscoveryResult>;
 
   /**
+   * Optional, read-only: what `discover` would report of these functions
+   * only — their devices and exclusions; an address in neither is not this
+   * driver's (or not on the host any more). The agent calls it when the
+   * kernel says functions came, went or changed (hotplug), with those
+   * functions and the ones that depend on them (a VF's PF, IOMMU group
+   * peers), so a hotplug costs what the changed functions cost. A driver
+   * without it is asked `discover` and its result is filtered.
+   */
+  discoverAt?(ctx: HostContext, addresses: readonly string[]): Promise<DiscoveryResult>;
+
+  /**
    * Scrub a device with its locked-in action and return the evidence: what was
    * observed on the controller, what was written and what was read back. The
    * agent judges it against `ctx.policy`; evidence that proves less than every

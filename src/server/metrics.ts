@@ -86,6 +86,60 @@ export class Metrics {
     });
   }
 
+  /**
+   * The agent's hotplug: whether kernel events are followed now, how many came,
+   * and the discovery passes by kind (read from the agent at every scrape).
+   */
+  hotplug(
+    read: () => {
+      up: boolean;
+      events: number;
+      partialPasses: number;
+      fullPasses: number;
+      functionsReread: number;
+    },
+  ): void {
+    const registers = [this.registry];
+    new Gauge({
+      name: 'berth_agent_hotplug_following',
+      help: "1 while the agent follows the kernel's uevents, 0 while it polls (no source, or the source failed)",
+      registers,
+      collect() {
+        this.set(read().up ? 1 : 0);
+      },
+    });
+    new Counter({
+      name: 'berth_agent_hotplug_events_total',
+      help: 'Kernel uevents the agent received',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(read().events);
+      },
+    });
+    new Counter({
+      name: 'berth_agent_discovery_passes_total',
+      help: 'Discovery passes, by kind: full (every function) or partial (the functions events named)',
+      labelNames: ['kind'],
+      registers,
+      collect() {
+        const r = read();
+        this.reset();
+        this.inc({ kind: 'full' }, r.fullPasses);
+        this.inc({ kind: 'partial' }, r.partialPasses);
+      },
+    });
+    new Counter({
+      name: 'berth_agent_hotplug_functions_reread_total',
+      help: 'Functions re-read by partial discovery passes',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(read().functionsReread);
+      },
+    });
+  }
+
   /** berth_store_damaged: 1 (with the reason) once the scheduler's database is found damaged. */
   storeDamaged(why: string): void {
     this.alarm('berth_store_damaged', STORE_DAMAGED_HELP, 'why', why.slice(0, 200));

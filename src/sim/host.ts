@@ -1,7 +1,8 @@
 /**
  * A whole simulated host: a sysfs tree, a /dev directory whose NVMe namespaces
  * are regular files, an nvme-cli 2.3 simulator bound to the host's controller
- * state, and the agent configuration that manages it. `berth up`, `berth sim`,
+ * state, a `udevadm monitor` simulator printing the kernel events of every
+ * change to the tree, and the agent configuration that manages it. `berth up`, `berth sim`,
  * the demo and the integration tests all build hosts here.
  */
 import { existsSync, renameSync } from 'node:fs';
@@ -20,6 +21,7 @@ import {
   type SimNvmeSpec,
   type SysfsBuilder,
 } from './sysfs/index.js';
+import { writeUdevadmWrapper } from './udevadm/wrapper.js';
 
 /**
  * What QEMU 7.2's NVMe controller does with namespace management
@@ -95,6 +97,9 @@ export interface SimHost {
   nvmeStatePath: string;
   /** The nvme wrapper to use as nvme_cli. */
   nvmeCli: string;
+  /** The udevadm wrapper (hotplug.udevadm) and the event log the sysfs builder appends to. */
+  udevadm: string;
+  ueventLog: string;
   bootIdFile: string;
   sysfs: SysfsBuilder;
   /** Agent configuration document (what `agent.yaml` holds). */
@@ -187,10 +192,15 @@ export async function buildSimHost(
   await mkdir(devRoot, { recursive: true });
   await mkdir(stateDir, { recursive: true });
   const cntlid = (n: SimNvmeController, i: number) => n.cntlid ?? i + 1;
-  const sysfs = await buildSysfs(sysfsRoot, {
-    ...def.pci,
-    nvme: def.nvme.map((n, i) => sysfsSpecOf(n, holderOf(def.nvme, n), cntlid(n, i))),
-  });
+  const ueventLog = join(root, 'uevents.log');
+  const sysfs = await buildSysfs(
+    sysfsRoot,
+    {
+      ...def.pci,
+      nvme: def.nvme.map((n, i) => sysfsSpecOf(n, holderOf(def.nvme, n), cntlid(n, i))),
+    },
+    { ueventLog },
+  );
   const controllers: SimControllerSpec[] = def.nvme.map((n, i) => {
     const holder = holderOf(def.nvme, n);
     const own = {
@@ -224,6 +234,7 @@ export async function buildSimHost(
   const nvmeCli = await writeNvmeWrapper(join(root, 'bin'), nvmeStatePath);
   // A procfs of its own: the host uses none of its devices until writeSimHostUse says otherwise.
   const procRoot = await writeSimProc(root);
+  const udevadm = await writeUdevadmWrapper(join(root, 'bin'), ueventLog);
   const bootIdFile = join(root, 'boot_id');
   await writeFile(bootIdFile, `${crypto.randomUUID()}\n`);
   const agentConfig: Record<string, unknown> = {
@@ -234,6 +245,8 @@ export async function buildSimHost(
     proc_root: procRoot,
     state_dir: stateDir,
     discovery_interval: 5,
+    // The tree's changes come with the kernel's events, through the simulated udevadm.
+    hotplug: { source: 'udevadm', udevadm },
     // A simulated host is a test bench: authentication is off, explicitly.
     // berth up replaces this with generated tokens.
     auth: { mode: 'none' },
@@ -260,6 +273,8 @@ export async function buildSimHost(
     stateDir,
     nvmeStatePath,
     nvmeCli,
+    udevadm,
+    ueventLog,
     bootIdFile,
     sysfs,
     agentConfig,

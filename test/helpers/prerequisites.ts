@@ -10,7 +10,7 @@
  * as a red run, not as a silent skip.
  */
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { accessSync, constants, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { VIRT_XML_VALIDATE, wrapInDomain } from '../../src/server/scheduler/guest/virt-xml.js';
@@ -80,6 +80,34 @@ export const realPciDevices = () =>
       ? null
       : 'this machine (or container) shows no PCI functions',
   );
+
+/** systemd's udevadm (package udev): the agent's kernel event source, and the simulator's oracle. */
+export const UDEVADM = '/bin/udevadm';
+export const udevadm = () =>
+  check('udevadm', ['udev'], () => {
+    if (!existsSync(UDEVADM)) return `${UDEVADM} not found`;
+    run(UDEVADM, ['--version']);
+    return null;
+  });
+
+/**
+ * A PCI function whose `uevent` this process may write (root, /sys mounted
+ * read-write): writing `change` there makes the kernel send a real uevent.
+ * A property of the machine (a container may mount /sys read-only).
+ */
+export const writableUevent = () =>
+  check('a writable /sys/bus/pci/devices/*/uevent (root, /sys read-write)', [], () => {
+    if (process.getuid?.() !== 0) return 'the tests do not run as root';
+    const dir = '/sys/bus/pci/devices';
+    const first = existsSync(dir) ? readdirSync(dir).sort()[0] : undefined;
+    if (!first) return 'this machine (or container) shows no PCI functions';
+    try {
+      accessSync(join(dir, first, 'uevent'), constants.W_OK);
+    } catch (e) {
+      return `${join(dir, first, 'uevent')} is not writable: ${(e as Error).message}`;
+    }
+    return null;
+  });
 
 /** The real nvme-cli 2.3 the simulator is checked against (no hardware needed). */
 export const REAL_NVME = '/usr/sbin/nvme';

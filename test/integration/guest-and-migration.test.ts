@@ -661,8 +661,13 @@ describe('guest XML, metadata and live migration over gRPC', () => {
   it('a destination device that is gone from the host: plan refused with the reason, claims released', async () => {
     const free = (await available(DST)).map((d) => d.address);
     expect(free.length).toBeGreaterThan(0);
-    // Removed from sysfs without a rediscovery: the scheduler still offers them, PrepareMigration finds them gone.
-    for (const a of free) await c.host(DST).sim.sysfs.removeFunction(a);
+    // Removed from sysfs before the agent hears of it (no uevent, no rediscovery): the scheduler
+    // still offers them, PrepareMigration finds them gone.
+    const sysfs = c.host(DST).sim.sysfs;
+    const log = sysfs.ueventLog;
+    sysfs.ueventLog = null;
+    for (const a of free) await sysfs.removeFunction(a);
+    sysfs.ueventLog = log;
     await bind('vm-gone', SRC, [['vf-lm', '']]);
     const e = await expectCode(
       plan('vm-gone', DST, 'plan-gone'),

@@ -1,6 +1,6 @@
 /**
  * Whether this machine can run the VM suite, and with what: QEMU, a kernel
- * image with its NVMe and 9p modules, a static busybox, nvme-cli. The guest
+ * image with its NVMe and 9p modules, a static busybox, nvme-cli, udevadm. The guest
  * runs the host's own node, nvme-cli and checkout through a 9p share of the
  * host's root, so it must be the host's architecture (x86_64).
  *
@@ -144,6 +144,10 @@ export function probeVmHost(repo: string, env: NodeJS.ProcessEnv = process.env):
   if (!busybox) return no('no statically linked busybox (apt-get install busybox-static)');
   const nvmeCli = findProgram('nvme', env);
   if (!nvmeCli) return no('nvme-cli not found (apt-get install nvme-cli)');
+  // The guest's agent follows the kernel's uevents with this machine's udevadm (the hotplug scenario).
+  if (!findProgram('udevadm', { ...env, PATH: `${env.PATH ?? ''}:/bin:/usr/bin` })) {
+    return no('udevadm not found (apt-get install udev)');
+  }
   const buf = join(repo, 'node_modules/@bufbuild/buf-linux-x64/bin/buf');
   if (!existsSync(buf)) return no(`${buf} is missing (npm install)`);
   return {

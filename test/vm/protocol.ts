@@ -43,6 +43,13 @@ export interface GuestPlan {
   saveState?: string;
   /** …and from there into the state dir before it starts (the next boot of the same host). */
   restoreState?: string;
+  /**
+   * After the cleanups: follow the agent's WatchInventory (buf curl), say
+   * `hotplug-ready` once its snapshot is in, then report every event about
+   * `address` — the host plugs an NVMe controller there and pulls it — until
+   * it is removed, or `timeoutMs` passed.
+   */
+  hotplug?: { address: string; timeoutMs: number };
 }
 
 /** How a process ended, with everything it printed. */
@@ -84,6 +91,16 @@ export interface RpcRecord {
   stderr: string;
 }
 
+/** One WatchInventory event about the hot-plugged address, as the guest received it. */
+export interface InventoryRecord {
+  type: 'inventory';
+  kind: 'added' | 'changed' | 'removed';
+  address: string;
+  /** The device as the agent reported it (proto3 JSON), for added and changed. */
+  device?: Record<string, unknown>;
+  uptime: number;
+}
+
 export type GuestRecord =
   | RpcRecord
   | { type: 'state'; saved?: string[]; restored?: string[] }
@@ -92,5 +109,8 @@ export type GuestRecord =
   | { type: 'agent'; listening: string | null; error?: string }
   | CleanupRecord
   | { type: 'agent-log'; lines: string[] }
+  | { type: 'hotplug-ready'; uptime: number }
+  | InventoryRecord
+  | { type: 'hotplug-end'; removed: boolean; error?: string }
   | { type: 'error'; message: string }
   | { type: 'done'; uptime: number };

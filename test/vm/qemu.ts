@@ -1,11 +1,18 @@
 /**
- * The QEMU machine: PCIe NVMe controllers on fixed slots (so the agent config
- * can name them by PCI address), namespaces backed by raw files on the host,
- * the host's root shared read-only over virtio-9p, two serial ports written to
- * files (ttyS0 the console, ttyS1 the results), and no network device at all.
+ * The QEMU machine: a q35 (PCI Express) machine with NVMe controllers on fixed
+ * slots of its root complex (so the agent config can name them by PCI
+ * address), namespaces backed by raw files on the host, the host's root shared
+ * read-only over virtio-9p, two serial ports written to files (ttyS0 the
+ * console, ttyS1 the results), and no network device at all. Optionally
+ * `pcie-root-port`s with nothing behind them, drives with no device yet, and
+ * a QMP monitor socket: the host plugs an NVMe controller into a port while
+ * the guest runs (`device_add`), and pulls it (`device_del`). On q35 QEMU 7.2
+ * signals both through ACPI, so the guest's kernel (acpiphp) adds or ejects
+ * the function at once.
  */
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { createConnection, type Socket } from 'node:net';
 import type { VmHost } from './host-check.js';
 
 export interface NamespaceSpec {
@@ -45,6 +52,12 @@ export interface MachineSpec {
   cpus: number;
   /** A host directory the guest may write (virtio-9p tag `berthpersist`): what outlives a boot. */
   persistDir?: string;
+  /** Empty `pcie-root-port`s (id, slot on bus 0): a device added to port N appears behind it, on bus N's secondary bus. */
+  hotplugPorts?: { id: string; slot: number }[];
+  /** Raw files opened as drives without a device (`-drive if=none,id=…`), for a `device_add` to take. */
+  spareDrives?: { id: string; file: string }[];
+  /** The QMP monitor's Unix socket (server, no wait). */
+  qmpSocket?: string;
 }
 
 export function pciAddress(slot: number): string {
@@ -59,6 +72,8 @@ function optPath(p: string): string {
 
 export function qemuArgs(m: MachineSpec): string[] {
   const args = [
+    '-machine',
+    'q35',
     '-accel',
     m.host.accel,
     '-m',
@@ -88,6 +103,17 @@ export function qemuArgs(m: MachineSpec): string[] {
       `local,path=${optPath(m.persistDir)},mount_tag=berthpersist,security_model=none,multidevs=remap`,
     );
   }
+  for (const p of m.hotplugPorts ?? []) {
+    // chassis/slot: the port's hotplug slot numbers, unique in the machine.
+    args.push(
+      '-device',
+      `pcie-root-port,id=${p.id},bus=pcie.0,addr=0x${p.slot.toString(16)},chassis=${p.slot},slot=${p.slot}`,
+    );
+  }
+  for (const d of m.spareDrives ?? []) {
+    args.push('-drive', `file=${optPath(d.file)},if=none,format=raw,id=${d.id}`);
+  }
+  if (m.qmpSocket) args.push('-qmp', `unix:${optPath(m.qmpSocket)},server=on,wait=off`);
   // Every controller first, then the namespaces: a shared namespace is attached to
   // each controller its subsystem has when it is created.
   for (const c of m.controllers) {
@@ -183,4 +209,71 @@ export function runQemu(
       resolve({ exitCode: code, signal, timedOut, stoppedAfterDone, stderr, ms: Date.now() - started });
     });
   });
+}
+
+/** A QMP connection: commands answered in order, events kept. */
+export interface Qmp {
+  command(execute: string, args?: Record<string, unknown>): Promise<unknown>;
+  events: { event: string; data?: unknown; at: number }[];
+  close(): void;
+}
+
+/**
+ * Connects to QEMU's QMP socket (retrying while QEMU has not made it yet,
+ * until `timeoutMs`) and leaves the capabilities negotiation done.
+ */
+export async function openQmp(path: string, timeoutMs = 30_000): Promise<Qmp> {
+  const deadline = Date.now() + timeoutMs;
+  let sock: Socket;
+  for (;;) {
+    try {
+      sock = await new Promise<Socket>((resolve, reject) => {
+        const c = createConnection(path);
+        c.once('connect', () => resolve(c));
+        c.once('error', reject);
+      });
+      break;
+    } catch (err) {
+      if (Date.now() > deadline) throw new Error(`cannot reach QMP at ${path}: ${(err as Error).message}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  const events: Qmp['events'] = [];
+  const pending: { resolve(v: unknown): void; reject(e: Error): void }[] = [];
+  let greeted: () => void = () => {};
+  const greeting = new Promise<void>((r) => {
+    greeted = r;
+  });
+  let buf = '';
+  sock.setEncoding('utf8');
+  sock.on('data', (chunk: string) => {
+    buf += chunk;
+    for (let i = buf.indexOf('\n'); i >= 0; i = buf.indexOf('\n')) {
+      const line = buf.slice(0, i).trim();
+      buf = buf.slice(i + 1);
+      if (!line) continue;
+      const m = JSON.parse(line) as {
+        QMP?: unknown;
+        event?: string;
+        data?: unknown;
+        return?: unknown;
+        error?: { desc: string };
+      };
+      if (m.QMP) greeted();
+      else if (m.event) events.push({ event: m.event, data: m.data, at: Date.now() });
+      else if ('return' in m) pending.shift()?.resolve(m.return);
+      else if (m.error) pending.shift()?.reject(new Error(`QMP: ${m.error.desc}`));
+    }
+  });
+  sock.on('close', () => {
+    for (const p of pending.splice(0)) p.reject(new Error('QMP connection closed'));
+  });
+  const command = (execute: string, args?: Record<string, unknown>) =>
+    new Promise<unknown>((resolve, reject) => {
+      pending.push({ resolve, reject });
+      sock.write(`${JSON.stringify(args ? { execute, arguments: args } : { execute })}\n`);
+    });
+  await greeting;
+  await command('qmp_capabilities');
+  return { command, events, close: () => sock.destroy() };
 }

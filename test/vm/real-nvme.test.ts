@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { probeVmHost } from './host-check.js';
+import type { CommandRecord } from './protocol.js';
 import { pciAddress } from './qemu.js';
 import {
   addressOf,
@@ -20,6 +21,8 @@ import {
   DEVICES,
   disposeScenarioRun,
   GUEST_TIMEOUT_MS,
+  HOT_ADDRESS,
+  HOT_SERIAL,
   MOVED_BINDING,
   MOVED_SLOT,
   NEXT_BINDING,
@@ -32,6 +35,15 @@ import { BLOCK, scanBackingFile } from './tenant-data.js';
 
 /** The checkout whose bin/berth the guest runs. */
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
+
+/**
+ * The bound on a hotplug's way to the inventory here (issue 33 asks for 1 s;
+ * bench/hotplug.ts measures it on the simulator). Under QEMU's TCG emulation
+ * on a shared two-core machine the guest runs many times slower than a host:
+ * BERTH_VM_HOTPLUG_BOUND_MS may widen it there. Either way far below what
+ * polling would take: discovery_interval is an hour in this guest.
+ */
+const HOTPLUG_BOUND_MS = Number(process.env.BERTH_VM_HOTPLUG_BOUND_MS ?? 1_000);
 
 const probe = probeVmHost(REPO_ROOT);
 if (!probe.ok) {
@@ -426,5 +438,51 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     expect(refused.request).toMatchObject(NEXT_BINDING);
     // Judged from the media: every block of the first tenant is still there.
     await expectUntouched('moved');
+  });
+
+  it('9. hotplug: an NVMe controller plugged from QEMU’s monitor reaches the inventory through the kernel’s uevents, identified; pulled, it leaves; each within a second of its own work', () => {
+    const t = run.hotplug;
+    expect(t.error, run.diagnostics()).toBe('');
+    const inventory = run.records.filter((r) => r.type === 'inventory');
+    expect(inventory.length, run.diagnostics()).toBeGreaterThan(0);
+    expect(inventory.every((r) => r.address === HOT_ADDRESS)).toBe(true);
+    // Identified like any controller: its serial, its media, the action its capabilities lock in.
+    const identified = inventory.find(
+      (r) => r.kind !== 'removed' && r.device?.health === 'HEALTH_HEALTHY' && r.device.cleanupAction,
+    );
+    expect(identified?.device).toMatchObject({
+      address: HOT_ADDRESS,
+      cleanupAction: 'write-zeroes',
+      attributes: expect.objectContaining({ serial: HOT_SERIAL }),
+      media: expect.objectContaining({ kind: 'MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM' }),
+    });
+    expect(inventory.at(-1)?.kind).toBe('removed');
+    expect(run.records).toContainEqual({ type: 'hotplug-end', removed: true });
+    // Through events, not a poll: discovery_interval is an hour; the agent followed udevadm and
+    // re-read only the plugged function (no full pass between the two GetAgentInfo calls).
+    const infos = run.records.filter((r) => r.type === 'rpc' && r.method === 'GetAgentInfo');
+    expect(infos.map((r) => (r as { exitCode: number }).exitCode)).toEqual([0, 0]);
+    const [before, after] = infos.map(
+      (r) => (r as { response: { hotplug: Record<string, string | number | undefined> } }).response.hotplug,
+    );
+    expect(before).toMatchObject({ source: 'udevadm', state: 'HOTPLUG_STATE_FOLLOWING' });
+    expect(after).toMatchObject({ state: 'HOTPLUG_STATE_FOLLOWING' });
+    expect(after!.fullPasses ?? '0').toBe(before!.fullPasses ?? '0');
+    expect(Number(after!.partialPasses) - Number(before!.partialPasses ?? 0)).toBeGreaterThan(0);
+    // From the monitor command to the guest's record of the agent's event (serial port included).
+    // Identifying a controller runs `nvme id-ctrl`, a process; under TCG starting one costs
+    // hundreds of ms (`cat` takes 65-170 ms in this guest; a host's take a few), and the kernel's
+    // own probe of the new controller competes for the two vCPUs meanwhile. So the arrival of the
+    // identified device is held to the bound plus twice the slowest warm id-ctrl the orchestrator
+    // ran in the same boot (the first is cold: it reads nvme-cli over 9p).
+    const idCtrl = run.records
+      .filter((r): r is CommandRecord => r.type === 'command' && r.name.startsWith('id-ctrl '))
+      .map((r) => r.ms);
+    const allowance = 2 * Math.max(...idCtrl.slice(1));
+    console.log(
+      `hotplug on a real kernel: device_add → added ${t.addedMs} ms, identified ${t.identifiedMs} ms (nvme id-ctrl in this guest: ${idCtrl.join(', ')} ms); device_del → removed ${t.removedMs} ms`,
+    );
+    expect(t.removedMs).toBeLessThanOrEqual(HOTPLUG_BOUND_MS);
+    expect(t.identifiedMs).toBeLessThanOrEqual(HOTPLUG_BOUND_MS + allowance);
   });
 });

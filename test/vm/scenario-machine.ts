@@ -16,6 +16,9 @@
  *   slot 11 moved          bound to a tenant (RecordBinding), never cleaned; the guest powers off,
  *                          and a second boot of the same host (its journal kept on a writable
  *                          share) has the same drive (backing file, serial) at slot 12
+ *   slot 16 hotplug        an empty pcie-root-port: after the cleanups the host plugs an NVMe
+ *                          controller into it from QEMU's monitor, the agent's inventory gets it
+ *                          through the kernel's uevents (0000:01:00.0), then the host pulls it
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -24,6 +27,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { build } from 'esbuild';
 import type { VmHost } from './host-check.js';
+import { driveHotplug, type HotplugTimings } from './hotplug-driver.js';
 import { buildInitramfs } from './initramfs.js';
 import type { CleanupRecord, CommandRecord, GuestPlan, GuestRecord, RpcRecord } from './protocol.js';
 import { type ControllerSpec, pciAddress, type QemuExit, qemuArgs, runQemu } from './qemu.js';
@@ -121,6 +125,18 @@ export const DEVICES: Record<Role, Device> = {
   },
 };
 
+/**
+ * The hotplug scenario: the empty root port (slot 16), the function a
+ * controller plugged into it becomes (the port's secondary bus is bus 1), the
+ * drive it is given and its serial.
+ */
+export const HOT_PORT = { id: 'rp-hot', slot: 0x10 };
+export const HOT_ADDRESS = '0000:01:00.0';
+export const HOT_SERIAL = 'berth-hot';
+const HOT_DRIVE = 'd-hot';
+/** How long the guest follows the inventory, and the host waits, for the plug and the pull. */
+const HOTPLUG_TIMEOUT_MS = 120_000;
+
 /** The slot the moved drive comes back at, on the second boot. */
 export const MOVED_SLOT = 12;
 /** The binding the first boot records for the moved drive, and the one the second boot tries. */
@@ -147,19 +163,24 @@ function agentConfig(
   tokensFile: string,
   roles: readonly Role[] = ROLES,
   slots: Partial<Record<Role, number>> = {},
+  hotplug = false,
 ): string {
   const section = (driver: Device['driver']) => ({
     cleanup_timeout: 600,
     // QEMU's machine here has no IOMMU: the controllers are named by address and allowed explicitly.
-    device_spec: roles
-      .filter((r) => DEVICES[r].driver === driver)
-      .flatMap((r) =>
-        (slots[r] === undefined ? allAddresses(r) : [pciAddress(slots[r])]).map((address) => ({
-          address,
-          allow_no_iommu: true,
-          ...DEVICES[r].spec,
-        })),
-      ),
+    device_spec: [
+      ...roles
+        .filter((r) => DEVICES[r].driver === driver)
+        .flatMap((r) =>
+          (slots[r] === undefined ? allAddresses(r) : [pciAddress(slots[r])]).map((address) => ({
+            address,
+            allow_no_iommu: true,
+            ...DEVICES[r].spec,
+          })),
+        ),
+      // The controller the host plugs in later: managed like any.
+      ...(hotplug && driver === 'nvme' ? [{ address: HOT_ADDRESS, allow_no_iommu: true }] : []),
+    ],
   });
   return JSON.stringify(
     {
@@ -191,6 +212,8 @@ export interface ScenarioRun {
   qemu: QemuExit;
   /** The second boot of the same host: the moved drive at slot MOVED_SLOT, the first boot's journal. */
   after: BootRecords;
+  /** The host's timings of the plug and the pull (first boot). */
+  hotplug: HotplugTimings;
   /** Backing file of a namespace. */
   file(role: Role, nsid: number): string;
   command(name: string): CommandRecord;
@@ -286,7 +309,13 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
     token,
     stepTimeoutMs: STEP_TIMEOUT_MS,
   };
-  const boot = (name: '' | '-2', plan: GuestPlan, config: string, controllers: ControllerSpec[]) =>
+  const boot = (
+    name: '' | '-2',
+    plan: GuestPlan,
+    config: string,
+    controllers: ControllerSpec[],
+    hotplug?: { file: string },
+  ) =>
     bootGuest(host, repo, dir, {
       name,
       plan,
@@ -294,7 +323,10 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       controllers,
       persist,
       orchestrator: orchestrator.outputFiles[0]!.contents,
+      ...(hotplug ? { hotplug } : {}),
     });
+  const hotFile = join(dir, 'hot-ns1.img');
+  await writeTenantFile(hotFile, 4 * MiB, 'hotplug-ns1');
 
   const first = await boot(
     '',
@@ -318,9 +350,11 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       ),
       bindings: [{ address: addressOf('moved'), ...MOVED_BINDING }],
       saveState: `${GUEST_DIR}/persist/agent-state`,
+      hotplug: { address: HOT_ADDRESS, timeoutMs: HOTPLUG_TIMEOUT_MS },
     },
-    agentConfig(`${GUEST_DIR}/tokens.yaml`),
+    agentConfig(`${GUEST_DIR}/tokens.yaml`, ROLES, {}, true),
     ROLES.flatMap((r) => controllersOf(r)),
+    { file: hotFile },
   );
   // The same host again: only the moved drive, at another slot; the journal of the first boot.
   const second = await boot(
@@ -353,6 +387,8 @@ async function bootGuest(
     controllers: ControllerSpec[];
     persist: string;
     orchestrator: Uint8Array;
+    /** An empty root port, a spare drive for the controller the host plugs there, and QMP to do it. */
+    hotplug?: { file: string };
   },
 ): Promise<QemuExit> {
   const path = [
@@ -393,6 +429,7 @@ async function bootGuest(
     },
   });
 
+  const qmpSocket = join(dir, `qmp${b.name}.sock`);
   const args = qemuArgs({
     host,
     initrd,
@@ -402,6 +439,9 @@ async function bootGuest(
     memoryMb: 2048,
     cpus: 2,
     persistDir: b.persist,
+    ...(b.hotplug
+      ? { hotplugPorts: [HOT_PORT], spareDrives: [{ id: HOT_DRIVE, file: b.hotplug.file }], qmpSocket }
+      : {}),
   });
   writeFileSync(
     join(dir, `qemu${b.name}.sh`),
@@ -410,7 +450,20 @@ async function bootGuest(
       mode: 0o755,
     },
   );
-  return runQemu(host.qemu, args, GUEST_TIMEOUT_MS, join(dir, `results${b.name}.jsonl`));
+  const qemu = runQemu(host.qemu, args, GUEST_TIMEOUT_MS, join(dir, `results${b.name}.jsonl`));
+  if (b.hotplug) {
+    // Beside the guest: plug and pull once it follows its agent's inventory.
+    await driveHotplug({
+      qmpSocket,
+      resultsLog: join(dir, `results${b.name}.jsonl`),
+      out: join(dir, `hotplug${b.name}.json`),
+      port: HOT_PORT.id,
+      drive: HOT_DRIVE,
+      serial: HOT_SERIAL,
+      timeoutMs: GUEST_TIMEOUT_MS,
+    });
+  }
+  return qemu;
 }
 
 const read = (p: string) => {
@@ -482,11 +535,16 @@ function collect(dir: string, qemu: QemuExit, qemu2: QemuExit): ScenarioRun {
   const first = bootRecords(dir, '', qemu);
   const second = bootRecords(dir, '-2', qemu2);
   const diagnostics = () => `${first.diagnostics()}\n\n${second.diagnostics()}`;
+  const timings = read(join(dir, 'hotplug.json'));
+  const hotplug: HotplugTimings = timings
+    ? (JSON.parse(timings) as HotplugTimings)
+    : { addedMs: null, identifiedMs: null, removedMs: null, error: 'the host wrote no hotplug timings' };
   return {
     dir,
     records: first.records,
     qemu,
     after: second,
+    hotplug,
     file: (role, nsid) => backingFile(dir, role, nsid),
     command: first.command,
     cleanup(role) {

@@ -30,6 +30,7 @@ import {
   exclusionReason,
   type HostFunctions,
   readHostFunctions,
+  readHostFunctionsAt,
 } from '../pci/pci-driver.js';
 import {
   assertPciAddress,
@@ -225,6 +226,41 @@ export class NvmeDriver extends GenericDriver {
     await this.loadIdentities(ctx);
     const known = this.serializeIdentities();
     const host = await readHostFunctions(ctx, this.entries);
+    const result = await this.offer(ctx, host);
+    // A function gone from the host takes its cached identity with it: what comes
+    // back at that address (after a hot-plug or a reboot) is identified afresh.
+    if (host.functions.length > 0) {
+      for (const address of [...this.identities.keys()])
+        if (!host.byAddress.has(address)) this.identities.delete(address);
+    }
+    await this.keepIdentities(ctx, known);
+    return result;
+  }
+
+  /**
+   * Hotplug: these functions only. A controller that came is identified
+   * (`nvme id-ctrl`) and gets its locked-in action like any; one that went
+   * takes its cached identity with it.
+   */
+  override async discoverAt(ctx: HostContext, addresses: readonly string[]): Promise<DiscoveryResult> {
+    await this.loadIdentities(ctx);
+    const known = this.serializeIdentities();
+    const host = await readHostFunctionsAt(ctx, this.entries, addresses);
+    const result = await this.offer(ctx, host);
+    const present = new Set(host.functions.map((f) => f.address));
+    for (const address of addresses) if (!present.has(address)) this.identities.delete(address);
+    await this.keepIdentities(ctx, known);
+    return result;
+  }
+
+  /** Writes the identities to the state dir when they differ from `known` (never in the dry run). */
+  private async keepIdentities(ctx: HostContext, known: string): Promise<void> {
+    const now = this.serializeIdentities();
+    if (now !== known && !ctx.readOnly) await this.saveIdentities(ctx, now);
+  }
+
+  /** The devices and exclusions of `host.functions`, identifying each matched controller. */
+  private async offer(ctx: HostContext, host: HostFunctions): Promise<DiscoveryResult> {
     const devices: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
     const work: Promise<void>[] = [];
@@ -250,14 +286,6 @@ export class NvmeDriver extends GenericDriver {
       );
     }
     await Promise.all(work);
-    // A function gone from the host takes its cached identity with it: what comes
-    // back at that address (after a hot-plug or a reboot) is identified afresh.
-    if (host.functions.length > 0) {
-      for (const address of [...this.identities.keys()])
-        if (!host.byAddress.has(address)) this.identities.delete(address);
-    }
-    const now = this.serializeIdentities();
-    if (now !== known && !ctx.readOnly) await this.saveIdentities(ctx, now);
     devices.sort((a, b) => a.address.localeCompare(b.address));
     excluded.sort((a, b) => a.address.localeCompare(b.address));
     return { devices, excluded };

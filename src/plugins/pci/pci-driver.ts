@@ -11,9 +11,10 @@ import {
   deviceSpecListSchema,
   exactAddress,
   type FunctionLookup,
+  isValidPciAddress,
 } from '../device-spec/index.js';
 import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
-import { readHostUse } from '../host-use.js';
+import { type HostUseRoots, readHostUse } from '../host-use.js';
 import type {
   DiscoveredDevice,
   DiscoveryResult,
@@ -24,7 +25,12 @@ import type {
 } from '../types.js';
 import { readDeviceSerialNumber } from './device-serial-number.js';
 import { dsnIdentity, slotIdentity } from './media-identity.js';
-import { readPciFunctions, resolveNetdevAddress } from './sysfs-reader.js';
+import {
+  readIommuGroupMembers,
+  readPciFunctionSync,
+  readPciFunctions,
+  resolveNetdevAddress,
+} from './sysfs-reader.js';
 
 /** The `pci:` section: device_spec entries with Nova's keys, nothing else. */
 export const pciSectionSchema = (section = 'pci') =>
@@ -41,13 +47,18 @@ export interface HostFunctions {
   groups: Map<number, string[]>;
 }
 
+/** Where what the host uses is read from: the host context's roots. */
+export function hostUseRoots(ctx: HostContext): HostUseRoots {
+  return { sysfsRoot: ctx.sysfsRoot, devRoot: ctx.devRoot, procRoot: ctx.procRoot ?? '/proc' };
+}
+
 export async function readHostFunctions(
   ctx: HostContext,
   entries: readonly DeviceSpecEntry[],
 ): Promise<HostFunctions> {
   const [functions, hostUse] = await Promise.all([
     readPciFunctions(ctx.sysfsRoot),
-    readHostUse({ sysfsRoot: ctx.sysfsRoot, devRoot: ctx.devRoot, procRoot: ctx.procRoot ?? '/proc' }),
+    readHostUse(hostUseRoots(ctx)),
   ]);
   for (const f of functions) {
     const use = hostUse.get(f.address);
@@ -73,6 +84,62 @@ export async function readHostFunctions(
     groups,
     lookup: { get: (a) => byAddress.get(a), netdevAddress: (n) => netdevs.get(n) ?? null },
   };
+}
+
+/**
+ * HostFunctions for some functions only (a hotplug pass): `functions` holds
+ * those of `addresses` that are present, in address order, each read as
+ * readHostFunctions would read it; `byAddress` also holds their PFs (a VF's
+ * media identity is its PF's serial), `groups` the present members of their
+ * IOMMU groups, and `lookup` reads any other function on demand (a
+ * device_spec entry naming a PF).
+ */
+export async function readHostFunctionsAt(
+  ctx: HostContext,
+  entries: readonly DeviceSpecEntry[],
+  addresses: readonly string[],
+): Promise<HostFunctions> {
+  const read = new Map<string, PciFunction | null>();
+  const get = (a: string): PciFunction | undefined => {
+    let f = read.get(a);
+    if (f === undefined) {
+      f = isValidPciAddress(a) ? readPciFunctionSync(ctx.sysfsRoot, a) : null;
+      read.set(a, f);
+    }
+    return f ?? undefined;
+  };
+  const functions = [...new Set(addresses)]
+    .sort()
+    .map(get)
+    .filter((f): f is PciFunction => f !== undefined);
+  if (functions.length > 0) {
+    // What the host uses is read whole (its mounts, swaps and routes), and set on these functions.
+    const hostUse = await readHostUse(hostUseRoots(ctx));
+    for (const f of functions) {
+      const use = hostUse.get(f.address);
+      if (use) f.hostUse = use;
+    }
+  }
+  const byAddress = new Map(functions.map((f) => [f.address, f]));
+  for (const f of functions) {
+    const pf = f.physfn === null ? undefined : get(f.physfn);
+    if (pf) byAddress.set(pf.address, pf);
+  }
+  const groups = new Map<number, string[]>();
+  for (const f of functions) {
+    if (f.iommuGroup === null || groups.has(f.iommuGroup)) continue;
+    groups.set(
+      f.iommuGroup,
+      readIommuGroupMembers(ctx.sysfsRoot, f.iommuGroup).filter((a) => get(a)?.iommuGroup === f.iommuGroup),
+    );
+  }
+  const netdevs = new Map<string, string | null>();
+  await Promise.all(
+    entries
+      .filter((e) => e.devname !== null)
+      .map(async (e) => netdevs.set(e.devname!, await resolveNetdevAddress(ctx.sysfsRoot, e.devname!))),
+  );
+  return { functions, byAddress, groups, lookup: { get, netdevAddress: (n) => netdevs.get(n) ?? null } };
 }
 
 export function functionKind(fn: PciFunction): FunctionKind {
@@ -169,7 +236,16 @@ export class PciDriver extends GenericDriver {
   }
 
   async discover(ctx: HostContext): Promise<DiscoveryResult> {
-    const host = await readHostFunctions(ctx, this.entries);
+    return this.offer(ctx, await readHostFunctions(ctx, this.entries));
+  }
+
+  /** Hotplug: the same decisions for some functions, read on their own. */
+  override async discoverAt(ctx: HostContext, addresses: readonly string[]): Promise<DiscoveryResult> {
+    return this.offer(ctx, await readHostFunctionsAt(ctx, this.entries, addresses));
+  }
+
+  /** The devices and exclusions of `host.functions`. */
+  private offer(ctx: HostContext, host: HostFunctions): DiscoveryResult {
     const devices: DiscoveredDevice[] = [];
     const excluded: ExcludedDevice[] = [];
     const match = compileMatcher(this.entries, host.lookup);

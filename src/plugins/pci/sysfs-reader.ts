@@ -486,8 +486,47 @@ export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]
 
 /** One function, or null when it is not (or no longer) present. */
 export async function readPciFunction(sysfsRoot: string, address: string): Promise<PciFunction | null> {
+  return readPciFunctionSync(sysfsRoot, address);
+}
+
+/**
+ * readPciFunction without the promise: a hotplug pass reads a few functions,
+ * and a device_spec matcher asks for a PF while it compiles. Equal to what
+ * readPciFunctions gives for the function (sysfs-reader.test.ts holds them equal).
+ */
+export function readPciFunctionSync(sysfsRoot: string, address: string): PciFunction | null {
   assertPciAddress(address);
   return readFunctionDir(path.join(sysfsRoot, 'bus', 'pci', 'devices', address), address);
+}
+
+/**
+ * The functions of IOMMU group `group` (kernel/iommu_groups/<n>/devices),
+ * sorted; empty when the group is gone.
+ */
+export function readIommuGroupMembers(sysfsRoot: string, group: number): string[] {
+  if (!Number.isSafeInteger(group) || group < 0) {
+    throw invalidArgument('iommu_group', `${JSON.stringify(group)} is not an IOMMU group number`);
+  }
+  return readdirOptional(path.join(sysfsRoot, 'kernel', 'iommu_groups', String(group), 'devices'))
+    .filter((a) => PCI_ADDRESS_RE.test(a))
+    .sort();
+}
+
+/**
+ * The PCI addresses of the controllers of NVM subsystem `name`
+ * (class/nvme-subsystem/<name>/nvmeX → the controller's PCI function), sorted.
+ */
+export function readNvmeSubsystemFunctions(sysfsRoot: string, name: string): string[] {
+  if (!/^nvme-subsys\d+$/.test(name)) {
+    throw invalidArgument('subsystem', `${JSON.stringify(name)} is not an NVMe subsystem name`);
+  }
+  const dir = path.join(sysfsRoot, 'class', 'nvme-subsystem', name);
+  const out = new Set<string>();
+  for (const c of readdirOptional(dir).filter((e) => NVME_CTRL_RE.test(e))) {
+    const a = readOptional(path.join(dir, c, 'address')) ?? '';
+    if (PCI_ADDRESS_RE.test(a)) out.add(a);
+  }
+  return [...out].sort();
 }
 
 /**

@@ -54,8 +54,10 @@ export interface AgentConfig {
   /** Root of procfs, where discovery reads the host's mounts and routes (plugins/host-use.ts). */
   procRoot: string;
   stateDir: string;
-  /** Seconds between rediscoveries. */
+  /** Seconds between rediscoveries while no kernel event source is followed (polling). */
   discoveryInterval: number;
+  /** How hotplug reaches the agent (the `hotplug` section; decision 56). */
+  hotplug: HotplugConfig;
   /** Seconds between re-registrations with the scheduler (heartbeat). */
   registerInterval: number;
   /** host:port serving Prometheus /metrics; null = not served. */
@@ -72,6 +74,20 @@ export interface AgentConfig {
   /** File holding the token sent to the scheduler with Register. */
   schedulerTokenFile: string | null;
 }
+
+export interface HotplugConfig {
+  /** `udevadm`: follow the kernel's uevents (`udevadm monitor --kernel`); `none`: poll at discovery_interval. */
+  source: 'udevadm' | 'none';
+  /** The udevadm program: a path, or a name looked up in PATH. */
+  udevadm: string;
+  /** Seconds between full rescans while events are followed: the safety net. */
+  rescanInterval: number;
+  /** Milliseconds of quiet after the last event before its functions are re-read (a burst is one pass). */
+  settleMs: number;
+}
+
+/** Defaults of the `hotplug` section (docs/operator-guide.md). */
+export const HOTPLUG_DEFAULTS = { udevadm: 'udevadm', rescanInterval: 300, settle: 0.05 } as const;
 
 export interface ConfigOverrides {
   host?: string;
@@ -100,6 +116,8 @@ export function driverKey(entry: string): string {
 export const DURATION_RANGES = {
   discovery_interval: [0.1, 86_400],
   register_interval: [0.1, 3_600],
+  'hotplug.rescan_interval': [1, 86_400],
+  'hotplug.settle': [0, 5],
 } as const;
 
 const file = (description: string) => text().nullish().describe(description);
@@ -144,6 +162,25 @@ export const authSectionSchema = section({
     }
   })
   .describe('who may call this agent (docs/security.md)');
+
+/** The `hotplug` section: where the kernel's events come from (decision 56). */
+export const hotplugSectionSchema = section({
+  source: z
+    .enum(['udevadm', 'none'], { error: (iss) => `expected "udevadm" or "none", got ${show(iss.input)}` })
+    .nullish()
+    .describe(
+      'udevadm: follow the kernel uevents (`udevadm monitor --kernel`); none: poll at discovery_interval (default: udevadm when sysfs_root is /sys, none on a simulated tree)',
+    ),
+  udevadm: text().nullish().describe('the udevadm program, a path or a name in PATH (default udevadm)'),
+  rescan_interval: seconds(...DURATION_RANGES['hotplug.rescan_interval'])
+    .nullish()
+    .describe('seconds between full rescans while events are followed: the safety net (default 300)'),
+  settle: seconds(...DURATION_RANGES['hotplug.settle'])
+    .nullish()
+    .describe(
+      'seconds of quiet after the last event before its functions are re-read, so a burst is one pass (default 0.05)',
+    ),
+}).describe('how hotplug reaches the agent: kernel uevents, else polling');
 
 /** The `tls` section. */
 export const tlsSectionSchema = section({
@@ -204,7 +241,9 @@ export const agentConfigSchema = z.object({
   state_dir: text().nullish().describe('where the cleanup journal lives (default /var/lib/berth)'),
   discovery_interval: seconds(...DURATION_RANGES.discovery_interval)
     .nullish()
-    .describe('seconds between rediscoveries (default 10)'),
+    .describe(
+      'seconds between full rediscoveries while no kernel event source is followed (hotplug.source none, or failed) (default 10)',
+    ),
   register_interval: seconds(...DURATION_RANGES.register_interval)
     .nullish()
     .describe('seconds between re-registrations with the scheduler (default 15)'),
@@ -218,6 +257,7 @@ export const agentConfigSchema = z.object({
     )
     .nullish()
     .describe('built-in driver names (pci, nvme, nvme-vendor-example), module paths or package names'),
+  hotplug: hotplugSectionSchema.nullish(),
   auth: authSectionSchema.nullish(),
   tls: tlsSectionSchema.nullish(),
   scheduler_token_file: text().nullish().describe('file holding the token (role agent) sent with Register'),
@@ -309,17 +349,25 @@ export function parseAgentConfig(
   const c = parseConfig(agentConfigSchema, raw);
   const enabled = c.enabled_drivers ?? ['pci'];
   const sections = driverSections(raw, enabled.map(driverKey), overrides.nvmeCli);
+  const sysfsRoot = resolve(baseDir, c.sysfs_root ?? '/sys');
   return {
     host: c.host ?? hostname(),
     listen: c.listen ?? '127.0.0.1:7071',
     advertise: c.advertise ?? null,
     scheduler: schedulerList(c.scheduler)[0] ?? null,
     schedulers: schedulerList(c.scheduler),
-    sysfsRoot: resolve(baseDir, c.sysfs_root ?? '/sys'),
+    sysfsRoot,
     devRoot: resolve(baseDir, c.dev_root ?? '/dev'),
     procRoot: resolve(baseDir, c.proc_root ?? '/proc'),
     stateDir: resolve(baseDir, c.state_dir ?? '/var/lib/berth'),
     discoveryInterval: c.discovery_interval ?? 10,
+    hotplug: {
+      // The kernel's events describe the real /sys: an agent on a simulated tree polls unless told otherwise.
+      source: c.hotplug?.source ?? (sysfsRoot === '/sys' ? 'udevadm' : 'none'),
+      udevadm: c.hotplug?.udevadm ?? HOTPLUG_DEFAULTS.udevadm,
+      rescanInterval: c.hotplug?.rescan_interval ?? HOTPLUG_DEFAULTS.rescanInterval,
+      settleMs: (c.hotplug?.settle ?? HOTPLUG_DEFAULTS.settle) * 1000,
+    },
     registerInterval: c.register_interval ?? 15,
     metricsListen: c.metrics_listen ?? null,
     enabledDrivers: enabled,

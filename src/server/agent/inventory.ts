@@ -33,6 +33,14 @@ export class Inventory {
     return this.rev;
   }
 
+  get size(): number {
+    return this.devices.size;
+  }
+
+  has(address: string): boolean {
+    return this.devices.has(address);
+  }
+
   list(): DiscoveredDevice[] {
     return [...this.devices.values()];
   }
@@ -62,6 +70,46 @@ export class Inventory {
     for (const a of diff.removed) this.emit({ revision: ++this.rev, kind: 'removed', address: a });
     this.devices.clear();
     for (const [k, v] of next) this.devices.set(k, v);
+    diff.revision = this.rev;
+    return diff;
+  }
+
+  /**
+   * A discovery of some functions only (hotplug): within `scope`, the same
+   * as `apply` (a device reported is added or changed, a device not reported
+   * is removed unless its driver's discovery failed); outside it, nothing
+   * changes. The inventory stays in address order, as a full pass leaves it.
+   */
+  applySome(
+    scope: ReadonlySet<string>,
+    devices: DiscoveredDevice[],
+    keepDrivers: readonly string[] = [],
+  ): InventoryDiff {
+    const diff: InventoryDiff = { revision: this.rev, added: [], changed: [], removed: [] };
+    const found = new Map<string, DiscoveredDevice>();
+    for (const d of devices) if (scope.has(d.address)) found.set(d.address, d);
+    for (const [addr, d] of found) {
+      const prev = this.devices.get(addr);
+      if (!prev) diff.added.push(d);
+      else if (!isDeepStrictEqual(prev, d)) diff.changed.push(d);
+    }
+    for (const addr of scope) {
+      const prev = this.devices.get(addr);
+      if (prev && !found.has(addr) && !keepDrivers.includes(prev.driver)) diff.removed.push(addr);
+    }
+    diff.added.sort(byAddress);
+    diff.changed.sort(byAddress);
+    diff.removed.sort();
+    for (const d of diff.added) this.emit({ revision: ++this.rev, kind: 'added', device: d });
+    for (const d of diff.changed) this.emit({ revision: ++this.rev, kind: 'changed', device: d });
+    for (const a of diff.removed) this.emit({ revision: ++this.rev, kind: 'removed', address: a });
+    for (const d of diff.changed) this.devices.set(d.address, d);
+    for (const a of diff.removed) this.devices.delete(a);
+    if (diff.added.length > 0) {
+      const all = [...this.devices.values(), ...diff.added].sort(byAddress);
+      this.devices.clear();
+      for (const d of all) this.devices.set(d.address, d);
+    }
     diff.revision = this.rev;
     return diff;
   }
@@ -106,4 +154,8 @@ export class Inventory {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
   }
+}
+
+function byAddress(a: { address: string }, b: { address: string }): number {
+  return a.address < b.address ? -1 : a.address > b.address ? 1 : 0;
 }

@@ -181,10 +181,41 @@ export class PluginHost {
    * running agent).
    */
   async discover(options: { strict: boolean }): Promise<HostDiscovery> {
-    const results = await Promise.all(
+    return this.merge(await this.ask((d) => d.discover(this.childCtx(d))), options.strict, () => false);
+  }
+
+  /**
+   * Discovery of some functions only (hotplug): each driver's `discoverAt`,
+   * or its `discover` filtered to them. The same rules as a full pass, with
+   * `managedElsewhere` saying which functions outside `addresses` Berth
+   * manages (the inventory's), for the IOMMU group rule. Never strict.
+   */
+  async discoverAt(
+    addresses: readonly string[],
+    managedElsewhere: (address: string) => boolean,
+  ): Promise<HostDiscovery> {
+    const wanted = new Set(addresses);
+    const list = [...wanted].sort();
+    const results = await this.ask(async (d) => {
+      const r = d.discoverAt
+        ? await d.discoverAt(this.childCtx(d), list)
+        : await d.discover(this.childCtx(d));
+      return {
+        devices: r.devices.filter((x) => wanted.has(x.address)),
+        excluded: r.excluded.filter((x) => wanted.has(x.address)),
+      };
+    });
+    return this.merge(results, false, managedElsewhere);
+  }
+
+  /** Runs `pass` for every driver at once; a driver that throws is logged and reported failed. */
+  private ask(
+    pass: (d: GenericDriver) => Promise<DiscoveryResult>,
+  ): Promise<{ d: GenericDriver; result: DiscoveryResult | null; error: Error | null }[]> {
+    return Promise.all(
       this.drivers.map(async (d) => {
         try {
-          return { d, result: await d.discover(this.childCtx(d)), error: null };
+          return { d, result: await pass(d), error: null };
         } catch (err) {
           this.ctx.logger.error(
             { err, driver: d.name },
@@ -194,6 +225,15 @@ export class PluginHost {
         }
       }),
     );
+  }
+
+  /** The drivers' results as one discovery: media identities, duplicate claims, IOMMU groups. */
+  private async merge(
+    results: { d: GenericDriver; result: DiscoveryResult | null; error: Error | null }[],
+    strict: boolean,
+    managedElsewhere: (address: string) => boolean,
+  ): Promise<HostDiscovery> {
+    const options = { strict };
     const failed = results.filter((r) => r.error !== null);
     if (options.strict && failed.length > 0) {
       const f = failed[0]!;
@@ -234,7 +274,7 @@ export class PluginHost {
       }
       i = end;
     }
-    markSharedIommuGroups(devices);
+    markSharedIommuGroups(devices, managedElsewhere);
     excluded.sort(byAddress);
     return { devices, excluded, failedDrivers: failed.map((f) => f.d.name) };
   }
@@ -262,13 +302,16 @@ function byAddress(a: { address: string }, b: { address: string }): number {
  * A marked device is replaced in the list by a copy: the record a driver
  * returned is never changed (a driver may keep it for its next pass).
  */
-export function markSharedIommuGroups(devices: DiscoveredDevice[]): void {
+export function markSharedIommuGroups(
+  devices: DiscoveredDevice[],
+  managedElsewhere: (address: string) => boolean = () => false,
+): void {
   // Most functions sit alone in their group: the set is built only when one does not.
   if (devices.every((d) => d.iommuGroupPeers.length === 0)) return;
   const managed = new Set(devices.map((d) => d.address));
   devices.forEach((d, i) => {
     if (d.iommuGroupPeers.length === 0 || d.unallocatableReason !== '') return;
-    const foreign = d.iommuGroupPeers.filter((p) => !managed.has(p));
+    const foreign = d.iommuGroupPeers.filter((p) => !managed.has(p) && !managedElsewhere(p));
     if (foreign.length > 0) {
       devices[i] = {
         ...d,

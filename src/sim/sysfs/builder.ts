@@ -30,6 +30,13 @@
  * netdev exists only while the function is bound to the driver it had when the
  * netdev was added. Unbinding hides them; binding back restores them.
  *
+ * Uevents: with a `ueventLog` file, every change appends the events the
+ * kernel would send for it (add, remove, bind, unbind of the PCI function;
+ * add and remove of its nvme controller, namespaces and netdevs), one JSON
+ * line each, after the change is on disk. The simulated `udevadm`
+ * (src/sim/udevadm) prints them as `udevadm monitor --kernel` prints the
+ * kernel's, so an agent follows a simulated host exactly as a real one.
+ *
  * The builder keeps the model in memory and writes through to disk with
  * synchronous fs calls: each public call applies all its changes at once (no
  * half-made function is ever visible to a concurrent reader in the same
@@ -38,7 +45,7 @@
  * build does not starve timers.
  */
 
-import { mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
@@ -258,8 +265,26 @@ function pad(value: string, width: number): string {
   return value.slice(0, width).padEnd(width, ' ');
 }
 
+/** One uevent as the builder logs it (a JSON line of the uevent log). */
+export interface SimUevent {
+  action: 'add' | 'remove' | 'bind' | 'unbind' | 'change';
+  /** Under /sys, from /devices/: what udevadm prints. */
+  devpath: string;
+  subsystem: string;
+  seqnum: number;
+}
+
+export interface SysfsBuilderOptions {
+  /** Where to append the uevents of every change (see above); none when absent. */
+  ueventLog?: string;
+}
+
 export class SysfsBuilder {
   readonly root: string;
+  /** The uevent log, or null: then no events are written. */
+  ueventLog: string | null;
+  private seqnum = 0;
+  private queued: SimUevent[] = [];
   private readonly functions = new Map<string, FunctionState>();
   private readonly ifnames = new Map<string, string>();
   private readonly controllers = new Map<string, string>();
@@ -272,14 +297,92 @@ export class SysfsBuilder {
   /** Group numbers named explicitly somewhere in a host spec: fresh groups skip them. */
   private readonly reservedGroups = new Set<number>();
 
-  constructor(root: string) {
+  constructor(root: string, options: SysfsBuilderOptions = {}) {
     this.root = path.resolve(root);
+    this.ueventLog = options.ueventLog ?? null;
   }
 
   /** Adds a plain PCI function (hotplug when the tree is already in use). */
   async addFunction(spec: SimFunctionSpec): Promise<void> {
-    const st = this.register(spec, {});
-    this.writeFunction(st);
+    this.withEvents(() => {
+      const st = this.register(spec, {});
+      this.writeFunction(st);
+    });
+  }
+
+  /**
+   * Runs one public change and then writes its uevents, so a reader that
+   * acts on an event finds the change made (the kernel's order for all that
+   * Berth reads: a function's bus link and attributes exist before its `add`,
+   * its bus link is gone before its `remove`).
+   */
+  private withEvents<T>(change: () => T): T {
+    try {
+      return change();
+    } finally {
+      const events = this.queued;
+      this.queued = [];
+      if (this.ueventLog !== null && events.length > 0) {
+        appendFileSync(this.ueventLog, events.map((e) => `${JSON.stringify(e)}\n`).join(''));
+      }
+    }
+  }
+
+  private event(action: SimUevent['action'], dir: string, subsystem: string): void {
+    if (this.ueventLog === null) return;
+    this.queued.push({
+      action,
+      devpath: `/${path.relative(this.root, dir)}`,
+      subsystem,
+      seqnum: ++this.seqnum,
+    });
+  }
+
+  /** The events of a function's driver-owned children appearing (`add`) or going (`remove`). */
+  private childEvents(
+    st: FunctionState,
+    action: 'add' | 'remove',
+    only?: { netdevs: Set<string>; nvme: boolean },
+    bind = false,
+  ) {
+    const visible = only ?? this.visibleChildren(st);
+    const dev = this.devDir(st.address);
+    const netdevs = () => {
+      for (const n of visible.netdevs) this.event(action, path.join(dev, 'net', n), 'net');
+    };
+    const nvme = () => {
+      if (!visible.nvme) return;
+      this.event(action, this.ctrlDir(st), 'nvme');
+    };
+    const blocks = () => {
+      if (!visible.nvme) return;
+      for (const ns of st.nvme!.namespaces) this.namespaceEvents(st, ns.nsid, action);
+    };
+    if (action === 'add') {
+      // What the driver's probe registers (a netdev, the nvme controller), then its bind, then
+      // what comes once the controller is up: `NVME_EVENT=connected` and the namespaces it scans.
+      netdevs();
+      nvme();
+      if (bind && st.driver !== null) this.event('bind', dev, 'pci');
+      if (visible.nvme) this.event('change', this.ctrlDir(st), 'nvme');
+      blocks();
+    } else {
+      blocks();
+      nvme();
+      netdevs();
+    }
+  }
+
+  /** A namespace's block devices: the private one, or the path node and (unless a peer keeps it) the head. */
+  private namespaceEvents(st: FunctionState, nsid: number, action: 'add' | 'remove'): void {
+    const names = this.namespaceNames(st, nsid);
+    if (names.path === null) {
+      this.event(action, path.join(this.ctrlDir(st), names.head), 'block');
+      return;
+    }
+    this.event(action, path.join(this.ctrlDir(st), names.path), 'block');
+    if (!this.headKeptByPeer(st, nsid))
+      this.event(action, path.join(this.subsysDir(st), names.head), 'block');
   }
 
   /** Adds an SR-IOV PF and enables `numVfs` of its VFs; returns their addresses. */
@@ -297,9 +400,11 @@ export class SysfsBuilder {
     };
     if (pf.vf.classCode !== undefined) pf.vf.classCode = hexId(pf.vf.classCode, 6, 'vf.classCode');
     if (pf.vf.driver) assertDriverName(pf.vf.driver);
-    const st = this.register(spec, { pf });
-    this.writeFunction(st);
-    return this.setNumVfs(spec.address, spec.numVfs ?? 0);
+    return this.withEvents(() => {
+      const st = this.register(spec, { pf });
+      this.writeFunction(st);
+      return this.numVfs(spec.address, spec.numVfs ?? 0);
+    });
   }
 
   /**
@@ -309,6 +414,10 @@ export class SysfsBuilder {
    * stay keep their driver binding. Returns the addresses of the enabled VFs.
    */
   async setNumVfs(pfAddress: string, numVfs: number): Promise<string[]> {
+    return this.withEvents(() => this.numVfs(pfAddress, numVfs));
+  }
+
+  private numVfs(pfAddress: string, numVfs: number): string[] {
     const pfState = this.get(pfAddress);
     const pf = pfState.pf;
     if (!pf) throw new Error(`${pfAddress} is not an SR-IOV PF`);
@@ -367,6 +476,10 @@ export class SysfsBuilder {
    * on its own loses its PF's virtfnN link while sriov_numvfs stays.
    */
   async removeFunction(address: string): Promise<void> {
+    this.withEvents(() => this.removeFunctionNow(address));
+  }
+
+  private removeFunctionNow(address: string): void {
     const st = this.get(address);
     if (st.pf) for (const vf of st.pf.vfs) if (vf !== undefined) this.removeOne(vf);
     if (st.vf) {
@@ -381,13 +494,28 @@ export class SysfsBuilder {
 
   /** Binds `driver` (or unbinds, with null), with the side effects on net/ and nvme/ children. */
   async setDriver(address: string, driver: string | null): Promise<void> {
+    this.withEvents(() => this.setDriverNow(address, driver));
+  }
+
+  private setDriverNow(address: string, driver: string | null): void {
     const st = this.get(address);
     if (driver !== null) assertDriverName(driver);
     if (st.driver === driver) return;
     const before = this.visibleChildren(st);
+    const gone = {
+      netdevs: new Set([...before.netdevs].filter((n) => st.netdevs.get(n) !== driver)),
+      nvme: before.nvme && driver !== 'nvme',
+    };
+    this.childEvents(st, 'remove', gone);
+    if (st.driver !== null) this.event('unbind', this.devDir(address), 'pci');
     this.unlinkDriver(st);
     st.driver = driver;
     const after = this.visibleChildren(st);
+    const came = {
+      netdevs: new Set([...after.netdevs].filter((n) => !before.netdevs.has(n))),
+      nvme: after.nvme && !before.nvme,
+    };
+    this.childEvents(st, 'add', came, true);
     const dir = this.devDir(address);
     this.linkDriver(st);
     writeFileSync(path.join(dir, 'uevent'), uevent(st));
@@ -409,7 +537,10 @@ export class SysfsBuilder {
     if (taken !== undefined) throw new Error(`ifname ${ifname} already belongs to ${taken}`);
     this.ifnames.set(ifname, address);
     st.netdevs.set(ifname, st.driver);
-    this.writeNetdev(st, ifname);
+    this.withEvents(() => {
+      this.writeNetdev(st, ifname);
+      this.event('add', path.join(this.devDir(address), 'net', ifname), 'net');
+    });
   }
 
   /**
@@ -463,16 +594,18 @@ export class SysfsBuilder {
     if (subsystem !== null && !shared) {
       this.subsystems.set(subsystem, { nqn: nvme.subsysnqn, model, serial, firmware, vendorId });
     }
-    const st = this.register(
-      {
-        ...spec,
-        classCode: spec.classCode ?? '010802',
-        driver: spec.driver === undefined ? 'nvme' : spec.driver,
-      },
-      { nvme },
-    );
-    this.controllers.set(spec.controller, spec.address);
-    this.writeFunction(st);
+    this.withEvents(() => {
+      const st = this.register(
+        {
+          ...spec,
+          classCode: spec.classCode ?? '010802',
+          driver: spec.driver === undefined ? 'nvme' : spec.driver,
+        },
+        { nvme },
+      );
+      this.controllers.set(spec.controller, spec.address);
+      this.writeFunction(st);
+    });
   }
 
   /** The NVMe controllers in the tree (bound to nvme or not). */
@@ -490,11 +623,21 @@ export class SysfsBuilder {
     if (nvme.subsystem !== null) this.checkSharedNamespaces(nvme.subsystem, controller, nvme.serial, next);
     const visible = this.visibleChildren(st).nvme;
     const before = nvme.namespaces;
-    nvme.namespaces = next;
-    if (visible) {
-      for (const ns of before) this.removeNamespaceFiles(st, ns.nsid);
-      for (const ns of next) this.writeNamespace(st, ns);
+    if (!visible) {
+      nvme.namespaces = next;
+      return;
     }
+    this.withEvents(() => {
+      for (const ns of before) {
+        this.namespaceEvents(st, ns.nsid, 'remove');
+        this.removeNamespaceFiles(st, ns.nsid);
+      }
+      nvme.namespaces = next;
+      for (const ns of next) {
+        this.writeNamespace(st, ns);
+        this.namespaceEvents(st, ns.nsid, 'add');
+      }
+    });
   }
 
   /** The other controllers of subsystem `s` (bound to nvme or not). */
@@ -727,6 +870,10 @@ export class SysfsBuilder {
     if (visible.nvme) this.writeNvme(st);
     // Last, so a reader never finds a bus entry for a half-written function.
     this.link(path.join(busDevices, st.address), dev);
+    // The kernel's order (as a QEMU hotplug shows it): the function, what its driver's probe made,
+    // the bind, what came once the device was up.
+    this.event('add', dev, 'pci');
+    this.childEvents(st, 'add', undefined, true);
   }
 
   /** Removes one function's files and links (not its VFs) and forgets it. */
@@ -734,6 +881,10 @@ export class SysfsBuilder {
     const st = this.functions.get(address);
     if (!st) return;
     const visible = this.visibleChildren(st);
+    // Queued now (the model still knows the children), written after the removal.
+    this.childEvents(st, 'remove');
+    if (st.driver !== null) this.event('unbind', this.devDir(address), 'pci');
+    this.event('remove', this.devDir(address), 'pci');
     this.functions.delete(address);
     for (const n of st.netdevs.keys()) this.ifnames.delete(n);
     if (st.nvme) {
@@ -978,7 +1129,12 @@ function macFor(address: string, ifname: string): string {
  * reserved first, so fresh groups never collide with them. Yields to the event
  * loop every few items, so building a large host does not starve timers.
  */
-export async function buildSysfs(root: string, spec: SimHostSpec): Promise<SysfsBuilder> {
+export async function buildSysfs(
+  root: string,
+  spec: SimHostSpec,
+  options: SysfsBuilderOptions = {},
+): Promise<SysfsBuilder> {
+  // The events of the build itself are the boot's, before any agent: only later changes are logged.
   const b = new SysfsBuilder(root);
   for (const f of [...(spec.functions ?? []), ...(spec.pfs ?? []), ...(spec.nvme ?? [])]) {
     if (typeof f.iommuGroup === 'number') b.reserveIommuGroup(f.iommuGroup);
@@ -993,6 +1149,10 @@ export async function buildSysfs(root: string, spec: SimHostSpec): Promise<Sysfs
   for (let i = 0; i < steps.length; i++) {
     await steps[i]!();
     if (i % 32 === 31) await yieldToEventLoop();
+  }
+  if (options.ueventLog !== undefined) {
+    b.ueventLog = options.ueventLog;
+    appendFileSync(options.ueventLog, '');
   }
   return b;
 }

@@ -34,3 +34,49 @@ export function splitJsonValues(text: string): unknown[] {
   if (depth !== 0) throw new Error(`truncated: a JSON value starting at offset ${start} never ends`);
   return out;
 }
+
+/**
+ * splitJsonValues for a stream: `push` a chunk of `buf curl`'s output, get
+ * the values it completed (a value may span chunks); anything but white space
+ * between values is an error.
+ */
+export class JsonValueStream {
+  private text = '';
+  private depth = 0;
+  private start = -1;
+  private inString = false;
+  private escaped = false;
+  private at = 0;
+
+  push(chunk: string): unknown[] {
+    this.text += chunk;
+    const out: unknown[] = [];
+    for (; this.at < this.text.length; this.at++) {
+      const c = this.text[this.at]!;
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === '\\') this.escaped = true;
+        else if (c === '"') this.inString = false;
+        continue;
+      }
+      if (c === '{' || c === '[') {
+        if (this.depth === 0) this.start = this.at;
+        this.depth++;
+      } else if (c === '}' || c === ']') {
+        this.depth--;
+        if (this.depth < 0) throw new Error(`unbalanced '${c}'`);
+        if (this.depth === 0) {
+          out.push(JSON.parse(this.text.slice(this.start, this.at + 1)));
+          // Drop what is done, so a long stream holds one value at most.
+          this.text = this.text.slice(this.at + 1);
+          this.at = -1;
+        }
+      } else if (this.depth === 0) {
+        if (!/\s/.test(c)) throw new Error(`unexpected '${c}' outside any JSON object`);
+      } else if (c === '"') {
+        this.inString = true;
+      }
+    }
+    return out;
+  }
+}

@@ -17,10 +17,11 @@ import type {
   CommandRecord,
   GuestPlan,
   GuestRecord,
+  InventoryRecord,
   RpcRecord,
   RunResult,
 } from '../protocol.js';
-import { splitJsonValues } from './json-values.js';
+import { JsonValueStream, splitJsonValues } from './json-values.js';
 
 const plan = JSON.parse(readFileSync(process.argv[2]!, 'utf8')) as GuestPlan;
 const results = openSync(plan.resultsDevice, 'w');
@@ -212,6 +213,81 @@ async function cleanup(endpoint: string, address: string, jobId: string): Promis
   return record;
 }
 
+/**
+ * Follows the agent's WatchInventory through buf curl while the host plugs a
+ * controller at `address` and pulls it: `hotplug-ready` once the snapshot is
+ * in (the host waits for it before it plugs), then one record per event about
+ * the address, until it is removed or the time is up.
+ */
+function followHotplug(endpoint: string, h: { address: string; timeoutMs: number }): Promise<void> {
+  return new Promise((resolve) => {
+    const child = spawn(
+      plan.buf,
+      [
+        'curl',
+        '--protocol',
+        'grpc',
+        '--http2-prior-knowledge',
+        '-H',
+        `authorization: Bearer ${plan.token}`,
+        '-d',
+        '{}',
+        `http://${endpoint}/berth.agent.v1.AgentService/WatchInventory`,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const values = new JsonValueStream();
+    let stderr = '';
+    let ready = false;
+    let done = false;
+    const end = (removed: boolean, error?: string) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      emit({ type: 'hotplug-end', removed, ...(error ? { error } : {}) });
+      resolve();
+    };
+    const timer = setTimeout(
+      () =>
+        end(false, `no removal of ${h.address} within ${h.timeoutMs} ms; buf curl said: ${stderr.trim()}`),
+      h.timeoutMs,
+    );
+    child.stdout!.setEncoding('utf8');
+    child.stdout!.on('data', (chunk: string) => {
+      let got: unknown[];
+      try {
+        got = values.push(chunk);
+      } catch (e) {
+        end(false, `unreadable WatchInventory output: ${(e as Error).message}`);
+        return;
+      }
+      for (const v of got as Record<string, Record<string, unknown> | undefined>[]) {
+        if (v.snapshot && !ready) {
+          ready = true;
+          emit({ type: 'hotplug-ready', uptime: uptime() });
+          continue;
+        }
+        const kind = (['added', 'changed', 'removed'] as const).find((k) => v[k] !== undefined);
+        if (!kind || v[kind]!.address !== h.address) continue;
+        const record: InventoryRecord = {
+          type: 'inventory',
+          kind,
+          address: h.address,
+          ...(kind === 'removed' ? {} : { device: v[kind] }),
+          uptime: uptime(),
+        };
+        emit(record);
+        if (kind === 'removed') end(true);
+      }
+    });
+    child.stderr!.on('data', (c: Buffer) => {
+      stderr += c.toString();
+    });
+    child.on('close', () => end(false, `buf curl ended: ${stderr.trim()}`));
+  });
+}
+
 async function main(): Promise<void> {
   emit({ type: 'start', uptime: uptime(), kernel: release(), netdevs: readdirSync('/sys/class/net').sort() });
   mkdirSync(join(plan.workDir, 'dry-run'), { recursive: true });
@@ -278,6 +354,11 @@ async function main(): Promise<void> {
     }
     for (const b of plan.bindings ?? []) await rpc(endpoint, 'RecordBinding', b);
     await Promise.all(plan.cleanups.map((c) => cleanup(endpoint, c.address, c.jobId)));
+    if (plan.hotplug) {
+      await rpc(endpoint, 'GetAgentInfo', {});
+      await followHotplug(endpoint, plan.hotplug);
+      await rpc(endpoint, 'GetAgentInfo', {});
+    }
     if (plan.listDevices) await rpc(endpoint, 'ListDevices', {});
   } finally {
     await stopAgent(agent);

@@ -15,7 +15,6 @@ import {
   status,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { CHANNEL_OPTIONS } from '../../../client/channel.js';
 import {
   AgentServiceClient,
   type CleanupDeviceResponse,
@@ -24,6 +23,7 @@ import {
   type WatchInventoryResponse,
 } from '../../../gen/berth/agent/v1/agent.js';
 import type { Device as AgentDevice } from '../../../gen/berth/agent/v1/device.js';
+import { Backoff, CHANNEL_OPTIONS, sleep } from '../../../transport/channel.js';
 import { decodeServiceError } from '../../grpc/status.js';
 import type { Metrics } from '../../metrics.js';
 import { factsFromAgent } from '../convert.js';
@@ -37,7 +37,6 @@ import {
   inventoryBoundBroken,
 } from '../domain/inventory-bounds.js';
 import type { UseCases } from '../usecases/use-cases.js';
-import { Backoff, sleep } from './backoff.js';
 
 /**
  * The channel module's options (keepalive, reconnect backoff), with one host's

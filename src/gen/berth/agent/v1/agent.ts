@@ -28,6 +28,74 @@ export const protobufPackage = "berth.agent.v1";
 
 export const protobufFileName = "berth/agent/v1/agent.proto";
 
+/** HotplugState says whether the agent follows the kernel's uevents now. */
+export enum HotplugState {
+  HOTPLUG_STATE_UNSPECIFIED = 0,
+  /**
+   * HOTPLUG_STATE_OFF - No event source is configured (hotplug.source none): full rediscovery
+   * every discovery_interval.
+   */
+  HOTPLUG_STATE_OFF = 1,
+  /**
+   * HOTPLUG_STATE_STARTING - The event source was started and has not said it listens yet; the agent
+   * polls meanwhile.
+   */
+  HOTPLUG_STATE_STARTING = 2,
+  /**
+   * HOTPLUG_STATE_FOLLOWING - Kernel events are followed: a changed function is re-read alone; a full
+   * rescan runs every hotplug.rescan_interval as a safety net.
+   */
+  HOTPLUG_STATE_FOLLOWING = 3,
+  /**
+   * HOTPLUG_STATE_FAILED - The event source could not start or died: the agent polls at
+   * discovery_interval and starts the source again with a backoff.
+   */
+  HOTPLUG_STATE_FAILED = 4,
+  UNRECOGNIZED = -1,
+}
+
+export function hotplugStateFromJSON(object: any): HotplugState {
+  switch (object) {
+    case 0:
+    case "HOTPLUG_STATE_UNSPECIFIED":
+      return HotplugState.HOTPLUG_STATE_UNSPECIFIED;
+    case 1:
+    case "HOTPLUG_STATE_OFF":
+      return HotplugState.HOTPLUG_STATE_OFF;
+    case 2:
+    case "HOTPLUG_STATE_STARTING":
+      return HotplugState.HOTPLUG_STATE_STARTING;
+    case 3:
+    case "HOTPLUG_STATE_FOLLOWING":
+      return HotplugState.HOTPLUG_STATE_FOLLOWING;
+    case 4:
+    case "HOTPLUG_STATE_FAILED":
+      return HotplugState.HOTPLUG_STATE_FAILED;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return HotplugState.UNRECOGNIZED;
+  }
+}
+
+export function hotplugStateToJSON(object: HotplugState): string {
+  switch (object) {
+    case HotplugState.HOTPLUG_STATE_UNSPECIFIED:
+      return "HOTPLUG_STATE_UNSPECIFIED";
+    case HotplugState.HOTPLUG_STATE_OFF:
+      return "HOTPLUG_STATE_OFF";
+    case HotplugState.HOTPLUG_STATE_STARTING:
+      return "HOTPLUG_STATE_STARTING";
+    case HotplugState.HOTPLUG_STATE_FOLLOWING:
+      return "HOTPLUG_STATE_FOLLOWING";
+    case HotplugState.HOTPLUG_STATE_FAILED:
+      return "HOTPLUG_STATE_FAILED";
+    case HotplugState.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 /**
  * CleanupPhase is where a cleanup job is. SUCCEEDED, FAILED and INTERRUPTED
  * are terminal.
@@ -170,7 +238,37 @@ export interface GetAgentInfoResponse {
   drivers: DriverInfo[];
   /** cleanup.v1, migration.v1, ... */
   features: string[];
-  startedAt: Date | undefined;
+  startedAt:
+    | Date
+    | undefined;
+  /** How hotplug reaches this agent: kernel uevents, or polling. */
+  hotplug: HotplugStatus | undefined;
+}
+
+export interface HotplugStatus {
+  /** The configured source: "udevadm" or "none". */
+  source: string;
+  state: HotplugState;
+  /** Why the source is not following ('' while it is). */
+  message: string;
+  /** When the state last changed. */
+  since:
+    | Date
+    | undefined;
+  /**
+   * Seconds between full rediscoveries now: hotplug.rescan_interval while
+   * following, discovery_interval otherwise.
+   */
+  fullRescanIntervalSeconds: number;
+  /** Kernel events received since the agent started. */
+  events: number;
+  /** Discovery passes of some functions only (after events), and of all. */
+  partialPasses: number;
+  fullPasses: number;
+  /** Functions the partial passes read, in all. */
+  functionsReread: number;
+  /** Times the source was started again after it failed. */
+  sourceRestarts: number;
 }
 
 export interface ListDevicesRequest {
@@ -792,7 +890,16 @@ export const GetAgentInfoRequest: MessageFns<GetAgentInfoRequest> = {
 };
 
 function createBaseGetAgentInfoResponse(): GetAgentInfoResponse {
-  return { host: "", agentVersion: "", bootId: "", epoch: "", drivers: [], features: [], startedAt: undefined };
+  return {
+    host: "",
+    agentVersion: "",
+    bootId: "",
+    epoch: "",
+    drivers: [],
+    features: [],
+    startedAt: undefined,
+    hotplug: undefined,
+  };
 }
 
 export const GetAgentInfoResponse: MessageFns<GetAgentInfoResponse> = {
@@ -817,6 +924,9 @@ export const GetAgentInfoResponse: MessageFns<GetAgentInfoResponse> = {
     }
     if (message.startedAt !== undefined) {
       Timestamp.encode(toTimestamp(message.startedAt), writer.uint32(58).fork()).join();
+    }
+    if (message.hotplug !== undefined) {
+      HotplugStatus.encode(message.hotplug, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -890,6 +1000,14 @@ export const GetAgentInfoResponse: MessageFns<GetAgentInfoResponse> = {
             message.startedAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.hotplug = HotplugStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -923,6 +1041,7 @@ export const GetAgentInfoResponse: MessageFns<GetAgentInfoResponse> = {
         : isSet(object.started_at)
         ? fromJsonTimestamp(object.started_at)
         : undefined,
+      hotplug: isSet(object.hotplug) ? HotplugStatus.fromJSON(object.hotplug) : undefined,
     };
   },
 
@@ -949,6 +1068,9 @@ export const GetAgentInfoResponse: MessageFns<GetAgentInfoResponse> = {
     if (message.startedAt !== undefined) {
       obj.startedAt = message.startedAt.toISOString();
     }
+    if (message.hotplug !== undefined) {
+      obj.hotplug = HotplugStatus.toJSON(message.hotplug);
+    }
     return obj;
   },
 
@@ -964,6 +1086,253 @@ export const GetAgentInfoResponse: MessageFns<GetAgentInfoResponse> = {
     message.drivers = object.drivers?.map((e) => DriverInfo.fromPartial(e)) || [];
     message.features = object.features?.map((e) => e) || [];
     message.startedAt = object.startedAt ?? undefined;
+    message.hotplug = (object.hotplug !== undefined && object.hotplug !== null)
+      ? HotplugStatus.fromPartial(object.hotplug)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseHotplugStatus(): HotplugStatus {
+  return {
+    source: "",
+    state: 0,
+    message: "",
+    since: undefined,
+    fullRescanIntervalSeconds: 0,
+    events: 0,
+    partialPasses: 0,
+    fullPasses: 0,
+    functionsReread: 0,
+    sourceRestarts: 0,
+  };
+}
+
+export const HotplugStatus: MessageFns<HotplugStatus> = {
+  encode(message: HotplugStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.source !== "") {
+      writer.uint32(10).string(message.source);
+    }
+    if (message.state !== 0) {
+      writer.uint32(16).int32(message.state);
+    }
+    if (message.message !== "") {
+      writer.uint32(26).string(message.message);
+    }
+    if (message.since !== undefined) {
+      Timestamp.encode(toTimestamp(message.since), writer.uint32(34).fork()).join();
+    }
+    if (message.fullRescanIntervalSeconds !== 0) {
+      writer.uint32(41).double(message.fullRescanIntervalSeconds);
+    }
+    if (message.events !== 0) {
+      writer.uint32(48).uint64(message.events);
+    }
+    if (message.partialPasses !== 0) {
+      writer.uint32(56).uint64(message.partialPasses);
+    }
+    if (message.fullPasses !== 0) {
+      writer.uint32(64).uint64(message.fullPasses);
+    }
+    if (message.functionsReread !== 0) {
+      writer.uint32(72).uint64(message.functionsReread);
+    }
+    if (message.sourceRestarts !== 0) {
+      writer.uint32(80).uint32(message.sourceRestarts);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): HotplugStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseHotplugStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.state = reader.int32() as any;
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.message = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.since = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 5: {
+            if (tag !== 41) {
+              break;
+            }
+
+            message.fullRescanIntervalSeconds = reader.double();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.events = longToNumber(reader.uint64());
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.partialPasses = longToNumber(reader.uint64());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.fullPasses = longToNumber(reader.uint64());
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.functionsReread = longToNumber(reader.uint64());
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.sourceRestarts = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): HotplugStatus {
+    return {
+      source: isSet(object.source) ? globalThis.String(object.source) : "",
+      state: isSet(object.state) ? hotplugStateFromJSON(object.state) : 0,
+      message: isSet(object.message) ? globalThis.String(object.message) : "",
+      since: isSet(object.since) ? fromJsonTimestamp(object.since) : undefined,
+      fullRescanIntervalSeconds: isSet(object.fullRescanIntervalSeconds)
+        ? globalThis.Number(object.fullRescanIntervalSeconds)
+        : isSet(object.full_rescan_interval_seconds)
+        ? globalThis.Number(object.full_rescan_interval_seconds)
+        : 0,
+      events: isSet(object.events) ? globalThis.Number(object.events) : 0,
+      partialPasses: isSet(object.partialPasses)
+        ? globalThis.Number(object.partialPasses)
+        : isSet(object.partial_passes)
+        ? globalThis.Number(object.partial_passes)
+        : 0,
+      fullPasses: isSet(object.fullPasses)
+        ? globalThis.Number(object.fullPasses)
+        : isSet(object.full_passes)
+        ? globalThis.Number(object.full_passes)
+        : 0,
+      functionsReread: isSet(object.functionsReread)
+        ? globalThis.Number(object.functionsReread)
+        : isSet(object.functions_reread)
+        ? globalThis.Number(object.functions_reread)
+        : 0,
+      sourceRestarts: isSet(object.sourceRestarts)
+        ? globalThis.Number(object.sourceRestarts)
+        : isSet(object.source_restarts)
+        ? globalThis.Number(object.source_restarts)
+        : 0,
+    };
+  },
+
+  toJSON(message: HotplugStatus): unknown {
+    const obj: any = {};
+    if (message.source !== "") {
+      obj.source = message.source;
+    }
+    if (message.state !== 0) {
+      obj.state = hotplugStateToJSON(message.state);
+    }
+    if (message.message !== "") {
+      obj.message = message.message;
+    }
+    if (message.since !== undefined) {
+      obj.since = message.since.toISOString();
+    }
+    if (message.fullRescanIntervalSeconds !== 0) {
+      obj.fullRescanIntervalSeconds = floatToJson(message.fullRescanIntervalSeconds);
+    }
+    if (message.events !== 0) {
+      obj.events = Math.round(message.events);
+    }
+    if (message.partialPasses !== 0) {
+      obj.partialPasses = Math.round(message.partialPasses);
+    }
+    if (message.fullPasses !== 0) {
+      obj.fullPasses = Math.round(message.fullPasses);
+    }
+    if (message.functionsReread !== 0) {
+      obj.functionsReread = Math.round(message.functionsReread);
+    }
+    if (message.sourceRestarts !== 0) {
+      obj.sourceRestarts = Math.round(message.sourceRestarts);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<HotplugStatus>, I>>(base?: I): HotplugStatus {
+    return HotplugStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<HotplugStatus>, I>>(object: I): HotplugStatus {
+    const message = createBaseHotplugStatus();
+    message.source = object.source ?? "";
+    message.state = object.state ?? 0;
+    message.message = object.message ?? "";
+    message.since = object.since ?? undefined;
+    message.fullRescanIntervalSeconds = object.fullRescanIntervalSeconds ?? 0;
+    message.events = object.events ?? 0;
+    message.partialPasses = object.partialPasses ?? 0;
+    message.fullPasses = object.fullPasses ?? 0;
+    message.functionsReread = object.functionsReread ?? 0;
+    message.sourceRestarts = object.sourceRestarts ?? 0;
     return message;
   },
 };
