@@ -4,19 +4,9 @@
  * gRPC status with google.rpc details. Domain code never imports grpc-js.
  */
 
-export type ErrorCode =
-  | 'INVALID_ARGUMENT'
-  | 'NOT_FOUND'
-  | 'ALREADY_EXISTS'
-  | 'FAILED_PRECONDITION'
-  | 'ABORTED'
-  | 'RESOURCE_EXHAUSTED'
-  | 'PERMISSION_DENIED'
-  | 'UNAUTHENTICATED'
-  | 'UNAVAILABLE'
-  | 'DEADLINE_EXCEEDED'
-  | 'CANCELLED'
-  | 'INTERNAL';
+import type { ErrorCode, ErrorReason, ReasonFor } from './error-reasons.js';
+
+export type { ErrorCode, ErrorReason } from './error-reasons.js';
 
 /** A field that was wrong, with a sentence naming the value (google.rpc.BadRequest). */
 export interface FieldViolation {
@@ -24,21 +14,21 @@ export interface FieldViolation {
   description: string;
 }
 
-export interface BerthErrorOptions {
-  /** Machine-readable reason for FAILED_PRECONDITION and friends (google.rpc.ErrorInfo). */
-  reason?: string;
+export interface BerthErrorOptions<C extends ErrorCode = ErrorCode> {
+  /** Machine-readable reason (google.rpc.ErrorInfo): one of the catalogue's for this code (src/error-reasons.ts). */
+  reason?: ReasonFor<C>;
   metadata?: Record<string, string>;
   fieldViolations?: FieldViolation[];
   cause?: unknown;
 }
 
-export class BerthError extends Error {
-  readonly code: ErrorCode;
-  readonly reason: string | undefined;
+export class BerthError<C extends ErrorCode = ErrorCode> extends Error {
+  readonly code: C;
+  readonly reason: ErrorReason | undefined;
   readonly metadata: Record<string, string>;
   readonly fieldViolations: FieldViolation[];
 
-  constructor(code: ErrorCode, message: string, options: BerthErrorOptions = {}) {
+  constructor(code: C, message: string, options: BerthErrorOptions<C> = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.name = 'BerthError';
     this.code = code;
@@ -53,18 +43,39 @@ export const invalidArgument = (field: string, description: string, more: FieldV
     fieldViolations: [{ field, description }, ...more],
   });
 
-/** NOT_FOUND naming the id, with the reason `<KIND>_NOT_FOUND` (e.g. DEVICE_NOT_FOUND). */
-export const notFound = (kind: string, id: string) =>
+/** The kinds of record a NOT_FOUND names, each with its reason. */
+const NOT_FOUND_REASONS = {
+  device: 'DEVICE_NOT_FOUND',
+  host: 'HOST_NOT_FOUND',
+  profile: 'PROFILE_NOT_FOUND',
+  'accelerator request': 'ACCELERATOR_REQUEST_NOT_FOUND',
+  instance: 'INSTANCE_NOT_FOUND',
+  'cleanup job': 'CLEANUP_JOB_NOT_FOUND',
+  migration: 'MIGRATION_NOT_FOUND',
+} as const satisfies Record<string, ReasonFor<'NOT_FOUND'>>;
+
+export type RecordKind = keyof typeof NOT_FOUND_REASONS;
+
+export const notFoundReason = (kind: RecordKind): ReasonFor<'NOT_FOUND'> => NOT_FOUND_REASONS[kind];
+
+/** NOT_FOUND naming the id, with the kind's reason (e.g. DEVICE_NOT_FOUND). */
+export const notFound = (kind: RecordKind, id: string) =>
   new BerthError('NOT_FOUND', `${kind} ${JSON.stringify(id)} not found`, {
-    reason: `${kind.toUpperCase().replace(/[^A-Z0-9]+/g, '_')}_NOT_FOUND`,
+    reason: notFoundReason(kind),
     metadata: { kind, id },
   });
 
-export const failedPrecondition = (reason: string, message: string, metadata: Record<string, string> = {}) =>
-  new BerthError('FAILED_PRECONDITION', message, { reason, metadata });
+export const failedPrecondition = (
+  reason: ReasonFor<'FAILED_PRECONDITION'>,
+  message: string,
+  metadata: Record<string, string> = {},
+) => new BerthError('FAILED_PRECONDITION', message, { reason, metadata });
 
-export const permissionDenied = (reason: string, message: string, metadata: Record<string, string> = {}) =>
-  new BerthError('PERMISSION_DENIED', message, { reason, metadata });
+export const permissionDenied = (
+  reason: ReasonFor<'PERMISSION_DENIED'>,
+  message: string,
+  metadata: Record<string, string> = {},
+) => new BerthError('PERMISSION_DENIED', message, { reason, metadata });
 
 export const isBerthError = (e: unknown): e is BerthError => e instanceof BerthError;
 

@@ -13,7 +13,7 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
-import { BerthError, isBerthError } from '../../errors.js';
+import { BerthError, isBerthError, notFoundReason, type RecordKind } from '../../errors.js';
 import { type CleanupEvent, cleanupPhaseToJSON } from '../../gen/berth/agent/v1/agent.js';
 import {
   type CensusNamespace,
@@ -269,7 +269,7 @@ export function reportError(err: unknown, hint?: string): number {
       : EXIT_CODE.failed;
   }
   if (isBerthError(err)) {
-    const reason = err.reason && err.reason !== err.code ? ` [${err.reason}]` : '';
+    const reason = err.reason ? ` [${err.reason}]` : '';
     const tail = `${reason}${hint ? `; ${hint}` : ''}`;
     console.error(`berth: ${err.code}: ${tail ? openEnded(err.message) : err.message}${tail}`);
     return err.code === 'UNAVAILABLE' ? EXIT_CODE.unavailable : EXIT_CODE.failed;
@@ -402,13 +402,13 @@ export function parseDeviceRef(name: string): DeviceRef {
  * The one id among `ids` that starts with `prefix`: NOT_FOUND when none
  * does, a usage error listing them when several do.
  */
-export function matchPrefix(what: string, prefix: string, ids: readonly string[]): string {
+export function matchPrefix(what: RecordKind, prefix: string, ids: readonly string[]): string {
   const p = prefix.toLowerCase();
   const hits = [...new Set(ids.filter((id) => id.startsWith(p)))];
   if (hits.length === 1) return hits[0]!;
   if (hits.length === 0) {
     throw new BerthError('NOT_FOUND', `no ${what} uuid starts with ${JSON.stringify(prefix)}`, {
-      reason: `${what.toUpperCase().replace(/[^A-Z0-9]+/g, '_')}_NOT_FOUND`,
+      reason: notFoundReason(what),
     });
   }
   throw new UsageError(

@@ -7,16 +7,17 @@ import { generateKeyPairSync } from 'node:crypto';
 import { mkdtemp, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Metadata, status } from '@grpc/grpc-js';
+import { Metadata } from '@grpc/grpc-js';
 import { exportJWK, SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
 import { generatedServiceDefinitions } from '../../../test/helpers/grpc-services.js';
 import { ConfigError } from '../../errors.js';
 import {
-  AuthError,
   Authenticator,
+  type AuthRefusal,
   allowedRoles,
   generateStaticToken,
+  isAuthRefusal,
   isOpenMethod,
   logAuthMode,
   METHOD_ROLES,
@@ -34,13 +35,13 @@ const bearer = (t: string) => {
   return md;
 };
 
-async function failure(p: Promise<unknown>): Promise<AuthError> {
+async function failure(p: Promise<unknown>): Promise<AuthRefusal> {
   const e = await p.then(
     () => null,
     (err: unknown) => err,
   );
-  expect(e).toBeInstanceOf(AuthError);
-  return e as AuthError;
+  expect(isAuthRefusal(e), String(e)).toBe(true);
+  return e as AuthRefusal;
 }
 
 describe('the method → roles table', () => {
@@ -112,7 +113,8 @@ describe('Authenticator', () => {
   it('accepts static tokens with their roles and refuses the wrong role', async () => {
     expect((await auth.authorize(clean, bearer(admin))).subject).toBe('ops');
     expect((await auth.authorize(list, bearer(reader))).roles).toEqual(['reader']);
-    expect((await failure(auth.authorize(clean, bearer(reader)))).code).toBe(status.PERMISSION_DENIED);
+    const refused = await failure(auth.authorize(clean, bearer(reader)));
+    expect([refused.code, refused.reason]).toEqual(['PERMISSION_DENIED', 'ROLE_NOT_ALLOWED']);
   });
 
   it('accepts an HS256 JWT (role or roles claim) and refuses expired, forged and malformed ones', async () => {
@@ -143,11 +145,11 @@ describe('Authenticator', () => {
       ['not-a-token-at-all-really', /invalid/],
     ] as const) {
       const e = await failure(auth.authorize(list, bearer(t)));
-      expect(e.code, t).toBe(status.UNAUTHENTICATED);
+      expect(e.code, t).toBe('UNAUTHENTICATED');
       expect(e.message).toMatch(why);
     }
     const noRole = await signHs256Token(SECRET, { sub: 'x', roles: [] });
-    expect((await failure(auth.authorize(list, bearer(noRole)))).code).toBe(status.PERMISSION_DENIED);
+    expect((await failure(auth.authorize(list, bearer(noRole)))).code).toBe('PERMISSION_DENIED');
   });
 
   it('refuses a JWT whose role claims are ambiguous instead of granting the most powerful reading', async () => {
@@ -166,7 +168,7 @@ describe('Authenticator', () => {
     ] as const) {
       const e = await failure(auth.authorize(list, bearer(await claims(c))));
       expect([e.code, e.message], JSON.stringify(c)).toEqual([
-        status.PERMISSION_DENIED,
+        'PERMISSION_DENIED',
         expect.stringMatching(why),
       ]);
     }
@@ -177,18 +179,21 @@ describe('Authenticator', () => {
   });
 
   it('refuses missing and malformed authorization headers', async () => {
-    expect((await failure(auth.authorize(list, new Metadata()))).message).toMatch(/missing/);
+    const missing = await failure(auth.authorize(list, new Metadata()));
+    expect([missing.code, missing.reason]).toEqual(['UNAUTHENTICATED', 'CREDENTIALS_MISSING']);
+    expect(missing.message).toMatch(/missing/);
     const md = new Metadata();
     md.set('authorization', `Basic ${admin}`);
-    expect((await failure(auth.authorize(list, md))).code).toBe(status.UNAUTHENTICATED);
+    expect((await failure(auth.authorize(list, md))).code).toBe('UNAUTHENTICATED');
     const two = bearer(admin);
     two.add('authorization', `Bearer ${admin}`);
-    expect((await failure(auth.authorize(list, two))).code).toBe(status.UNAUTHENTICATED);
+    const twice = await failure(auth.authorize(list, two));
+    expect([twice.code, twice.reason]).toEqual(['UNAUTHENTICATED', 'CREDENTIALS_INVALID']);
   });
 
   it('refuses a method that has no table entry, even to admin', async () => {
     const e = await failure(auth.authorize('/berth.scheduler.v1.DeviceService/Nuke', bearer(admin)));
-    expect(e.code).toBe(status.PERMISSION_DENIED);
+    expect(e.code).toBe('PERMISSION_DENIED');
   });
 
   it('verifies RS256 with a PEM public key and ES256 through a JWKS, never HS256 with a public key', async () => {
@@ -227,7 +232,7 @@ describe('Authenticator', () => {
     // Algorithm confusion: the public key's PEM used as an HMAC secret.
     const pem = rsa.publicKey.export({ type: 'spki', format: 'pem' }).toString();
     const confused = await signHs256Token(pem, { sub: 'x', roles: ['admin'] });
-    expect((await failure(pki.authorize(list, bearer(confused)))).code).toBe(status.UNAUTHENTICATED);
+    expect((await failure(pki.authorize(list, bearer(confused)))).code).toBe('UNAUTHENTICATED');
   });
 
   it('maps a verified client certificate CN to a role only when no token is sent', async () => {
@@ -238,10 +243,8 @@ describe('Authenticator', () => {
       >[2];
     const info = '/berth.agent.v1.AgentService/CleanupDevice';
     expect((await m.authorize(info, new Metadata(), ctx('berth-scheduler'))).via).toBe('mtls');
-    expect((await failure(m.authorize(info, new Metadata(), ctx('someone')))).code).toBe(
-      status.UNAUTHENTICATED,
-    );
-    expect((await failure(m.authorize(info, new Metadata(), undefined))).code).toBe(status.UNAUTHENTICATED);
+    expect((await failure(m.authorize(info, new Metadata(), ctx('someone')))).code).toBe('UNAUTHENTICATED');
+    expect((await failure(m.authorize(info, new Metadata(), undefined))).code).toBe('UNAUTHENTICATED');
   });
 
   it('logs a warning when auth is off, and only then', () => {

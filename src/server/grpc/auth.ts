@@ -32,7 +32,8 @@ import {
 import type { JWTPayload } from 'jose';
 import type { Logger } from 'pino';
 import { stringify as stringifyYaml } from 'yaml';
-import { BerthError, ConfigError } from '../../errors.js';
+import type { ReasonFor } from '../../error-reasons.js';
+import { BerthError, ConfigError, isBerthError } from '../../errors.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { toServiceError } from './status.js';
 
@@ -344,34 +345,20 @@ export interface Principal {
 }
 
 /**
- * A refused call. Its ErrorInfo reason: CREDENTIALS_MISSING (nothing sent),
- * CREDENTIALS_INVALID (unknown, malformed, expired or badly signed), or
+ * A refused call is a BerthError: UNAUTHENTICATED with the reason
+ * CREDENTIALS_MISSING (nothing sent) or CREDENTIALS_INVALID (unknown,
+ * malformed, expired or badly signed), or PERMISSION_DENIED with
  * ROLE_NOT_ALLOWED (a valid caller without a role the method allows).
  */
-export class AuthError extends Error {
-  readonly reason: string;
-  constructor(
-    readonly code: status.UNAUTHENTICATED | status.PERMISSION_DENIED,
-    message: string,
-    reason?: string,
-  ) {
-    super(message);
-    this.name = 'AuthError';
-    this.reason = reason ?? (code === status.UNAUTHENTICATED ? 'CREDENTIALS_INVALID' : 'ROLE_NOT_ALLOWED');
-  }
+export type AuthRefusal = BerthError<'UNAUTHENTICATED'> | BerthError<'PERMISSION_DENIED'>;
 
-  toBerthError(): BerthError {
-    return new BerthError(
-      this.code === status.UNAUTHENTICATED ? 'UNAUTHENTICATED' : 'PERMISSION_DENIED',
-      this.message,
-      {
-        reason: this.reason,
-      },
-    );
-  }
-}
+const unauthenticated = (m: string, reason: ReasonFor<'UNAUTHENTICATED'> = 'CREDENTIALS_INVALID') =>
+  new BerthError('UNAUTHENTICATED', m, { reason });
 
-const unauthenticated = (m: string, reason?: string) => new AuthError(status.UNAUTHENTICATED, m, reason);
+const roleRefused = (m: string) => new BerthError('PERMISSION_DENIED', m, { reason: 'ROLE_NOT_ALLOWED' });
+
+export const isAuthRefusal = (e: unknown): e is AuthRefusal =>
+  isBerthError(e) && (e.code === 'UNAUTHENTICATED' || e.code === 'PERMISSION_DENIED');
 
 const sha256 = (s: string) => createHash('sha256').update(s).digest();
 const JWT_SHAPE = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/;
@@ -559,7 +546,7 @@ export class Authenticator {
         const claimError =
           err instanceof joseErrors.JWTClaimValidationFailed ||
           err instanceof joseErrors.JWTExpired ||
-          err instanceof AuthError;
+          isAuthRefusal(err);
         if (!last || claimError) last = err;
         if (claimError) break;
       }
@@ -570,7 +557,7 @@ export class Authenticator {
     }
     if (last instanceof joseErrors.JWSSignatureVerificationFailed)
       throw unauthenticated('token signature invalid');
-    if (last instanceof AuthError) throw last;
+    if (isAuthRefusal(last)) throw last;
     throw unauthenticated('invalid token');
   }
 
@@ -584,17 +571,16 @@ export class Authenticator {
     return { subject: `cert:${cn ?? '?'}`, roles: [role], via: 'mtls' };
   }
 
-  /** Authenticates, then checks the table. Throws AuthError; returns the principal. */
+  /** Authenticates, then checks the table. Throws an AuthRefusal; returns the principal. */
   async authorize(path: string, metadata: Metadata, authContext?: AuthContext): Promise<Principal> {
     const principal = await this.authenticate(metadata, authContext);
     if (!this.enabled) return principal;
     const allowed = allowedRoles(path);
     if (!allowed) {
-      throw new AuthError(status.PERMISSION_DENIED, `${methodKey(path)} has no access rule; refused`);
+      throw roleRefused(`${methodKey(path)} has no access rule; refused`);
     }
     if (!principal.roles.some((r) => allowed.includes(r))) {
-      throw new AuthError(
-        status.PERMISSION_DENIED,
+      throw roleRefused(
         `${methodKey(path)} requires role ${allowed.join(' or ')}; ${principal.subject} has ${principal.roles.join(', ') || 'no role'}`,
       );
     }
@@ -625,8 +611,7 @@ function algorithmsFor(key: KeyObject): string[] {
  * is not worth the most powerful of them.
  */
 function rolesFromClaims(p: JWTPayload): Role[] {
-  const refuse = (why: string) =>
-    new AuthError(status.PERMISSION_DENIED, `token refused: ${why} (claim "role" or "roles")`);
+  const refuse = (why: string) => roleRefused(`token refused: ${why} (claim "role" or "roles")`);
   if (p.role !== undefined && p.roles !== undefined) {
     throw refuse('it carries both "role" and "roles"');
   }
@@ -684,17 +669,14 @@ export function authInterceptor(auth: Authenticator, logger?: Logger): ServerInt
                 mdNext(metadata);
               },
               (err: unknown) => {
-                const e =
-                  err instanceof AuthError
-                    ? err
-                    : new AuthError(status.UNAUTHENTICATED, 'invalid credentials');
+                const e = isAuthRefusal(err) ? err : unauthenticated('invalid credentials');
                 logger?.info(
                   { method: methodKey(path), peer: call.getPeer(), code: e.code, why: e.message },
                   'call refused',
                 );
-                const st = toServiceError(e.toBerthError());
+                const st = toServiceError(e);
                 call.sendStatus({
-                  code: e.code,
+                  code: st.code ?? status.UNAUTHENTICATED,
                   details: e.message,
                   metadata: st.metadata ?? new Metadata(),
                 });

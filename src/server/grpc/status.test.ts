@@ -2,7 +2,6 @@ import type { ServiceError } from '@grpc/grpc-js';
 import { describe, expect, it } from 'vitest';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import { decodeServiceError, REASON_TRAILER } from '../../transport/status.js';
-import { AuthError } from './auth.js';
 import { toServiceError } from './status.js';
 
 const roundTrip = (err: unknown) => decodeServiceError(toServiceError(err) as ServiceError);
@@ -30,13 +29,6 @@ describe('gRPC status details', () => {
     expect(d.message).not.toContain('x is undefined');
     expect(d.reason).toBe('INTERNAL');
     expect(d.message).toContain(d.metadata.errorId!);
-  });
-
-  it('words auth refusals with their own reasons', () => {
-    const missing = roundTrip(new AuthError(16, 'missing credentials', 'CREDENTIALS_MISSING').toBerthError());
-    expect(missing).toMatchObject({ codeName: 'UNAUTHENTICATED', reason: 'CREDENTIALS_MISSING' });
-    expect(roundTrip(new AuthError(16, 'invalid token').toBerthError()).reason).toBe('CREDENTIALS_INVALID');
-    expect(roundTrip(new AuthError(7, 'needs admin').toBerthError()).reason).toBe('ROLE_NOT_ALLOWED');
   });
 
   it('names every gRPC status a client may receive, UNIMPLEMENTED included', () => {

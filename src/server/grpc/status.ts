@@ -15,7 +15,7 @@
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { BerthError, type ErrorCode } from '../../errors.js';
+import { BerthError, type ErrorCode, isBerthError } from '../../errors.js';
 import type { Any } from '../../gen/google/protobuf/any.js';
 import { BadRequest, ErrorInfo } from '../../gen/google/rpc/error_details.js';
 import { Status } from '../../gen/google/rpc/status.js';
@@ -41,7 +41,7 @@ const CODES: Record<ErrorCode, status> = {
 
 /** Builds the ServiceError grpc-js sends for `err`. */
 export function toServiceError(err: unknown, logger?: Logger): Partial<ServiceError> {
-  if (err instanceof BerthError) {
+  if (isBerthError(err)) {
     const reason = err.reason ?? err.code;
     const details: Any[] = [
       {

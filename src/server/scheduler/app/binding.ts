@@ -18,6 +18,7 @@
  *   destination agent before the plan is acknowledged (`record`, ./migration.ts).
  */
 import type { Logger } from 'pino';
+import { relayedReason } from '../../../error-reasons.js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
 import type { Arq, ArqBinding, BindGate, BindResult } from '../domain/arq.js';
 import { type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
@@ -113,7 +114,7 @@ export class Binding {
         );
       }
       return failedPrecondition(
-        e.reason || 'AGENT_REFUSED_BINDING',
+        relayedReason('FAILED_PRECONDITION', e.reason, 'AGENT_REFUSED_BINDING'),
         `${undone}: the agent of host ${d.host} refused to record the binding of ${where}: ${e.message}; it is cleaned before it is offered again`,
         { host: d.host, address: d.address },
       );

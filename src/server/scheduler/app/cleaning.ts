@@ -14,6 +14,7 @@
  * dispatched once its unit commits: the use cases' change feed names the
  * hosts, and the dispatcher (runtime/cleanup-dispatcher.ts) follows the jobs.
  */
+import { relayedReason } from '../../../error-reasons.js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
 import type { CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord } from '../domain/device-state.js';
@@ -94,7 +95,7 @@ export class Cleaning {
         );
       }
       throw failedPrecondition(
-        e.reason || 'AGENT_REFUSED_RELEASE',
+        relayedReason('FAILED_PRECONDITION', e.reason, 'AGENT_REFUSED_RELEASE'),
         `the agent of host ${d.host} refused to release device ${d.address}: ${e.message}`,
         { host: d.host, address: d.address },
       );

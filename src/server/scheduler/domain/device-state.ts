@@ -12,6 +12,7 @@
  * is not allocatable" (invariant 1) cannot drift.
  */
 
+import type { ReasonFor } from '../../../error-reasons.js';
 import { type BerthError, failedPrecondition } from '../../../errors.js';
 import type { CensusRecord } from '../../../plugins/cleanup-evidence.js';
 import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
@@ -166,7 +167,7 @@ function settle(d: DeviceRecord, patch: Partial<DeviceRecord>): DeviceRecord {
 
 const describe = (d: DeviceRecord) => `device ${d.uuid} (${d.host} ${d.address})`;
 
-function refuse(reason: string, d: DeviceRecord, message: string): BerthError {
+function refuse(reason: ReasonFor<'FAILED_PRECONDITION'>, d: DeviceRecord, message: string): BerthError {
   return failedPrecondition(reason, `${describe(d)}: ${message}`, {
     device_uuid: d.uuid,
     device_state: d.deviceState,

@@ -78,7 +78,7 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
 
     it('a unit that throws leaves nothing, events included, and its error passes through unchanged', async () => {
       const before = await db.read((r) => r.currentRevision());
-      const mine = new BerthError('FAILED_PRECONDITION', 'no', { reason: 'MINE' });
+      const mine = new BerthError('FAILED_PRECONDITION', 'no', { reason: 'DEVICE_ALLOCATED' });
       const e = await rejection(
         db.run(async (uow) => {
           await uow.putHost(hostRecord('h1'));

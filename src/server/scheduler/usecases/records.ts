@@ -5,7 +5,13 @@
  */
 
 import { randomUUID } from 'node:crypto';
-import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
+import {
+  BerthError,
+  failedPrecondition,
+  invalidArgument,
+  notFound,
+  type RecordKind,
+} from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
 import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, release } from '../domain/device-state.js';
@@ -17,7 +23,7 @@ import type { Tx } from './context.js';
 import { FOR_UPDATE, type ReadOptions, type ReadUnit } from './unit-of-work.js';
 
 /** The row, or NOT_FOUND naming it. */
-async function must<T>(kind: string, id: string, row: Promise<T | null>): Promise<T> {
+async function must<T>(kind: RecordKind, id: string, row: Promise<T | null>): Promise<T> {
   const found = await row;
   if (found === null) throw notFound(kind, id);
   return found;
