@@ -37,7 +37,7 @@ import { BLOCK, scanBackingFile } from './tenant-data.js';
 const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url)).replace(/\/$/, '');
 
 /**
- * The bound on a hotplug's way to the inventory here (issue 33 asks for 1 s;
+ * The bound on a hotplug's way to the inventory here (1 s, decision 56;
  * bench/hotplug.ts measures it on the simulator). Under QEMU's TCG emulation
  * on a shared two-core machine the guest runs many times slower than a host:
  * BERTH_VM_HOTPLUG_BOUND_MS may widen it there. Either way far below what

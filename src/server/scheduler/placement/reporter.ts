@@ -11,7 +11,7 @@
  * group in revision order. Writes are level-based (the latest state, not a
  * replay), so a catch-up after an outage writes each provider once.
  *
- * Safety (issue 28, 2). Berth commits its own state first and writes
+ * Safety (decision 43). Berth commits its own state first and writes
  * Placement after, so the order of the two matters only one way: a device
  * goes reserved in Placement when it leaves `available` (a bind, a claim),
  * long before its tenant lets go, and stays reserved through

@@ -1,6 +1,6 @@
 /**
  * The PostgreSQL backend of the unit-of-work port (unit-of-work.ts), for
- * schedulers that share one database (issue 13). The port's queries and the
+ * schedulers that share one database (decisions 36, 37). The port's queries and the
  * schema are shared with SQLite (./sql); this file is PostgreSQL's runner
  * only: the pool, transactions and retries, event numbering at commit,
  * NOTIFY/LISTEN and link leases. Every use case is the same code as on

@@ -85,7 +85,7 @@ export class SqliteDatabase implements TransactionRunner {
       this.connection.pragma('journal_mode = WAL');
       this.connection.pragma('synchronous = FULL');
       this.connection.pragma('foreign_keys = ON');
-      // A damaged file is found at start, before it serves anything (issue 19).
+      // A damaged file is found at start, before it serves anything.
       if (path !== ':memory:') {
         const rows = this.connection.pragma('quick_check') as { quick_check: string }[];
         const problems = rows.map((r) => r.quick_check).filter((r) => r !== 'ok');
