@@ -96,6 +96,67 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
     },
   });
 
+  it('a server that ends every connection (idle, checked out, listening) fails only the unit that used one, as STORE_UNAVAILABLE; the next units get new connections', async () => {
+    const url = await databaseFor('terminate/all');
+    const db = new PgDatabase(url, { poolSize: 4 });
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      await db.migrate();
+      const changed: number[] = [];
+      db.onChange(() => changed.push(Date.now()));
+      const backends = async () =>
+        (
+          await admin.query<{ n: number }>(
+            'SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+          )
+        ).rows[0]!.n;
+      // Connections in each state: idle in the pool (four units at once), the LISTEN one, and one
+      // checked out, idle in its transaction until `release` resolves.
+      await Promise.all([1, 2, 3, 4].map(() => db.read(async (uow) => uow.host('none'))));
+      await eventually(backends, (n) => n >= 4);
+      let release!: () => void;
+      const held = new Promise<void>((r) => {
+        release = r;
+      });
+      let entered!: () => void;
+      const inUnit = new Promise<void>((r) => {
+        entered = r;
+      });
+      const heldUnit = db
+        .read(async (uow) => {
+          entered();
+          await held;
+          return uow.host('none');
+        })
+        .then(
+          () => 'committed',
+          (e: unknown) => (e as { reason?: string }).reason ?? String(e),
+        );
+      await inUnit;
+      const ended = await admin.query<{ ok: boolean }>(
+        'SELECT pg_terminate_backend(pid) AS ok FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+      );
+      expect(ended.rows.length).toBeGreaterThanOrEqual(3);
+      // The process is still here (an unhandled 'error' would have ended the test run); the held unit fails,
+      // the next one opens new connections, and the listener comes back.
+      release();
+      expect(await heldUnit).toBe('STORE_UNAVAILABLE');
+      const before = changed.length;
+      await eventually(
+        () => db.read(async (uow) => uow.host('none')).then(() => backends()),
+        (n) => n >= 2,
+      );
+      await eventually(
+        async () => changed.length,
+        (n) => n > before,
+      );
+    } finally {
+      await admin.end();
+      await db.close();
+    }
+  });
+
   describe('link leases (several schedulers on one database)', () => {
     const host = (name: string) => ({
       name,

@@ -70,6 +70,15 @@ const TYPES = {
 const MIGRATION_LOCK = 0x6265_7274_0001;
 const EVENT_LOCK = 0x6265_7274_0002;
 const MAX_ATTEMPTS = 5;
+
+/** The messages node-postgres gives a connection that ended or broke (pg/lib/client.js). */
+const PG_CONNECTION_LOST = [
+  'Connection terminated',
+  'Client has encountered a connection error and is not queryable',
+  'Client was closed and is not queryable',
+  'timeout expired',
+  'Query read timeout',
+];
 /** serialization_failure, deadlock_detected, unique_violation (a racing insert of the same key). */
 const TRANSIENT = new Set(['40001', '40P01', '23505']);
 
@@ -112,6 +121,15 @@ export class PgDatabase implements TransactionRunner {
     });
     // An idle connection that breaks is dropped by the pool; the next unit reports it.
     this.pool.on('error', () => {});
+    // Every connection keeps a listener for its 'error' for its whole life: a
+    // server that goes away (a restart, a failover, `pg_terminate_backend`)
+    // sends 57P01 to each connection, which pg emits as 'error' whether the
+    // connection is idle, checked out, or being removed from the pool; with no
+    // listener that is an uncaught exception. The unit using a connection
+    // still sees the failure, as its query's rejection.
+    this.pool.on('connect', (client) => {
+      client.on('error', () => {});
+    });
   }
 
   /** Applies missing migrations, once even when several replicas start together. */
@@ -276,27 +294,24 @@ export class PgDatabase implements TransactionRunner {
         { reason: 'STORE_UNAVAILABLE' },
       );
     }
-    // While checked out, the pool no longer listens for the client's errors: a
-    // connection the server drops (a restart, a failover) must fail this unit's
-    // query — which it does — not the whole process as an unhandled 'error'.
-    const ignore = () => {};
-    client.on('error', ignore);
+    // The connection's errors are listened for since the pool made it (constructor).
     try {
       return await fn(client);
     } catch (err) {
       throw this.translate(err);
     } finally {
-      client.removeListener('error', ignore);
       client.release();
     }
   }
 
   private async unit<T>(fn: (uow: SqlUnit) => Promise<T>, writable: boolean): Promise<T> {
     for (let attempt = 1; ; attempt++) {
+      let begun = false;
       try {
         return await this.withClient(async (client) => {
           const unit = new SqlUnit(executor(client), POSTGRES, writable);
           await client.query(writable ? 'BEGIN' : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+          begun = true;
           try {
             const result = await fn(unit);
             const commit = commitSql(client, unit);
@@ -312,6 +327,16 @@ export class PgDatabase implements TransactionRunner {
       } catch (err) {
         const code = (err as { pgCode?: string }).pgCode;
         if (code && TRANSIENT.has(code) && attempt < MAX_ATTEMPTS) continue;
+        // A pooled connection the server ended while it was idle (a restart, a
+        // failover) fails at BEGIN, before the unit did anything: the pool has
+        // dropped it, so the unit runs again on another.
+        if (
+          !begun &&
+          err instanceof BerthError &&
+          err.reason === 'STORE_UNAVAILABLE' &&
+          attempt < MAX_ATTEMPTS
+        )
+          continue;
         // A compare-and-set lost to a unit that committed meanwhile (a device
         // written under it, or two devices of one media bound on two hosts at
         // once): run the unit again, it sees what won (decision 13).
@@ -344,7 +369,11 @@ export class PgDatabase implements TransactionRunner {
       }
       return err;
     }
-    if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) {
+    // node-postgres says a connection ended or broke with a plain Error (no code, no class):
+    // its message is all there is to tell it from a bug.
+    const lost =
+      code === undefined && err instanceof Error && PG_CONNECTION_LOST.some((m) => err.message.startsWith(m));
+    if (lost || (typeof code === 'string' && /^E[A-Z]+$/.test(code))) {
       return new BerthError(
         'UNAVAILABLE',
         `the scheduler's database ${this.where} is unreachable (${(err as Error).message})`,
