@@ -10,9 +10,10 @@
  * naming the field and the value; `isX(value)` is the guard for code that
  * filters (a directory listing) rather than refuses.
  *
- * This module imports nothing but the error taxonomy: the domain, the drivers,
+ * This module imports nothing but node:crypto and the error taxonomy: the domain, the drivers,
  * the agent, the scheduler and the client all import it.
  */
+import { randomUUID } from 'node:crypto';
 import { invalidArgument } from './errors.js';
 
 /** A PCI function's address as sysfs names it: `0000:3b:02.0` (full, lower-case hex, function 0-7). */
@@ -92,6 +93,9 @@ export function parseUuid(field: string, value: unknown): Uuid {
   }
   return value.toLowerCase() as Uuid;
 }
+
+/** A new random UUID (node:crypto's is canonical already). */
+export const newUuid = (): Uuid => randomUUID() as Uuid;
 
 // --- host names --------------------------------------------------------------
 

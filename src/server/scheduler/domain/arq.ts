@@ -5,6 +5,7 @@
  */
 
 import { type BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
+import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 import type { HostRecord } from './host.js';
 import type { RequestGroup } from './profile.js';
@@ -23,7 +24,7 @@ export interface PciAttachHandle {
 }
 
 export interface Arq {
-  uuid: string;
+  uuid: Uuid;
   profileName: string;
   /** Index of the profile's request group this ARQ serves. */
   groupId: number;
@@ -31,9 +32,9 @@ export interface Arq {
   group: RequestGroup;
   state: ArqState;
   instanceUuid: string | null;
-  host: string | null;
-  deviceUuid: string | null;
-  deviceAddress: string | null;
+  host: HostName | null;
+  deviceUuid: Uuid | null;
+  deviceAddress: PciAddress | null;
   attachHandle: PciAttachHandle | null;
   tag: string;
   /** Why the last bind failed; '' otherwise. */
@@ -122,9 +123,10 @@ export interface CreateArqsRequest {
 }
 
 export interface ArqBinding {
-  arqUuid: string;
+  arqUuid: Uuid;
+  /** An instance id from the orchestration layer: a uuid in practice, any safe id accepted (not a `Uuid`). */
   instanceUuid: string;
-  host: string;
+  host: HostName;
   /** Overrides the tag given at creation when non-empty. */
   tag?: string;
 }

@@ -10,10 +10,11 @@
  */
 
 import { permissionDenied } from '../../../errors.js';
+import type { HostName, PciAddress } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 
 export interface HostRegistration {
-  name: string;
+  name: HostName;
   endpoint: string;
   bootId: string;
   /** The agent process's own epoch id (Register.epoch): a new one means the agent restarted. */
@@ -58,7 +59,7 @@ export interface HostRegistered {
 
 /** A device an agent's journal records as handed to a guest and not cleaned since. */
 export interface HeldDeviceReport {
-  address: string;
+  address: PciAddress;
   arqUuid: string;
   instanceUuid: string;
   /** When the agent recorded the binding (ISO 8601, the agent's clock); absent from older agents. */

@@ -4,6 +4,7 @@ import { BerthError } from '../../../errors.js';
 import { type Arq, attachHandleFromAddress, canTransition, transitionArq } from './arq.js';
 import { sameProfileSpec, validateProfile } from './profile.js';
 import { assertUniqueTags, validateTag } from './tags.js';
+import { testUuid } from './test-fixtures.js';
 
 describe('validateProfile', () => {
   it('normalises a valid profile: count 0 → 1, lower-case ids, deduplicated traits', () => {
@@ -70,7 +71,7 @@ describe('validateProfile', () => {
 
 describe('ARQs', () => {
   const arq: Arq = {
-    uuid: 'a',
+    uuid: testUuid('a'),
     profileName: 'p',
     groupId: 0,
     group: {

@@ -5,6 +5,7 @@
  * `reserved` = the devices Berth would not hand out now. The reporter
  * (reporter.ts) makes Placement say this.
  */
+import type { HostName } from '../../../identifiers.js';
 import { type DeviceRecord, unallocatableReasons } from '../domain/device-state.js';
 import {
   placementResourceClass,
@@ -15,7 +16,7 @@ import {
 } from './names.js';
 
 export interface HostView {
-  name: string;
+  name: HostName;
   connected: boolean;
 }
 

@@ -22,6 +22,7 @@
  *   back with the same uuid, and a uuid maps to its devices without a store.
  */
 import { createHash } from 'node:crypto';
+import { isPciAddress, type PciAddress } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 
 /** Berth's owner trait (os-traits has OWNER_NOVA and OWNER_CYBORG; a third owner must be custom). */
@@ -56,14 +57,12 @@ export const providerNameFor = (nodename: string, address: string): string =>
 export const providerAddress = (d: Pick<DeviceRecord, 'address' | 'functionKind' | 'physfn'>): string =>
   d.functionKind === 'VF' && d.physfn ? d.physfn : d.address;
 
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
-
 /** The PCI address a provider name of `nodename` stands for, or null when the name is not one. */
-export function addressFromProviderName(nodename: string, name: string): string | null {
+export function addressFromProviderName(nodename: string, name: string): PciAddress | null {
   const prefix = `${nodename}_`;
   if (!name.startsWith(prefix)) return null;
   const address = name.slice(prefix.length).toLowerCase();
-  return PCI_ADDRESS.test(address) ? address : null;
+  return isPciAddress(address) ? address : null;
 }
 
 /** os_traits / os_resource_classes normalize_name: runs of non-alphanumerics to `_`, upper case, CUSTOM_. */

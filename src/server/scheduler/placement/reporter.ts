@@ -25,6 +25,7 @@
  * retried with backoff, and the catch-up runs in order when it answers.
  */
 import type { Logger } from 'pino';
+import type { HostName } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { type Inventories, type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
 import type { PlacementConnection } from './connection.js';
@@ -113,7 +114,7 @@ export class Reporter {
   private readonly retry: RetryDelay;
 
   private mirror = new Map<string, DeviceRecord>();
-  private hosts = new Map<string, HostView>();
+  private hosts = new Map<HostName, HostView>();
   private loaded = false;
   private revision = 0;
   private desired = new Map<string, DesiredProvider>();
