@@ -10,7 +10,7 @@
  */
 
 import { permissionDenied } from '../../../errors.js';
-import type { HostName, PciAddress } from '../../../identifiers.js';
+import { type HostName, isHostName, type PciAddress } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 
 export interface HostRegistration {
@@ -95,9 +95,7 @@ export function hostOfSubject(subject: string, table: ReadonlyMap<string, string
   const mapped = table.get(subject);
   if (mapped !== undefined) return mapped;
   const name = subject.startsWith('cert:') ? subject.slice('cert:'.length) : subject;
-  return /^[A-Za-z0-9]([A-Za-z0-9._-]{0,252}[A-Za-z0-9])?$/.test(name) && !subject.startsWith('static:')
-    ? name
-    : null;
+  return isHostName(name) && !subject.startsWith('static:') ? name : null;
 }
 
 /** Whether the caller is an agent principal, bound to one host (not an admin, auth on). */

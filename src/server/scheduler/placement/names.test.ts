@@ -116,4 +116,21 @@ describe('desired providers', () => {
     expect(mixed.get('h1_0000:3B:00.0')).toMatchObject({ total: 2, reserved: 2 });
     expect(mixed.get('h1_0000:3B:00.0')?.problem).toMatch(/different resource classes/);
   });
+
+  it('only holds a device whose resource class or trait Placement would refuse, naming it (never sent in a URL)', () => {
+    const badClass = newDevice(
+      hostName('h1'),
+      facts({ index: 0, resourceClass: 'CUSTOM_A/../B' }),
+      newUuid(),
+      NOW,
+    );
+    const badTrait = newDevice(hostName('h1'), facts({ index: 1, traits: ['CUSTOM_X/Y'] }), newUuid(), NOW);
+    const p = desiredProviders([badClass, badTrait], hosts(), opts);
+    expect(p.get('h1_0000:10:00.0')).toMatchObject({ total: 1, reserved: 1 });
+    expect(p.get('h1_0000:10:00.0')?.problem).toMatch(
+      /resource class "CUSTOM_A\/\.\.\/B", not a valid Placement name/,
+    );
+    expect(p.get('h1_0000:11:00.0')).toMatchObject({ total: 1, reserved: 1 });
+    expect(p.get('h1_0000:11:00.0')?.problem).toMatch(/trait "CUSTOM_X\/Y", not a valid Placement name/);
+  });
 });

@@ -22,13 +22,13 @@
  *   back with the same uuid, and a uuid maps to its devices without a store.
  */
 import { createHash } from 'node:crypto';
-import { isPciAddress, type PciAddress } from '../../../identifiers.js';
+import { isPciAddress, type PciAddress, parseTrait } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 
 /** Berth's owner trait (os-traits has OWNER_NOVA and OWNER_CYBORG; a third owner must be custom). */
-export const OWNER_TRAIT = 'CUSTOM_OWNER_BERTH';
-export const ONE_TIME_USE_TRAIT = 'HW_PCI_ONE_TIME_USE';
-export const LIVE_MIGRATABLE_TRAIT = 'HW_PCI_LIVE_MIGRATABLE';
+export const OWNER_TRAIT = parseTrait('OWNER_TRAIT', 'CUSTOM_OWNER_BERTH');
+export const ONE_TIME_USE_TRAIT = parseTrait('ONE_TIME_USE_TRAIT', 'HW_PCI_ONE_TIME_USE');
+export const LIVE_MIGRATABLE_TRAIT = parseTrait('LIVE_MIGRATABLE_TRAIT', 'HW_PCI_LIVE_MIGRATABLE');
 /** Traits Berth's agents put on devices for Berth's own profiles; Placement gets their Placement names instead. */
 const BERTH_ONLY_TRAITS = new Set(['OWNER_BERTH', 'HW_ONE_TIME_USE', 'HW_PCI_LIVE_MIGRATABLE']);
 

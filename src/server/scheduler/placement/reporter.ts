@@ -25,7 +25,7 @@
  * retried with backoff, and the catch-up runs in order when it answers.
  */
 import type { Logger } from 'pino';
-import type { HostName } from '../../../identifiers.js';
+import { type HostName, isResourceClass, isTrait } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { type Inventories, type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
 import type { PlacementConnection } from './connection.js';
@@ -724,7 +724,7 @@ export class Reporter {
       const removed = cur.traits.filter((t) => !wantTraits.includes(t));
       if (!dryRun) {
         for (const t of added) {
-          if (t.startsWith('CUSTOM_') && !this.knownTraits.has(t)) {
+          if (isTrait(t) && t.startsWith('CUSTOM_') && !this.knownTraits.has(t)) {
             await api.ensureTrait(t);
             this.knownTraits.add(t);
           }
@@ -739,7 +739,7 @@ export class Reporter {
       const what = inventoryChange(cur.inventories, wantInv);
       if (!dryRun) {
         for (const rc of Object.keys(wantInv)) {
-          if (rc.startsWith('CUSTOM_') && !this.knownRcs.has(rc)) {
+          if (isResourceClass(rc) && rc.startsWith('CUSTOM_') && !this.knownRcs.has(rc)) {
             await api.ensureResourceClass(rc);
             this.knownRcs.add(rc);
           }
