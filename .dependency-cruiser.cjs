@@ -36,13 +36,14 @@ const STORAGE = [...STORAGE_DRIVERS, '^src/server/scheduler/store/'];
 
 /**
  * Pure modules: the scheduler's domain (state machine, allocation, profiles,
- * media), guest rendering, the error taxonomy, and the driver side (the
+ * media), guest rendering, the error taxonomy, the parsed identifiers, and the driver side (the
  * driver contract, device specifications, cleanup evidence and policy).
  */
 const PURE = [
   '^src/server/scheduler/domain/',
   '^src/server/scheduler/guest/',
   '^src/errors\\.ts$',
+  '^src/identifiers\\.ts$',
   '^src/plugins/',
 ];
 

@@ -22,6 +22,7 @@ import {
 import Database from 'better-sqlite3';
 import { pino } from 'pino';
 import { promisify, SchedulerClient } from '../src/client/sdk.js';
+import { parseHostName, parsePciAddress } from '../src/identifiers.js';
 import { generateStaticToken } from '../src/server/grpc/auth.js';
 import type { ServiceBinding } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
@@ -42,7 +43,7 @@ const hex2 = (n: number) => n.toString(16).padStart(2, '0');
  * journal record a real agent reports, so binds pay for following media.
  */
 export function benchDevice(i: number, host = 'bench'): DeviceFacts {
-  const address = `0000:3b:${hex2(2 + Math.floor(i / 8))}.${i % 8}`;
+  const address = parsePciAddress('address', `0000:3b:${hex2(2 + Math.floor(i / 8))}.${i % 8}`);
   return {
     address,
     vendorId: '8086',
@@ -88,7 +89,7 @@ export function benchDevice(i: number, host = 'bench'): DeviceFacts {
   };
 }
 
-export const hostName = (h: number) => `compute-${h.toString().padStart(5, '0')}`;
+export const hostName = (h: number) => parseHostName('host', `compute-${h.toString().padStart(5, '0')}`);
 
 /**
  * Loads `hosts` hosts of DEVICES_PER_HOST devices straight into the store.

@@ -20,6 +20,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs as parseNodeArgs } from 'node:util';
+import { parseHostName, type Uuid } from '../src/identifiers.js';
 import { validateProfile } from '../src/server/scheduler/domain/profile.js';
 import { pciFacts } from '../src/server/scheduler/domain/test-fixtures.js';
 import type { SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
@@ -52,7 +53,7 @@ async function open(side: Side, dir: string): Promise<SqliteStore> {
   const store = await mod.openSqliteStore(values.memory ? ':memory:' : join(dir, `${side}.db`));
   store.db.connection.pragma('synchronous = OFF');
   for (let h = 0; h < HOSTS; h++) {
-    const host = `h${h}`;
+    const host = parseHostName('host', `h${h}`);
     await store.registerHost({
       name: host,
       endpoint: `${host}:1`,
@@ -74,7 +75,7 @@ async function open(side: Side, dir: string): Promise<SqliteStore> {
 
 /** One round: binds/s, and CPU µs of this process per bind. */
 async function bindRound(store: SqliteStore, r: number): Promise<{ rate: number; cpu: number }> {
-  const ids: string[] = [];
+  const ids: Uuid[] = [];
   for (let i = 0; i < PER_ROUND; i++) ids.push((await store.createArqs({ profileName: 'p' }))[0]!.uuid);
   let next = 0;
   const t0 = process.hrtime.bigint();
@@ -82,7 +83,9 @@ async function bindRound(store: SqliteStore, r: number): Promise<{ rate: number;
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async () => {
       for (let i = next++; i < ids.length; i = next++) {
-        await store.bindArqs([{ arqUuid: ids[i]!, instanceUuid: `vm-${r}-${i}`, host: `h${i % HOSTS}` }]);
+        await store.bindArqs([
+          { arqUuid: ids[i]!, instanceUuid: `vm-${r}-${i}`, host: parseHostName('host', `h${i % HOSTS}`) },
+        ]);
       }
     }),
   );

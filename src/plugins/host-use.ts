@@ -26,8 +26,8 @@
  */
 import { readdir, readFile, realpath } from 'node:fs/promises';
 import path from 'node:path';
+import { isPciAddress } from '../identifiers.js';
 
-const PCI_IN_PATH = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 /** A kernel name for a block device or an interface: no path separators, nothing odd. */
 const SAFE_NAME = /^[A-Za-z0-9_.:@+-]{1,64}$/;
 /** How deep a stack of devices (dm on md on partitions) or interfaces (vlan on bond on NIC) is followed. */
@@ -69,7 +69,7 @@ async function list(dir: string): Promise<string[]> {
 /** The deepest PCI address in a sysfs path: the function a device hangs off (bridges sit above it). */
 function deepestFunction(sysPath: string): string | null {
   const parts = sysPath.split('/');
-  for (let i = parts.length - 1; i >= 0; i--) if (PCI_IN_PATH.test(parts[i]!)) return parts[i]!;
+  for (let i = parts.length - 1; i >= 0; i--) if (isPciAddress(parts[i])) return parts[i]!;
   return null;
 }
 

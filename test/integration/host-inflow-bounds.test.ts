@@ -22,6 +22,7 @@ import {
 } from '../../src/gen/berth/agent/v1/agent.js';
 import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/berth/agent/v1/device.js';
 import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
+import { hostName, pci } from '../../src/server/scheduler/domain/test-fixtures.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { SMALL_HOST, startSimAgent, tempDir } from '../helpers/agent.js';
 import { call, insecure } from '../helpers/grpc.js';
@@ -157,7 +158,7 @@ describe('one host cannot exhaust the scheduler', () => {
     flood = await startFloodingAgent();
     const reg = new RegistrationServiceClient(scheduler.address, insecure());
     await call(reg, reg.register, {
-      host: 'flood',
+      host: hostName('flood'),
       endpoint: flood.address,
       bootId: 'b',
       epoch: 'flood',
@@ -169,7 +170,7 @@ describe('one host cannot exhaust the scheduler', () => {
     });
     reg.close();
     honest = await startSimAgent(SMALL_HOST, {
-      host: 'honest',
+      host: hostName('honest'),
       scheduler: scheduler.address,
       enabled_drivers: ['pci'],
       pci: { device_spec: [{ vendor_id: '*' }] },
@@ -205,7 +206,7 @@ describe('one host cannot exhaust the scheduler', () => {
     );
     // …and what that snapshot held beyond the byte bound was not stored.
     expect(await metric('device_bound')).toBeGreaterThan(1000);
-    const stored = await scheduler.useCases.listDevices({ host: 'flood' }, { pageSize: 5000 });
+    const stored = await scheduler.useCases.listDevices({ host: hostName('flood') }, { pageSize: 5000 });
     const bytes = stored.devices.reduce((n, d) => n + JSON.stringify(d.attributes).length, 0);
     expect(stored.devices.length).toBeGreaterThan(0);
     expect(stored.devices.length).toBeLessThan(8000);
@@ -215,7 +216,7 @@ describe('one host cannot exhaust the scheduler', () => {
 
   it("another host's inventory keeps flowing while the flood goes on", async () => {
     await eventually(
-      () => scheduler.useCases.listDevices({ host: 'honest' }),
+      () => scheduler.useCases.listDevices({ host: hostName('honest') }),
       (p) => p.devices.length > 0,
       20_000,
     );
@@ -228,7 +229,10 @@ describe('one host cannot exhaust the scheduler', () => {
     });
     await honest.agent.rediscover();
     await eventually(
-      () => scheduler.useCases.getDevice({ host: 'honest', address: '0000:d8:00.0' }).catch(() => null),
+      () =>
+        scheduler.useCases
+          .getDevice({ host: hostName('honest'), address: pci('0000:d8:00.0') })
+          .catch(() => null),
       (d) => d !== null,
       20_000,
     );

@@ -14,9 +14,9 @@
  * device_spec names (Berth adds its owner trait, Nova COMPUTE_MANAGED_PCI_DEVICE).
  */
 import { execFile } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import { newUuid, parseHostName } from '../../src/identifiers.js';
 import { createLogger } from '../../src/logging.js';
 import { ExecRunner } from '../../src/plugins/exec-runner.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
@@ -29,7 +29,7 @@ import { buildSimHost } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { available, novaTranslator, PYTHON } from '../helpers/prerequisites.js';
 
-const NODE = 'compute-7.example.org';
+const NODE = parseHostName('host', 'compute-7.example.org');
 const have = available(novaTranslator(), "Berth's Placement names against Nova's translator");
 
 /** [resource_class tag, traits tag] per plain function, from Nova's unit-test vectors. */
@@ -132,7 +132,7 @@ describe.skipIf(!have)("Berth's Placement names agree with Nova's PCI translator
       });
       const now = new Date().toISOString();
       const berth = desiredProviders(
-        found.map((d) => newDevice(NODE, d as unknown as DeviceFacts, randomUUID(), now)),
+        found.map((d) => newDevice(NODE, d as unknown as DeviceFacts, newUuid(), now)),
         new Map([[NODE, { name: NODE, connected: true }]]),
         { nodename: (h) => h, standardTraits: new Set(nova.standard_traits), ownsHost: () => true },
       );

@@ -12,6 +12,7 @@ import { SchedulerClient } from '../../src/client/sdk.js';
 import { createLogger } from '../../src/logging.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
+import { hostName } from '../../src/server/scheduler/domain/test-fixtures.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
@@ -242,7 +243,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
       const c = new SchedulerClient({ endpoint: p.sched.address, retries: 1, tls: await pems(attacker) });
       try {
         await c.registration.register({
-          host: 'attacker-host',
+          host: hostName('attacker-host'),
           endpoint: p.agent.address,
           bootId: 'b',
           epoch: 'e',
@@ -264,7 +265,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
         what: "attacker-host's link failing",
       });
       expect((await attackerHost())!.connected).toBe(false);
-      const stolen = await p.sched.useCases.listDevices({ host: 'attacker-host' });
+      const stolen = await p.sched.useCases.listDevices({ host: hostName('attacker-host') });
       expect(stolen.devices).toEqual([]);
       // The victim's own link is untouched.
       expect((await p.host())!.connected).toBe(true);

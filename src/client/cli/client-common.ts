@@ -41,6 +41,7 @@ import type { Host } from '../../gen/berth/scheduler/v1/host.js';
 import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.js';
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
+import { isUuid } from '../../identifiers.js';
 import { type ClientTls, speaksTls, tlsProblem } from '../../transport/channel.js';
 import {
   type ClientFlagValues,
@@ -361,7 +362,8 @@ function parseFormatOrUsage(v: string): OutputFormat {
   }
 }
 
-const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
+/** A full uuid in either case (the server takes either; the rule is src/identifiers.ts's). */
+const isFullUuid = (s: string): boolean => isUuid(s.toLowerCase());
 /** What may abbreviate a uuid: at least 4 of its leading characters. */
 const UUID_PREFIX = /^[0-9a-fA-F][0-9a-fA-F-]{3,35}$/;
 
@@ -383,7 +385,7 @@ export function normalizePciAddress(address: string): string {
  * A uuid prefix needs the device list: see resolveDeviceRef.
  */
 export function parseDeviceRef(name: string): DeviceRef {
-  if (UUID.test(name)) return { ref: { $case: 'uuid', value: name.toLowerCase() } };
+  if (isFullUuid(name)) return { ref: { $case: 'uuid', value: name.toLowerCase() } };
   const slash = name.lastIndexOf('/');
   if (slash > 0 && slash < name.length - 1) {
     return {
@@ -433,7 +435,7 @@ export async function listAllDevices(
 
 /** parseDeviceRef, plus a unique prefix of a device uuid (looked up in the device list). */
 export async function resolveDeviceRef(client: SchedulerClient, name: string): Promise<DeviceRef> {
-  if (!UUID.test(name) && !name.includes('/') && UUID_PREFIX.test(name)) {
+  if (!isFullUuid(name) && !name.includes('/') && UUID_PREFIX.test(name)) {
     const all = await listAllDevices(client, undefined);
     const uuid = matchPrefix(
       'device',
@@ -450,9 +452,9 @@ export async function resolveArqUuids(client: SchedulerClient, names: readonly s
   let all: string[] | undefined;
   const out: string[] = [];
   for (const n of names) {
-    if (UUID.test(n) || !UUID_PREFIX.test(n)) {
+    if (isFullUuid(n) || !UUID_PREFIX.test(n)) {
       // A full uuid as the server stores it; anything else for the server to refuse, as given.
-      out.push(UUID.test(n) ? n.toLowerCase() : n);
+      out.push(isFullUuid(n) ? n.toLowerCase() : n);
       continue;
     }
     all ??= (await client.arqs.listAcceleratorRequests({ instanceUuid: '' })).acceleratorRequests.map(

@@ -16,6 +16,7 @@ import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { stringify as toYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
+import { parseHostName } from '../../identifiers.js';
 import { createLogger } from '../../logging.js';
 import { Agent } from '../../server/agent/agent.js';
 import { loadAgentConfig, parseAgentConfig } from '../../server/agent/config.js';
@@ -69,8 +70,9 @@ async function followed(
   timeoutMs = 30_000,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
+  const name = parseHostName('host', host);
   for (;;) {
-    const h = await scheduler.useCases.getHost(host).catch(() => null);
+    const h = await scheduler.useCases.getHost(name).catch(() => null);
     if (h?.connected && h.deviceCount >= devices) return;
     if (Date.now() > deadline) {
       throw new Error(`the scheduler did not receive ${host}'s inventory within ${timeoutMs / 1000} s`);

@@ -12,29 +12,20 @@
  *   anchored at the start only).
  */
 import { ConfigError } from '../../errors.js';
+import { isPciAddress, pciAddressParts } from '../../identifiers.js';
 import { keyPath, show } from './messages.js';
 import { compilePythonMatch } from './python-regex.js';
 import { pyStrip, pythonHex } from './python-values.js';
 import type { AddressGlob, AddressRegex } from './types.js';
 
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
-
-/** A full, lower-case PCI address as sysfs names it: 0000:3b:00.1. */
-export function isValidPciAddress(address: string): boolean {
-  return typeof address === 'string' && PCI_ADDRESS.test(address);
-}
+/** A full, lower-case PCI address as sysfs names it: 0000:3b:00.1 (the driver API's name for isPciAddress). */
+export const isValidPciAddress = isPciAddress;
 
 /** The four fields of a valid address, or null. */
 export function splitAddress(
   address: string,
 ): { domain: string; bus: string; slot: string; function: string } | null {
-  if (!isValidPciAddress(address)) return null;
-  return {
-    domain: address.slice(0, 4),
-    bus: address.slice(5, 7),
-    slot: address.slice(8, 10),
-    function: address.slice(11, 12),
-  };
+  return isPciAddress(address) ? pciAddressParts(address) : null;
 }
 
 /**

@@ -11,15 +11,11 @@
  * at start.
  */
 import { ConfigError } from '../../errors.js';
+import { isResourceClass, isTrait, type ResourceClass, type Trait } from '../../identifiers.js';
 import { show } from './messages.js';
 import { OS_RESOURCE_CLASSES, OS_TRAITS } from './os-names.js';
 
 const CUSTOM = 'CUSTOM_';
-/** Placement's limit on class and trait names. */
-const MAX_NAME = 255;
-const CUSTOM_RESOURCE_CLASS = /^CUSTOM_[A-Z0-9_]+$/;
-/** DESIGN.md: custom traits match this. */
-const CUSTOM_TRAIT = /^CUSTOM_[A-Z0-9_]{1,248}$/;
 
 /** os_resource_classes.STANDARDS: kept as they are. */
 const STANDARD_RESOURCE_CLASSES: ReadonlySet<string> = new Set(OS_RESOURCE_CLASSES);
@@ -54,28 +50,32 @@ function toCustom(upper: string): string {
   return CUSTOM + upper.replace(/[^0-9A-Za-z]+/g, '_').toUpperCase();
 }
 
-/** 'foo-bar' -> 'CUSTOM_FOO_BAR'; 'CUSTOM_X' and standard classes (PCI_DEVICE, ...) kept. */
-export function normalizeResourceClass(value: string, where: string): string {
+/**
+ * 'foo-bar' -> 'CUSTOM_FOO_BAR'; 'CUSTOM_X' and standard classes (PCI_DEVICE, ...) kept.
+ * The result is held to the one rule for Placement names (src/identifiers.ts).
+ */
+export function normalizeResourceClass(value: string, where: string): ResourceClass {
   const upper = nonEmpty(value, where, 'resource class').toUpperCase();
-  if (STANDARD_RESOURCE_CLASSES.has(upper)) return upper;
-  const name = upper.startsWith(CUSTOM) ? upper : toCustom(upper);
-  if (!CUSTOM_RESOURCE_CLASS.test(name) || name.length > MAX_NAME) {
+  const name = STANDARD_RESOURCE_CLASSES.has(upper) || upper.startsWith(CUSTOM) ? upper : toCustom(upper);
+  if (!isResourceClass(name)) {
     throw new ConfigError(
-      `${where}: ${show(value)} is not a valid resource class (${show(name)} must match ${CUSTOM_RESOURCE_CLASS.source} and be at most ${MAX_NAME} characters)`,
+      `${where}: ${show(value)} is not a valid resource class (${show(name)} must match ^CUSTOM_[A-Z0-9_]+$ and be at most 255 characters)`,
     );
   }
   return name;
 }
 
-/** 'foo' -> 'CUSTOM_FOO'; 'CUSTOM_X' kept (upper-cased); standard names (os-traits, Berth's own) kept as given. */
-export function normalizeTrait(value: string, where: string): string {
+/**
+ * 'foo' -> 'CUSTOM_FOO'; 'CUSTOM_X' kept (upper-cased); standard names (os-traits, Berth's own) kept as given.
+ * The result is held to the one rule for Placement names (src/identifiers.ts).
+ */
+export function normalizeTrait(value: string, where: string): Trait {
   const text = nonEmpty(value, where, 'trait');
-  if (STANDARD_TRAITS.has(text)) return text;
   const upper = text.toUpperCase();
-  const name = upper.startsWith(CUSTOM) ? upper : toCustom(upper);
-  if (!CUSTOM_TRAIT.test(name)) {
+  const name = STANDARD_TRAITS.has(text) ? text : upper.startsWith(CUSTOM) ? upper : toCustom(upper);
+  if (!isTrait(name)) {
     throw new ConfigError(
-      `${where}: ${show(value)} is not a valid trait (${show(name)} must match ${CUSTOM_TRAIT.source})`,
+      `${where}: ${show(value)} is not a valid trait (${show(name)} must match ^CUSTOM_[A-Z0-9_]{1,248}$)`,
     );
   }
   return name;

@@ -23,6 +23,8 @@
  *    UNVMCAP 0): whether namespace management really works, asked without
  *    changing anything — `delete-ns` of an nsid above NN (decision 17).
  */
+
+import { parsePciAddress } from '../../identifiers.js';
 import type { CensusNamespace, MediaCensus, NamespaceManagement } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
 import { readNvmeController, readPciFunction, readSubsystemNamespaces } from '../pci/sysfs-reader.js';
@@ -67,9 +69,9 @@ const safe = (v: bigint, what: string): number => {
   return Number(v);
 };
 
-/** Takes the census of the NVMe device at `address` through its controller. */
+/** Takes the census of the NVMe device at `address` (a driver's report: parsed here) through its controller. */
 export async function takeNvmeCensus(address: string, o: CensusOptions): Promise<MediaCensus> {
-  const fn = await readPciFunction(o.sysfsRoot, address);
+  const fn = await readPciFunction(o.sysfsRoot, parsePciAddress('address', address));
   if (!fn) throw new CensusError(`${address}: the PCI function is gone`);
   const name = fn.nvmeControllers[0];
   if (name === undefined) {

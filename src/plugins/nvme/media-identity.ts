@@ -17,11 +17,11 @@
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
+import { isUuid } from '../../identifiers.js';
 import type { MediaIdentity, NamespaceIdentity } from '../types.js';
 
 const NVME_CTRL_RE = /^nvme\d+$/;
 const NVME_NS_RE = /^nvme\d+n\d+$/;
-const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 
 function attr(file: string): string | undefined {
   try {
@@ -36,7 +36,7 @@ const nonZero = (hex: string) => (/^0*$/.test(hex) ? '' : hex);
 /** `01234567-89ab-…` (the kernel's %pU) → 32 hex digits; '' for anything else or all zeros. */
 function hexOfUuidForm(text: string | undefined): string {
   const t = text?.toLowerCase() ?? '';
-  return UUID_RE.test(t) ? nonZero(t.replaceAll('-', '')) : '';
+  return isUuid(t) ? nonZero(t.replaceAll('-', '')) : '';
 }
 
 /** `00 25 38 …` (the kernel's %8ph) → 16 hex digits; '' otherwise. */
@@ -54,9 +54,7 @@ export function readNamespaceIdentity(sysfsRoot: string, name: string, nsid: num
   const uuidText = attr(path.join(dir, 'uuid'))?.toLowerCase() ?? '';
   // With no UUID the kernel shows the NGUID here (backward compatibility): that is no UUID.
   let uuid =
-    UUID_RE.test(uuidText) && hexOfUuidForm(uuidText) !== '' && hexOfUuidForm(uuidText) !== nguid
-      ? uuidText
-      : '';
+    isUuid(uuidText) && hexOfUuidForm(uuidText) !== '' && hexOfUuidForm(uuidText) !== nguid ? uuidText : '';
   if (nguid === '' && eui64 === '' && uuid === '') {
     // A kernel without those attributes: the wwid carries the strongest one.
     const wwid = attr(path.join(dir, 'wwid'))?.toLowerCase() ?? '';
@@ -64,7 +62,7 @@ export function readNamespaceIdentity(sysfsRoot: string, name: string, nsid: num
     if (eui?.length === 32) nguid = nonZero(eui);
     else if (eui) eui64 = nonZero(eui);
     const u = /^uuid\.(.+)$/.exec(wwid)?.[1] ?? '';
-    if (UUID_RE.test(u) && hexOfUuidForm(u) !== '') uuid = u;
+    if (isUuid(u) && hexOfUuidForm(u) !== '') uuid = u;
   }
   return { nsid, nguid, eui64, uuid };
 }

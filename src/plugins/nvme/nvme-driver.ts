@@ -12,6 +12,7 @@
 import { readFile, rename, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { BerthError, failedPrecondition } from '../../errors.js';
+import { parsePciAddress } from '../../identifiers.js';
 import type { CleanupEvidence, StorageTarget } from '../cleanup-evidence.js';
 import type { CommandResult, RunOptions } from '../command-runner.js';
 import {
@@ -33,7 +34,6 @@ import {
   readHostFunctionsAt,
 } from '../pci/pci-driver.js';
 import {
-  assertPciAddress,
   type NvmeControllerInfo,
   type NvmeNamespaceInfo,
   readNvmeController,
@@ -617,7 +617,7 @@ export class NvmeDriver extends GenericDriver {
     ctx: CleanupContext,
     fn: (ctx: CleanupContext) => Promise<T>,
   ): Promise<T> {
-    const address = assertPciAddress(device.address);
+    const address = parsePciAddress('address', device.address);
     if (this.cleaning.has(address)) {
       throw failedPrecondition(
         'CLEANUP_IN_PROGRESS',
@@ -676,7 +676,7 @@ export class NvmeDriver extends GenericDriver {
       step: 'resolve-controller',
       message: `resolving the controller of ${device.address}`,
     });
-    const fn = await readPciFunction(ctx.sysfsRoot, device.address);
+    const fn = await readPciFunction(ctx.sysfsRoot, parsePciAddress('address', device.address));
     if (!fn) throw new CleanupFailedError(`${device.address}: the PCI function is gone`);
     if (fn.vendorId !== device.vendorId || fn.productId !== device.productId) {
       throw new CleanupFailedError(

@@ -13,7 +13,7 @@
  */
 import { closeSync, openSync, readSync } from 'node:fs';
 import path from 'node:path';
-import { assertPciAddress } from './sysfs-reader.js';
+import { parsePciAddress } from '../../identifiers.js';
 
 const EXTENDED_START = 0x100;
 const EXTENDED_END = 0x1000;
@@ -62,7 +62,7 @@ export function findDeviceSerialNumber(read: ConfigReader): string | null {
  * device's config space is not read whole.
  */
 export function readDeviceSerialNumber(sysfsRoot: string, address: string): string | null {
-  assertPciAddress(address);
+  parsePciAddress('address', address);
   let fd: number;
   try {
     fd = openSync(path.join(sysfsRoot, 'bus', 'pci', 'devices', address, 'config'), 'r');

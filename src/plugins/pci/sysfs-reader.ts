@@ -26,25 +26,8 @@ import { realpath } from 'node:fs/promises';
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import { invalidArgument } from '../../errors.js';
+import { isPciAddress, type PciAddress } from '../../identifiers.js';
 import type { PciFunction } from '../types.js';
-
-/** The only shape of PCI address Berth accepts (full, lower-case, function 0-7). */
-export const PCI_ADDRESS_RE = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
-
-/**
- * Validates a PCI address before it is used to build a filesystem path, so that
- * a request can never smuggle `..` or `/` into a sysfs path. Returns the address
- * unchanged for convenient inline use.
- */
-export function assertPciAddress(address: string): string {
-  if (typeof address !== 'string' || !PCI_ADDRESS_RE.test(address)) {
-    throw invalidArgument(
-      'address',
-      `${JSON.stringify(address)} is not a PCI address of the form dddd:bb:ss.f (lower-case hex, function 0-7)`,
-    );
-  }
-  return address;
-}
 
 /** Errors that mean "the file or the device is not there (any more)". */
 const GONE_CODES = new Set(['ENOENT', 'ENOTDIR', 'ENODEV', 'ENXIO']);
@@ -164,7 +147,7 @@ const VIRTFN_RE = /^virtfn\d+$/;
  * round trip per operation, which makes a full scan of thousands of functions
  * several times faster. Callers bound the event-loop stall by yielding.
  */
-function readFunctionDir(dir: string, address: string): PciFunction | null {
+function readFunctionDir(dir: string, address: PciAddress): PciFunction | null {
   let entries: string[];
   try {
     entries = readdirSync(dir);
@@ -197,7 +180,7 @@ function readFunctionDir(dir: string, address: string): PciFunction | null {
   for (const n of virtfnNames) {
     const l = readlinkOptional(at(n));
     const a = l === undefined ? '' : path.basename(l);
-    if (PCI_ADDRESS_RE.test(a)) virtfns.push(a);
+    if (isPciAddress(a)) virtfns.push(a);
   }
 
   const subsystemVendorId = hexAttr(opt('subsystem_vendor'), 4);
@@ -211,7 +194,7 @@ function readFunctionDir(dir: string, address: string): PciFunction | null {
       ? { subsystemVendorId, subsystemProductId }
       : {}),
     kernelDriver: driver === undefined ? null : path.basename(driver),
-    physfn: physfnAddr !== null && PCI_ADDRESS_RE.test(physfnAddr) ? physfnAddr : null,
+    physfn: physfnAddr !== null && isPciAddress(physfnAddr) ? physfnAddr : null,
     virtfns,
     sriovTotalVfs: Math.max(0, intAttr(opt('sriov_totalvfs'), 0)),
     sriovNumVfs: Math.max(0, intAttr(opt('sriov_numvfs'), 0)),
@@ -242,7 +225,7 @@ function classChildren(sysfsRoot: string, klass: string, kind: string): Map<stri
     const n = parts.length;
     if (n < 3 || parts[n - 1] !== name || parts[n - 2] !== kind) continue;
     const address = parts[n - 3]!;
-    if (!PCI_ADDRESS_RE.test(address)) continue;
+    if (!isPciAddress(address)) continue;
     const list = out.get(address);
     if (list) list.push(name);
     else out.set(address, [name]);
@@ -323,7 +306,7 @@ export function parsePciUevent(text: string, address: string): Identity | undefi
  * the `vendor`, `device` and `class` attributes and the `driver` link. Null
  * when the function is gone or its ids are garbage.
  */
-function readIdentity(dir: string, address: string): Identity | null {
+function readIdentity(dir: string, address: PciAddress): Identity | null {
   const text = readAttr(`${dir}/uevent`);
   const parsed = text === undefined ? undefined : parsePciUevent(text, address);
   if (parsed !== undefined) return parsed;
@@ -369,7 +352,7 @@ function hasIommuGroups(sysfsRoot: string): boolean {
  * The per-function part of a full scan: the attributes only the function's
  * own directory has. Returns null when the function vanished.
  */
-function scanFunction(dir: string, address: string, withGroups: boolean): ScannedFunction | null {
+function scanFunction(dir: string, address: PciAddress, withGroups: boolean): ScannedFunction | null {
   const id = readIdentity(dir, address);
   if (id === null) return null;
   let iommuGroup: number | null = null;
@@ -419,7 +402,7 @@ function readVirtfns(dir: string, numVfs: number | null): string[] {
   for (const n of names) {
     const l = readlinkOptional(`${dir}/${n}`);
     const a = l === undefined ? '' : lastComponent(l);
-    if (PCI_ADDRESS_RE.test(a)) out.push(a);
+    if (isPciAddress(a)) out.push(a);
   }
   return out;
 }
@@ -448,7 +431,7 @@ export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]
     if (isGone(e)) return [];
     throw e;
   }
-  const addresses = names.filter((n) => PCI_ADDRESS_RE.test(n)).sort();
+  const addresses = names.filter((n) => isPciAddress(n)).sort();
   const withGroups = hasIommuGroups(sysfsRoot);
   const scanned: ScannedFunction[] = [];
   let sliceStart = performance.now();
@@ -485,7 +468,7 @@ export async function readPciFunctions(sysfsRoot: string): Promise<PciFunction[]
 }
 
 /** One function, or null when it is not (or no longer) present. */
-export async function readPciFunction(sysfsRoot: string, address: string): Promise<PciFunction | null> {
+export async function readPciFunction(sysfsRoot: string, address: PciAddress): Promise<PciFunction | null> {
   return readPciFunctionSync(sysfsRoot, address);
 }
 
@@ -494,8 +477,7 @@ export async function readPciFunction(sysfsRoot: string, address: string): Promi
  * and a device_spec matcher asks for a PF while it compiles. Equal to what
  * readPciFunctions gives for the function (sysfs-reader.test.ts holds them equal).
  */
-export function readPciFunctionSync(sysfsRoot: string, address: string): PciFunction | null {
-  assertPciAddress(address);
+export function readPciFunctionSync(sysfsRoot: string, address: PciAddress): PciFunction | null {
   return readFunctionDir(path.join(sysfsRoot, 'bus', 'pci', 'devices', address), address);
 }
 
@@ -508,7 +490,7 @@ export function readIommuGroupMembers(sysfsRoot: string, group: number): string[
     throw invalidArgument('iommu_group', `${JSON.stringify(group)} is not an IOMMU group number`);
   }
   return readdirOptional(path.join(sysfsRoot, 'kernel', 'iommu_groups', String(group), 'devices'))
-    .filter((a) => PCI_ADDRESS_RE.test(a))
+    .filter((a) => isPciAddress(a))
     .sort();
 }
 
@@ -524,7 +506,7 @@ export function readNvmeSubsystemFunctions(sysfsRoot: string, name: string): str
   const out = new Set<string>();
   for (const c of readdirOptional(dir).filter((e) => NVME_CTRL_RE.test(e))) {
     const a = readOptional(path.join(dir, c, 'address')) ?? '';
-    if (PCI_ADDRESS_RE.test(a)) out.add(a);
+    if (isPciAddress(a)) out.add(a);
   }
   return [...out].sort();
 }
@@ -568,7 +550,7 @@ export async function resolveNetdevAddress(sysfsRoot: string, ifname: string): P
   const inside = top.endsWith('/') ? top : `${top}/`;
   for (let dir = target; dir.startsWith(inside); dir = path.dirname(dir)) {
     const base = path.basename(dir);
-    if (PCI_ADDRESS_RE.test(base)) return base;
+    if (isPciAddress(base)) return base;
   }
   return null;
 }
@@ -660,7 +642,7 @@ export async function readNvmeController(
     } catch {
       // no device link: not a PCI controller
     }
-    pciAddress = PCI_ADDRESS_RE.test(base) ? base : '';
+    pciAddress = isPciAddress(base) ? base : '';
   }
   const namespaces: NvmeNamespaceInfo[] = [];
   for (const n of entries.filter((e) => NVME_NS_RE.test(e))) {

@@ -14,6 +14,7 @@ import type { Server } from 'node:http';
 import type { Logger } from 'pino';
 import { failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import { type GetAgentInfoResponse, HotplugState } from '../../gen/berth/agent/v1/agent.js';
+import { isPciAddress, parsePciAddress } from '../../identifiers.js';
 import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
 import { DRIVER_API_VERSION } from '../../plugins/driver.js';
@@ -21,8 +22,6 @@ import { ExecRunner } from '../../plugins/exec-runner.js';
 import { readHostUse } from '../../plugins/host-use.js';
 import { MAX_MEDIA_KEY } from '../../plugins/pci/media-identity.js';
 import {
-  assertPciAddress,
-  PCI_ADDRESS_RE,
   readIommuGroupMembers,
   readNvmeSubsystemFunctions,
   readPciFunctionSync,
@@ -416,7 +415,7 @@ export class Agent {
     const scope = new Set<string>();
     const root = this.config.sysfsRoot;
     for (const a of addresses) {
-      if (!PCI_ADDRESS_RE.test(a)) continue;
+      if (!isPciAddress(a)) continue;
       scope.add(a);
       const prev = this.inventory.get(a);
       if (prev?.physfn) scope.add(prev.physfn);
@@ -711,7 +710,7 @@ export class Agent {
    * nothing (a retry is safe).
    */
   releaseDevice(address: string, mediaKey: string): MediaRecord {
-    assertPciAddress(address);
+    parsePciAddress('address', address);
     if (typeof mediaKey !== 'string' || mediaKey.length === 0 || mediaKey.length > MAX_MEDIA_KEY) {
       throw invalidArgument(
         'media_key',

@@ -10,6 +10,7 @@
  */
 import type { Logger } from 'pino';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
+import { parsePciAddress } from '../../identifiers.js';
 import type { GenericDriver } from '../../plugins/driver.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
@@ -18,7 +19,6 @@ import { judgeEvidence } from './cleanup-judge.js';
 import type { StoredMedia } from './media-ledger.js';
 import type { PluginHost } from './plugin-host.js';
 
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const BINDING_ID = /^[A-Za-z0-9._:-]{1,255}$/;
 /** Progress events are journaled at most this often (phase changes and outcomes always). */
@@ -102,9 +102,7 @@ export class CleanupRunner {
    * is nothing to record).
    */
   recordBinding(address: string, arqUuid: string, instanceUuid: string): StoredMedia {
-    if (!PCI_ADDRESS.test(address)) {
-      throw invalidArgument('address', `${JSON.stringify(address)} is not a PCI address like 0000:3b:00.1`);
-    }
+    parsePciAddress('address', address);
     for (const [field, value] of [
       ['arq_uuid', arqUuid],
       ['instance_uuid', instanceUuid],
@@ -216,9 +214,7 @@ export class CleanupRunner {
    * to its running job; otherwise a new job starts.
    */
   startOrAttach(address: string, jobId: string): CleanupJob {
-    if (!PCI_ADDRESS.test(address)) {
-      throw invalidArgument('address', `${JSON.stringify(address)} is not a PCI address like 0000:3b:00.1`);
-    }
+    parsePciAddress('address', address);
     if (!JOB_ID.test(jobId)) {
       throw invalidArgument('job_id', `${JSON.stringify(jobId)} must be 1-128 characters of [A-Za-z0-9._:-]`);
     }

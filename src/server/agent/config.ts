@@ -31,13 +31,14 @@ import {
   text,
 } from '../../config-schema.js';
 import { ConfigError } from '../../errors.js';
+import { type HostName, isHostName } from '../../identifiers.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
 
 export interface AgentConfig {
-  host: string;
+  host: HostName;
   listen: string;
   /** Endpoint the scheduler dials back; defaults to the bound listen address. */
   advertise: string | null;
@@ -218,9 +219,29 @@ const enabledDriversSchema = z
     return entries;
   });
 
+/** The configured host name (checked by the schema), else the machine's, which must be one Berth accepts too. */
+function configHost(configured: string | null | undefined): HostName {
+  const name = configured ?? hostname();
+  if (!isHostName(name)) {
+    throw new ConfigError(
+      `host: this machine's host name ${show(name)} is not one Berth accepts ([A-Za-z0-9._-], at most 254 characters, starting and ending with a letter or digit): set host`,
+    );
+  }
+  return name;
+}
+
 /** Every key of the agent configuration but the drivers' sections. */
 export const agentConfigSchema = z.object({
-  host: text().nullish().describe("this host's name (default: the machine's host name)"),
+  host: text()
+    .superRefine((value, ctx) => {
+      if (!isHostName(value))
+        ctx.addIssue({
+          code: 'custom',
+          message: `expected a host name ([A-Za-z0-9._-], at most 254 characters, starting and ending with a letter or digit), got ${show(value)}`,
+        });
+    })
+    .nullish()
+    .describe("this host's name (default: the machine's host name)"),
   listen: hostPort().nullish().describe('host:port the agent serves on (default 127.0.0.1:7071)'),
   advertise: hostPort()
     .nullish()
@@ -351,7 +372,7 @@ export function parseAgentConfig(
   const sections = driverSections(raw, enabled.map(driverKey), overrides.nvmeCli);
   const sysfsRoot = resolve(baseDir, c.sysfs_root ?? '/sys');
   return {
-    host: c.host ?? hostname(),
+    host: configHost(c.host),
     listen: c.listen ?? '127.0.0.1:7071',
     advertise: c.advertise ?? null,
     scheduler: schedulerList(c.scheduler)[0] ?? null,

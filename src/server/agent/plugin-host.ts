@@ -8,9 +8,9 @@
 import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
+import { isPciAddress } from '../../identifiers.js';
 import type { CleanupPolicy, MediaCensus } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
-import { isValidPciAddress } from '../../plugins/device-spec/index.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
 import { takeNvmeCensus } from '../../plugins/nvme/census.js';
@@ -170,7 +170,7 @@ export class PluginHost {
         `driver ${dev.driver} reported an unusable media identity (${problem}); the slot's is used instead`,
       );
     }
-    const fn = isValidPciAddress(dev.address) ? await readPciFunction(this.ctx.sysfsRoot, dev.address) : null;
+    const fn = isPciAddress(dev.address) ? await readPciFunction(this.ctx.sysfsRoot, dev.address) : null;
     return { ...dev, media: slotIdentity(this.ctx.hostname, fn ?? dev) };
   }
 

@@ -5,13 +5,11 @@
  * (managed = false), is bound to a VFIO driver (vfio-pci or a variant driver).
  */
 
-import { invalidArgument } from '../../errors.js';
 import type { MigrationDevice, PrepareMigrationResponse } from '../../gen/berth/agent/v1/agent.js';
+import { parsePciAddress } from '../../identifiers.js';
 import { readPciFunction } from '../../plugins/pci/sysfs-reader.js';
 import type { AgentConfig } from './config.js';
 import type { Inventory } from './inventory.js';
-
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 
 /** What the check reads of the agent (agent.ts imports this module through agent-service.ts). */
 interface MigrationTarget {
@@ -24,12 +22,7 @@ export async function checkMigrationDevice(
   d: MigrationDevice,
   field: string,
 ): Promise<PrepareMigrationResponse> {
-  if (!PCI_ADDRESS.test(d.address)) {
-    throw invalidArgument(
-      `${field}.address`,
-      `${JSON.stringify(d.address)} is not a PCI address like 0000:3b:00.1`,
-    );
-  }
+  const address = parsePciAddress(`${field}.address`, d.address);
   const notReady = (reason: string): PrepareMigrationResponse => ({
     address: d.address,
     ready: false,
@@ -37,7 +30,7 @@ export async function checkMigrationDevice(
   });
   const known = agent.inventory.get(d.address);
   if (!known) return notReady(`device ${d.address} is not managed by Berth on ${agent.config.host}`);
-  const fn = await readPciFunction(agent.config.sysfsRoot, d.address);
+  const fn = await readPciFunction(agent.config.sysfsRoot, address);
   if (!fn) return notReady(`device ${d.address} is no longer present on ${agent.config.host}`);
   if (fn.vendorId !== d.vendorId || fn.productId !== d.productId) {
     return notReady(

@@ -14,7 +14,7 @@
  * followed by KEY=value lines and an empty line; those are not events.
  * Pure functions here; the process that prints them is run by hotplug.ts.
  */
-import { PCI_ADDRESS_RE } from '../../plugins/pci/sysfs-reader.js';
+import { isPciAddress } from '../../identifiers.js';
 
 export interface Uevent {
   /** KERNEL (the kernel's netlink group) or UDEV (after udevd's rules). */
@@ -70,7 +70,7 @@ const NVME_SUBSYS_RE = /^nvme-subsys\d+$/;
 export function ueventTarget(e: Pick<Uevent, 'devpath'>): UeventTarget | null {
   const parts = e.devpath.split('/');
   for (let i = parts.length - 1; i >= 0; i--) {
-    if (PCI_ADDRESS_RE.test(parts[i]!)) return { kind: 'function', address: parts[i]! };
+    if (isPciAddress(parts[i])) return { kind: 'function', address: parts[i]! };
   }
   const s = parts.indexOf('nvme-subsystem');
   if (s >= 0 && NVME_SUBSYS_RE.test(parts[s + 1] ?? ''))

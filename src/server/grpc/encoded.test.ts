@@ -10,13 +10,13 @@ import {
   type WatchDevicesResponse,
   WatchDevicesResponse as WatchDevicesResponseCodec,
 } from '../../gen/berth/scheduler/v1/device_service.js';
-import { pciFacts } from '../scheduler/domain/test-fixtures.js';
+import { hostName, pciFacts } from '../scheduler/domain/test-fixtures.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { openSqliteStore } from '../scheduler/store/sqlite-store.js';
 import { generateStaticToken } from './auth.js';
 import { Encoded, encodeOnce, passEncodedResponses } from './encoded.js';
 
-const HOST = 'fanout-host';
+const HOST = hostName('fanout-host');
 
 describe('responses encoded once', () => {
   let scheduler: Scheduler;

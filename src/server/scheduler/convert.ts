@@ -25,6 +25,7 @@ import {
   type Profile as ProfilePb,
   type RequestGroup as RequestGroupPb,
 } from '../../gen/berth/scheduler/v1/profile.js';
+import { parsePciAddress } from '../../identifiers.js';
 import { proofToProto } from '../cleanup-event-proto.js';
 import { mediaIdentityFromProto, mediaIdentityToProto, mediaRecordFromProto } from '../media-proto.js';
 import type { Arq, ArqState } from './domain/arq.js';
@@ -139,10 +140,10 @@ export function deviceToProto(d: DeviceRecord): Device {
   };
 }
 
-/** An agent's device message as the facts the scheduler stores. */
-export function factsFromAgent(d: AgentDevice): DeviceFacts {
+/** An agent's device message as the facts the scheduler stores; `field` names it in the update. */
+export function factsFromAgent(d: AgentDevice, field: string): DeviceFacts {
   return {
-    address: d.address,
+    address: parsePciAddress(`${field}.address`, d.address),
     vendorId: d.vendorId,
     productId: d.productId,
     classCode: d.classCode,

@@ -8,6 +8,7 @@ import { mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { z } from 'zod';
+import { isUuid } from '../../identifiers.js';
 import { createBackingFile } from './media.js';
 import { mediaMtimes, SSTAT_GLOBAL_ERASED } from './sanitize-engine.js';
 import { type NvmeSimState, type SimControllerState, saveState } from './state.js';
@@ -44,7 +45,7 @@ export const simNamespaceSchema = z.object({
     .optional(),
   uuid: z
     .string()
-    .regex(/^(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})?$/)
+    .refine((v) => v === '' || isUuid(v), 'a lower-case UUID or empty')
     .optional(),
 });
 

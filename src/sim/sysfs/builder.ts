@@ -48,7 +48,7 @@
 import { appendFileSync, mkdirSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
-import { assertPciAddress } from '../../plugins/pci/sysfs-reader.js';
+import { parsePciAddress } from '../../identifiers.js';
 import {
   fnv,
   kernelSubsysNqn,
@@ -220,7 +220,7 @@ function hexId(value: string, digits: number, what: string): string {
 }
 
 function parseBdf(address: string): { domain: number; rid: number } {
-  assertPciAddress(address);
+  parsePciAddress('address', address);
   const [dom, bus, rest] = address.split(':') as [string, string, string];
   const [slot, fn] = rest.split('.') as [string, string];
   return {
@@ -709,14 +709,14 @@ export class SysfsBuilder {
   // ---- model -------------------------------------------------------------
 
   private get(address: string): FunctionState {
-    assertPciAddress(address);
+    parsePciAddress('address', address);
     const st = this.functions.get(address);
     if (!st) throw new Error(`no PCI function ${address} in the simulated tree`);
     return st;
   }
 
   private register(spec: SimFunctionSpec, extra: Pick<FunctionState, 'pf' | 'vf' | 'nvme'>): FunctionState {
-    assertPciAddress(spec.address);
+    parsePciAddress('address', spec.address);
     if (this.functions.has(spec.address)) throw new Error(`PCI function ${spec.address} already exists`);
     if (spec.driver) assertDriverName(spec.driver);
     const vendorId = hexId(spec.vendorId, 4, 'vendorId');

@@ -1,5 +1,6 @@
 /** The hosts whose agents registered, with who follows each, and an operator's deletion of one. */
 import type { Logger } from 'pino';
+import type { HostName } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { HostRecord } from '../domain/host.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
@@ -28,13 +29,13 @@ export class Hosts {
     return hosts.map((host) => ({ host, followedBy: follower(host.name) }));
   }
 
-  async get(name: string): Promise<FollowedHost> {
+  async get(name: HostName): Promise<FollowedHost> {
     const host = await this.deps.useCases.getHost(name);
     return { host, followedBy: (await this.followers())(name) };
   }
 
   /** DeleteHost (see usecases/hosts.ts for what is refused); the link to it, if any, closes. */
-  async delete(name: string, by: string): Promise<DeviceRecord[]> {
+  async delete(name: HostName, by: string): Promise<DeviceRecord[]> {
     const removed = await this.deps.useCases.deleteHost(name);
     this.deps.links.drop(name);
     this.deps.logger.warn(

@@ -18,8 +18,14 @@
  * cleanups are dispatched when the unit commits (the use cases' change feed).
  */
 import { BerthError, failedPrecondition, notFound } from '../../../errors.js';
+import type { Uuid } from '../../../identifiers.js';
 import { recordedByAgent } from '../domain/device-state.js';
-import type { MigrationRecord, PlanMigrationRequest, Readiness } from '../domain/migration.js';
+import {
+  claimPairs,
+  type MigrationRecord,
+  type PlanMigrationRequest,
+  type Readiness,
+} from '../domain/migration.js';
 import { rewriteSourceAddresses } from '../guest/hostdev-xml.js';
 import type { AgentDirectory } from '../runtime/agent-directory.js';
 import { agentCallFailure, type PreparedDevice } from '../runtime/agent-link.js';
@@ -81,7 +87,7 @@ export class Migrations {
   }
 
   /** CommitMigration: FAILED_PRECONDITION until the plan was prepared. */
-  async commit(uuid: string): Promise<MigrationRecord> {
+  async commit(uuid: Uuid): Promise<MigrationRecord> {
     const { useCases } = this.deps;
     const current = await useCases.getMigration(uuid);
     if (current.state === 'planned' && current.destinationXml === '') {
@@ -95,7 +101,7 @@ export class Migrations {
   }
 
   /** AbortMigration. */
-  async abort(uuid: string): Promise<MigrationRecord> {
+  async abort(uuid: Uuid): Promise<MigrationRecord> {
     return (await this.deps.useCases.abortMigration(uuid)).migration;
   }
 
@@ -108,7 +114,7 @@ export class Migrations {
   /** What to send the destination agent: its device, the source's identity, and whether it must be pre-bound. */
   private async migrationDevices(m: MigrationRecord): Promise<PreparedDevice[]> {
     const out: PreparedDevice[] = [];
-    for (const [srcUuid, dstUuid] of Object.entries(m.claims)) {
+    for (const [srcUuid, dstUuid] of claimPairs(m)) {
       const src = await this.deps.useCases.getDevice({ uuid: srcUuid });
       const dst = await this.deps.useCases.getDevice({ uuid: dstUuid });
       out.push({
@@ -129,7 +135,7 @@ export class Migrations {
     m: MigrationRecord,
   ): Promise<{ address: string; error: BerthError } | null> {
     const arqs = await this.deps.useCases.listArqs(m.instanceUuid);
-    for (const [srcUuid, dstUuid] of Object.entries(m.claims)) {
+    for (const [srcUuid, dstUuid] of claimPairs(m)) {
       const dst = await this.deps.useCases.getDevice({ uuid: dstUuid });
       if (!recordedByAgent(dst)) continue;
       const arq = arqs.find((a) => a.deviceUuid === srcUuid);

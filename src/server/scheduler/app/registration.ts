@@ -13,6 +13,7 @@
  */
 import type { Logger } from 'pino';
 import { isBerthError } from '../../../errors.js';
+import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import {
   type Caller,
@@ -132,7 +133,7 @@ export class Registration {
    * Invariant 9: the devices the agent's journal records as holding tenant data
    * are never offered; one this database thinks available is queued for cleanup.
    */
-  private async reconcileHeld(host: string, held: HeldDeviceReport[]): Promise<void> {
+  private async reconcileHeld(host: HostName, held: HeldDeviceReport[]): Promise<void> {
     if (held.length === 0) return;
     const moved = await this.deps.useCases.reconcileHeldDevices(host, held);
     if (moved.length === 0) return;
@@ -152,7 +153,7 @@ export class Registration {
    * media shows up dirty or burned wherever it is seen next, even after this
    * database was lost or restored.
    */
-  private async reconcileMedia(host: string, records: MediaRecord[]): Promise<void> {
+  private async reconcileMedia(host: HostName, records: MediaRecord[]): Promise<void> {
     const changed = await this.deps.useCases.reconcileMediaRecords(host, records);
     if (changed.length === 0) return;
     this.deps.logger.warn(

@@ -11,7 +11,7 @@ import {
   setStatus,
 } from './device-state.js';
 import type { RequestGroup } from './profile.js';
-import { facts, pciFacts } from './test-fixtures.js';
+import { facts, hostName, pciFacts, testUuid } from './test-fixtures.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
 const group = (g: Partial<RequestGroup> = {}): RequestGroup => ({
@@ -30,15 +30,15 @@ const busyOf = (ds: DeviceRecord[]) =>
 
 describe('pickDevice', () => {
   const ds = [
-    newDevice('h', facts({ index: 3, numaNode: 1 }), 'a', NOW),
-    newDevice('h', facts({ index: 2, numaNode: -1 }), 'b', NOW),
+    newDevice(hostName('h'), facts({ index: 3, numaNode: 1 }), testUuid('a'), NOW),
+    newDevice(hostName('h'), facts({ index: 2, numaNode: -1 }), testUuid('b'), NOW),
     newDevice(
-      'h',
+      hostName('h'),
       facts({ index: 1, numaNode: 1, traits: ['OWNER_BERTH', 'HW_NVME_CES', 'CUSTOM_X'] }),
-      'c',
+      testUuid('c'),
       NOW,
     ),
-    newDevice('h', pciFacts({ index: 0, numaNode: 0 }), 'd', NOW),
+    newDevice(hostName('h'), pciFacts({ index: 0, numaNode: 0 }), testUuid('d'), NOW),
   ];
 
   it('prefers the lowest NUMA node, then fewer traits, then the address; -1 NUMA last', () => {
@@ -67,9 +67,12 @@ describe('pickDevice', () => {
   });
 
   it('builds the store query from the group', () => {
-    expect(candidateQuery('h', group())).toEqual({ host: 'h', resourceClass: 'CUSTOM_NVME_144D_A808' });
+    expect(candidateQuery('h', group())).toEqual({
+      host: hostName('h'),
+      resourceClass: 'CUSTOM_NVME_144D_A808',
+    });
     expect(candidateQuery('h', group({ resourceClass: '', vendorId: '10de', productId: '25b6' }))).toEqual({
-      host: 'h',
+      host: hostName('h'),
       vendorId: '10de',
       productId: '25b6',
     });
@@ -89,14 +92,14 @@ describe('pickDevice', () => {
         (specs, ops) => {
           let fleet = specs.map((s, i) => {
             const d = newDevice(
-              'h',
+              hostName('h'),
               facts({
                 index: i,
                 numaNode: s.numaNode,
                 iommuGroup: s.iommuGroup,
                 traits: s.extraTrait ? ['A', 'B'] : ['A'],
               }),
-              `d${i}`,
+              testUuid(`d${i}`),
               NOW,
             );
             return s.maintaining ? setStatus(d, 'maintaining') : d;

@@ -4,7 +4,8 @@
  * every change goes through `transitionArq`, so an ARQ cannot skip a state.
  */
 
-import { type BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
+import { type BerthError, failedPrecondition } from '../../../errors.js';
+import { type HostName, type PciAddress, pciAddressParts, type Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 import type { HostRecord } from './host.js';
 import type { RequestGroup } from './profile.js';
@@ -23,7 +24,7 @@ export interface PciAttachHandle {
 }
 
 export interface Arq {
-  uuid: string;
+  uuid: Uuid;
   profileName: string;
   /** Index of the profile's request group this ARQ serves. */
   groupId: number;
@@ -31,9 +32,9 @@ export interface Arq {
   group: RequestGroup;
   state: ArqState;
   instanceUuid: string | null;
-  host: string | null;
-  deviceUuid: string | null;
-  deviceAddress: string | null;
+  host: HostName | null;
+  deviceUuid: Uuid | null;
+  deviceAddress: PciAddress | null;
   attachHandle: PciAttachHandle | null;
   tag: string;
   /** Why the last bind failed; '' otherwise. */
@@ -73,13 +74,10 @@ export function transitionArq(arq: Arq, to: ArqState, patch: Partial<Arq> = {}):
   return { ...arq, ...patch, state: to };
 }
 
-const PCI_ADDRESS = /^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$/;
-
 /** The attach handle for a PCI address such as 0000:3b:00.1. */
-export function attachHandleFromAddress(address: string, managed: boolean): PciAttachHandle {
-  const m = PCI_ADDRESS.exec(address);
-  if (!m) throw invalidArgument('address', `"${address}" is not a PCI address like 0000:3b:00.1`);
-  return { domain: m[1]!, bus: m[2]!, device: m[3]!, function: m[4]!, managed };
+export function attachHandleFromAddress(address: PciAddress, managed: boolean): PciAttachHandle {
+  const { domain, bus, slot, function: fn } = pciAddressParts(address);
+  return { domain, bus, device: slot, function: fn, managed };
 }
 
 /** The ARQ now holds the device: bind_started → bound with the attach handle. */
@@ -122,9 +120,10 @@ export interface CreateArqsRequest {
 }
 
 export interface ArqBinding {
-  arqUuid: string;
+  arqUuid: Uuid;
+  /** An instance id from the orchestration layer: a uuid in practice, any safe id accepted (not a `Uuid`). */
   instanceUuid: string;
-  host: string;
+  host: HostName;
   /** Overrides the tag given at creation when non-empty. */
   tag?: string;
 }

@@ -3,6 +3,7 @@
  * device side of a cleanup is device-state.ts).
  */
 
+import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { CleanupProofRecord, DeviceRecord } from './device-state.js';
 
 export type CleanupJobState = 'queued' | 'dispatched' | 'running' | 'succeeded' | 'failed' | 'interrupted';
@@ -39,9 +40,9 @@ export interface CleanupEvent {
 
 export interface CleanupJob {
   jobId: string;
-  deviceUuid: string;
-  host: string;
-  address: string;
+  deviceUuid: Uuid;
+  host: HostName;
+  address: PciAddress;
   /** The device's locked-in action when the job was created. */
   action: string;
   state: CleanupJobState;

@@ -25,10 +25,10 @@ import {
   vanished,
 } from './device-state.js';
 import type { RequestGroup } from './profile.js';
-import { facts, PROOF, pciFacts } from './test-fixtures.js';
+import { facts, hostName, PROOF, pciFacts, testUuid } from './test-fixtures.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
-const dev = (f: DeviceFacts = facts(), uuid = 'd1') => newDevice('h1', f, uuid, NOW);
+const dev = (f: DeviceFacts = facts(), uuid = 'd1') => newDevice(hostName('h1'), f, testUuid(uuid), NOW);
 
 function reasonOf(fn: () => unknown): string | undefined {
   try {
@@ -482,7 +482,7 @@ describe('device state machine: random event sequences keep the invariants', () 
     fc.assert(
       fc.property(fc.array(opArb, { minLength: 20, maxLength: 100, size: 'max' }), (ops) => {
         const w: World = {
-          devices: fleetFacts().map((f, i) => newDevice('h1', f, `dev${i}`, NOW)),
+          devices: fleetFacts().map((f, i) => newDevice(hostName('h1'), f, testUuid(`dev${i}`), NOW)),
           dirty: new Array(FLEET).fill(false),
           jobSeq: 0,
         };

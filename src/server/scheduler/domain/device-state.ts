@@ -14,6 +14,7 @@
 
 import type { ReasonFor } from '../../../error-reasons.js';
 import { type BerthError, failedPrecondition } from '../../../errors.js';
+import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { CensusRecord } from '../../../plugins/cleanup-evidence.js';
 import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
 
@@ -58,7 +59,7 @@ export interface CleanupRecord {
  * here so the scheduler's domain does not depend on the plugin package.
  */
 export interface DeviceFacts {
-  address: string;
+  address: PciAddress;
   vendorId: string;
   productId: string;
   classCode: string;
@@ -96,8 +97,8 @@ export interface DeviceFacts {
  * bookkeeping never changes a device's generation.
  */
 export interface DeviceRecord extends Omit<DeviceFacts, 'unallocatableReason' | 'agentMedia'> {
-  uuid: string;
-  host: string;
+  uuid: Uuid;
+  host: HostName;
   /** The agent's reason the device must not be allocated ('' when none). */
   hostUnallocatableReason: string;
   /** Whether the last discovery on the host still saw the device. */
@@ -183,7 +184,7 @@ function refuse(reason: ReasonFor<'FAILED_PRECONDITION'>, d: DeviceRecord, messa
 export const MEDIA_UNSETTLED = 'its media is being looked up';
 
 /** A device the host reported for the first time. */
-export function newDevice(host: string, facts: DeviceFacts, uuid: string, now: string): DeviceRecord {
+export function newDevice(host: HostName, facts: DeviceFacts, uuid: Uuid, now: string): DeviceRecord {
   const { unallocatableReason: hostReason, agentMedia: _journal, ...rest } = facts;
   return settle(
     {

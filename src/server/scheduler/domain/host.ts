@@ -10,10 +10,11 @@
  */
 
 import { permissionDenied } from '../../../errors.js';
+import { type HostName, isHostName, type PciAddress } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 
 export interface HostRegistration {
-  name: string;
+  name: HostName;
   endpoint: string;
   bootId: string;
   /** The agent process's own epoch id (Register.epoch): a new one means the agent restarted. */
@@ -58,7 +59,7 @@ export interface HostRegistered {
 
 /** A device an agent's journal records as handed to a guest and not cleaned since. */
 export interface HeldDeviceReport {
-  address: string;
+  address: PciAddress;
   arqUuid: string;
   instanceUuid: string;
   /** When the agent recorded the binding (ISO 8601, the agent's clock); absent from older agents. */
@@ -94,9 +95,7 @@ export function hostOfSubject(subject: string, table: ReadonlyMap<string, string
   const mapped = table.get(subject);
   if (mapped !== undefined) return mapped;
   const name = subject.startsWith('cert:') ? subject.slice('cert:'.length) : subject;
-  return /^[A-Za-z0-9]([A-Za-z0-9._-]{0,252}[A-Za-z0-9])?$/.test(name) && !subject.startsWith('static:')
-    ? name
-    : null;
+  return isHostName(name) && !subject.startsWith('static:') ? name : null;
 }
 
 /** Whether the caller is an agent principal, bound to one host (not an admin, auth on). */

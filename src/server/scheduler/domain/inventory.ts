@@ -4,16 +4,17 @@
  * what applying it changed, and one entry of the device event log.
  */
 
+import type { HostName, PciAddress, ResourceClass, Uuid } from '../../../identifiers.js';
 import type { DeviceFacts, DeviceRecord, DeviceState, DeviceType } from './device-state.js';
 
 /** A device named by uuid, or by host and PCI address (proto DeviceRef). */
-export type DeviceRef = { uuid: string } | { host: string; address: string };
+export type DeviceRef = { uuid: Uuid } | { host: HostName; address: PciAddress };
 
 export interface DeviceFilter {
-  host?: string;
+  host?: HostName;
   type?: DeviceType;
   state?: DeviceState;
-  resourceClass?: string;
+  resourceClass?: ResourceClass;
 }
 
 export function matchesFilter(d: DeviceRecord, f: DeviceFilter): boolean {
@@ -40,7 +41,7 @@ export interface DevicePage {
 /** What an agent's WatchInventory stream delivered. */
 export type InventoryUpdate =
   | { kind: 'snapshot'; revision: number; devices: DeviceFacts[] }
-  | { kind: 'delta'; revision: number; added: DeviceFacts[]; changed: DeviceFacts[]; removed: string[] };
+  | { kind: 'delta'; revision: number; added: DeviceFacts[]; changed: DeviceFacts[]; removed: PciAddress[] };
 
 export interface InventoryResult {
   added: DeviceRecord[];

@@ -1,5 +1,6 @@
 /** Live migrations as the scheduler records them (specs/live-migration-variant-drivers.txt). */
 
+import type { HostName, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 
 export type MigrationState = 'planned' | 'committed' | 'aborted';
@@ -12,15 +13,16 @@ export interface Readiness {
 }
 
 export interface MigrationRecord {
-  uuid: string;
+  uuid: Uuid;
   instanceUuid: string;
+  /** '' for an instance that had no bound device. */
   sourceHost: string;
-  destinationHost: string;
+  destinationHost: HostName;
   state: MigrationState;
   /** Source PCI address → destination PCI address. */
   addressMap: Record<string, string>;
   /** Source device uuid → claimed destination device uuid. */
-  claims: Record<string, string>;
+  claims: Record<Uuid, Uuid>;
   destinationXml: string;
   readiness: Readiness[];
   requestId: string | null;
@@ -29,9 +31,13 @@ export interface MigrationRecord {
 
 export interface PlanMigrationRequest {
   instanceUuid: string;
-  destinationHost: string;
+  destinationHost: HostName;
   requestId?: string;
 }
+
+/** A plan's claims as (source device, destination device) pairs: the keys were written from device uuids. */
+export const claimPairs = (m: Pick<MigrationRecord, 'claims'>): Array<[Uuid, Uuid]> =>
+  Object.entries(m.claims) as Array<[Uuid, Uuid]>;
 
 export interface MigrationOutcome {
   migration: MigrationRecord;

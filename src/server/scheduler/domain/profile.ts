@@ -5,6 +5,7 @@
  */
 
 import { BerthError, type FieldViolation } from '../../../errors.js';
+import { isResourceClass, isTrait } from '../../../identifiers.js';
 
 export type LiveMigratable = 'yes' | 'no' | 'unset';
 
@@ -40,17 +41,10 @@ export interface ProfileInput {
 export type ProfileSpec = Omit<Profile, 'uuid' | 'createdAt'>;
 
 export const PROFILE_NAME = /^[A-Za-z0-9_.-]{1,255}$/;
-export const CUSTOM_NAME = /^CUSTOM_[A-Z0-9_]{1,248}$/;
-/** Standard (os-traits / os-resource-classes) names look like this. */
-export const STANDARD_NAME = /^[A-Z][A-Z0-9_]{0,254}$/;
 const HEX4 = /^[0-9a-fA-F]{4}$/;
 export const MAX_GROUPS = 64;
 export const MAX_COUNT = 64;
 export const MAX_DESCRIPTION = 1024;
-
-/** True for `CUSTOM_*` names and standard-looking upper-case names. */
-export const isValidTraitOrClass = (s: string): boolean =>
-  s.startsWith('CUSTOM_') ? CUSTOM_NAME.test(s) : STANDARD_NAME.test(s);
 
 function checkGroup(g: Partial<RequestGroup>, path: string, out: FieldViolation[]): RequestGroup {
   const resourceClass = g.resourceClass ?? '';
@@ -67,7 +61,7 @@ function checkGroup(g: Partial<RequestGroup>, path: string, out: FieldViolation[
       field: `${path}.resource_class`,
       description: `give resource_class "${resourceClass}" or vendor_id/product_id, not both`,
     });
-  } else if (resourceClass !== '' && !isValidTraitOrClass(resourceClass)) {
+  } else if (resourceClass !== '' && !isResourceClass(resourceClass)) {
     out.push({
       field: `${path}.resource_class`,
       description: `"${resourceClass}" is not a resource class (CUSTOM_[A-Z0-9_]{1,248} or a standard name)`,
@@ -86,7 +80,7 @@ function checkGroup(g: Partial<RequestGroup>, path: string, out: FieldViolation[
   const traits = (key: string, list: string[] | undefined): string[] => {
     const seen = new Set<string>();
     (list ?? []).forEach((t, i) => {
-      if (!isValidTraitOrClass(t)) {
+      if (!isTrait(t)) {
         out.push({
           field: `${path}.${key}[${i}]`,
           description: `"${t}" is not a trait (CUSTOM_[A-Z0-9_]{1,248} or a standard name)`,

@@ -3,13 +3,27 @@
  * itself: both the property tests and the store contract build fleets with it.
  */
 
+import {
+  type HostName,
+  type PciAddress,
+  parseHostName,
+  parsePciAddress,
+  type Uuid,
+} from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import type { CleanupProofRecord, DeviceFacts } from './device-state.js';
 import type { HostRegistration } from './host.js';
 
+/** A host name a test writes as text, parsed as at the edge. */
+export const hostName = (name: string): HostName => parseHostName('host', name);
+/** A PCI address a test writes as text, parsed as at the edge. */
+export const pci = (address: string): PciAddress => parsePciAddress('address', address);
+/** A test's stand-in for a uuid (`d-1`): the store keys records by it and never parses it. */
+export const testUuid = (id: string): Uuid => id as Uuid;
+
 /** An agent's registration of host `name` (no features, no drivers). */
 export const hostRegistration = (name: string, agentEpoch = 'e'): HostRegistration => ({
-  name,
+  name: hostName(name),
   endpoint: `${name}:1`,
   bootId: 'b',
   agentEpoch,
@@ -18,18 +32,20 @@ export const hostRegistration = (name: string, agentEpoch = 'e'): HostRegistrati
   drivers: [],
 });
 
-export interface FactsOptions extends Partial<DeviceFacts> {
+export interface FactsOptions extends Partial<Omit<DeviceFacts, 'address'>> {
   /** Shorthand: device index → address 0000:<bus>:00.0 and IOMMU group. */
   index?: number;
+  /** Parsed (pci()). */
+  address?: string;
 }
 
 /** A healthy NVMe-like device (cleaned with sanitize-crypto) unless overridden. */
 export function facts(opts: FactsOptions = {}): DeviceFacts {
   const i = opts.index ?? 0;
   const bus = (0x10 + i).toString(16).padStart(2, '0');
-  const { index: _ignored, ...rest } = opts;
+  const { index: _ignored, address, ...rest } = opts;
   return {
-    address: `0000:${bus}:00.0`,
+    address: pci(address ?? `0000:${bus}:00.0`),
     vendorId: '144d',
     productId: 'a808',
     classCode: '010802',

@@ -25,6 +25,7 @@
  */
 
 import { BerthError, invalidArgument } from '../../../errors.js';
+import { isPciAddress as isCanonicalPciAddress, pciAddressParts } from '../../../identifiers.js';
 
 /** Lower-case hex without 0x, as the proto's PciAddress. */
 export interface PciAddress {
@@ -39,16 +40,14 @@ export const FIRST_GUEST_SLOT = 0x10;
 /** Last slot on a conventional PCI bus (5-bit slot number). */
 export const LAST_GUEST_SLOT = 0x1f;
 
-const PCI_ADDRESS = /^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$/;
+/** Whether `s` is a PCI address in the canonical `0000:00:10.0` form (the one rule: src/identifiers.ts). */
+export const isPciAddress = (s: string): boolean => isCanonicalPciAddress(s);
 
-/** Whether `s` is a PCI address in the canonical `0000:00:10.0` form. */
-export const isPciAddress = (s: string): boolean => PCI_ADDRESS.test(s);
-
-/** Parse `0000:3b:02.0`; INVALID_ARGUMENT naming `field` and the value otherwise. */
+/** Parse `0000:3b:02.0` into its fields; INVALID_ARGUMENT naming `field` and the value otherwise. */
 export function parsePciAddress(field: string, s: string): PciAddress {
-  const m = PCI_ADDRESS.exec(s);
-  if (!m) throw invalidArgument(field, `"${s}" is not a PCI address like 0000:00:10.0`);
-  return { domain: m[1]!, bus: m[2]!, slot: m[3]!, function: m[4]! };
+  if (!isCanonicalPciAddress(s))
+    throw invalidArgument(field, `"${s}" is not a PCI address like 0000:00:10.0`);
+  return pciAddressParts(s);
 }
 
 /** `0000:3b:02.0` form of an address. */

@@ -4,7 +4,7 @@ import { available, virtXmlValidate } from '../../../../test/helpers/prerequisit
 import { isBerthError } from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
-import { pciFacts } from '../domain/test-fixtures.js';
+import { hostName, pci, pciFacts, testUuid } from '../domain/test-fixtures.js';
 import { guestAddressForSlot, parsePciAddress } from './guest-address.js';
 import {
   aliasFor,
@@ -19,7 +19,7 @@ import {
 } from './hostdev-xml.js';
 import { validateDomains, wrapInDomain } from './virt-xml.js';
 
-const ARQ = '2f59e9d8-5a17-4607-83c5-e2ff83cce2c7';
+const ARQ = testUuid('2f59e9d8-5a17-4607-83c5-e2ff83cce2c7');
 
 const input = (i: number, opts: Partial<HostdevInput> = {}): HostdevInput => ({
   arqUuid: `00000000-0000-4000-8000-${i.toString(16).padStart(12, '0')}`,
@@ -143,7 +143,12 @@ describe('buildHostdevs / renderInstance', () => {
 
 describe('hostdevFromBinding', () => {
   const device = (managed: boolean): DeviceRecord =>
-    newDevice('host-a', pciFacts({ address: '0000:25:00.4', managed }), 'dev-1', '2026-01-01T00:00:00Z');
+    newDevice(
+      hostName('host-a'),
+      pciFacts({ address: '0000:25:00.4', managed }),
+      testUuid('dev-1'),
+      '2026-01-01T00:00:00Z',
+    );
   const arq = (over: Partial<Arq> = {}): Arq => ({
     uuid: ARQ,
     profileName: 'p',
@@ -151,9 +156,9 @@ describe('hostdevFromBinding', () => {
     group: {} as Arq['group'],
     state: 'bound',
     instanceUuid: 'i',
-    host: 'host-a',
-    deviceUuid: 'dev-1',
-    deviceAddress: '0000:25:00.4',
+    host: hostName('host-a'),
+    deviceUuid: testUuid('dev-1'),
+    deviceAddress: pci('0000:25:00.4'),
     // The attach handle holds managed as it was at bind time; that is what counts.
     attachHandle: { domain: '0000', bus: '25', device: '00', function: '4', managed: true },
     tag: 'vf',
@@ -178,7 +183,7 @@ describe('hostdevFromBinding', () => {
 
   it('refuses an ARQ not bound to the device', () => {
     try {
-      hostdevFromBinding(arq({ deviceUuid: 'other' }), device(true), guestAddressForSlot(0x10));
+      hostdevFromBinding(arq({ deviceUuid: testUuid('other') }), device(true), guestAddressForSlot(0x10));
       expect.unreachable();
     } catch (e) {
       expect(isBerthError(e) && e.reason).toBe('ARQ_NOT_BOUND');

@@ -3,7 +3,7 @@ import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
 import { violations } from '../../../../test/helpers/errors.js';
 import { newDevice } from '../domain/device-state.js';
-import { facts, pciFacts } from '../domain/test-fixtures.js';
+import { facts, hostName, pciFacts, testUuid } from '../domain/test-fixtures.js';
 import { assignGuestAddress, guestAddressForSlot } from './guest-address.js';
 import { buildHostdevs } from './hostdev-xml.js';
 import {
@@ -236,7 +236,12 @@ describe('buildMetadata / renderMetadataJson', () => {
       disks: [disk({ bus: 'virtio', address: '0000:00:11.0' })],
     });
     const guest = assignGuestAddress(registeredAddresses(devices));
-    const record = newDevice('h', pciFacts({ address: '0000:3b:02.0' }), 'dev-1', '2026-01-01T00:00:00Z');
+    const record = newDevice(
+      hostName('h'),
+      pciFacts({ address: '0000:3b:02.0' }),
+      testUuid('dev-1'),
+      '2026-01-01T00:00:00Z',
+    );
     const [hd] = buildHostdevs([
       {
         arqUuid: 'a',
@@ -255,7 +260,7 @@ describe('buildMetadata / renderMetadataJson', () => {
       tags: ['gpu0'],
     });
     expect(validateMetadata(doc).valid).toBe(true);
-    const nvme = newDevice('h', facts({ index: 1 }), 'dev-2', '2026-01-01T00:00:00Z');
+    const nvme = newDevice(hostName('h'), facts({ index: 1 }), testUuid('dev-2'), '2026-01-01T00:00:00Z');
     expect(passthroughFromHostdev(hd!, nvme)).toMatchObject({ deviceType: 'NVME', vendorId: '144d' });
   });
 

@@ -118,11 +118,14 @@ export const DISK_BUSES: Readonly<Record<string, MetadataBus>> = {
 };
 
 /** Address syntax per bus, as the schema has it (the PCI one stricter: function 0-7). */
-const ADDRESS_SYNTAX: Record<Exclude<MetadataBus, 'none'>, { re: RegExp; example: string }> = {
-  pci: { re: /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/, example: '0000:00:04.0' },
-  scsi: { re: /^[0-9a-f]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+$/, example: '0:0:0:0' },
-  ide: { re: /^[01]:[01]$/, example: '0:1' },
-  usb: { re: /^[0-9a-f]+:[0-9a-f]+$/, example: '1:2' },
+const ADDRESS_SYNTAX: Record<
+  Exclude<MetadataBus, 'none'>,
+  { test: (s: string) => boolean; example: string }
+> = {
+  pci: { test: isPciAddress, example: '0000:00:04.0' },
+  scsi: { test: (s) => /^[0-9a-f]+:[0-9a-f]+:[0-9a-f]+:[0-9a-f]+$/.test(s), example: '0:0:0:0' },
+  ide: { test: (s) => /^[01]:[01]$/.test(s), example: '0:1' },
+  usb: { test: (s) => /^[0-9a-f]+:[0-9a-f]+$/.test(s), example: '1:2' },
 };
 
 const MAC = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/;
@@ -216,7 +219,7 @@ export function validateInstanceDevices(
     if (!MAC.test(n.mac))
       v.push({ field: `${f}.mac`, description: `"${n.mac}" is not a MAC address like 52:54:00:12:34:56` });
     if (n.address !== '') {
-      if (!ADDRESS_SYNTAX.pci.re.test(n.address)) {
+      if (!ADDRESS_SYNTAX.pci.test(n.address)) {
         v.push({
           field: `${f}.address`,
           description: `"${n.address}" is not a PCI address like 0000:00:03.0`,
@@ -257,7 +260,7 @@ export function validateInstanceDevices(
           field: `${f}.address`,
           description: `"${d.address}" given for bus none, which has no addresses`,
         });
-      } else if (!ADDRESS_SYNTAX[bus].re.test(d.address)) {
+      } else if (!ADDRESS_SYNTAX[bus].test(d.address)) {
         v.push({
           field: `${f}.address`,
           description: `"${d.address}" is not an address for bus ${busName} (like ${ADDRESS_SYNTAX[bus].example})`,

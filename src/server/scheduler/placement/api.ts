@@ -12,6 +12,7 @@
  * PlacementRefused (any other 4xx, with Placement's error code and detail).
  */
 import { ConfigError } from '../../../errors.js';
+import type { ResourceClass, Trait } from '../../../identifiers.js';
 import { KeystoneRefused, KeystoneUnavailable, type TokenSource } from './keystone.js';
 
 export const PINNED_MICROVERSION = '1.26';
@@ -239,7 +240,12 @@ export class PlacementApi {
   }
 
   /** Returns the new generation. */
-  async putTraits(uuid: string, generation: number, traits: string[], name: string): Promise<number> {
+  async putTraits(
+    uuid: string,
+    generation: number,
+    traits: readonly string[],
+    name: string,
+  ): Promise<number> {
     const r = await this.call<{ resource_provider_generation: number }>(
       'PUT',
       `/resource_providers/${uuid}/traits`,
@@ -298,12 +304,12 @@ export class PlacementApi {
   }
 
   /** PUT /traits/{name}: creates a custom trait (201) or finds it (204). */
-  async ensureTrait(name: string): Promise<void> {
+  async ensureTrait(name: Trait): Promise<void> {
     await this.call('PUT', `/traits/${name}`, `create trait ${name}`, { ok: [201, 204] });
   }
 
   /** PUT /resource_classes/{name} (idempotent since 1.7). */
-  async ensureResourceClass(name: string): Promise<void> {
+  async ensureResourceClass(name: ResourceClass): Promise<void> {
     await this.call('PUT', `/resource_classes/${name}`, `create resource class ${name}`, { ok: [201, 204] });
   }
 }

@@ -5,6 +5,7 @@
  * `reserved` = the devices Berth would not hand out now. The reporter
  * (reporter.ts) makes Placement say this.
  */
+import { type HostName, isResourceClass, isTrait } from '../../../identifiers.js';
 import { type DeviceRecord, unallocatableReasons } from '../domain/device-state.js';
 import {
   placementResourceClass,
@@ -15,7 +16,7 @@ import {
 } from './names.js';
 
 export interface HostView {
-  name: string;
+  name: HostName;
   connected: boolean;
 }
 
@@ -94,6 +95,15 @@ export function desiredProviders(
     const traits = placementTraits(d, opts.standardTraits);
     const held = heldBecause(d, hosts.get(d.host));
     const counted: CountedDevice = { uuid: d.uuid, host: d.host, address: d.address, heldBecause: held };
+    // A name Placement would refuse (an agent that did not normalise it) is never sent: the provider is only held.
+    const invalid = [
+      ...(isResourceClass(rc) ? [] : [`resource class ${JSON.stringify(rc)}`]),
+      ...traits.filter((t) => !isTrait(t)).map((t) => `trait ${JSON.stringify(t)}`),
+    ];
+    const problem =
+      invalid.length > 0
+        ? `${d.address} has ${invalid.join(', ')}, not a valid Placement name (CUSTOM_[A-Z0-9_]+ or a standard name, at most 255 characters)`
+        : '';
     const p = out.get(name);
     if (!p) {
       out.set(name, {
@@ -106,14 +116,16 @@ export function desiredProviders(
         total: 1,
         reserved: held ? 1 : 0,
         devices: [counted],
-        problem: '',
+        problem,
       });
       continue;
     }
     p.devices.push(counted);
     p.total += 1;
     if (held) p.reserved += 1;
-    if (!p.problem && p.resourceClass !== rc) {
+    if (!p.problem && problem) {
+      p.problem = problem;
+    } else if (!p.problem && p.resourceClass !== rc) {
       p.problem = `the VFs of ${providerAddress(d)} have different resource classes (${p.resourceClass}, ${rc}): give them one (Nova refuses this too)`;
     } else if (!p.problem && p.traits.join() !== traits.join()) {
       p.problem = `the VFs of ${providerAddress(d)} have different traits ([${p.traits.join(', ')}], [${traits.join(', ')}]): give them one set (Nova refuses this too)`;

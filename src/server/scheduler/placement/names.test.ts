@@ -1,7 +1,7 @@
-import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
+import { newUuid } from '../../../identifiers.js';
 import { bind, newDevice, setStatus, usedOutsideBerth, vanished } from '../domain/device-state.js';
-import { facts, pciFacts } from '../domain/test-fixtures.js';
+import { facts, hostName, pciFacts } from '../domain/test-fixtures.js';
 import { desiredProviders, type HostView } from './desired.js';
 import {
   addressFromProviderName,
@@ -13,7 +13,7 @@ import {
 } from './names.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
-const hosts = (connected = true) => new Map<string, HostView>([['h1', { name: 'h1', connected }]]);
+const hosts = (connected = true) => new Map<string, HostView>([['h1', { name: hostName('h1'), connected }]]);
 const opts = {
   nodename: (h: string) => h,
   standardTraits: new Set(['HW_PCI_ONE_TIME_USE']),
@@ -64,12 +64,12 @@ describe('Placement names', () => {
 
 describe('desired providers', () => {
   it('reserves exactly the devices Berth would not hand out, and every device of a host it cannot reach', () => {
-    const free = newDevice('h1', facts({ index: 0 }), randomUUID(), NOW);
-    const bound = bind(newDevice('h1', facts({ index: 1 }), randomUUID(), NOW), {
+    const free = newDevice(hostName('h1'), facts({ index: 0 }), newUuid(), NOW);
+    const bound = bind(newDevice(hostName('h1'), facts({ index: 1 }), newUuid(), NOW), {
       arqUuid: 'a',
       instanceUuid: 'i',
     });
-    const off = setStatus(newDevice('h1', facts({ index: 2 }), randomUUID(), NOW), 'maintaining');
+    const off = setStatus(newDevice(hostName('h1'), facts({ index: 2 }), newUuid(), NOW), 'maintaining');
     const p = desiredProviders([free, bound, off], hosts(), opts);
     expect([...p.values()].map((x) => [x.name, x.total, x.reserved])).toEqual([
       ['h1_0000:10:00.0', 1, 0],
@@ -82,10 +82,14 @@ describe('desired providers', () => {
   });
 
   it('holds a device used outside Berth until it is cleaned', () => {
-    const d = usedOutsideBerth(newDevice('h1', facts(), randomUUID(), NOW), 'job', 'Nova used it');
+    const d = usedOutsideBerth(newDevice(hostName('h1'), facts(), newUuid(), NOW), 'job', 'Nova used it');
     expect(d.deviceState).toBe('pending_cleaning');
     expect(desiredProviders([d], hosts(), opts).get('h1_0000:10:00.0')?.reserved).toBe(1);
-    const gpu = usedOutsideBerth(newDevice('h1', pciFacts(), randomUUID(), NOW), 'job', 'Nova used it');
+    const gpu = usedOutsideBerth(
+      newDevice(hostName('h1'), pciFacts(), newUuid(), NOW),
+      'job',
+      'Nova used it',
+    );
     expect(gpu.deviceState).toBe('error');
     expect(gpu.errorReason).toMatch(/Nova used it, and driver pci cannot clean it/);
   });
@@ -93,16 +97,16 @@ describe('desired providers', () => {
   it('counts VFs on their PF, drops vanished devices and Neutron ports, and refuses mixed VFs', () => {
     const vf = (i: number, over = {}) =>
       newDevice(
-        'h1',
+        hostName('h1'),
         pciFacts({ address: `0000:3b:02.${i}`, functionKind: 'VF', physfn: '0000:3b:00.0', ...over }),
-        randomUUID(),
+        newUuid(),
         NOW,
       );
-    const gone = vanished(newDevice('h1', facts({ index: 5 }), randomUUID(), NOW), 'unplugged');
+    const gone = vanished(newDevice(hostName('h1'), facts({ index: 5 }), newUuid(), NOW), 'unplugged');
     const port = newDevice(
-      'h1',
+      hostName('h1'),
       pciFacts({ index: 6, attributes: { physical_network: 'physnet1' } }),
-      randomUUID(),
+      newUuid(),
       NOW,
     );
     const p = desiredProviders([vf(0), vf(1), vf(2), gone, port], hosts(), opts);
@@ -111,5 +115,22 @@ describe('desired providers', () => {
     const mixed = desiredProviders([vf(0), vf(1, { resourceClass: 'CUSTOM_OTHER' })], hosts(), opts);
     expect(mixed.get('h1_0000:3B:00.0')).toMatchObject({ total: 2, reserved: 2 });
     expect(mixed.get('h1_0000:3B:00.0')?.problem).toMatch(/different resource classes/);
+  });
+
+  it('only holds a device whose resource class or trait Placement would refuse, naming it (never sent in a URL)', () => {
+    const badClass = newDevice(
+      hostName('h1'),
+      facts({ index: 0, resourceClass: 'CUSTOM_A/../B' }),
+      newUuid(),
+      NOW,
+    );
+    const badTrait = newDevice(hostName('h1'), facts({ index: 1, traits: ['CUSTOM_X/Y'] }), newUuid(), NOW);
+    const p = desiredProviders([badClass, badTrait], hosts(), opts);
+    expect(p.get('h1_0000:10:00.0')).toMatchObject({ total: 1, reserved: 1 });
+    expect(p.get('h1_0000:10:00.0')?.problem).toMatch(
+      /resource class "CUSTOM_A\/\.\.\/B", not a valid Placement name/,
+    );
+    expect(p.get('h1_0000:11:00.0')).toMatchObject({ total: 1, reserved: 1 });
+    expect(p.get('h1_0000:11:00.0')?.problem).toMatch(/trait "CUSTOM_X\/Y", not a valid Placement name/);
   });
 });

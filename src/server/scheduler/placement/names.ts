@@ -22,12 +22,13 @@
  *   back with the same uuid, and a uuid maps to its devices without a store.
  */
 import { createHash } from 'node:crypto';
+import { isPciAddress, type PciAddress, parseTrait } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 
 /** Berth's owner trait (os-traits has OWNER_NOVA and OWNER_CYBORG; a third owner must be custom). */
-export const OWNER_TRAIT = 'CUSTOM_OWNER_BERTH';
-export const ONE_TIME_USE_TRAIT = 'HW_PCI_ONE_TIME_USE';
-export const LIVE_MIGRATABLE_TRAIT = 'HW_PCI_LIVE_MIGRATABLE';
+export const OWNER_TRAIT = parseTrait('OWNER_TRAIT', 'CUSTOM_OWNER_BERTH');
+export const ONE_TIME_USE_TRAIT = parseTrait('ONE_TIME_USE_TRAIT', 'HW_PCI_ONE_TIME_USE');
+export const LIVE_MIGRATABLE_TRAIT = parseTrait('LIVE_MIGRATABLE_TRAIT', 'HW_PCI_LIVE_MIGRATABLE');
 /** Traits Berth's agents put on devices for Berth's own profiles; Placement gets their Placement names instead. */
 const BERTH_ONLY_TRAITS = new Set(['OWNER_BERTH', 'HW_ONE_TIME_USE', 'HW_PCI_LIVE_MIGRATABLE']);
 
@@ -56,14 +57,12 @@ export const providerNameFor = (nodename: string, address: string): string =>
 export const providerAddress = (d: Pick<DeviceRecord, 'address' | 'functionKind' | 'physfn'>): string =>
   d.functionKind === 'VF' && d.physfn ? d.physfn : d.address;
 
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
-
 /** The PCI address a provider name of `nodename` stands for, or null when the name is not one. */
-export function addressFromProviderName(nodename: string, name: string): string | null {
+export function addressFromProviderName(nodename: string, name: string): PciAddress | null {
   const prefix = `${nodename}_`;
   if (!name.startsWith(prefix)) return null;
   const address = name.slice(prefix.length).toLowerCase();
-  return PCI_ADDRESS.test(address) ? address : null;
+  return isPciAddress(address) ? address : null;
 }
 
 /** os_traits / os_resource_classes normalize_name: runs of non-alphanumerics to `_`, upper case, CUSTOM_. */

@@ -22,6 +22,7 @@
  * again, which costs time and never safety.
  */
 import type { Logger } from 'pino';
+import type { HostName } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import {
   type Inventories,
@@ -225,7 +226,7 @@ export class OneTimeUseCleaner {
   }
 
   private async consider(
-    host: string,
+    host: HostName,
     nodename: string,
     rp: Provider,
     dryRun: boolean,

@@ -10,6 +10,7 @@
  * - PlacementPort: what the scheduler's services get from it (status, a
  *   device's provider, provider uuid → devices, a dry run or a sync now).
  */
+import type { HostName, PciAddress } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceEvent } from '../domain/inventory.js';
 import type { HostView } from './desired.js';
@@ -29,7 +30,7 @@ export interface SchedulerSide {
    * for the hosts it follows); null asks about a host Berth no longer knows.
    */
   ownsHost(host: string | null): boolean;
-  device(host: string, address: string): Promise<DeviceRecord | null>;
+  device(host: HostName, address: PciAddress): Promise<DeviceRecord | null>;
   /** The device's newest cleanup job. */
   latestCleanupJob(deviceUuid: string): Promise<{ jobId: string; createdAt: string; state: string } | null>;
   /**
@@ -39,7 +40,7 @@ export interface SchedulerSide {
    * already, in error): the device says why.
    */
   scrubUsedOutsideBerth(
-    device: { host: string; address: string },
+    device: { host: HostName; address: PciAddress },
     why: string,
   ): Promise<{ device: DeviceRecord; jobId: string | null }>;
 }

@@ -25,6 +25,7 @@
  * retried with backoff, and the catch-up runs in order when it answers.
  */
 import type { Logger } from 'pino';
+import { type HostName, isResourceClass, isTrait } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { type Inventories, type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
 import type { PlacementConnection } from './connection.js';
@@ -113,7 +114,7 @@ export class Reporter {
   private readonly retry: RetryDelay;
 
   private mirror = new Map<string, DeviceRecord>();
-  private hosts = new Map<string, HostView>();
+  private hosts = new Map<HostName, HostView>();
   private loaded = false;
   private revision = 0;
   private desired = new Map<string, DesiredProvider>();
@@ -723,7 +724,7 @@ export class Reporter {
       const removed = cur.traits.filter((t) => !wantTraits.includes(t));
       if (!dryRun) {
         for (const t of added) {
-          if (t.startsWith('CUSTOM_') && !this.knownTraits.has(t)) {
+          if (isTrait(t) && t.startsWith('CUSTOM_') && !this.knownTraits.has(t)) {
             await api.ensureTrait(t);
             this.knownTraits.add(t);
           }
@@ -738,7 +739,7 @@ export class Reporter {
       const what = inventoryChange(cur.inventories, wantInv);
       if (!dryRun) {
         for (const rc of Object.keys(wantInv)) {
-          if (rc.startsWith('CUSTOM_') && !this.knownRcs.has(rc)) {
+          if (isResourceClass(rc) && rc.startsWith('CUSTOM_') && !this.knownRcs.has(rc)) {
             await api.ensureResourceClass(rc);
             this.knownRcs.add(rc);
           }

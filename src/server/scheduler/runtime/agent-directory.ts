@@ -7,6 +7,7 @@
  * database, read again (at most once a second per host) before a request
  * that needs it (`refresh`).
  */
+import type { HostName } from '../../../identifiers.js';
 import type { HostRecord } from '../domain/host.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { type AgentDialDeps, type AgentHandle, RemoteAgent } from './agent-link.js';
@@ -41,7 +42,7 @@ export class AgentDirectory {
    * not follow (only where schedulers share the database): their endpoint,
    * features and whether their follower is connected to them.
    */
-  async refresh(hosts: Iterable<string>): Promise<void> {
+  async refresh(hosts: Iterable<HostName>): Promise<void> {
     if (!this.useCases.leases) return;
     const now = Date.now();
     for (const name of new Set(hosts)) {

@@ -23,6 +23,7 @@ import {
   type WatchInventoryResponse,
 } from '../../../gen/berth/agent/v1/agent.js';
 import type { Device as AgentDevice } from '../../../gen/berth/agent/v1/device.js';
+import { type HostName, isPciAddress } from '../../../identifiers.js';
 import { Backoff, CHANNEL_OPTIONS, sleep } from '../../../transport/channel.js';
 import { decodeServiceError } from '../../grpc/status.js';
 import type { Metrics } from '../../metrics.js';
@@ -62,7 +63,7 @@ export interface AgentLinkDeps extends AgentDialDeps {
   useCases: UseCases;
   logger: Logger;
   /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
-  onConnected: (host: string) => void;
+  onConnected: (host: HostName) => void;
   /** What one host may store and send (default HOST_INFLOW_LIMITS). */
   inflow?: HostInflowLimits;
   /**
@@ -97,7 +98,7 @@ export class AgentCalls {
   readonly client: AgentServiceClient;
 
   constructor(
-    readonly host: string,
+    readonly host: HostName,
     readonly endpoint: string,
     readonly features: readonly string[],
     private readonly dial: AgentDialDeps,
@@ -198,7 +199,7 @@ export class AgentLink extends AgentCalls {
   private readonly log: Logger;
 
   constructor(
-    host: string,
+    host: HostName,
     endpoint: string,
     features: readonly string[],
     private readonly deps: AgentLinkDeps,
@@ -328,8 +329,8 @@ export class AgentLink extends AgentCalls {
     let refusedBytes = 0;
     // One log line per update, not per device: a host refused by the thousand must not flood the log.
     const refused: { count: number; first: string; limit: string } = { count: 0, first: '', limit: '' };
-    for (const d of devices) {
-      const facts = factsFromAgent(d);
+    for (const [i, d] of devices.entries()) {
+      const facts = factsFromAgent(d, `devices[${i}]`);
       const broken = inventoryBoundBroken(facts);
       const size = factsBytes(facts);
       const was = held.get(d.address);
@@ -396,7 +397,8 @@ export class AgentLink extends AgentCalls {
         revision: msg.revision,
         added: ev.$case === 'added' ? facts : [],
         changed: ev.$case === 'changed' ? facts : [],
-        removed: ev.$case === 'removed' ? [ev.value.address] : [],
+        // A removal of an address the agent could never have reported matches nothing.
+        removed: ev.$case === 'removed' && isPciAddress(ev.value.address) ? [ev.value.address] : [],
       });
       this.held = held;
     }

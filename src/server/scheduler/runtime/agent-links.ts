@@ -7,6 +7,7 @@
  * link) does not start with a full one.
  */
 import type { Logger } from 'pino';
+import type { HostName } from '../../../identifiers.js';
 import type { Metrics } from '../../metrics.js';
 import { type HostInflowLimits, InflowBudget } from '../domain/inventory-bounds.js';
 import type { UseCases } from '../usecases/use-cases.js';
@@ -20,7 +21,7 @@ export interface AgentLinksDeps {
   /** The channel and credential for a host's agent. */
   dial: (host: string) => AgentDialDeps;
   /** A link's inventory stream is (re)established: the moment to dispatch the host's cleanups. */
-  onConnected: (host: string) => void;
+  onConnected: (host: HostName) => void;
 }
 
 export class AgentLinks {
@@ -42,12 +43,12 @@ export class AgentLinks {
   }
 
   /** The hosts followed here. */
-  hosts(): string[] {
-    return [...this.links.keys()];
+  hosts(): HostName[] {
+    return [...this.links.values()].map((l) => l.host);
   }
 
   /** (Re)creates the link to a host's agent and starts following it. */
-  connect(host: string, endpoint: string, features: string[]): void {
+  connect(host: HostName, endpoint: string, features: string[]): void {
     this.links.get(host)?.stop();
     const budget = this.budgets.get(host) ?? new InflowBudget(this.deps.inflow, Date.now());
     this.budgets.set(host, budget);

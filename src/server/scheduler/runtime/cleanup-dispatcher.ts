@@ -15,6 +15,7 @@
  */
 import type { Logger } from 'pino';
 import type { CleanupEvent as AgentEvent, CleanupDeviceResponse } from '../../../gen/berth/agent/v1/agent.js';
+import type { HostName } from '../../../identifiers.js';
 import { cleanupPhaseFromProto, proofFromProto } from '../../cleanup-event-proto.js';
 import type { Metrics } from '../../metrics.js';
 import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
@@ -66,7 +67,7 @@ export class CleanupDispatcher {
    * now (the store closing under a stopping scheduler, a database out of
    * reach) is read again at the link's next connect or the next look.
    */
-  dispatchBacklog(host?: string): Promise<void> {
+  dispatchBacklog(host?: HostName): Promise<void> {
     return this.dispatchPending(host, () => true);
   }
 
@@ -80,7 +81,7 @@ export class CleanupDispatcher {
   }
 
   private async dispatchPending(
-    host: string | undefined,
+    host: HostName | undefined,
     wanted: (job: CleanupJob) => boolean,
   ): Promise<void> {
     if (this.stopped) return;

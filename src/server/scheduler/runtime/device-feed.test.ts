@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { facts, hostRegistration } from '../domain/test-fixtures.js';
+import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { DeviceFeed } from './device-feed.js';
 import { EventHub } from './event-hub.js';
@@ -21,11 +21,15 @@ describe('DeviceFeed', () => {
   });
 
   it('serves what the store has, to many readers with one read, and older history from the store', async () => {
-    await store.upsertInventory('h1', { kind: 'snapshot', revision: 1, devices: [facts({ index: 0 })] });
+    await store.upsertInventory(hostName('h1'), {
+      kind: 'snapshot',
+      revision: 1,
+      devices: [facts({ index: 0 })],
+    });
     const before = await store.currentRevision();
     const feed = new DeviceFeed(store);
     expect(await feed.since(before, 100)).toEqual([]);
-    await store.upsertInventory('h1', {
+    await store.upsertInventory(hostName('h1'), {
       kind: 'delta',
       revision: 2,
       added: [facts({ index: 1 }), facts({ index: 2 })],

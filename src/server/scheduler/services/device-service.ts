@@ -22,6 +22,7 @@ import {
   type WatchDevicesRequest,
   WatchDevicesResponse,
 } from '../../../gen/berth/scheduler/v1/device_service.js';
+import { parseResourceClass } from '../../../identifiers.js';
 import { cleanupEventToProto } from '../../cleanup-event-proto.js';
 import { type Encoded, encodeOnce } from '../../grpc/encoded.js';
 import { serverStream, unary } from '../../grpc/handlers.js';
@@ -42,8 +43,6 @@ import { pageTokenAfter } from '../usecases/devices.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { deviceRef, optionalHost, optionalRequestId } from './validate.js';
 
-const RC = /^[A-Z0-9_]{1,255}$/;
-
 export function filterFromProto(f: DeviceFilterPb | undefined): DeviceFilter {
   if (!f) return {};
   const out: DeviceFilter = {};
@@ -53,15 +52,8 @@ export function filterFromProto(f: DeviceFilterPb | undefined): DeviceFilter {
   if (type) out.type = type;
   const state = deviceStateFromProto(f.state, 'filter.state');
   if (state) out.state = state;
-  if (f.resourceClass !== '') {
-    if (!RC.test(f.resourceClass)) {
-      throw invalidArgument(
-        'filter.resource_class',
-        `${JSON.stringify(f.resourceClass)} is not a resource class`,
-      );
-    }
-    out.resourceClass = f.resourceClass;
-  }
+  if (f.resourceClass !== '')
+    out.resourceClass = parseResourceClass('filter.resource_class', f.resourceClass);
   return out;
 }
 

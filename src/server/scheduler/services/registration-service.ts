@@ -11,6 +11,7 @@ import {
   type RegistrationServiceServer,
   RegistrationServiceService,
 } from '../../../gen/berth/scheduler/v1/registration.js';
+import { type HostName, type PciAddress, parsePciAddress } from '../../../identifiers.js';
 import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
@@ -21,7 +22,6 @@ import { maxItems, requireHost } from './validate.js';
 
 const ENDPOINT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9a-fA-F:]{2,39}\]):(\d{1,5})$/;
 const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 /**
  * A media key (docs/media-identity.md): a kind prefix, then printable ASCII, spaces included (the
  * kernel's fallback NQN holds the space-padded serial and model), at most 512 characters in all,
@@ -29,8 +29,9 @@ const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
  */
 const MEDIA_KEY = /^(?=[\x20-\x7e]{1,512}$)[a-z][a-z0-9-]*:[\x21-\x7e][\x20-\x7e]*$/;
 
-function checkRequest(req: RegisterRequest): void {
-  requireHost('host', req.host);
+/** Checks the request; returns its parsed host name and held devices' addresses. */
+function checkRequest(req: RegisterRequest): { host: HostName; held: PciAddress[] } {
+  const host = requireHost('host', req.host);
   const port = Number(ENDPOINT.exec(req.endpoint)?.[1] ?? Number.NaN);
   if (!(port >= 1 && port <= 65535)) {
     throw invalidArgument('endpoint', `${JSON.stringify(req.endpoint)} is not host:port with a port 1-65535`);
@@ -40,14 +41,7 @@ function checkRequest(req: RegisterRequest): void {
   if (!TOKEN.test(req.epoch))
     throw invalidArgument('epoch', `${JSON.stringify(req.epoch)} is not an agent epoch`);
   maxItems('held_devices', req.heldDevices, 4096);
-  req.heldDevices.forEach((h, i) => {
-    if (!PCI_ADDRESS.test(h.address)) {
-      throw invalidArgument(
-        `held_devices[${i}].address`,
-        `${JSON.stringify(h.address)} is not a PCI address`,
-      );
-    }
-  });
+  const held = req.heldDevices.map((h, i) => parsePciAddress(`held_devices[${i}].address`, h.address));
   maxItems('media_records', req.mediaRecords, MAX_MEDIA_RECORDS);
   req.mediaRecords.forEach((m, i) => {
     if (!MEDIA_KEY.test(m.key)) {
@@ -66,13 +60,14 @@ function checkRequest(req: RegisterRequest): void {
       if (!TOKEN.test(v)) throw invalidArgument(`${field}[${i}]`, `${JSON.stringify(v)} is not a valid name`);
     });
   }
+  return { host, held };
 }
 
 /** The registration a request says, decoded (a media record the agent could not describe is dropped). */
-function decode(req: RegisterRequest): AgentRegistration {
+function decode(req: RegisterRequest, parsed: { host: HostName; held: PciAddress[] }): AgentRegistration {
   return {
     host: {
-      name: req.host,
+      name: parsed.host,
       endpoint: req.endpoint,
       bootId: req.bootId,
       agentEpoch: req.epoch,
@@ -80,8 +75,8 @@ function decode(req: RegisterRequest): AgentRegistration {
       features: req.features,
       drivers: req.drivers,
     },
-    held: req.heldDevices.map((h) => ({
-      address: h.address,
+    held: req.heldDevices.map((h, i) => ({
+      address: parsed.held[i]!,
       arqUuid: h.arqUuid,
       instanceUuid: h.instanceUuid,
       ...(h.since ? { since: h.since.toISOString() } : {}),
@@ -93,8 +88,7 @@ function decode(req: RegisterRequest): AgentRegistration {
 export function registrationServiceBinding(registration: Registration, logger: Logger): ServiceBinding {
   const impl: RegistrationServiceServer = {
     register: unary('Register', logger, async (req: RegisterRequest, ctx): Promise<RegisterResponse> => {
-      checkRequest(req);
-      const r = await registration.register(decode(req), callerOf(ctx.metadata));
+      const r = await registration.register(decode(req, checkRequest(req)), callerOf(ctx.metadata));
       return { schedulerId: r.schedulerId, heartbeatIntervalSeconds: r.heartbeatSeconds };
     }),
   };

@@ -2,28 +2,20 @@
 
 import { invalidArgument } from '../../../errors.js';
 import type { DeviceRef as DeviceRefPb } from '../../../gen/berth/scheduler/v1/device_service.js';
+import { type HostName, parseHostName, parsePciAddress, parseUuid } from '../../../identifiers.js';
 import type { DeviceRef } from '../domain/inventory.js';
 
-const UUID = /^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$/;
-export const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
-const HOST = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,252}[A-Za-z0-9])?$/;
 const ID = /^[A-Za-z0-9._:-]{1,128}$/;
 /** Instance ids come from the orchestration layer: uuids in practice, any safe id accepted. */
 const INSTANCE = /^[A-Za-z0-9._:-]{1,255}$/;
 
 const show = (v: string) => JSON.stringify(v.length > 80 ? `${v.slice(0, 80)}…` : v);
 
-export function requireUuid(field: string, v: string): string {
-  if (!UUID.test(v)) throw invalidArgument(field, `${show(v)} is not a UUID`);
-  return v.toLowerCase();
-}
+/** The identifiers' parsers (src/identifiers.ts) under the names the services use. */
+export const requireUuid = parseUuid;
+export const requireHost = parseHostName;
 
-export function requireHost(field: string, v: string): string {
-  if (!HOST.test(v)) throw invalidArgument(field, `${show(v)} is not a host name`);
-  return v;
-}
-
-export function optionalHost(field: string, v: string): string | undefined {
+export function optionalHost(field: string, v: string): HostName | undefined {
   return v === '' ? undefined : requireHost(field, v);
 }
 
@@ -40,18 +32,13 @@ export function optionalRequestId(field: string, v: string): string | undefined 
   return v;
 }
 
-export function requirePciAddress(field: string, v: string): string {
-  if (!PCI_ADDRESS.test(v)) throw invalidArgument(field, `${show(v)} is not a PCI address like 0000:3b:02.0`);
-  return v;
-}
-
 export function deviceRef(field: string, ref: DeviceRefPb | undefined): DeviceRef {
   const r = ref?.ref;
   if (!r) throw invalidArgument(field, 'is required: give a uuid, or a host and an address');
   if (r.$case === 'uuid') return { uuid: requireUuid(`${field}.uuid`, r.value) };
   return {
     host: requireHost(`${field}.host_address.host`, r.value.host),
-    address: requirePciAddress(`${field}.host_address.address`, r.value.address),
+    address: parsePciAddress(`${field}.host_address.address`, r.value.address),
   };
 }
 

@@ -12,14 +12,14 @@ import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts, type DeviceRecord } from '../domain/device-state.js';
 import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, nvmeMedia, PROOF, pciFacts } from '../domain/test-fixtures.js';
+import { facts, hostName, nvmeMedia, PROOF, pci, pciFacts } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { rejection } from './store-contract.support.js';
 
 export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
 
 const reg = (name: string): HostRegistration => ({
-  name,
+  name: hostName(name),
   endpoint: `${name}:7071`,
   bootId: 'boot-1',
   agentEpoch: 'e1',
@@ -60,14 +60,15 @@ export function runMediaContract(name: string, open: OpenStore): void {
       if (!revisions.has(host)) await store.registerHost(reg(host));
       const revision = (revisions.get(host) ?? 0) + 1;
       revisions.set(host, revision);
-      return store.upsertInventory(host, { kind: 'snapshot', revision, devices });
+      return store.upsertInventory(hostName(host), { kind: 'snapshot', revision, devices });
     }
 
-    const device = (host: string, address: string) => store.getDevice({ host, address });
+    const device = (host: string, address: string) =>
+      store.getDevice({ host: hostName(host), address: pci(address) });
 
     async function bind(instance: string, host: string, profile = 'nvme') {
       const [arq] = await store.createArqs({ profileName: profile });
-      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host }]);
+      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName(host) }]);
     }
 
     /** Runs the device's queued cleanup to the end the agent reports. */
@@ -113,7 +114,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
         ['0000:13:00.0', 'pending_cleaning', 1],
         ['0000:14:00.0', 'available', 0],
       ]);
-      const backlog = await store.cleanupBacklog('h1');
+      const backlog = await store.cleanupBacklog(hostName('h1'));
       expect(backlog.map((b) => [b.device.address, b.job.origin, b.waitsFor])).toEqual([
         ['0000:10:00.0', 'media', null],
         ['0000:13:00.0', 'media', null],
@@ -165,7 +166,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       expect(allocatable(second)).toBe(false);
       expect(second.mediaReason).toContain('held through h1 0000:10:00.0');
       await store.deleteArqs({ instanceUuid: 'tenant-1' });
-      const backlog = await store.cleanupBacklog('h1');
+      const backlog = await store.cleanupBacklog(hostName('h1'));
       expect(backlog.map((b) => [b.device.address, b.waitsFor])).toEqual([['0000:10:00.0', null]]);
     });
 
@@ -209,7 +210,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       // The host registers: its journal says a pulled-out drive holds tenant 1's data and a
       // GPU that is elsewhere now was burned.
       await store.registerHost(reg('h1'));
-      const changed = await store.reconcileMediaRecords('h1', [
+      const changed = await store.reconcileMediaRecords(hostName('h1'), [
         {
           key: 'nvme:nqn.test:pulled',
           condition: 'held',

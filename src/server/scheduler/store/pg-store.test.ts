@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
+import { hostName } from '../domain/test-fixtures.js';
 import { runMediaContract } from './media-contract.support.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
 import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
@@ -159,7 +160,7 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
 
   describe('link leases (several schedulers on one database)', () => {
     const host = (name: string) => ({
-      name,
+      name: hostName(name),
       endpoint: `127.0.0.1:${name.length + 5000}`,
       bootId: 'b1',
       agentEpoch: 'e1',
@@ -189,7 +190,7 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
         );
         expect(expired).toEqual([
           {
-            host: 'h2',
+            host: hostName('h2'),
             endpoint: '127.0.0.1:5002',
             features: ['cleanup.v1'],
             connected: false,
@@ -222,7 +223,7 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
         expect(won.filter(Boolean)).toHaveLength(1);
         const winner = owners[won.indexOf(true)]!;
         expect(await leases.live()).toEqual(new Map([['h1', winner]]));
-        await store.deleteHost('h1');
+        await store.deleteHost(hostName('h1'));
         expect(await leases.live()).toEqual(new Map());
         expect(await leases.renew(winner, ['h1'], 60_000)).toEqual([]);
       } finally {

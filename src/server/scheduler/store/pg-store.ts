@@ -455,7 +455,7 @@ const leasedHosts = (rows: LeaseRow[]): LeasedHost[] =>
   rows.map((r) => {
     const h = JSON.parse(r.record) as HostRecord;
     return {
-      host: r.host,
+      host: h.name,
       endpoint: h.endpoint,
       features: h.features,
       connected: h.connected,

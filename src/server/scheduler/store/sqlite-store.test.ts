@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
-import { facts } from '../domain/test-fixtures.js';
+import { facts, hostName } from '../domain/test-fixtures.js';
 import { runMediaContract } from './media-contract.support.js';
 import { LEGACY_SQLITE_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { openSqliteStore, SqliteDatabase } from './sqlite-store.js';
@@ -61,7 +61,7 @@ describe('SqliteStore specifics', () => {
     try {
       const s1 = await openSqliteStore(path);
       await s1.registerHost({
-        name: 'h1',
+        name: hostName('h1'),
         endpoint: 'h1:1',
         bootId: 'b',
         agentEpoch: 'e',
@@ -69,7 +69,7 @@ describe('SqliteStore specifics', () => {
         features: [],
         drivers: [],
       });
-      await s1.upsertInventory('h1', { kind: 'snapshot', revision: 1, devices: [facts()] });
+      await s1.upsertInventory(hostName('h1'), { kind: 'snapshot', revision: 1, devices: [facts()] });
       await s1.close();
       await (await openSqliteStore(path)).close();
       const db = new Database(path, { readonly: true });

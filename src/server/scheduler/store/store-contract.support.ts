@@ -14,14 +14,14 @@ import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts } from '../domain/device-state.js';
 import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, PROOF, pciFacts } from '../domain/test-fixtures.js';
+import { facts, hostName, PROOF, pciFacts, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 
 /** Opens the backend on `path`; `now` is the store's clock (retention tests move it). */
 export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
 
 const reg = (name: string, agentEpoch = 'e1'): HostRegistration => ({
-  name,
+  name: hostName(name),
   endpoint: `${name}:7071`,
   bootId: 'boot-1',
   agentEpoch,
@@ -90,14 +90,14 @@ export function runStoreContract(name: string, open: OpenStore): void {
       rmSync(dir, { recursive: true, force: true });
     });
 
-    async function host(hostName: string, devices: DeviceFacts[]) {
-      await store.registerHost(reg(hostName));
-      return store.upsertInventory(hostName, { kind: 'snapshot', revision: 1, devices });
+    async function host(name: string, devices: DeviceFacts[]) {
+      await store.registerHost(reg(name));
+      return store.upsertInventory(hostName(name), { kind: 'snapshot', revision: 1, devices });
     }
 
-    async function bindOne(instance: string, hostName: string, profile = 'nvme') {
+    async function bindOne(instance: string, name: string, profile = 'nvme') {
       const [arq] = await store.createArqs({ profileName: profile });
-      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName }]);
+      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName(name) }]);
     }
 
     it('applies schema migrations once and keeps data across a reopen', async () => {
@@ -107,12 +107,12 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(nvmeProfile);
       await reopen();
       expect(await store.schemaVersion()).toBe(v);
-      const { devices } = await store.listDevices({ host: 'h1' });
+      const { devices } = await store.listDevices({ host: hostName('h1') });
       expect(devices.map((d) => [d.address, d.resourceProvider, d.deviceState])).toEqual([
         ['0000:10:00.0', 'h1_0000:10:00.0', 'available'],
       ]);
       expect((await store.getProfile('nvme')).groups).toEqual(nvmeProfile.groups);
-      expect((await store.getHost('h1')).deviceCount).toBe(1);
+      expect((await store.getHost(hostName('h1'))).deviceCount).toBe(1);
     });
 
     it('64 concurrent binds race for 10 devices: exactly 10 win, no device twice, the rest fail clearly', async () => {
@@ -137,7 +137,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         expect((e as BerthError).message).toMatch(/no allocatable device on host h1/);
       }
       await reopen();
-      const devices = (await store.listDevices({ host: 'h1' })).devices;
+      const devices = (await store.listDevices({ host: hostName('h1') })).devices;
       expect(devices.every((d) => d.deviceState === 'allocated' && d.reserved === 1)).toBe(true);
       const arqs = await store.listArqs();
       expect(arqs.filter((a) => a.state === 'bound')).toHaveLength(10);
@@ -149,7 +149,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);
       const [arq] = await store.createArqs({ profileName: 'nvme', tags: ['scratch'] });
-      const b = { arqUuid: arq!.uuid, instanceUuid: 'i1', host: 'h1' };
+      const b = { arqUuid: arq!.uuid, instanceUuid: 'i1', host: hostName('h1') };
       const first = await store.bindArqs([b]);
       const again = await store.bindArqs([b]);
       expect(again.devices[0]!.uuid).toBe(first.devices[0]!.uuid);
@@ -180,10 +180,10 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(two);
       const arqs = await store.createArqs({ profileName: 'two' });
       const e = await rejection(
-        store.bindArqs(arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: 'i1', host: 'h1' }))),
+        store.bindArqs(arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: 'i1', host: hostName('h1') }))),
       );
       expect(e.code).toBe('FAILED_PRECONDITION');
-      const [d] = (await store.listDevices({ host: 'h1' })).devices;
+      const [d] = (await store.listDevices({ host: hostName('h1') })).devices;
       expect([d!.deviceState, d!.reserved, d!.arqUuid]).toEqual(['available', 0, null]);
       expect((await store.listArqs()).map((a) => a.state)).toEqual(['bind_failed', 'bind_failed']);
     });
@@ -196,13 +196,15 @@ export function runStoreContract(name: string, open: OpenStore): void {
       );
       const [nvme] = await store.createArqs({ profileName: 'nvme', tags: ['data'] });
       const [gpu] = await store.createArqs({ profileName: 'gpu', tags: ['data'] });
-      const bound = await store.bindArqs([{ arqUuid: nvme!.uuid, instanceUuid: 'i1', host: 'h1' }]);
+      const bound = await store.bindArqs([{ arqUuid: nvme!.uuid, instanceUuid: 'i1', host: hostName('h1') }]);
       expect(bound.devices[0]!.type).toBe('NVME');
-      const e = await rejection(store.bindArqs([{ arqUuid: gpu!.uuid, instanceUuid: 'i1', host: 'h1' }]));
+      const e = await rejection(
+        store.bindArqs([{ arqUuid: gpu!.uuid, instanceUuid: 'i1', host: hostName('h1') }]),
+      );
       expect(e.code).toBe('INVALID_ARGUMENT');
       expect(e.message).toMatch(/tag "data" is already used by ARQ .* for a passthrough of this instance/);
       const other = await store.bindArqs([
-        { arqUuid: gpu!.uuid, instanceUuid: 'i1', host: 'h1', tag: 'gpu' },
+        { arqUuid: gpu!.uuid, instanceUuid: 'i1', host: hostName('h1'), tag: 'gpu' },
       ]);
       expect(other.devices[0]!.type).toBe('PCI');
     });
@@ -212,11 +214,13 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(nvmeProfile);
       const [a1] = await store.createArqs({ profileName: 'nvme', tags: ['db'] });
       const [a2] = await store.createArqs({ profileName: 'nvme', tags: ['db'] });
-      await store.bindArqs([{ arqUuid: a1!.uuid, instanceUuid: 'i1', host: 'h1' }]);
-      const e = await rejection(store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: 'h1' }]));
+      await store.bindArqs([{ arqUuid: a1!.uuid, instanceUuid: 'i1', host: hostName('h1') }]);
+      const e = await rejection(
+        store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: hostName('h1') }]),
+      );
       expect(e.code).toBe('INVALID_ARGUMENT');
       expect(e.message).toMatch(/tag "db"/);
-      await store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: 'h1', tag: 'logs' }]);
+      await store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: hostName('h1'), tag: 'logs' }]);
     });
 
     it('createArqs and CleanDevice are idempotent by request id', async () => {
@@ -239,7 +243,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const m = await store.setDeviceStatus({ uuid: d.uuid }, 'maintaining', d.generation);
       expect([m.status, m.reserved, m.generation]).toEqual(['maintaining', 1, d.generation + 1]);
       const e = await rejection(
-        store.setDeviceStatus({ host: 'h1', address: d.address }, 'enabled', d.generation),
+        store.setDeviceStatus({ host: hostName('h1'), address: d.address }, 'enabled', d.generation),
       );
       expect(e.code).toBe('ABORTED');
       expect(e.message).toContain(String(d.generation));
@@ -248,7 +252,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         status: 'maintaining',
         generation: m.generation,
       });
-      expect((await rejection(store.getDevice({ uuid: 'nope' }))).code).toBe('NOT_FOUND');
+      expect((await rejection(store.getDevice({ uuid: testUuid('nope') }))).code).toBe('NOT_FOUND');
     });
 
     it('delete → pending_cleaning → cleaning → available, driven by agent events; duplicates ignored', async () => {
@@ -259,7 +263,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect(deletedUuids).toEqual([bound.arqs[0]!.uuid]);
       expect(released[0]!.deviceState).toBe('pending_cleaning');
       expect(await store.deleteArqs({ instanceUuid: 'i1' })).toEqual({ deletedUuids: [], released: [] });
-      const [entry] = await store.cleanupBacklog('h1');
+      const [entry] = await store.cleanupBacklog(hostName('h1'));
       const { job, device } = entry!;
       expect(job).toMatchObject({ state: 'queued', action: 'sanitize-crypto', origin: 'release' });
       await store.markCleanupDispatched(job.jobId);
@@ -269,7 +273,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).applied).toBe(false);
       // Bind is refused while cleaning.
       const [arq] = await store.createArqs({ profileName: 'nvme' });
-      await rejection(store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i2', host: 'h1' }]));
+      await rejection(store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i2', host: hostName('h1') }]));
       const done = await store.applyCleanupEvent(ev(2, 'succeeded'));
       expect([done.device.deviceState, done.device.reserved, done.job.state]).toEqual([
         'available',
@@ -316,10 +320,10 @@ export function runStoreContract(name: string, open: OpenStore): void {
         expect(refused.map((e) => [e.code, e.reason])).toEqual([
           ['PERMISSION_DENIED', 'HOST_PINNED_TO_ANOTHER_PRINCIPAL'],
         ]);
-        expect((await store.getHost(hosts[i]!)).principal).toBe(won[0]);
+        expect((await store.getHost(hostName(hosts[i]!))).principal).toBe(won[0]);
       }
       // The pinned principal registers again; a registration without one (authentication off) keeps the pin.
-      const pinned = (await store.getHost('h0')).principal!;
+      const pinned = (await store.getHost(hostName('h0'))).principal!;
       await store.registerHost({ ...reg('h0', 'e3'), principal: pinned });
       expect((await store.registerHost(reg('h0', 'e4'))).host.principal).toBe(pinned);
     });
@@ -331,7 +335,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await bindOne('i2', 'h1');
       await store.deleteArqs({ instanceUuid: 'i1' });
       await store.deleteArqs({ instanceUuid: 'i2' });
-      const [a, b] = await store.cleanupBacklog('h1');
+      const [a, b] = await store.cleanupBacklog(hostName('h1'));
       await store.applyCleanupEvent(cleanupEvent(a!.job, a!.device.address, 1, 'preparing'));
       const { change, interrupted, toDispatch } = await store.registerHost(reg('h1', 'e2'));
       expect(change).toBe('restarted');
@@ -377,7 +381,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(nvmeProfile);
       const { devices } = await bindOne('i1', 'h1');
       const held = devices[0]!;
-      const r = await store.upsertInventory('h1', {
+      const r = await store.upsertInventory(hostName('h1'), {
         kind: 'snapshot',
         revision: 2,
         devices: [
@@ -387,9 +391,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect(r.missing).toHaveLength(1);
       expect(r.missing[0]).toMatchObject({ present: false, health: 'unhealthy', reserved: 1 });
       expect((await store.getDevice({ uuid: held.uuid })).cleanupAction).toBe('sanitize-crypto');
-      expect((await store.listDevices({ host: 'h1' })).devices).toHaveLength(2);
+      expect((await store.listDevices({ host: hostName('h1') })).devices).toHaveLength(2);
       // A retried (old) delta changes nothing; a new one brings the device back.
-      const stale = await store.upsertInventory('h1', {
+      const stale = await store.upsertInventory(hostName('h1'), {
         kind: 'delta',
         revision: 2,
         added: [facts({ index: 5 })],
@@ -397,7 +401,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         removed: [],
       });
       expect(stale.added).toHaveLength(0);
-      const back = await store.upsertInventory('h1', {
+      const back = await store.upsertInventory(hostName('h1'), {
         kind: 'delta',
         revision: 3,
         added: [facts({ index: held.address === '0000:10:00.0' ? 1 : 0 })],
@@ -406,7 +410,11 @@ export function runStoreContract(name: string, open: OpenStore): void {
       });
       expect(back.changed[0]).toMatchObject({ present: true, health: 'healthy', reserved: 0 });
       expect(
-        (await rejection(store.upsertInventory('nope', { kind: 'snapshot', revision: 1, devices: [] }))).code,
+        (
+          await rejection(
+            store.upsertInventory(hostName('nope'), { kind: 'snapshot', revision: 1, devices: [] }),
+          )
+        ).code,
       ).toBe('NOT_FOUND');
     });
 
@@ -414,7 +422,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const r0 = await store.currentRevision();
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);
-      const snap = await store.snapshot({ host: 'h1' });
+      const snap = await store.snapshot({ host: hostName('h1') });
       expect(snap.devices).toHaveLength(2);
       await bindOne('i1', 'h1');
       await store.deleteArqs({ instanceUuid: 'i1' });
@@ -485,7 +493,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
       );
       const bound = await bindOne('i1', 'src', 'lm');
       await bindOne('i2', 'src', 'fixed');
-      const e = await rejection(store.planMigration({ instanceUuid: 'i2', destinationHost: 'dst' }));
+      const e = await rejection(
+        store.planMigration({ instanceUuid: 'i2', destinationHost: hostName('dst') }),
+      );
       expect([e.reason, e.message.includes('0000:11:00.0 (profile fixed, live_migratable no)')]).toEqual([
         'PROFILE_NOT_LIVE_MIGRATABLE',
         true,
@@ -493,17 +503,23 @@ export function runStoreContract(name: string, open: OpenStore): void {
       // Unset: the device it got can move, but the profile did not ask, so the guest stays.
       const any = await bindOne('i3', 'src', 'any');
       expect(any.devices[0]!.liveMigratable).toBe(true);
-      const unset = await rejection(store.planMigration({ instanceUuid: 'i3', destinationHost: 'dst' }));
+      const unset = await rejection(
+        store.planMigration({ instanceUuid: 'i3', destinationHost: hostName('dst') }),
+      );
       expect([unset.code, unset.reason]).toEqual(['FAILED_PRECONDITION', 'PROFILE_NOT_LIVE_MIGRATABLE']);
       expect(unset.message).toContain('live_migratable unset');
-      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst', requestId: 'm1' });
+      const plan = await store.planMigration({
+        instanceUuid: 'i1',
+        destinationHost: hostName('dst'),
+        requestId: 'm1',
+      });
       expect(
-        await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst', requestId: 'm1' }),
+        await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst'), requestId: 'm1' }),
       ).toEqual(plan);
       expect(plan.addressMap).toEqual({ '0000:10:00.0': '0000:10:00.0' });
       const aborted = await store.abortMigration(plan.uuid);
       expect(aborted.released.map((d) => d.deviceState)).toEqual(['available']);
-      const plan2 = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst' });
+      const plan2 = await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst') });
       const committed = await store.commitMigration(plan2.uuid);
       expect(committed.released.map((d) => [d.host, d.deviceState])).toEqual([['src', 'available']]);
       expect((await store.commitMigration(plan2.uuid)).released).toEqual([]);
@@ -528,7 +544,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         }),
       );
       await bindOne('i1', 'src', 'lm');
-      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst' });
+      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst') });
       const claimed = await store.getDevice({ uuid: Object.values(plan.claims)[0]! });
       expect(claimed.deviceState).toBe('allocated');
       const deleted = await store.deleteArqs({ instanceUuid: 'i1' });
@@ -596,7 +612,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       ]);
 
       // A committed migration moves the bindings and keeps every guest address.
-      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: 'dst' });
+      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst') });
       await store.commitMigration(plan.uuid);
       const moved = await store.assignGuestAddresses('i1');
       expect(moved.map((b) => [b.arq.uuid, b.arq.guestAddress, b.device.host])).toEqual([
@@ -614,9 +630,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
     /** One tenant cycle at the store's clock: bind, delete, a cleanup with its proof. Returns the job id. */
     async function tenantCycle(instance: string, requestId: string): Promise<string> {
       const [arq] = await store.createArqs({ profileName: 'nvme', requestId });
-      await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: 'h1' }]);
+      await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName('h1') }]);
       await store.deleteArqs({ instanceUuid: instance });
-      const [entry] = await store.cleanupBacklog('h1');
+      const [entry] = await store.cleanupBacklog(hostName('h1'));
       const { job, device } = entry!;
       await store.markCleanupDispatched(job.jobId);
       for (const [sequence, phase] of [
@@ -663,7 +679,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
         new RegExp(`from_revision 3 is older than the oldest device event kept \\(${newest}\\)`),
       );
       // The device's last cleanup stays with its events (device show reports its proof).
-      const device = (await store.listDevices({ host: 'h1' })).devices[0]!;
+      const device = (await store.listDevices({ host: hostName('h1') })).devices[0]!;
       expect((await store.latestCleanupJob(device.uuid))?.jobId).toBe(jobs[4]);
       expect((await store.cleanupEvents(jobs[4]!)).map((e) => e.phase)).toEqual(['sanitizing', 'succeeded']);
       expect((await rejection(store.getCleanupJob(jobs[0]!))).code).toBe('NOT_FOUND');
@@ -700,27 +716,27 @@ export function runStoreContract(name: string, open: OpenStore): void {
     it('deleteHost: refused while connected or a device is in use; then the host and its devices go, logged as removed', async () => {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);
-      expect((await rejection(store.deleteHost('nope'))).code).toBe('NOT_FOUND');
-      await store.setHostConnected('h1', true);
-      const connected = await rejection(store.deleteHost('h1'));
+      expect((await rejection(store.deleteHost(hostName('nope')))).code).toBe('NOT_FOUND');
+      await store.setHostConnected(hostName('h1'), true);
+      const connected = await rejection(store.deleteHost(hostName('h1')));
       expect([connected.code, connected.reason]).toEqual(['FAILED_PRECONDITION', 'HOST_CONNECTED']);
-      await store.setHostConnected('h1', false);
+      await store.setHostConnected(hostName('h1'), false);
       const bound = await bindOne('i1', 'h1');
-      const inUse = await rejection(store.deleteHost('h1'));
+      const inUse = await rejection(store.deleteHost(hostName('h1')));
       expect([inUse.code, inUse.reason]).toEqual(['FAILED_PRECONDITION', 'HOST_HAS_DEVICES_IN_USE']);
       expect(inUse.message).toContain(`${bound.devices[0]!.address} (allocated)`);
       // Released but not yet cleaned: it still holds the tenant's data.
       await store.deleteArqs({ instanceUuid: 'i1' });
-      expect((await rejection(store.deleteHost('h1'))).message).toContain('(pending_cleaning)');
-      const [entry] = await store.cleanupBacklog('h1');
+      expect((await rejection(store.deleteHost(hostName('h1')))).message).toContain('(pending_cleaning)');
+      const [entry] = await store.cleanupBacklog(hostName('h1'));
       await store.markCleanupDispatched(entry!.job.jobId);
       await store.applyCleanupEvent(cleanupEvent(entry!.job, entry!.device.address, 1, 'succeeded'));
       const before = await store.currentRevision();
-      const removed = await store.deleteHost('h1');
+      const removed = await store.deleteHost(hostName('h1'));
       expect(removed.map((d) => d.address).sort()).toEqual(['0000:10:00.0', '0000:11:00.0'].sort());
       await reopen();
-      expect((await rejection(store.getHost('h1'))).code).toBe('NOT_FOUND');
-      expect((await store.listDevices({ host: 'h1' })).devices).toEqual([]);
+      expect((await rejection(store.getHost(hostName('h1')))).code).toBe('NOT_FOUND');
+      expect((await store.listDevices({ host: hostName('h1') })).devices).toEqual([]);
       const events = await store.eventsSince(before, 10);
       expect(events.map((e) => [e.device.address, e.removed])).toEqual(removed.map((d) => [d.address, true]));
       // The host may come back; its devices are new records.
@@ -734,7 +750,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const bound = await bindOne('i1', 'h1');
       const device = bound.devices[0]!;
       await store.deleteArqs({ instanceUuid: 'i1' });
-      const [entry] = await store.cleanupBacklog('h1');
+      const [entry] = await store.cleanupBacklog(hostName('h1'));
       await store.markCleanupDispatched(entry!.job.jobId);
       const cleanedAt = new Date('2026-03-01T12:00:00.000Z');
       await store.applyCleanupEvent(cleanupEvent(entry!.job, device.address, 1, 'succeeded', cleanedAt));
@@ -742,10 +758,12 @@ export function runStoreContract(name: string, open: OpenStore): void {
         { address: device.address, arqUuid: bound.arqs[0]!.uuid, instanceUuid: 'i1', since },
       ];
       // Recorded before that cleanup finished (a heartbeat composed just before the agent cleared it).
-      expect(await store.reconcileHeldDevices('h1', report('2026-03-01T11:59:59.000Z'))).toEqual([]);
+      expect(await store.reconcileHeldDevices(hostName('h1'), report('2026-03-01T11:59:59.000Z'))).toEqual(
+        [],
+      );
       expect((await store.getDevice({ uuid: device.uuid })).deviceState).toBe('available');
       // Recorded after it (a binding this database lost): cleaned before it is offered.
-      const moved = await store.reconcileHeldDevices('h1', report('2026-03-01T12:00:01.000Z'));
+      const moved = await store.reconcileHeldDevices(hostName('h1'), report('2026-03-01T12:00:01.000Z'));
       expect(moved.map((d) => [d.uuid, d.deviceState])).toEqual([[device.uuid, 'pending_cleaning']]);
     });
   });

@@ -14,7 +14,7 @@ import { BerthError } from '../../../errors.js';
 import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import type { HostRecord } from '../domain/host.js';
-import { facts } from '../domain/test-fixtures.js';
+import { facts, hostName, pci, testUuid } from '../domain/test-fixtures.js';
 import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from '../usecases/unit-of-work.js';
 import { rejection } from './store-contract.support.js';
 
@@ -23,7 +23,7 @@ export type OpenRunner = (path: string) => Promise<TransactionRunner>;
 const NOW = '2026-01-01T00:00:00.000Z';
 
 export const hostRecord = (name: string, registrations = 1): HostRecord => ({
-  name,
+  name: hostName(name),
   endpoint: `${name}:7071`,
   bootId: 'b',
   agentEpoch: 'e',
@@ -39,7 +39,7 @@ export const hostRecord = (name: string, registrations = 1): HostRecord => ({
 });
 
 const device = (uuid: string, index = 0): DeviceRecord => ({
-  ...newDevice('h1', facts({ index }), uuid, NOW),
+  ...newDevice(hostName('h1'), facts({ index }), testUuid(uuid), NOW),
   generation: 1,
 });
 
@@ -66,10 +66,10 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
         await uow.putDevice(d, null);
         await uow.appendDeviceEvent(d);
       });
-      const read = await db.read((r) => r.device({ host: 'h1', address: d.address }));
+      const read = await db.read((r) => r.device({ host: hostName('h1'), address: d.address }));
       expect(read).toEqual(d);
       read!.deviceState = 'error';
-      expect((await db.read((r) => r.device({ uuid: 'd-1' })))!.deviceState).toBe('available');
+      expect((await db.read((r) => r.device({ uuid: testUuid('d-1') })))!.deviceState).toBe('available');
       await db.close();
       db = await open(path);
       expect(await db.read((r) => r.host('h1'))).toEqual(hostRecord('h1'));
@@ -89,7 +89,7 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       );
       expect(e).toBe(mine);
       expect(await db.read((r) => r.host('h1'))).toBeNull();
-      expect(await db.read((r) => r.device({ uuid: 'd-1' }))).toBeNull();
+      expect(await db.read((r) => r.device({ uuid: testUuid('d-1') }))).toBeNull();
       expect(await db.read((r) => r.currentRevision())).toBe(before);
     });
 
@@ -102,9 +102,9 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       expect([stale.code, stale.reason]).toEqual(['ABORTED', 'CONCURRENT_UPDATE']);
       const again = await rejection(db.run((uow) => uow.putDevice({ ...d, deviceState: 'error' }, null)));
       expect([again.code, again.reason]).toEqual(['ABORTED', 'CONCURRENT_UPDATE']);
-      expect(await db.read((r) => r.device({ uuid: 'd-1' }))).toEqual(d);
+      expect(await db.read((r) => r.device({ uuid: testUuid('d-1') }))).toEqual(d);
       await db.run((uow) => uow.putDevice({ ...d, generation: 2, status: 'maintaining' }, 1));
-      expect((await db.read((r) => r.device({ uuid: 'd-1' })))!.generation).toBe(2);
+      expect((await db.read((r) => r.device({ uuid: testUuid('d-1') })))!.generation).toBe(2);
     });
 
     it('appended events get increasing revisions in commit order, resumable from any of them', async () => {
@@ -151,9 +151,9 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
 
       const job = (jobId: string, deviceUuid: string, finishedAt: string | null): CleanupJob => ({
         jobId,
-        deviceUuid,
-        host: 'h1',
-        address: '0000:10:00.0',
+        deviceUuid: testUuid(deviceUuid),
+        host: hostName('h1'),
+        address: pci('0000:10:00.0'),
         action: 'sanitize-crypto',
         state: finishedAt ? 'succeeded' : 'running',
         origin: 'release',

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts } from '../domain/test-fixtures.js';
+import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { MIGRATIONS } from './sql/schema.js';
 
@@ -44,7 +44,7 @@ const T1 = '2026-01-02T00:00:00.000Z';
 /** A device record as written before media were followed and proofs existed. */
 function oldDevice(): { rec: DeviceRecord; json: string } {
   const rec: DeviceRecord = {
-    ...newDevice('h1', facts({ index: 0 }), 'old-device', T0),
+    ...newDevice(hostName('h1'), facts({ index: 0 }), testUuid('old-device'), T0),
     generation: 3,
     lastCleanup: {
       jobId: 'job-2',
@@ -124,7 +124,7 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
         const job = {
           jobId,
           deviceUuid: device.rec.uuid,
-          host: 'h1',
+          host: hostName('h1'),
           address: device.rec.address,
           action: 'sanitize-crypto',
           state: 'succeeded',
@@ -181,10 +181,10 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
         lastCleanup: { ...device.rec.lastCleanup!, proof: null },
       };
       expect(await store.getDevice({ uuid: device.rec.uuid })).toEqual(completed);
-      expect((await store.listDevices({ host: 'h1' })).devices).toEqual([completed]);
+      expect((await store.listDevices({ host: hostName('h1') })).devices).toEqual([completed]);
       expect(await store.eventsSince(0, 10)).toEqual([{ revision: 1, removed: false, device: completed }]);
       expect((await store.latestCleanupJob(device.rec.uuid))?.jobId).toBe('job-2');
-      expect(await store.getArq('old-arq')).toEqual({ ...arq, guestAddress: null });
+      expect(await store.getArq(testUuid('old-arq'))).toEqual({ ...arq, guestAddress: null });
       expect(await store.getInstanceDevices('old-vm')).toEqual({
         nics: [{ ...nic, devname: null }],
         disks: [],
@@ -193,7 +193,9 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
       // It serves: the old device binds, and a new event follows the old one.
       await store.createProfile(nvme);
       const [fresh] = await store.createArqs({ profileName: 'nvme' });
-      const bound = await store.bindArqs([{ arqUuid: fresh!.uuid, instanceUuid: 'vm-1', host: 'h1' }]);
+      const bound = await store.bindArqs([
+        { arqUuid: fresh!.uuid, instanceUuid: 'vm-1', host: hostName('h1') },
+      ]);
       expect(bound.devices.map((d) => [d.uuid, d.deviceState, d.generation])).toEqual([
         [device.rec.uuid, 'allocated', 4],
       ]);
@@ -206,7 +208,7 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
         ['job-1', T0],
         ['job-2', null],
       ] as const) {
-        const job = { jobId, deviceUuid: 'd-1', host: 'h1', address: '0000:10:00.0', finishedAt };
+        const job = { jobId, deviceUuid: 'd-1', host: hostName('h1'), address: '0000:10:00.0', finishedAt };
         await legacy.exec(
           'INSERT INTO cleanup_jobs (job_id, device_uuid, state, record) VALUES (?, ?, ?, ?)',
           [jobId, 'd-1', finishedAt ? 'succeeded' : 'running', JSON.stringify(job)],

@@ -1,7 +1,7 @@
 /** Use cases: accelerator requests — created from a profile, bound to devices, deleted into release. */
 
-import { randomUUID } from 'node:crypto';
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
+import { newUuid, type Uuid } from '../../../identifiers.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
 import { type Arq, arqBound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
@@ -56,7 +56,7 @@ export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Pro
       for (let k = 0; k < group.count; k++) {
         out.push(
           await writeArq(tx, {
-            uuid: randomUUID(),
+            uuid: newUuid(),
             profileName: profile.name,
             groupId,
             group,
@@ -85,7 +85,7 @@ export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Pro
   });
 }
 
-export async function getArq(deps: UseCaseDeps, uuid: string): Promise<Arq> {
+export async function getArq(deps: UseCaseDeps, uuid: Uuid): Promise<Arq> {
   return read(deps, (r) => mustArq(r, uuid));
 }
 
@@ -230,7 +230,7 @@ async function markBindFailed(deps: UseCaseDeps, bindings: ArqBinding[], message
 /** By uuids or instance; devices go through release. Deleting what is gone is a no-op. */
 export async function deleteArqs(
   deps: UseCaseDeps,
-  selector: { uuids?: string[]; instanceUuid?: string },
+  selector: { uuids?: Uuid[]; instanceUuid?: string },
 ): Promise<DeleteArqsResult> {
   if (!selector.uuids?.length && !selector.instanceUuid) {
     throw invalidArgument('uuids', 'give ARQ uuids or an instance_uuid');

@@ -2,6 +2,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { invalidArgument } from '../../../errors.js';
+import type { HostName } from '../../../identifiers.js';
 import type { CleanupBacklogEntry, CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import {
   cleanupDispatched,
@@ -66,7 +67,7 @@ export async function requestClean(
  * NVM subsystem, or the same drive under another address) says what it waits
  * for: a cleanup of shared media never starts under a running tenant.
  */
-export async function cleanupBacklog(deps: UseCaseDeps, host?: string): Promise<CleanupBacklogEntry[]> {
+export async function cleanupBacklog(deps: UseCaseDeps, host?: HostName): Promise<CleanupBacklogEntry[]> {
   return read(deps, async (r) => {
     // cleaning devices too: a broken progress stream is re-attached by job id
     // (after an agent restart, its registration has already moved them to error).

@@ -5,6 +5,7 @@
  * consistent view (`read`).
  */
 
+import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import type { ReadUnit, TransactionRunner, UnitOfWork } from './unit-of-work.js';
 import { upgrading } from './upgrade.js';
@@ -16,7 +17,7 @@ export interface Change {
    * their backlog is dispatched now. null for a change another scheduler
    * committed on a shared database (what it was is not known here).
    */
-  cleanupsOn: readonly string[] | null;
+  cleanupsOn: readonly HostName[] | null;
 }
 
 export interface UseCaseDeps {
@@ -39,7 +40,7 @@ export class Tx {
   /** Media keys whose devices this unit wrote: settled before the unit ends. */
   readonly touchedMedia = new Set<string>();
   /** Hosts on which this unit queued cleanups (or let one that waited go). */
-  readonly queuedOn = new Set<string>();
+  readonly queuedOn = new Set<HostName>();
   /** What agents' journals said in this unit of the media they reported devices of, by media key. */
   readonly agentReports = new Map<string, AgentMediaReport[]>();
 

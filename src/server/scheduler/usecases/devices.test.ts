@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { facts, hostRegistration } from '../domain/test-fixtures.js';
+import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { rejection } from '../store/store-contract.support.js';
 
@@ -21,7 +21,7 @@ describe('inventory use case', () => {
 
   it('an update naming one address twice is INVALID_ARGUMENT naming the entry, and changes nothing', async () => {
     const snapshot = await rejection(
-      store.upsertInventory('h1', {
+      store.upsertInventory(hostName('h1'), {
         kind: 'snapshot',
         revision: 1,
         devices: [facts({ index: 0 }), facts({ index: 0 })],
@@ -33,7 +33,7 @@ describe('inventory use case', () => {
     ]);
     expect(snapshot.message).toContain('0000:10:00.0');
     const delta = await rejection(
-      store.upsertInventory('h1', {
+      store.upsertInventory(hostName('h1'), {
         kind: 'delta',
         revision: 2,
         added: [facts({ index: 1 })],
@@ -42,7 +42,7 @@ describe('inventory use case', () => {
       }),
     );
     expect(delta.code).toBe('INVALID_ARGUMENT');
-    expect((await store.listDevices({ host: 'h1' })).devices).toEqual([]);
-    expect((await store.getHost('h1')).inventoryRevision).toBe(0);
+    expect((await store.listDevices({ host: hostName('h1') })).devices).toEqual([]);
+    expect((await store.getHost(hostName('h1'))).inventoryRevision).toBe(0);
   });
 });

@@ -1,7 +1,7 @@
 /** Use cases: inventory from the agents, and devices as clients and operators see them. */
 
-import { randomUUID } from 'node:crypto';
 import { invalidArgument } from '../../../errors.js';
+import { type HostName, newUuid, type PciAddress } from '../../../identifiers.js';
 import {
   DEVICE_STATUSES,
   type DeviceFacts,
@@ -27,7 +27,6 @@ import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from '.
 import { write } from './unit.js';
 import { type DeviceQuery, FOR_UPDATE } from './unit-of-work.js';
 
-const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
 const DEFAULT_PAGE = 500;
 const MAX_PAGE = 5000;
 
@@ -37,15 +36,13 @@ const MAX_PAGE = 5000;
  */
 export async function upsertInventory(
   deps: UseCaseDeps,
-  host: string,
+  host: HostName,
   update: InventoryUpdate,
 ): Promise<InventoryResult> {
   const incoming = update.kind === 'snapshot' ? update.devices : [...update.added, ...update.changed];
-  const addresses = new Set<string>();
+  const addresses = new Set<PciAddress>();
+  // The addresses were parsed where the agent's message was decoded (convert.ts factsFromAgent).
   incoming.forEach((f, i) => {
-    if (!PCI_ADDRESS.test(f.address)) {
-      throw invalidArgument(`devices[${i}].address`, `"${f.address}" is not a lower-case PCI address`);
-    }
     if (addresses.has(f.address)) {
       throw invalidArgument(`devices[${i}].address`, `"${f.address}" is reported twice in one update`);
     }
@@ -72,7 +69,7 @@ export async function upsertInventory(
       }
       const prev = existing.get(f.address);
       if (!prev) {
-        result.added.push(await writeDevice(tx, null, newDevice(host, f, randomUUID(), now)));
+        result.added.push(await writeDevice(tx, null, newDevice(host, f, newUuid(), now)));
         return;
       }
       const next = await writeDevice(tx, prev, rediscovered(prev, f));

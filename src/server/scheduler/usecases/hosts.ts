@@ -2,6 +2,7 @@
 
 import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument } from '../../../errors.js';
+import type { HostName, PciAddress } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import { agentRestarted, type DeviceRecord, reportedHeldByAgent } from '../domain/device-state.js';
 import {
@@ -81,7 +82,7 @@ const lockHostName = (uow: UnitOfWork, name: string) => uow.lockInstance(`host $
 /** Invariant 3: cleaning devices go to error (job interrupted); pending_cleaning ones are re-dispatched. */
 async function reconcileRestart(
   tx: Tx,
-  host: string,
+  host: HostName,
 ): Promise<{ interrupted: DeviceRecord[]; toDispatch: DeviceRecord[] }> {
   const now = tx.now();
   const interrupted: DeviceRecord[] = [];
@@ -110,13 +111,13 @@ async function reconcileRestart(
  */
 export async function reconcileHeldDevices(
   deps: UseCaseDeps,
-  host: string,
+  host: HostName,
   held: readonly HeldDeviceReport[],
 ): Promise<DeviceRecord[]> {
   if (held.length === 0) return [];
   // Most heartbeats change nothing: look before taking locks.
   const suspects = await read(deps, async (r) => {
-    const out: string[] = [];
+    const out: PciAddress[] = [];
     for (const h of held) {
       const d = await r.device({ host, address: h.address });
       if (d?.deviceState !== 'available') continue;
@@ -155,7 +156,7 @@ export const MAX_MEDIA_RECORDS = 8192;
  */
 export async function reconcileMediaRecords(
   deps: UseCaseDeps,
-  host: string,
+  host: HostName,
   records: readonly MediaRecord[],
 ): Promise<string[]> {
   if (records.length > MAX_MEDIA_RECORDS) {
@@ -204,7 +205,7 @@ const reportedMedia = (r: MediaRecord, host: string, now: string): MediaState =>
 /** Whether this scheduler's link to the host's agent is up (stamps lastSeen too). */
 export async function setHostConnected(
   deps: UseCaseDeps,
-  name: string,
+  name: HostName,
   connected: boolean,
 ): Promise<HostRecord> {
   return write(deps, async (tx) => {
@@ -213,7 +214,7 @@ export async function setHostConnected(
   });
 }
 
-export async function getHost(deps: UseCaseDeps, name: string): Promise<HostRecord> {
+export async function getHost(deps: UseCaseDeps, name: HostName): Promise<HostRecord> {
   return read(deps, async (r) => withCount(r, await mustHost(r, name)));
 }
 
@@ -236,7 +237,7 @@ const IN_USE = new Set(['allocated', 'pending_cleaning', 'cleaning']);
  * must be cleaned first, or a reinstalled host would offer them afresh.
  * The host's pinned principal goes with it.
  */
-export async function deleteHost(deps: UseCaseDeps, name: string): Promise<DeviceRecord[]> {
+export async function deleteHost(deps: UseCaseDeps, name: HostName): Promise<DeviceRecord[]> {
   return write(deps, async (tx) => {
     const h = await mustHost(tx.uow, name, FOR_UPDATE);
     if (h.connected) {

@@ -1,7 +1,7 @@
 /** Use cases: live migrations — plan (destination claims), details, commit, abort. */
 
-import { randomUUID } from 'node:crypto';
 import { failedPrecondition, invalidArgument } from '../../../errors.js';
+import { newUuid, type Uuid } from '../../../identifiers.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import { arqBound } from '../domain/arq.js';
 import { adoptClaim, claimForMigration, type DeviceRecord } from '../domain/device-state.js';
@@ -81,9 +81,9 @@ export async function planMigration(
         { devices: stuck.join(',') },
       );
     }
-    const uuid = randomUUID();
+    const uuid = newUuid();
     const addressMap: Record<string, string> = {};
-    const claims: Record<string, string> = {};
+    const claims: Record<Uuid, Uuid> = {};
     for (const { arq, device: src } of sources) {
       // The destination must match the source's identity, as PrepareMigration checks.
       const group: RequestGroup = {
@@ -147,7 +147,7 @@ export async function getMigration(deps: UseCaseDeps, uuid: string): Promise<Mig
 }
 
 /** ARQs move to the destination devices; source devices are released. Idempotent. */
-export async function commitMigration(deps: UseCaseDeps, uuid: string): Promise<MigrationOutcome> {
+export async function commitMigration(deps: UseCaseDeps, uuid: Uuid): Promise<MigrationOutcome> {
   return write(deps, async (tx) => {
     const m = await plannedOrDone(tx.uow, uuid, 'committed');
     if (m.state === 'committed') return { migration: m, released: [] };
@@ -172,7 +172,7 @@ export async function commitMigration(deps: UseCaseDeps, uuid: string): Promise<
 }
 
 /** Destination claims are released. Idempotent. */
-export async function abortMigration(deps: UseCaseDeps, uuid: string): Promise<MigrationOutcome> {
+export async function abortMigration(deps: UseCaseDeps, uuid: Uuid): Promise<MigrationOutcome> {
   return write(deps, async (tx) => {
     const m = await plannedOrDone(tx.uow, uuid, 'aborted');
     if (m.state === 'aborted') return { migration: m, released: [] };

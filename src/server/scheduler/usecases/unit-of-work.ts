@@ -41,6 +41,7 @@
  *   BerthError passes through unchanged.
  */
 
+import type { HostName } from '../../../identifiers.js';
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
 import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
@@ -258,7 +259,7 @@ export interface TransactionRunner {
 
 /** A host whose agent link is leased, with what a scheduler needs to dial it. */
 export interface LeasedHost {
-  host: string;
+  host: HostName;
   endpoint: string;
   features: string[];
   /** Whether the database says its follower is connected to it. */

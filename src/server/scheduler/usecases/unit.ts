@@ -5,13 +5,14 @@
  * same transaction; and once it committed, the word that something changed.
  */
 
+import type { HostName } from '../../../identifiers.js';
 import { type Tx, Tx as UnitTx, type UseCaseDeps } from './context.js';
 import { settleTouchedMedia } from './media.js';
 import { upgrading } from './upgrade.js';
 
 /** Run `fn` as one read-write unit; resolves once it committed (and the change listeners heard of it). */
 export async function write<T>(deps: UseCaseDeps, fn: (tx: Tx) => Promise<T>): Promise<T> {
-  let queued: string[] = [];
+  let queued: HostName[] = [];
   const out = await deps.db.run(async (uow) => {
     // Its records are up to date (./upgrade.ts).
     const tx = new UnitTx(upgrading(uow), deps.clock);

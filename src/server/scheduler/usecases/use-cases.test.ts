@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostRegistration } from '../domain/test-fixtures.js';
+import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { rejection } from '../store/store-contract.support.js';
 import type { Change } from './use-cases.js';
@@ -30,21 +30,25 @@ describe('the use cases tell of every commit', () => {
     expect(await registered).toBe(1);
     expect(changes).toEqual([{ cleanupsOn: [] }]);
     await store.listHosts();
-    await store.getHost('h1');
+    await store.getHost(hostName('h1'));
     expect(changes).toHaveLength(1);
-    expect((await rejection(store.deleteHost('nowhere'))).code).toBe('NOT_FOUND');
+    expect((await rejection(store.deleteHost(hostName('nowhere')))).code).toBe('NOT_FOUND');
     expect((await rejection(store.createArqs({ profileName: 'none' }))).code).toBe('NOT_FOUND');
     expect(changes).toHaveLength(1);
   });
 
   it('names the hosts on which the unit queued cleanups, for the dispatcher', async () => {
     await store.registerHost(reg);
-    await store.upsertInventory('h1', { kind: 'snapshot', revision: 1, devices: [facts({ index: 0 })] });
+    await store.upsertInventory(hostName('h1'), {
+      kind: 'snapshot',
+      revision: 1,
+      devices: [facts({ index: 0 })],
+    });
     await store.createProfile(
       validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] }),
     );
     const [arq] = await store.createArqs({ profileName: 'nvme' });
-    await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: 'h1' }]);
+    await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: hostName('h1') }]);
     changes.length = 0;
     const { released } = await store.deleteArqs({ instanceUuid: 'i1' });
     expect(released.map((d) => d.deviceState)).toEqual(['pending_cleaning']);
