@@ -49,6 +49,25 @@ export interface Arq {
    * store (tests of pure code) need not spell it out.
    */
   guestAddress?: string | null;
+  /**
+   * The project (Keystone) that created it through the Cyborg API; absent for
+   * ARQs created over gRPC, which know no projects (docs/decisions.md 57).
+   */
+  project?: string;
+  /**
+   * The `accelerator-request-bound` event Nova is still owed for this ARQ's
+   * bind (a bind asked through the Cyborg API): written in the same unit as
+   * the bind's outcome, cleared once Nova took it. The ARQ record is the
+   * outbox, so an event is neither lost by a crash nor sent for a bind that
+   * never committed (docs/decisions.md 57).
+   */
+  novaEvent?: NovaEvent | null;
+}
+
+/** An event owed to Nova: the instance, and how the bind ended. */
+export interface NovaEvent {
+  instanceUuid: string;
+  status: 'completed' | 'failed';
 }
 
 const ALLOWED: Record<ArqState, readonly ArqState[]> = {
@@ -99,6 +118,9 @@ export function arqBound(arq: Arq, device: DeviceRecord, instanceUuid: string, t
 /** A bind the device's agent did not confirm: bound → bind_failed, holding nothing. */
 export function arqUnconfirmed(arq: Arq, error: string): Arq {
   return transitionArq(arq, 'bind_failed', {
+    ...(arq.novaEvent && arq.instanceUuid
+      ? { novaEvent: { instanceUuid: arq.instanceUuid, status: 'failed' as const } }
+      : {}),
     instanceUuid: null,
     host: null,
     deviceUuid: null,
@@ -116,6 +138,8 @@ export const sameBinding = (arq: Arq, b: { instanceUuid: string; host: string })
 
 export interface CreateArqsRequest {
   profileName: string;
+  /** The creating project (Cyborg API); none over gRPC. */
+  project?: string;
   /** Idempotency key: the same id returns the same ARQs. */
   requestId?: string;
   tags?: string[];
@@ -127,6 +151,14 @@ export interface ArqBinding {
   host: string;
   /** Overrides the tag given at creation when non-empty. */
   tag?: string;
+  /**
+   * Only these devices (uuids) may serve the binding: the devices of the
+   * Placement provider Nova allocated (Cyborg's device_rp_uuid). Absent: any
+   * device of the host.
+   */
+  devices?: string[];
+  /** Owe Nova an accelerator-request-bound event for the outcome (the Cyborg API's binds). */
+  notifyNova?: boolean;
 }
 
 /**

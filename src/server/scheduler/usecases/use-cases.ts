@@ -65,6 +65,8 @@ const USE_CASES = {
   bindArqs: arqs.bindArqs,
   revertUnconfirmedBind: arqs.revertUnconfirmedBind,
   deleteArqs: arqs.deleteArqs,
+  novaEventsOwed: arqs.novaEventsOwed,
+  novaEventDelivered: arqs.novaEventDelivered,
   // live migrations
   planMigration: migrations.planMigration,
   setMigrationDetails: migrations.setMigrationDetails,
