@@ -386,6 +386,21 @@ function groupFromCyborg(g: unknown, at: string): Partial<RequestGroup> {
     }
   }
   if (resourceClass === '') throw badRequest(at, 'a group needs one resources:<RESOURCE_CLASS> key');
+  // Nova's default class (no resource_class in the device_spec) is the vendor and product: Berth's
+  // vendor/product group, which matches PCI and NVMe functions alike (an NVMe device's class in
+  // Berth's own profiles is CUSTOM_NVME_…, in Placement CUSTOM_PCI_…, as Nova names it).
+  const ids = /^CUSTOM_PCI_([0-9A-F]{4})_([0-9A-F]{4})$/.exec(resourceClass);
+  if (ids) {
+    const [, vendorId, productId] = ids;
+    return {
+      vendorId: vendorId!.toLowerCase(),
+      productId: productId!.toLowerCase(),
+      count,
+      requiredTraits,
+      forbiddenTraits,
+      liveMigratable,
+    };
+  }
   return { resourceClass, count, requiredTraits, forbiddenTraits, liveMigratable };
 }
 
