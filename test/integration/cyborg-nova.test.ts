@@ -15,11 +15,12 @@
  * - a double bind, another project's ARQs, a user without a service token,
  *   malformed patches, unknown microversions.
  */
-import { type ChildProcessWithoutNullStreams, spawn } from 'node:child_process';
+import { type ChildProcessWithoutNullStreams, execFile, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { createServer, type IncomingHttpHeaders, type Server } from 'node:http';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
+import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import type { CyborgOptions } from '../../src/server/scheduler/cyborg/config.js';
@@ -30,7 +31,14 @@ import { getDevice } from '../helpers/invariants.js';
 import { type Gate, nvmeGateSync } from '../helpers/nvme-gate.js';
 import { holdsTenantData, writeTenantData } from '../helpers/nvme-host.js';
 import { type PlacementServer, providerView, startPlacementServer } from '../helpers/placement.js';
-import { available, novaCyborgClient, PYTHON, placementApi } from '../helpers/prerequisites.js';
+import {
+  available,
+  novaCyborgClient,
+  OPENSTACK_CLI,
+  openstackAccelerator,
+  PYTHON,
+  placementApi,
+} from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
 const HOST = 'sim-host-1';
@@ -38,6 +46,7 @@ const NVME0 = '0000:3d:00.0';
 const NVME1 = '0000:3e:00.0';
 const RC = 'CUSTOM_PCI_144D_A824';
 const PROFILE = 'nvme-for-nova';
+const run = promisify(execFile);
 const rpName = (address: string) => `${HOST}_${address.toUpperCase()}`;
 const have =
   available(placementApi(), "Berth as Nova's accelerator service") &&
@@ -563,4 +572,82 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     expect(arqs.arqs[0]).toMatchObject({ state: 'Bound', attach_handle_info: { bus: '3e' } });
     expect((await conductor.call({ op: 'delete_instance', instance })).error).toBeUndefined();
   }, 120_000);
+
+  it.skipIf(!available(openstackAccelerator(), 'openstacksdk and openstack accelerator'))(
+    'openstacksdk and `openstack accelerator …` list and create profiles and ARQs against the same server',
+    async () => {
+      const sdk = JSON.parse(
+        (
+          await run(PYTHON, [
+            join(import.meta.dirname, 'python/sdk_accelerator.py'),
+            `${cyborgUrl}/v2`,
+            'admin',
+            'by-sdk',
+            RC,
+          ])
+        ).stdout,
+      );
+      expect(sdk.profile).toEqual([{ [`resources:${RC}`]: '1' }]);
+      expect(sdk.profiles).toEqual(expect.arrayContaining([PROFILE, 'by-sdk']));
+      expect(sdk.arq).toMatchObject({ state: 'Initial', profile: 'by-sdk' });
+      expect(sdk.arqs).toContainEqual({ uuid: sdk.arq.uuid, state: 'Initial' });
+      const osc = async <T>(args: string[]): Promise<T> =>
+        JSON.parse(
+          (
+            await run(OPENSTACK_CLI, [
+              '--os-auth-type',
+              'admin_token',
+              '--os-token',
+              'admin',
+              '--os-endpoint',
+              `${cyborgUrl}/v2`,
+              'accelerator',
+              ...args,
+              '-f',
+              'json',
+            ])
+          ).stdout,
+        ) as T;
+      const made = await osc<{ uuid: string; name: string }>([
+        'device',
+        'profile',
+        'create',
+        'by-cli',
+        JSON.stringify([{ [`resources:${RC}`]: '1' }]),
+      ]);
+      expect(made.name).toBe('by-cli');
+      const names = (await osc<Array<{ name: string }>>(['device', 'profile', 'list'])).map((p) => p.name);
+      expect(names).toEqual(expect.arrayContaining([PROFILE, 'by-sdk', 'by-cli']));
+      const shown = await osc<{ groups: unknown }>(['device', 'profile', 'show', made.uuid]);
+      expect(shown.groups).toEqual([{ [`resources:${RC}`]: '1' }]);
+      const arq = await osc<{ uuid: string; state: string }>(['arq', 'create', 'by-cli']);
+      expect(arq.state).toBe('Initial');
+      const listed = await osc<Array<{ uuid: string; state: string; device_profile_name: string }>>([
+        'arq',
+        'list',
+      ]);
+      expect(listed).toContainEqual(
+        expect.objectContaining({ uuid: arq.uuid, device_profile_name: 'by-cli' }),
+      );
+      expect(listed).toContainEqual(expect.objectContaining({ uuid: sdk.arq.uuid, state: 'Initial' }));
+      // Cleaned up through the CLI too (unbound ARQs: the owner may delete them).
+      await run(OPENSTACK_CLI, [
+        '--os-auth-type',
+        'admin_token',
+        '--os-token',
+        'admin',
+        '--os-endpoint',
+        `${cyborgUrl}/v2`,
+        'accelerator',
+        'arq',
+        'delete',
+        arq.uuid,
+        sdk.arq.uuid,
+      ]);
+      expect((await http('GET', `/v2/accelerator_requests/${arq.uuid}`, { token: 'admin' })).status).toBe(
+        404,
+      );
+    },
+    60_000,
+  );
 });
