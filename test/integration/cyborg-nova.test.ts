@@ -573,6 +573,44 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     expect((await conductor.call({ op: 'delete_instance', instance })).error).toBeUndefined();
   }, 120_000);
 
+  it("treats Nova's 207 with every event 422 (instance not on a host yet) as Cyborg does: dropped, not retried", async () => {
+    await eventually(
+      () => reserved(NVME1),
+      (r) => r === 0,
+      30_000,
+    );
+    const arq = (await http('POST', '/v2/accelerator_requests', { body: { device_profile_name: PROFILE } }))
+      .body.arqs[0]!.uuid;
+    const instance = randomUUID();
+    nova.mode = 'not-on-host';
+    const delivered = c.scheduler.cyborg!.events.delivered;
+    const r = await http('PATCH', '/v2/accelerator_requests', {
+      service: true,
+      body: {
+        [arq]: [
+          { path: '/hostname', op: 'add', value: HOST },
+          { path: '/device_rp_uuid', op: 'add', value: await candidateProvider(NVME1) },
+          { path: '/instance_uuid', op: 'add', value: instance },
+        ],
+      },
+    });
+    expect(r.status).toBe(202);
+    // Settled once the answer is read: the ARQ owes nothing more, and it was sent once.
+    await eventually(
+      async () => c.scheduler.cyborg!.events.delivered,
+      (n) => n > delivered,
+      30_000,
+    );
+    nova.mode = 'ok';
+    expect((await c.scheduler.useCases.getArq(arq)).novaEvent).toBeNull();
+    expect(nova.received.filter((x) => x.events.some((e) => e.tag === arq)).map((x) => x.answered)).toEqual([
+      207,
+    ]);
+    expect(
+      (await http('DELETE', `/v2/accelerator_requests?instance=${instance}`, { service: true })).status,
+    ).toBe(204);
+  }, 60_000);
+
   it.skipIf(!available(openstackAccelerator(), 'openstacksdk and openstack accelerator'))(
     'openstacksdk and `openstack accelerator …` list and create profiles and ARQs against the same server',
     async () => {

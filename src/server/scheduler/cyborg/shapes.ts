@@ -329,7 +329,8 @@ export function profileInputFromCyborg(body: unknown): ProfileInput {
       `${JSON.stringify(name.slice(0, 80))}: Device profile name must be of the form ^[a-zA-Z0-9-_]+$`,
     );
   }
-  if (uuid !== undefined && uuid !== null) throw badRequest('uuid', 'Berth chooses the uuid of a device profile');
+  if (uuid !== undefined && uuid !== null)
+    throw badRequest('uuid', 'Berth chooses the uuid of a device profile');
   if (description !== undefined && description !== null && typeof description !== 'string') {
     throw badRequest('description', 'expected a string');
   }
