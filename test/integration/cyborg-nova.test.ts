@@ -514,10 +514,20 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     // The owner cannot delete a bound ARQ itself, nor delete by instance: Nova does.
     expect((await http('DELETE', `/v2/accelerator_requests/${arq}`)).status).toBe(403);
     expect((await http('DELETE', `/v2/accelerator_requests?instance=${instance}`)).status).toBe(403);
+    // Unbind (remove): Nova only. The ARQ stays, back to Initial; its device goes to a scrub.
+    const unbind = { [arq]: [{ path: '/hostname', op: 'remove' }] };
+    expect((await http('PATCH', '/v2/accelerator_requests', { body: unbind })).status).toBe(403);
+    expect((await http('PATCH', '/v2/accelerator_requests', { service: true, body: unbind })).status).toBe(
+      202,
+    );
+    const after = (await http('GET', `/v2/accelerator_requests/${arq}`)).body as unknown as ArqDoc;
+    expect(after).toMatchObject({ state: 'Initial', instance_uuid: null, attach_handle_info: null });
+    expect((await getDevice(c.client, HOST, NVME1)).deviceState).not.toBe(DeviceState.DEVICE_STATE_ALLOCATED);
+    // Nothing left for the instance: deleting by instance is a no-op; the unbound ARQ is the owner's to delete.
     expect(
       (await http('DELETE', `/v2/accelerator_requests?instance=${instance}`, { service: true })).status,
     ).toBe(204);
-    expect((await http('DELETE', `/v2/accelerator_requests?arqs=${more}`)).status).toBe(204);
+    expect((await http('DELETE', `/v2/accelerator_requests?arqs=${more},${arq}`)).status).toBe(204);
     expect((await http('GET', `/v2/accelerator_requests/${more}`)).status).toBe(404);
     await eventually(
       () => getDevice(c.client, HOST, NVME1),

@@ -279,11 +279,18 @@ export class CyborgApi {
   private async patch(r: Req): Promise<Answer> {
     const patches = parsePatchList(await r.body(), r.version);
     if (patches[0]!.op === 'remove') {
+      // Unbind: the ARQs go back to Initial (Cyborg's Unbound, shown as Berth keeps it), their
+      // devices through release — scrubbed with proof before they are offered again.
       authorize('arq:unbind', r.caller);
-      throw new CyborgHttpError(
-        409,
-        'Berth does not unbind an ARQ in place: delete it (its device is scrubbed before it is offered again) and create another',
-      );
+      const uuids: string[] = [];
+      for (const p of patches) {
+        const arq = await this.visibleArq(r.caller!, p.arqUuid);
+        if (this.binding.has(arq.uuid))
+          throw new CyborgHttpError(409, `${p.arqUuid}: a bind of ARQ ${arq.uuid} is running`);
+        uuids.push(arq.uuid);
+      }
+      await this.deps.useCases.unbindArqs(uuids);
+      return { status: 202 };
     }
     authorize('arq:bind', r.caller);
     const caller = r.caller!;

@@ -73,10 +73,11 @@ export interface NovaEvent {
 const ALLOWED: Record<ArqState, readonly ArqState[]> = {
   initial: ['bind_started', 'deleting'],
   bind_started: ['bound', 'bind_failed', 'deleting'],
-  // A bind its device's agent did not confirm (RecordBinding) is undone.
-  bound: ['deleting', 'bind_failed'],
-  // A failed bind may be retried.
-  bind_failed: ['bind_started', 'deleting'],
+  // A bind its device's agent did not confirm (RecordBinding) is undone;
+  // an unbind (Cyborg's PATCH remove) releases the device and keeps the ARQ.
+  bound: ['deleting', 'bind_failed', 'initial'],
+  // A failed bind may be retried, or the ARQ unbound.
+  bind_failed: ['bind_started', 'deleting', 'initial'],
   deleting: [],
 };
 
@@ -129,6 +130,22 @@ export function arqUnconfirmed(arq: Arq, error: string): Arq {
     deviceType: '',
     guestAddress: null,
     error,
+  });
+}
+
+/** Unbound (Cyborg's PATCH remove): back to initial, holding nothing, owing Nova nothing. */
+export function arqUnbound(arq: Arq): Arq {
+  if (arq.state === 'initial') return arq;
+  return transitionArq(arq, 'initial', {
+    instanceUuid: null,
+    host: null,
+    deviceUuid: null,
+    deviceAddress: null,
+    attachHandle: null,
+    deviceType: '',
+    guestAddress: null,
+    error: '',
+    novaEvent: null,
   });
 }
 

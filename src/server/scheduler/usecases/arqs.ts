@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
-import { type Arq, arqBound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
+import { type Arq, arqBound, arqUnbound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
 import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
@@ -323,6 +323,43 @@ export async function deleteArqs(
       }
     }
     return { deletedUuids: arqs.map((a) => a.uuid), released };
+  });
+}
+
+/**
+ * Unbind ARQs (Cyborg's PATCH remove): each keeps its uuid and profile and
+ * goes back to `initial`; its device goes through release like a delete's
+ * (a cleanup for devices that are cleaned). Unbinding an unbound ARQ is a no-op.
+ */
+export async function unbindArqs(
+  deps: UseCaseDeps,
+  uuids: string[],
+): Promise<{ arqs: Arq[]; released: DeviceRecord[] }> {
+  if (uuids.length === 0) throw invalidArgument('uuids', 'give ARQ uuids');
+  return write(deps, async (tx) => {
+    const arqs: Arq[] = [];
+    for (const u of uuids) arqs.push(await mustArq(tx.uow, u, FOR_UPDATE));
+    const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
+    // As deleteArqs by uuids: the instances are known only now.
+    for (const instance of instances) await tx.uow.lockInstance(instance);
+    const released: DeviceRecord[] = [];
+    const out: Arq[] = [];
+    for (const arq of arqs) {
+      const next = arqUnbound(arq);
+      if (arq.deviceUuid) {
+        const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
+        if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
+          released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
+        }
+      }
+      out.push(next === arq ? arq : await writeArq(tx, next));
+    }
+    for (const instance of instances) {
+      for (const m of await tx.uow.plannedMigrations(instance, FOR_UPDATE)) {
+        released.push(...(await abortPlanned(tx, m)).released);
+      }
+    }
+    return { arqs: out, released };
   });
 }
 

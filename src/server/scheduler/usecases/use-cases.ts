@@ -65,6 +65,7 @@ const USE_CASES = {
   bindArqs: arqs.bindArqs,
   revertUnconfirmedBind: arqs.revertUnconfirmedBind,
   deleteArqs: arqs.deleteArqs,
+  unbindArqs: arqs.unbindArqs,
   novaEventsOwed: arqs.novaEventsOwed,
   novaEventDelivered: arqs.novaEventDelivered,
   // live migrations
