@@ -583,6 +583,32 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     expect((await conductor.call({ op: 'delete_instance', instance })).error).toBeUndefined();
   }, 120_000);
 
+  it("binds by a PF's provider (Placement counts VFs on their PF): one of its free VFs", async () => {
+    const vfRc = 'CUSTOM_PCI_8086_154C';
+    const made = await http('POST', '/v2/device_profiles', {
+      token: 'admin',
+      body: [{ name: 'vf-for-nova', groups: [{ [`resources:${vfRc}`]: '2' }] }],
+    });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    const pf = await providerView(placement, rpName('0000:3b:00.0'));
+    expect(pf?.inventories[vfRc]?.total).toBe(4);
+    const arqs = await conductor.call<{ arqs: ArqDoc[] }>({ op: 'create_arqs', profile: 'vf-for-nova' });
+    expect(arqs.arqs).toHaveLength(2);
+    const instance = randomUUID();
+    const bindings = Object.fromEntries(
+      arqs.arqs.map((a) => [a.uuid, { hostname: HOST, device_rp_uuid: pf!.uuid, instance_uuid: instance }]),
+    );
+    expect((await conductor.call({ op: 'bind', bindings })).error).toBeUndefined();
+    for (const a of arqs.arqs) expect((await nova.event(a.uuid)).event.status).toBe('completed');
+    const pci = await conductor.call<{ pci: Array<Record<string, string>> }>({ op: 'pci', instance });
+    const slots = pci.pci.map((p) => p.pci_slot).sort();
+    expect(slots).toHaveLength(2);
+    expect(new Set(slots).size).toBe(2);
+    for (const s of slots) expect(s).toMatch(/^0000:3b:02\.[0-7]$/);
+    for (const s of slots) expect((await getDevice(c.client, HOST, s!)).physfn).toBe('0000:3b:00.0');
+    expect((await conductor.call({ op: 'delete_instance', instance })).error).toBeUndefined();
+  }, 60_000);
+
   it("treats Nova's 207 with every event 422 (instance not on a host yet) as Cyborg does: dropped, not retried", async () => {
     await eventually(
       () => reserved(NVME1),
