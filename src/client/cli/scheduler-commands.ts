@@ -220,7 +220,7 @@ export function registerSchedulerCommands(program: Command): void {
     .option('--cyborg-listen <addr>', "serve the part of Cyborg's v2 REST API that Nova calls on host:port")
     .option(
       '--cyborg-auth <type>',
-      'Cyborg API callers: keystone (default) or noauth (labs: X-Auth-Token is user[:project])',
+      "Cyborg API callers: keystone (default), berth (the scheduler's own tokens) or noauth (labs: X-Auth-Token is user[:project])",
     )
     .option(
       '--cyborg-keystone-url <url>',

@@ -31,7 +31,7 @@ import { Instances } from './app/instances.js';
 import { Migrations } from './app/migration.js';
 import { Registration } from './app/registration.js';
 import type { CyborgOptions } from './cyborg/config.js';
-import { KeystoneIdentity, NoAuthIdentity } from './cyborg/identity.js';
+import { BerthTokenIdentity, KeystoneIdentity, NoAuthIdentity } from './cyborg/identity.js';
 import { CyborgApi } from './cyborg/server.js';
 import { HOST_INFLOW_LIMITS, type HostInflowLimits } from './domain/inventory-bounds.js';
 import type { RetentionPolicy } from './domain/retention.js';
@@ -328,12 +328,14 @@ export class Scheduler {
         identity:
           c.auth.type === 'noauth'
             ? new NoAuthIdentity()
-            : new KeystoneIdentity({
-                authUrl: c.auth.authUrl,
-                credentials: tokenSource(c.auth.credentials, c.timeoutSeconds),
-                timeoutMs: c.timeoutSeconds * 1000,
-                ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
-              }),
+            : c.auth.type === 'berth'
+              ? new BerthTokenIdentity(auth)
+              : new KeystoneIdentity({
+                  authUrl: c.auth.authUrl,
+                  credentials: tokenSource(c.auth.credentials, c.timeoutSeconds),
+                  timeoutMs: c.timeoutSeconds * 1000,
+                  ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
+                }),
         nova: {
           url: c.nova.url,
           credentials: tokenSource(c.nova.auth, c.timeoutSeconds),

@@ -11,8 +11,11 @@ import type { PlacementAuth } from '../placement/config.js';
 export interface CyborgOptions {
   /** host:port of the HTTP server. */
   listen: string;
-  /** Callers: noauth (labs), or tokens validated at Keystone with `credentials`. */
-  auth: { type: 'noauth' } | { type: 'keystone'; authUrl: string; credentials: PlacementAuth };
+  /** Callers: tokens validated at Keystone with `credentials`, Berth's own tokens, or noauth (labs). */
+  auth:
+    | { type: 'noauth' }
+    | { type: 'berth' }
+    | { type: 'keystone'; authUrl: string; credentials: PlacementAuth };
   nova: {
     /** Nova's compute endpoint (…/v2.1). */
     url: string;
@@ -71,6 +74,7 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
   const authType = f.cyborgAuth ?? 'keystone';
   let auth: CyborgOptions['auth'];
   if (authType === 'noauth') auth = { type: 'noauth' };
+  else if (authType === 'berth') auth = { type: 'berth' };
   else if (authType === 'keystone') {
     if (!f.cyborgKeystoneUrl) throw new ConfigError('--cyborg-auth keystone needs --cyborg-keystone-url');
     auth = {
@@ -85,7 +89,10 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
         ),
       },
     };
-  } else throw new ConfigError(`--cyborg-auth: expected noauth or keystone, got ${JSON.stringify(authType)}`);
+  } else
+    throw new ConfigError(
+      `--cyborg-auth: expected keystone, berth or noauth, got ${JSON.stringify(authType)}`,
+    );
   if (!f.novaUrl)
     throw new ConfigError('--cyborg-listen needs --nova-url (where accelerator-request-bound events go)');
   const novaAuthType = f.novaAuth ?? 'token';

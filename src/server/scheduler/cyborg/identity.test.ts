@@ -6,8 +6,15 @@
  */
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Authenticator } from '../../grpc/auth.js';
 import type { TokenSource } from '../placement/keystone.js';
-import { authorize, type CyborgCaller, KeystoneIdentity, NoAuthIdentity } from './identity.js';
+import {
+  authorize,
+  BerthTokenIdentity,
+  type CyborgCaller,
+  KeystoneIdentity,
+  NoAuthIdentity,
+} from './identity.js';
 import { CyborgHttpError } from './shapes.js';
 
 const statusOf = async (p: Promise<unknown> | (() => unknown)): Promise<number> => {
@@ -37,6 +44,35 @@ describe('noauth', () => {
       service: true,
     });
     expect(await statusOf(id.caller({ authToken: 'a b' }))).toBe(401);
+  });
+});
+
+describe("Berth's own tokens", () => {
+  it('checks them with the gRPC Authenticator: the subject is the project, admin and service by role', async () => {
+    const auth = new Authenticator({
+      mode: 'token',
+      staticTokens: [
+        { token: 'tenant-token-0123456789', roles: ['reader'], subject: 'proj-a' },
+        { token: 'admin-token-0123456789', roles: ['admin'], subject: 'ops' },
+        { token: 'nova-token-01234567890', roles: ['service'], subject: 'nova' },
+      ],
+    });
+    const id = new BerthTokenIdentity(auth);
+    expect(
+      await id.caller({ authToken: 'tenant-token-0123456789', serviceToken: 'nova-token-01234567890' }),
+    ).toEqual({
+      user: 'proj-a',
+      project: 'proj-a',
+      admin: false,
+      service: true,
+    });
+    expect(
+      (await id.caller({ authToken: 'tenant-token-0123456789', serviceToken: 'admin-token-0123456789' }))
+        ?.service,
+    ).toBe(false);
+    expect((await id.caller({ authToken: 'admin-token-0123456789' }))?.admin).toBe(true);
+    expect(await statusOf(id.caller({ authToken: 'forged-token-0123456789' }))).toBe(401);
+    expect(await statusOf(id.caller({ authToken: 'tenant-token-0123456789', serviceToken: 'x' }))).toBe(401);
   });
 });
 

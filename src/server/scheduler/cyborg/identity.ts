@@ -10,11 +10,16 @@
  *   token's project is the caller's project; role `admin` is an admin; a
  *   service token counts when its roles include `service` (Cyborg's
  *   `[keystone_authtoken] service_token_roles`).
+ * - `berth`: Berth's own bearer tokens (static tokens, JWTs), checked by the
+ *   scheduler's Authenticator as gRPC calls are: role `admin` is an admin,
+ *   a token's subject is its project, and a service token counts when it
+ *   has role `service`. For clouds whose Nova is given a Berth token.
  * - `noauth` (labs and tests, like Placement's noauth2): X-Auth-Token is
  *   `user` or `user:project`, user `admin` is an admin, the project defaults
  *   to the user; any X-Service-Token counts as Nova's.
  */
 import { createHash } from 'node:crypto';
+import { AuthError, type Principal } from '../../grpc/auth.js';
 import type { TokenSource } from '../placement/keystone.js';
 import { CyborgHttpError } from './shapes.js';
 
@@ -79,6 +84,32 @@ export class NoAuthIdentity implements IdentitySource {
       throw new CyborgHttpError(401, 'noauth: X-Auth-Token must be user or user:project');
     }
     return { user, project: project ?? user, admin: user === 'admin', service: Boolean(h.serviceToken) };
+  }
+}
+
+/** What the `berth` mode needs of the scheduler's Authenticator. */
+export interface TokenChecker {
+  authenticateToken(token: string): Promise<Principal>;
+}
+
+export class BerthTokenIdentity implements IdentitySource {
+  readonly describe = "Berth's tokens (static tokens, JWTs), as for gRPC";
+  constructor(private readonly auth: TokenChecker) {}
+
+  async caller(h: { authToken?: string; serviceToken?: string }): Promise<CyborgCaller | null> {
+    if (!h.authToken) return null;
+    const user = await this.check(h.authToken);
+    const service = h.serviceToken ? (await this.check(h.serviceToken)).roles.includes('service') : false;
+    return { user: user.subject, project: user.subject, admin: user.roles.includes('admin'), service };
+  }
+
+  private async check(token: string): Promise<Principal> {
+    try {
+      return await this.auth.authenticateToken(token);
+    } catch (err) {
+      if (err instanceof AuthError) throw new CyborgHttpError(401, err.message);
+      throw err;
+    }
   }
 }
 
