@@ -252,6 +252,7 @@ export function registerSchedulerCommands(program: Command): void {
         placementCreateRoots: o.placementCreateRoots,
       });
       const cyborg = await cyborgOptionsFromFlags({
+        cyborgConfig: o.cyborgConfig,
         cyborgListen: o.cyborgListen,
         cyborgAuth: o.cyborgAuth,
         cyborgKeystoneUrl: o.cyborgKeystoneUrl,
