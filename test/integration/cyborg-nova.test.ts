@@ -565,6 +565,10 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     cyborgUrl = `http://${c.scheduler.cyborg!.address}`;
     conductor = await NovaCyborg.start(`${cyborgUrl}/v2`, 'alice:proj-a', 'nova');
     await nova.attempts(503, before + 3);
+    const metric = async (name: string) =>
+      (await c.scheduler.metrics.registry.getSingleMetric(name)?.get())?.values[0]?.value;
+    expect(await metric('berth_cyborg_nova_events_owed')).toBe(1);
+    expect(await metric('berth_cyborg_nova_events_failed_attempts')).toBeGreaterThanOrEqual(1);
     nova.mode = 'ok';
     expect((await nova.event(arq)).event).toMatchObject({ server_uuid: instance, status: 'completed' });
     // The ARQ's record no longer owes it once Nova's answer is read.
@@ -574,6 +578,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
       10_000,
     );
     expect((await c.scheduler.useCases.getArq(arq)).novaEvent).toBeNull();
+    expect(await metric('berth_cyborg_nova_events_owed')).toBe(0);
     const arqs = await conductor.call<{ arqs: ArqDoc[] }>({
       op: 'arqs',
       instance,

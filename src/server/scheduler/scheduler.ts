@@ -345,6 +345,7 @@ export class Scheduler {
         nodename: (host) => options.placement?.computeNodes[host] ?? host,
         logger: logger.child({ component: 'cyborg' }),
       });
+      cyborg.events.register(metrics.registry);
       try {
         await cyborg.listen(c.listen);
       } catch (err) {

@@ -14,6 +14,7 @@
  * so a Nova that is down gets every event when it is back.
  */
 import type { Logger } from 'pino';
+import { Gauge, type Registry } from 'prom-client';
 import type { Arq } from '../domain/arq.js';
 import type { TokenSource } from '../placement/keystone.js';
 import type { UseCases } from '../usecases/use-cases.js';
@@ -41,6 +42,8 @@ export class NovaEvents {
   /** Attempts that Nova did not take (down, 5xx): the events stay owed. */
   failedAttempts = 0;
   lastError = '';
+  /** Events owed at the last pass (including those whose bind still runs). */
+  owed = 0;
 
   constructor(
     private readonly useCases: UseCases,
@@ -52,6 +55,34 @@ export class NovaEvents {
 
   start(): void {
     this.loopDone = this.loop();
+  }
+
+  /** berth_cyborg_nova_events_* on the scheduler's registry (docs/operator-guide.md "Metrics"). */
+  register(registry: Registry): void {
+    const gauge = (name: string, help: string, read: () => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [registry],
+        collect() {
+          this.set(read());
+        },
+      });
+    gauge(
+      'berth_cyborg_nova_events_owed',
+      'accelerator-request-bound events Nova has not taken yet',
+      () => this.owed,
+    );
+    gauge(
+      'berth_cyborg_nova_events_delivered',
+      'Events Nova took (or refused for good) since the start',
+      () => this.delivered,
+    );
+    gauge(
+      'berth_cyborg_nova_events_failed_attempts',
+      'Attempts to tell Nova that it did not answer or refused for now (the events stay owed) since the start',
+      () => this.failedAttempts,
+    );
   }
 
   /** A bind ended: look at the outbox now. */
@@ -91,7 +122,9 @@ export class NovaEvents {
 
   /** One pass over the outbox; true when something is still owed and must be retried. */
   private async pass(): Promise<boolean> {
-    const owed: Owed[] = (await this.useCases.novaEventsOwed())
+    const all = await this.useCases.novaEventsOwed();
+    this.owed = all.length;
+    const owed: Owed[] = all
       .filter((a: Arq) => a.novaEvent && !this.inFlight(a.uuid))
       .map((a) => ({ arq: a.uuid, instance: a.novaEvent!.instanceUuid, status: a.novaEvent!.status }));
     const byInstance = new Map<string, Owed[]>();
@@ -107,6 +140,7 @@ export class NovaEvents {
       for (const e of events) {
         await this.useCases.novaEventDelivered(e.arq, { instanceUuid: e.instance, status: e.status });
         this.delivered++;
+        this.owed--;
       }
     }
     return retry;

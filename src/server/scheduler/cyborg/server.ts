@@ -102,8 +102,12 @@ export class CyborgApi {
 
   /** Stops serving; binds already accepted finish (their events stay owed if Nova is not told yet). */
   async stop(): Promise<void> {
-    await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
+    const closed = new Promise<void>((resolve) =>
+      this.server ? this.server.close(() => resolve()) : resolve(),
+    );
+    // Clients keep connections alive (Nova's keystoneauth session does): close them, or close() waits.
     this.server?.closeAllConnections();
+    await closed;
     await Promise.allSettled([...this.running]);
     await this.events.stop();
   }
@@ -341,6 +345,10 @@ export class CyborgApi {
         `Instance ${instance} already has accelerator requests (${others.map((a) => a.uuid).join(', ')}). Cannot bind additional ARQs.`,
       );
     }
+    // Checked again with no await before the claim: two patches of one ARQ never both run.
+    const running = bindings.find((b) => this.binding.has(b.arqUuid));
+    if (running)
+      throw new CyborgHttpError(409, `${running.arqUuid}: a bind of ARQ ${running.arqUuid} is running`);
     for (const b of bindings) this.binding.add(b.arqUuid);
     const run = this.deps.binding
       .bind(bindings)
