@@ -36,12 +36,14 @@ describe('noauth', () => {
       project: 'p1',
       admin: false,
       service: false,
+      readOnly: false,
     });
     expect(await id.caller({ authToken: 'admin', serviceToken: 'x' })).toEqual({
       user: 'admin',
       project: 'admin',
       admin: true,
       service: true,
+      readOnly: false,
     });
     expect(await statusOf(id.caller({ authToken: 'a b' }))).toBe(401);
   });
@@ -52,7 +54,9 @@ describe("Berth's own tokens", () => {
     const auth = new Authenticator({
       mode: 'token',
       staticTokens: [
-        { token: 'tenant-token-0123456789', roles: ['reader'], subject: 'proj-a' },
+        { token: 'tenant-token-0123456789', roles: ['service'], subject: 'proj-a' },
+        { token: 'viewer-token-0123456789', roles: ['reader'], subject: 'proj-v' },
+        { token: 'agent-token-01234567890', roles: ['agent'], subject: 'host-1' },
         { token: 'admin-token-0123456789', roles: ['admin'], subject: 'ops' },
         { token: 'nova-token-01234567890', roles: ['service'], subject: 'nova' },
       ],
@@ -65,7 +69,14 @@ describe("Berth's own tokens", () => {
       project: 'proj-a',
       admin: false,
       service: true,
+      readOnly: false,
     });
+    // A reader reads; an agent's credential is refused, as over gRPC.
+    const viewer = await id.caller({ authToken: 'viewer-token-0123456789' });
+    expect(viewer?.readOnly).toBe(true);
+    expect(await statusOf(() => authorize('arq:get', viewer))).toBe(0);
+    expect(await statusOf(() => authorize('arq:create', viewer))).toBe(403);
+    expect(await statusOf(id.caller({ authToken: 'agent-token-01234567890' }))).toBe(403);
     expect(
       (await id.caller({ authToken: 'tenant-token-0123456789', serviceToken: 'admin-token-0123456789' }))
         ?.service,
@@ -77,7 +88,7 @@ describe("Berth's own tokens", () => {
 });
 
 describe('the table', () => {
-  const user: CyborgCaller = { user: 'u', project: 'p', admin: false, service: false };
+  const user: CyborgCaller = { user: 'u', project: 'p', admin: false, service: false, readOnly: false };
   it('401 without a caller, 403 without the role or the service token', async () => {
     expect(await statusOf(() => authorize('arq:create', null))).toBe(401);
     expect(await statusOf(() => authorize('versions:get', null))).toBe(0);
@@ -97,6 +108,7 @@ describe('keystone', () => {
   const tokens: Record<string, { user: string; project: string; roles: string[] }> = {
     'user-token': { user: 'u1', project: 'p1', roles: ['member', 'reader'] },
     'admin-token': { user: 'u0', project: 'p0', roles: ['admin'] },
+    'reader-token': { user: 'u2', project: 'p1', roles: ['reader'] },
     'nova-token': { user: 'nova', project: 'service', roles: ['service'] },
   };
   beforeAll(async () => {
@@ -143,7 +155,9 @@ describe('keystone', () => {
       project: 'p1',
       admin: false,
       service: true,
+      readOnly: false,
     });
+    expect((await id.caller({ authToken: 'reader-token' }))?.readOnly).toBe(true);
     // A service token without the service role is not Nova's.
     expect((await id.caller({ authToken: 'user-token', serviceToken: 'admin-token' }))?.service).toBe(false);
     expect((await id.caller({ authToken: 'admin-token' }))?.admin).toBe(true);

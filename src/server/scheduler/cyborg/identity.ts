@@ -29,6 +29,8 @@ export interface CyborgCaller {
   admin: boolean;
   /** The request carries a valid service token (Nova acting for the user). */
   service: boolean;
+  /** May only read (a Keystone token whose only role is `reader`; Berth's `reader` role). */
+  readOnly: boolean;
 }
 
 /**
@@ -39,11 +41,11 @@ export interface CyborgCaller {
  */
 export const ACTIONS = {
   'versions:get': 'anyone',
-  'device_profile:get': 'caller',
+  'device_profile:get': 'reader',
   'device_profile:create': 'admin',
   'device_profile:delete': 'admin',
   'arq:create': 'caller',
-  'arq:get': 'caller',
+  'arq:get': 'reader',
   'arq:bind': 'service',
   'arq:unbind': 'service',
   'arq:delete': 'caller',
@@ -55,6 +57,12 @@ export function authorize(action: Action, caller: CyborgCaller | null): void {
   const need = ACTIONS[action];
   if (need === 'anyone') return;
   if (!caller) throw new CyborgHttpError(401, 'Authentication required: send X-Auth-Token');
+  if (need !== 'reader' && caller.readOnly && !caller.admin) {
+    throw new CyborgHttpError(
+      403,
+      `Policy doesn't allow cyborg:${action} to be performed: ${caller.user} may only read.`,
+    );
+  }
   if (need === 'admin' && !caller.admin) {
     throw new CyborgHttpError(403, `Policy doesn't allow cyborg:${action} to be performed.`);
   }
@@ -83,7 +91,13 @@ export class NoAuthIdentity implements IdentitySource {
     ) {
       throw new CyborgHttpError(401, 'noauth: X-Auth-Token must be user or user:project');
     }
-    return { user, project: project ?? user, admin: user === 'admin', service: Boolean(h.serviceToken) };
+    return {
+      user,
+      project: project ?? user,
+      admin: user === 'admin',
+      service: Boolean(h.serviceToken),
+      readOnly: false,
+    };
   }
 }
 
@@ -99,8 +113,21 @@ export class BerthTokenIdentity implements IdentitySource {
   async caller(h: { authToken?: string; serviceToken?: string }): Promise<CyborgCaller | null> {
     if (!h.authToken) return null;
     const user = await this.check(h.authToken);
+    // As over gRPC: an agent's or the scheduler's credential is no caller of these APIs.
+    if (!user.roles.some((r) => r === 'admin' || r === 'service' || r === 'reader')) {
+      throw new CyborgHttpError(
+        403,
+        `${user.subject} has role ${user.roles.join(', ')}: not a caller of the Cyborg API`,
+      );
+    }
     const service = h.serviceToken ? (await this.check(h.serviceToken)).roles.includes('service') : false;
-    return { user: user.subject, project: user.subject, admin: user.roles.includes('admin'), service };
+    return {
+      user: user.subject,
+      project: user.subject,
+      admin: user.roles.includes('admin'),
+      service,
+      readOnly: !user.roles.some((r) => r === 'admin' || r === 'service'),
+    };
   }
 
   private async check(token: string): Promise<Principal> {
@@ -142,7 +169,10 @@ export class KeystoneIdentity implements IdentitySource {
     if (!h.authToken) return null;
     const user = await this.validate(h.authToken);
     const service = h.serviceToken ? (await this.validate(h.serviceToken)).roles.includes('service') : false;
-    return { user: user.user, project: user.project, admin: user.roles.includes('admin'), service };
+    const admin = user.roles.includes('admin');
+    // Keystone's default roles: reader < member < admin; a token with reader alone only reads.
+    const readOnly = !admin && user.roles.length > 0 && user.roles.every((r) => r === 'reader');
+    return { user: user.user, project: user.project, admin, service, readOnly };
   }
 
   private async validate(token: string, retried = false): Promise<TokenFacts> {
