@@ -236,6 +236,25 @@ export const novaTranslator = () =>
     return null;
   });
 
+/** Nova's own Cyborg client (nova/accelerator/cyborg.py, `_CyborgClient`), run by /usr/bin/python3. */
+export const novaCyborgClient = () =>
+  check("Nova's Cyborg client", ['python3-nova'], () => {
+    run(PYTHON, ['-c', 'import nova.accelerator.cyborg']);
+    return null;
+  });
+
+/** openstacksdk's accelerator proxy and `openstack accelerator …` (python-cyborgclient). */
+export const openstackAccelerator = () =>
+  check(
+    'openstacksdk and openstack accelerator',
+    ['python3-openstacksdk', 'python3-cyborgclient', 'python3-openstackclient'],
+    () => {
+      run(PYTHON, ['-c', 'import openstack.accelerator.v2._proxy, cyborgclient.osc.plugin']);
+      if (!existsSync(OPENSTACK_CLI)) return `${OPENSTACK_CLI} not found`;
+      return null;
+    },
+  );
+
 /** os-resource-classes and os-traits, the lists os-names.ts is generated from. */
 export const osPlacementNames = () =>
   check('os-resource-classes and os-traits', ['python3-os-resource-classes', 'python3-os-traits'], () => {

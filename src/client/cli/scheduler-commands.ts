@@ -3,6 +3,7 @@ import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { type AuthOptions, loadAuthOptions, readCertRolesFile } from '../../server/grpc/auth.js';
+import { type CyborgFlags, cyborgOptionsFromFlags } from '../../server/scheduler/cyborg/config.js';
 import type { RetentionPolicy } from '../../server/scheduler/domain/retention.js';
 import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
@@ -10,7 +11,7 @@ import { parseStrictYaml } from '../../strict-yaml.js';
 import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
 import { parseDuration } from './token-commands.js';
 
-interface ServeFlags extends PlacementFlags {
+interface ServeFlags extends PlacementFlags, CyborgFlags {
   db: string;
   listen: string;
   metricsListen?: string;
@@ -215,6 +216,26 @@ export function registerSchedulerCommands(program: Command): void {
       'no Nova: create a root provider per host (else wait for the compute node)',
     )
     .option('--placement-config <file>', 'Placement settings in a YAML file (the flags override it)')
+    // Cyborg's v2 API for Nova (docs/cyborg.md); needs Placement in report mode.
+    .option('--cyborg-listen <addr>', "serve the part of Cyborg's v2 REST API that Nova calls on host:port")
+    .option(
+      '--cyborg-auth <type>',
+      "Cyborg API callers: keystone (default), berth (the scheduler's own tokens) or noauth (labs: X-Auth-Token is user[:project])",
+    )
+    .option(
+      '--cyborg-keystone-url <url>',
+      "with --cyborg-auth keystone: Keystone's endpoint, where tokens are validated",
+    )
+    .option(
+      '--cyborg-keystone-token-file <file>',
+      "with --cyborg-auth keystone: a file holding the scheduler's own Keystone token",
+    )
+    .option('--nova-url <url>', "Nova's compute endpoint: where accelerator-request-bound events go")
+    .option('--nova-auth <type>', "Nova's credentials: token (default) or noauth")
+    .option(
+      '--nova-token-file <file>',
+      'with --nova-auth token: a file holding the Keystone token sent to Nova',
+    )
     .action(async (flags: ServeFlags) => {
       const o = tlsFromFlags(flags);
       const retention = retentionFromFlags(o);
@@ -229,6 +250,16 @@ export function registerSchedulerCommands(program: Command): void {
         placementAppCredentialSecretFile: o.placementAppCredentialSecretFile,
         placementMode: o.placementMode,
         placementCreateRoots: o.placementCreateRoots,
+      });
+      const cyborg = await cyborgOptionsFromFlags({
+        cyborgConfig: o.cyborgConfig,
+        cyborgListen: o.cyborgListen,
+        cyborgAuth: o.cyborgAuth,
+        cyborgKeystoneUrl: o.cyborgKeystoneUrl,
+        cyborgKeystoneTokenFile: o.cyborgKeystoneTokenFile,
+        novaUrl: o.novaUrl,
+        novaAuth: o.novaAuth,
+        novaTokenFile: o.novaTokenFile,
       });
       const auth = await authFromFlags(o);
       const tls =
@@ -247,6 +278,7 @@ export function registerSchedulerCommands(program: Command): void {
         ...(hostPrincipals ? { hostPrincipals } : {}),
         ...(o.metricsListen ? { metricsListen: o.metricsListen } : {}),
         ...(placement ? { placement } : {}),
+        ...(cyborg ? { cyborg } : {}),
         retention,
       }).catch((err: unknown) => {
         const flags: Record<string, string> = { [o.listen]: '--listen' };
@@ -261,6 +293,7 @@ export function registerSchedulerCommands(program: Command): void {
           event: 'listening',
           endpoint: s.address,
           metrics: s.metricsAddress || undefined,
+          cyborg: s.cyborg ? `http://${s.cyborg.address}/v2` : undefined,
           scheduler_id: s.id,
         }),
       );

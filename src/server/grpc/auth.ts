@@ -509,7 +509,17 @@ export class Authenticator {
     const header = String(values[0]);
     const m = /^Bearer ([\x21-\x7e]{1,8192})$/i.exec(header);
     if (!m) throw unauthenticated('malformed authorization header: expected "Bearer <token>"');
-    const token = m[1]!;
+    return this.authenticateToken(m[1]!);
+  }
+
+  /**
+   * Who holds `token` (a static token or a JWT), as `authenticate` judges a
+   * bearer token: also for the Cyborg REST API's X-Auth-Token and
+   * X-Service-Token (src/server/scheduler/cyborg/identity.ts).
+   */
+  async authenticateToken(token: string): Promise<Principal> {
+    if (!this.enabled) return { subject: 'anonymous', roles: [...ROLES], via: 'none' };
+    if (!/^[\x21-\x7e]{1,8192}$/.test(token)) throw unauthenticated('malformed token');
     // Looked up by the token's SHA-256: timing reveals at most bits of a hash, never of the token.
     const st = this.statics.get(sha256(token).toString('hex'));
     if (st) {

@@ -30,10 +30,13 @@ import { Hosts } from './app/hosts.js';
 import { Instances } from './app/instances.js';
 import { Migrations } from './app/migration.js';
 import { Registration } from './app/registration.js';
+import type { CyborgOptions } from './cyborg/config.js';
+import { BerthTokenIdentity, KeystoneIdentity, NoAuthIdentity } from './cyborg/identity.js';
+import { CyborgApi } from './cyborg/server.js';
 import { HOST_INFLOW_LIMITS, type HostInflowLimits } from './domain/inventory-bounds.js';
 import type { RetentionPolicy } from './domain/retention.js';
 import type { PlacementOptions } from './placement/config.js';
-import { startPlacement } from './placement/placement.js';
+import { startPlacement, tokenSource } from './placement/placement.js';
 import type { PlacementPort } from './placement/port.js';
 import { schedulerSide } from './placement/scheduler-side.js';
 import { AgentDirectory } from './runtime/agent-directory.js';
@@ -109,6 +112,12 @@ export interface SchedulerOptions {
    * Placement"). Absent: Placement is not used.
    */
   placement?: PlacementOptions;
+  /**
+   * Serve the part of Cyborg's v2 REST API that Nova calls, on its own
+   * address (cyborg/, docs/cyborg.md). Needs Placement in report mode: Nova
+   * binds by the Placement provider it allocated.
+   */
+  cyborg?: CyborgOptions;
   /** The fetch Placement and Keystone calls use (tests). */
   placementFetch?: typeof fetch;
   /** Extra services on the same server, behind the same interceptors (benchmarks' baseline method). */
@@ -142,6 +151,8 @@ export class Scheduler {
     readonly placement: PlacementPort | null,
     readonly pruner: HistoryPruner,
     readonly leaseKeeper: LinkLeaseKeeper | null,
+    /** Cyborg's v2 API for Nova, when configured. */
+    readonly cyborg: CyborgApi | null,
     private readonly parts: {
       hub: EventHub;
       dispatcher: CleanupDispatcher;
@@ -162,6 +173,11 @@ export class Scheduler {
     }
 
     const auth = new Authenticator(requireAuthOptions(options.auth));
+    if (options.cyborg && options.placement?.mode !== 'report') {
+      throw new ConfigError(
+        "the Cyborg API needs Placement in report mode (--placement-url): Nova binds by the Placement provider of Berth's device",
+      );
+    }
     const tls = options.tls ? await loadTls(options.tls) : undefined;
     const credentialFor = agentCredential(options, logger);
     // One scheduler per SQLite file: a second one refuses, naming the first.
@@ -302,6 +318,45 @@ export class Scheduler {
       lock?.release();
       throw err;
     }
+    let cyborg: CyborgApi | null = null;
+    if (options.cyborg && placement) {
+      const c = options.cyborg;
+      cyborg = new CyborgApi({
+        useCases,
+        binding,
+        placement,
+        identity:
+          c.auth.type === 'noauth'
+            ? new NoAuthIdentity()
+            : c.auth.type === 'berth'
+              ? new BerthTokenIdentity(auth)
+              : new KeystoneIdentity({
+                  authUrl: c.auth.authUrl,
+                  credentials: tokenSource(c.auth.credentials, c.timeoutSeconds),
+                  timeoutMs: c.timeoutSeconds * 1000,
+                  ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
+                }),
+        nova: {
+          url: c.nova.url,
+          credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
+          timeoutMs: c.timeoutSeconds * 1000,
+          retryMaxMs: c.retryMaxSeconds * 1000,
+        },
+        nodename: (host) => options.placement?.computeNodes[host] ?? host,
+        logger: logger.child({ component: 'cyborg' }),
+      });
+      cyborg.events.register(metrics.registry);
+      try {
+        await cyborg.listen(c.listen);
+      } catch (err) {
+        await cyborg.stop();
+        await placement.stop();
+        await server.stop(0);
+        await useCases.close();
+        lock?.release();
+        throw err;
+      }
+    }
     lock?.setEndpoint(server.address);
     // Health is SERVING in `serving` only; each transition is logged with its reason.
     server.setServing(false);
@@ -357,6 +412,7 @@ export class Scheduler {
       placement,
       pruner,
       leaseKeeper,
+      cyborg,
       {
         hub,
         dispatcher,
@@ -396,6 +452,7 @@ export class Scheduler {
   async stop(): Promise<void> {
     const { hub, dispatcher, agents, lock } = this.parts;
     this.lifecycle.stopping();
+    await this.cyborg?.stop();
     await this.placement?.stop();
     dispatcher.stop();
     await this.pruner.stop();

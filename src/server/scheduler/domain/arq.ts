@@ -50,15 +50,35 @@ export interface Arq {
    * store (tests of pure code) need not spell it out.
    */
   guestAddress?: string | null;
+  /**
+   * The project (Keystone) that created it through the Cyborg API; absent for
+   * ARQs created over gRPC, which know no projects (docs/decisions.md 57).
+   */
+  project?: string;
+  /**
+   * The `accelerator-request-bound` event Nova is still owed for this ARQ's
+   * bind (a bind asked through the Cyborg API): written in the same unit as
+   * the bind's outcome, cleared once Nova took it. The ARQ record is the
+   * outbox, so an event is neither lost by a crash nor sent for a bind that
+   * never committed (docs/decisions.md 57).
+   */
+  novaEvent?: NovaEvent | null;
+}
+
+/** An event owed to Nova: the instance, and how the bind ended. */
+export interface NovaEvent {
+  instanceUuid: string;
+  status: 'completed' | 'failed';
 }
 
 const ALLOWED: Record<ArqState, readonly ArqState[]> = {
   initial: ['bind_started', 'deleting'],
   bind_started: ['bound', 'bind_failed', 'deleting'],
-  // A bind its device's agent did not confirm (RecordBinding) is undone.
-  bound: ['deleting', 'bind_failed'],
-  // A failed bind may be retried.
-  bind_failed: ['bind_started', 'deleting'],
+  // A bind its device's agent did not confirm (RecordBinding) is undone;
+  // an unbind (Cyborg's PATCH remove) releases the device and keeps the ARQ.
+  bound: ['deleting', 'bind_failed', 'initial'],
+  // A failed bind may be retried, or the ARQ unbound.
+  bind_failed: ['bind_started', 'deleting', 'initial'],
   deleting: [],
 };
 
@@ -97,6 +117,9 @@ export function arqBound(arq: Arq, device: DeviceRecord, instanceUuid: string, t
 /** A bind the device's agent did not confirm: bound → bind_failed, holding nothing. */
 export function arqUnconfirmed(arq: Arq, error: string): Arq {
   return transitionArq(arq, 'bind_failed', {
+    ...(arq.novaEvent && arq.instanceUuid
+      ? { novaEvent: { instanceUuid: arq.instanceUuid, status: 'failed' as const } }
+      : {}),
     instanceUuid: null,
     host: null,
     deviceUuid: null,
@@ -108,12 +131,30 @@ export function arqUnconfirmed(arq: Arq, error: string): Arq {
   });
 }
 
+/** Unbound (Cyborg's PATCH remove): back to initial, holding nothing, owing Nova nothing. */
+export function arqUnbound(arq: Arq): Arq {
+  if (arq.state === 'initial') return arq;
+  return transitionArq(arq, 'initial', {
+    instanceUuid: null,
+    host: null,
+    deviceUuid: null,
+    deviceAddress: null,
+    attachHandle: null,
+    deviceType: '',
+    guestAddress: null,
+    error: '',
+    novaEvent: null,
+  });
+}
+
 /** Whether a bind request is a retry of the binding this ARQ already has. */
 export const sameBinding = (arq: Arq, b: { instanceUuid: string; host: string }): boolean =>
   arq.state === 'bound' && arq.instanceUuid === b.instanceUuid && arq.host === b.host;
 
 export interface CreateArqsRequest {
   profileName: string;
+  /** The creating project (Cyborg API); none over gRPC. */
+  project?: string;
   /** Idempotency key: the same id returns the same ARQs. */
   requestId?: string;
   tags?: string[];
@@ -126,6 +167,14 @@ export interface ArqBinding {
   host: HostName;
   /** Overrides the tag given at creation when non-empty. */
   tag?: string;
+  /**
+   * Only these devices (uuids) may serve the binding: the devices of the
+   * Placement provider Nova allocated (Cyborg's device_rp_uuid). Absent: any
+   * device of the host.
+   */
+  devices?: string[];
+  /** Owe Nova an accelerator-request-bound event for the outcome (the Cyborg API's binds). */
+  notifyNova?: boolean;
 }
 
 /**

@@ -5,7 +5,7 @@
  * `reserved` = the devices Berth would not hand out now. The reporter
  * (reporter.ts) makes Placement say this.
  */
-import { type HostName, isResourceClass, isTrait } from '../../../identifiers.js';
+import { type HostName, isResourceClass, isTrait, type PciAddress, type Uuid } from '../../../identifiers.js';
 import { type DeviceRecord, unallocatableReasons } from '../domain/device-state.js';
 import {
   placementResourceClass,
@@ -22,9 +22,9 @@ export interface HostView {
 
 /** One device as its provider counts it. */
 export interface CountedDevice {
-  uuid: string;
-  host: string;
-  address: string;
+  uuid: Uuid;
+  host: HostName;
+  address: PciAddress;
   /** Why Berth holds it back ('' when Berth would hand it out). */
   heldBecause: string;
 }

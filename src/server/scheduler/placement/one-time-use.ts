@@ -22,7 +22,7 @@
  * again, which costs time and never safety.
  */
 import type { Logger } from 'pino';
-import type { HostName } from '../../../identifiers.js';
+import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import {
   type Inventories,
@@ -63,9 +63,9 @@ interface Round {
 interface Seen {
   uuid: string;
   name: string;
-  host: string;
-  address: string;
-  deviceUuid: string | null;
+  host: HostName;
+  address: PciAddress;
+  deviceUuid: Uuid | null;
   reserved: number;
   total: number;
   consumers: string[];
@@ -132,7 +132,7 @@ export class OneTimeUseCleaner {
     return null;
   }
 
-  devicesOfProvider(uuid: string): Array<{ deviceUuid: string; host: string; address: string }> {
+  devicesOfProvider(uuid: string): Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }> {
     const s = this.seen.get(uuid);
     return s?.deviceUuid ? [{ deviceUuid: s.deviceUuid, host: s.host, address: s.address }] : [];
   }

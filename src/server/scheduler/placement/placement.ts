@@ -24,12 +24,12 @@ import { OneTimeUseCleaner } from './one-time-use.js';
 import type { PlacementPort, PlacementStatus, SchedulerSide } from './port.js';
 import { Reporter } from './reporter.js';
 
-function tokenSource(o: PlacementOptions): TokenSource {
-  const a = o.auth;
+/** The credentials `a` describe (Placement's; the Cyborg API's toward Keystone and Nova too). */
+export function tokenSource(a: PlacementOptions['auth'], timeoutSeconds: number): TokenSource {
   if (a.type === 'noauth') return new NoAuth(a.user);
   if (a.type === 'token') return new StaticToken(a.token);
   const { type: _t, ...rest } = a;
-  return new AppCredential({ ...rest, timeoutMs: o.timeoutSeconds * 1000 });
+  return new AppCredential({ ...rest, timeoutMs: timeoutSeconds * 1000 });
 }
 
 export async function startPlacement(
@@ -38,7 +38,7 @@ export async function startPlacement(
   deps: { logger: Logger; registry: Registry; fetch?: typeof fetch },
 ): Promise<PlacementPort> {
   const logger = deps.logger.child({ component: 'placement' });
-  const auth = tokenSource(options);
+  const auth = tokenSource(options.auth, options.timeoutSeconds);
   const api = new PlacementApi({
     url: options.url,
     auth,

@@ -10,7 +10,7 @@
  * - PlacementPort: what the scheduler's services get from it (status, a
  *   device's provider, provider uuid → devices, a dry run or a sync now).
  */
-import type { HostName, PciAddress } from '../../../identifiers.js';
+import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceEvent } from '../domain/inventory.js';
 import type { HostView } from './desired.js';
@@ -110,7 +110,7 @@ export interface PlacementPort {
   status(): PlacementStatus;
   deviceProvider(device: DeviceRecord): DeviceProviderInfo | null;
   /** Provider uuid → the devices it stands for (Cyborg's device_rp_uuid); [] when none. */
-  devicesOfProvider(providerUuid: string): Array<{ deviceUuid: string; host: string; address: string }>;
+  devicesOfProvider(providerUuid: string): Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }>;
   /**
    * Why a cleanup Berth starts on its own (a media never cleaned, or reported
    * dirty) must wait because someone outside Berth may be using the device:

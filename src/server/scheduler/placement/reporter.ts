@@ -25,7 +25,7 @@
  * retried with backoff, and the catch-up runs in order when it answers.
  */
 import type { Logger } from 'pino';
-import { type HostName, isResourceClass, isTrait } from '../../../identifiers.js';
+import { type HostName, isResourceClass, isTrait, type PciAddress, type Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { type Inventories, type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
 import type { PlacementConnection } from './connection.js';
@@ -218,7 +218,7 @@ export class Reporter {
     };
   }
 
-  devicesOfProvider(uuid: string): Array<{ deviceUuid: string; host: string; address: string }> {
+  devicesOfProvider(uuid: string): Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }> {
     // Berth's uuids are derived from the name; one Placement had before (adopted) is in the cache.
     let p = this.desired.get(this.nameByUuid.get(uuid) ?? '');
     if (!p) {

@@ -4,7 +4,7 @@ import { BerthError, failedPrecondition, invalidArgument } from '../../../errors
 import { newUuid, type Uuid } from '../../../identifiers.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
-import { type Arq, arqBound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
+import { type Arq, arqBound, arqUnbound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
 import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
@@ -71,6 +71,7 @@ export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Pro
             createdAt: now,
             deviceType: '',
             guestAddress: null,
+            ...(req.project ? { project: req.project } : {}),
           }),
         );
       }
@@ -140,12 +141,27 @@ export async function bindArqs(
         }
         const host = await mustHost(tx.uow, b.host, FOR_UPDATE);
         const started = transitionArq(arq, 'bind_started');
-        const { result, candidates } = await pickOnHost(tx.uow, b.host, arq.group, pick);
+        const only = b.devices ? new Set(b.devices) : null;
+        const { result, candidates } = await pickOnHost(
+          tx.uow,
+          b.host,
+          arq.group,
+          only
+            ? (g, c, ctx) =>
+                pick(
+                  g,
+                  c.filter((d) => only.has(d.uuid)),
+                  ctx,
+                )
+            : pick,
+        );
         if (!result.device) {
           throw failedPrecondition(
             'NO_ALLOCATABLE_DEVICE',
-            `no allocatable device on host ${b.host} for ARQ ${arq.uuid} (${describeGroup(arq.group)}): ${
-              candidates.length === 0 ? 'no available candidates' : describeRejections(result.rejected)
+            `no allocatable device on host ${b.host}${only ? ` among ${[...only].join(', ')}` : ''} for ARQ ${arq.uuid} (${describeGroup(arq.group)}): ${
+              (only ? candidates.filter((d) => only.has(d.uuid)) : candidates).length === 0
+                ? 'no available candidates'
+                : describeRejections(result.rejected)
             }`,
             { arq_uuid: arq.uuid, host: b.host },
           );
@@ -159,7 +175,12 @@ export async function bindArqs(
           result.device,
           bind(result.device, { arqUuid: arq.uuid, instanceUuid: b.instanceUuid }),
         );
-        const bound = arqBound(started, device, b.instanceUuid, b.tag || arq.tag);
+        const bound = {
+          ...arqBound(started, device, b.instanceUuid, b.tag || arq.tag),
+          ...(b.notifyNova
+            ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'completed' as const } }
+            : {}),
+        };
         const others = (await tx.uow.arqs({ instanceUuid: b.instanceUuid })).filter(
           (a) => a.uuid !== arq.uuid && a.state === 'bound',
         );
@@ -179,7 +200,13 @@ export async function bindArqs(
       return { arqs, devices, newlyBound };
     });
   } catch (e) {
-    if (e instanceof BerthError && e.code === 'FAILED_PRECONDITION' && e.reason !== 'ARQ_ALREADY_BOUND') {
+    // A bind Nova waits for ends in an event whatever stopped it (an agent away, a bad tag too).
+    const owed = bindings.some((b) => b.notifyNova);
+    if (
+      e instanceof BerthError &&
+      (e.code === 'FAILED_PRECONDITION' || owed) &&
+      e.reason !== 'ARQ_ALREADY_BOUND'
+    ) {
       await markBindFailed(deps, bindings, e.message);
     }
     throw e;
@@ -222,8 +249,36 @@ async function markBindFailed(deps: UseCaseDeps, bindings: ArqBinding[], message
       const arq = await tx.uow.arq(b.arqUuid, FOR_UPDATE);
       if (!arq || (arq.state !== 'initial' && arq.state !== 'bind_failed')) continue;
       const started = transitionArq(arq, 'bind_started');
-      await writeArq(tx, transitionArq(started, 'bind_failed', { error: message }));
+      await writeArq(
+        tx,
+        transitionArq(started, 'bind_failed', {
+          error: message,
+          ...(b.notifyNova ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'failed' as const } } : {}),
+        }),
+      );
     }
+  });
+}
+
+/** ARQs that owe Nova an accelerator-request-bound event (the Cyborg API's outbox). */
+export async function novaEventsOwed(deps: UseCaseDeps): Promise<Arq[]> {
+  return read(deps, async (r) => (await r.arqs({})).filter((a) => a.novaEvent));
+}
+
+/**
+ * Nova took (or will never take) the event `sent` of ARQ `uuid`: clear it,
+ * unless the ARQ owes another one by now (a later bind).
+ */
+export async function novaEventDelivered(
+  deps: UseCaseDeps,
+  uuid: string,
+  sent: { instanceUuid: string; status: string },
+): Promise<void> {
+  await write(deps, async (tx) => {
+    const arq = await tx.uow.arq(uuid, FOR_UPDATE);
+    const owed = arq?.novaEvent;
+    if (!arq || !owed || owed.instanceUuid !== sent.instanceUuid || owed.status !== sent.status) return;
+    await writeArq(tx, { ...arq, novaEvent: null });
   });
 }
 
@@ -268,6 +323,43 @@ export async function deleteArqs(
       }
     }
     return { deletedUuids: arqs.map((a) => a.uuid), released };
+  });
+}
+
+/**
+ * Unbind ARQs (Cyborg's PATCH remove): each keeps its uuid and profile and
+ * goes back to `initial`; its device goes through release like a delete's
+ * (a cleanup for devices that are cleaned). Unbinding an unbound ARQ is a no-op.
+ */
+export async function unbindArqs(
+  deps: UseCaseDeps,
+  uuids: string[],
+): Promise<{ arqs: Arq[]; released: DeviceRecord[] }> {
+  if (uuids.length === 0) throw invalidArgument('uuids', 'give ARQ uuids');
+  return write(deps, async (tx) => {
+    const arqs: Arq[] = [];
+    for (const u of uuids) arqs.push(await mustArq(tx.uow, u, FOR_UPDATE));
+    const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
+    // As deleteArqs by uuids: the instances are known only now.
+    for (const instance of instances) await tx.uow.lockInstance(instance);
+    const released: DeviceRecord[] = [];
+    const out: Arq[] = [];
+    for (const arq of arqs) {
+      const next = arqUnbound(arq);
+      if (arq.deviceUuid) {
+        const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
+        if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
+          released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
+        }
+      }
+      out.push(next === arq ? arq : await writeArq(tx, next));
+    }
+    for (const instance of instances) {
+      for (const m of await tx.uow.plannedMigrations(instance, FOR_UPDATE)) {
+        released.push(...(await abortPlanned(tx, m)).released);
+      }
+    }
+    return { arqs: out, released };
   });
 }
 

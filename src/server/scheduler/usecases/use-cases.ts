@@ -65,6 +65,9 @@ const USE_CASES = {
   bindArqs: arqs.bindArqs,
   revertUnconfirmedBind: arqs.revertUnconfirmedBind,
   deleteArqs: arqs.deleteArqs,
+  unbindArqs: arqs.unbindArqs,
+  novaEventsOwed: arqs.novaEventsOwed,
+  novaEventDelivered: arqs.novaEventDelivered,
   // live migrations
   planMigration: migrations.planMigration,
   setMigrationDetails: migrations.setMigrationDetails,

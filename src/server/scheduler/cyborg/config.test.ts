@@ -1,0 +1,80 @@
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { cyborgOptionsFromFlags } from './config.js';
+
+describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
+  it('is off without any of them; without listen it says so', async () => {
+    expect(await cyborgOptionsFromFlags({})).toBeNull();
+    await expect(cyborgOptionsFromFlags({ novaUrl: 'http://nova:8774/v2.1' })).rejects.toThrow(
+      'cyborg.listen: required to serve the Cyborg API (--cyborg-listen)',
+    );
+  });
+
+  it('reads the file, the flags override it; mistakes name the key or flag', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'berth-cyborg-'));
+    await writeFile(join(dir, 'nova'), 'nova-token\n');
+    await writeFile(join(dir, 'ks'), 'ks-token\n');
+    await writeFile(join(dir, 'empty'), '\n');
+    await writeFile(
+      join(dir, 'cyborg.yaml'),
+      [
+        'listen: 0.0.0.0:6666',
+        'auth: {type: keystone, auth_url: "https://keystone:5000/v3", token_file: ks}',
+        'nova: {url: "https://nova:8774/v2.1", auth: {type: token, token_file: nova}}',
+        'timeout: 5',
+      ].join('\n'),
+    );
+    expect(await cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'cyborg.yaml') })).toEqual({
+      listen: '0.0.0.0:6666',
+      auth: {
+        type: 'keystone',
+        authUrl: 'https://keystone:5000/v3',
+        credentials: { type: 'token', token: 'ks-token' },
+      },
+      nova: { url: 'https://nova:8774/v2.1', auth: { type: 'token', token: 'nova-token' } },
+      timeoutSeconds: 5,
+      retryMaxSeconds: 30,
+    });
+    expect(
+      await cyborgOptionsFromFlags({
+        cyborgConfig: join(dir, 'cyborg.yaml'),
+        cyborgListen: '127.0.0.1:7777',
+        cyborgAuth: 'berth',
+        novaAuth: 'noauth',
+      }),
+    ).toMatchObject({
+      listen: '127.0.0.1:7777',
+      auth: { type: 'berth' },
+      nova: { auth: { type: 'noauth' } },
+    });
+    const base = {
+      cyborgListen: '127.0.0.1:6666',
+      novaUrl: 'http://nova:8774/v2.1',
+      novaTokenFile: join(dir, 'nova'),
+    };
+    expect((await cyborgOptionsFromFlags({ ...base, cyborgAuth: 'noauth' }))?.auth).toEqual({
+      type: 'noauth',
+    });
+    const refused: Array<[object, string]> = [
+      [{ ...base }, 'cyborg.auth.auth_url: required with auth type keystone (--cyborg-keystone-url)'],
+      [{ ...base, cyborgKeystoneUrl: 'https://k/v3' }, 'cyborg.auth.token_file: required'],
+      [{ ...base, cyborgAuth: 'ldap' }, 'cyborg: auth.type: expected keystone, berth or noauth, got "ldap"'],
+      [{ ...base, cyborgAuth: 'noauth', novaUrl: undefined }, 'cyborg.nova.url: required'],
+      [{ ...base, cyborgAuth: 'noauth', novaUrl: 'nova:8774' }, 'expected an http(s) URL'],
+      [{ ...base, cyborgAuth: 'noauth', novaTokenFile: join(dir, 'empty') }, 'is empty'],
+      [{ ...base, cyborgAuth: 'noauth', novaTokenFile: join(dir, 'missing') }, 'cannot read'],
+      [{ ...base, cyborgAuth: 'noauth', novaAuth: 'basic' }, 'expected token or noauth, got "basic"'],
+      [{ ...base, cyborgAuth: 'noauth', cyborgListen: 'nowhere' }, 'expected host:port'],
+      [{ cyborgConfig: join(dir, 'absent.yaml') }, '--cyborg-config: cannot read'],
+    ];
+    for (const [flags, says] of refused) {
+      await expect(cyborgOptionsFromFlags(flags), JSON.stringify(flags)).rejects.toThrow(says);
+    }
+    await writeFile(join(dir, 'extra.yaml'), 'listen: 127.0.0.1:1\nport: 5\n');
+    await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'extra.yaml') })).rejects.toThrow(
+      'unknown key',
+    );
+  });
+});

@@ -1,0 +1,215 @@
+/**
+ * The Cyborg API's settings (docs/cyborg.md): a YAML file (`--cyborg-config`)
+ * and flags that override it (`--cyborg-listen`, `--cyborg-auth`, …). The
+ * API is opt-in: without `listen` it is not served. Every mistake is a
+ * ConfigError naming the key or flag; tokens are read from files.
+ *
+ * ```yaml
+ * listen: 0.0.0.0:6666
+ * auth:
+ *   type: keystone                       # keystone | berth | noauth
+ *   auth_url: https://keystone.example:5000/v3
+ *   token_file: /etc/berth/keystone-token  # the scheduler's own token, to validate callers' tokens
+ * nova:
+ *   url: https://nova.example:8774/v2.1  # where accelerator-request-bound events go
+ *   auth: {type: token, token_file: /etc/berth/nova-token}   # or {type: noauth}
+ * timeout: 10                            # seconds per Keystone or Nova call
+ * retry_max: 30                          # backoff cap while Nova does not answer
+ * ```
+ */
+import { readFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
+import { z } from 'zod';
+import {
+  hostPort,
+  parseConfig,
+  refuseUnsafeStrings,
+  seconds,
+  section,
+  text,
+} from '../../../config-schema.js';
+import { ConfigError } from '../../../errors.js';
+import { show } from '../../../plugins/device-spec/messages.js';
+import { parseStrictYaml } from '../../../strict-yaml.js';
+import type { PlacementAuth } from '../placement/config.js';
+
+export interface CyborgOptions {
+  /** host:port of the HTTP server. */
+  listen: string;
+  /** Callers: tokens validated at Keystone with `credentials`, Berth's own tokens, or noauth (labs). */
+  auth:
+    | { type: 'noauth' }
+    | { type: 'berth' }
+    | { type: 'keystone'; authUrl: string; credentials: PlacementAuth };
+  nova: {
+    /** Nova's compute endpoint (…/v2.1). */
+    url: string;
+    auth: PlacementAuth;
+  };
+  timeoutSeconds: number;
+  retryMaxSeconds: number;
+}
+
+/** The flags of `berth scheduler serve` for the Cyborg API (they override the file). */
+export interface CyborgFlags {
+  cyborgConfig?: string;
+  cyborgListen?: string;
+  cyborgAuth?: string;
+  cyborgKeystoneUrl?: string;
+  cyborgKeystoneTokenFile?: string;
+  novaUrl?: string;
+  novaAuth?: string;
+  novaTokenFile?: string;
+}
+
+const url = () =>
+  text('an http(s) URL').superRefine((v, ctx) => {
+    let u: URL | null = null;
+    try {
+      u = new URL(v);
+    } catch {
+      // reported below
+    }
+    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
+      ctx.addIssue({ code: 'custom', message: `expected an http(s) URL, got ${show(v)}` });
+    }
+  });
+
+const fileSchema = section({
+  listen: hostPort().optional(),
+  auth: section({
+    type: z
+      .enum(['keystone', 'berth', 'noauth'], {
+        error: (iss) => `expected keystone, berth or noauth, got ${show(iss.input)}`,
+      })
+      .optional(),
+    auth_url: url().optional(),
+    token_file: text('a file name').optional(),
+  }).optional(),
+  nova: section({
+    url: url().optional(),
+    auth: section({
+      type: z
+        .enum(['token', 'noauth'], {
+          error: (iss) => `expected token or noauth, got ${show(iss.input)}`,
+        })
+        .optional(),
+      token_file: text('a file name').optional(),
+    }).optional(),
+  }).optional(),
+  timeout: seconds(0.1, 600).optional(),
+  retry_max: seconds(0.1, 3600).optional(),
+});
+
+async function tokenFile(path: string, key: string): Promise<string> {
+  let value: string;
+  try {
+    value = (await readFile(path, 'utf8')).trim();
+  } catch (err) {
+    throw new ConfigError(`${key}: cannot read ${show(path)}: ${(err as Error).message}`);
+  }
+  if (!value) throw new ConfigError(`${key}: ${show(path)} is empty`);
+  return value;
+}
+
+/** null when neither the file nor a flag asks for the API; else the settings, or a ConfigError. */
+export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOptions | null> {
+  if (!Object.values(f).some((v) => v !== undefined)) return null;
+  let doc: Record<string, unknown> = {};
+  let base = process.cwd();
+  if (f.cyborgConfig) {
+    let raw: string;
+    try {
+      raw = await readFile(f.cyborgConfig, 'utf8');
+    } catch (err) {
+      throw new ConfigError(
+        `--cyborg-config: cannot read ${show(f.cyborgConfig)}: ${(err as Error).message}`,
+      );
+    }
+    const parsed = parseStrictYaml(raw) ?? {};
+    refuseUnsafeStrings(parsed);
+    if (typeof parsed !== 'object' || Array.isArray(parsed)) {
+      throw new ConfigError(`${f.cyborgConfig}: expected a mapping of Cyborg API settings`);
+    }
+    doc = parsed as Record<string, unknown>;
+    base = dirname(resolve(f.cyborgConfig));
+  }
+  const where = f.cyborgConfig ? `${f.cyborgConfig}: ` : '';
+  const sub = (v: unknown): Record<string, unknown> =>
+    typeof v === 'object' && v !== null && !Array.isArray(v) ? { ...(v as Record<string, unknown>) } : {};
+  const put = (o: Record<string, unknown>, key: string, v: unknown) => {
+    if (v !== undefined) o[key] = v;
+  };
+  const merged: Record<string, unknown> = { ...doc };
+  put(merged, 'listen', f.cyborgListen);
+  const auth = doc.auth === undefined || typeof doc.auth === 'object' ? sub(doc.auth) : doc.auth;
+  if (typeof auth === 'object') {
+    put(auth as Record<string, unknown>, 'type', f.cyborgAuth);
+    put(auth as Record<string, unknown>, 'auth_url', f.cyborgKeystoneUrl);
+    put(auth as Record<string, unknown>, 'token_file', f.cyborgKeystoneTokenFile);
+    if (Object.keys(auth).length > 0) merged.auth = auth;
+  }
+  const nova = doc.nova === undefined || typeof doc.nova === 'object' ? sub(doc.nova) : doc.nova;
+  if (typeof nova === 'object') {
+    const n = nova as Record<string, unknown>;
+    put(n, 'url', f.novaUrl);
+    const na = n.auth === undefined || typeof n.auth === 'object' ? sub(n.auth) : n.auth;
+    if (typeof na === 'object') {
+      put(na as Record<string, unknown>, 'type', f.novaAuth);
+      put(na as Record<string, unknown>, 'token_file', f.novaTokenFile);
+      if (Object.keys(na).length > 0) n.auth = na;
+    }
+    if (Object.keys(n).length > 0) merged.nova = n;
+  }
+  let c: z.output<typeof fileSchema>;
+  try {
+    c = parseConfig(fileSchema, merged);
+  } catch (err) {
+    throw new ConfigError(`${where}cyborg: ${(err as Error).message}`);
+  }
+  if (!c.listen)
+    throw new ConfigError(`${where}cyborg.listen: required to serve the Cyborg API (--cyborg-listen)`);
+  const file = (p: string) => resolve(base, p);
+  const a: { type?: 'keystone' | 'berth' | 'noauth'; auth_url?: string; token_file?: string } = c.auth ?? {};
+  let resolvedAuth: CyborgOptions['auth'];
+  if ((a.type ?? 'keystone') === 'keystone') {
+    if (!a.auth_url) {
+      throw new ConfigError(
+        `${where}cyborg.auth.auth_url: required with auth type keystone (--cyborg-keystone-url)`,
+      );
+    }
+    if (!a.token_file) {
+      throw new ConfigError(
+        `${where}cyborg.auth.token_file: required with auth type keystone (--cyborg-keystone-token-file)`,
+      );
+    }
+    resolvedAuth = {
+      type: 'keystone',
+      authUrl: a.auth_url,
+      credentials: { type: 'token', token: await tokenFile(file(a.token_file), 'cyborg.auth.token_file') },
+    };
+  } else resolvedAuth = { type: a.type === 'berth' ? 'berth' : 'noauth' };
+  if (!c.nova?.url) {
+    throw new ConfigError(
+      `${where}cyborg.nova.url: required, where accelerator-request-bound events go (--nova-url)`,
+    );
+  }
+  const na: { type?: 'token' | 'noauth'; token_file?: string } = c.nova.auth ?? {};
+  let novaAuth: PlacementAuth;
+  if (na.type === 'noauth') novaAuth = { type: 'noauth', user: 'admin' };
+  else {
+    if (!na.token_file) {
+      throw new ConfigError(
+        `${where}cyborg.nova.auth.token_file: required with auth type token (--nova-token-file)`,
+      );
+    }
+    novaAuth = { type: 'token', token: await tokenFile(file(na.token_file), 'cyborg.nova.auth.token_file') };
+  }
+  return {
+    listen: c.listen,
+    auth: resolvedAuth,
+    nova: { url: c.nova.url, auth: novaAuth },
+    timeoutSeconds: c.timeout ?? 10,
+    retryMaxSeconds: c.retry_max ?? 30,
+  };
+}

@@ -1,0 +1,499 @@
+/**
+ * The part of Cyborg's v2 REST API that Nova calls (docs/cyborg.md), on its
+ * own listen address (node:http). A thin adapter, as the gRPC services are:
+ * each route decodes (./shapes.ts), checks the caller (./identity.ts), calls
+ * the same use cases and binding workflow as the gRPC services (profiles,
+ * ARQ create / bind / delete, device lookups), and encodes. The only thing it
+ * adds is Cyborg's asynchronous bind: PATCH answers 202, the bind runs, and
+ * Nova is told how it ended (./nova-events.ts).
+ */
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { Logger } from 'pino';
+import { BerthError, isBerthError } from '../../../errors.js';
+import type { Uuid } from '../../../identifiers.js';
+import { listenError, parseListenAddress } from '../../listen-address.js';
+import type { Binding } from '../app/binding.js';
+import type { Arq, ArqBinding } from '../domain/arq.js';
+import { validateProfile } from '../domain/profile.js';
+import type { PlacementPort } from '../placement/port.js';
+import type { UseCases } from '../usecases/use-cases.js';
+import { type Action, authorize, type CyborgCaller, type IdentitySource } from './identity.js';
+import { NovaEvents, type NovaEventsOptions } from './nova-events.js';
+import {
+  arqView,
+  badRequest,
+  CyborgHttpError,
+  errorBody,
+  httpStatusOf,
+  isUuidLike,
+  MAX_VERSION,
+  MIN_VERSION,
+  parsePatchList,
+  profileError,
+  profileInputFromCyborg,
+  profileView,
+  requestedVersion,
+  requireUuid,
+  SERVICE_TYPE,
+  VERSION_HEADER,
+  versionString,
+} from './shapes.js';
+
+export interface CyborgApiDeps {
+  useCases: UseCases;
+  binding: Binding;
+  /** Placement (report mode): device_rp_uuid → devices, a device → its provider. */
+  placement: PlacementPort;
+  identity: IdentitySource;
+  nova: NovaEventsOptions;
+  /** Berth host → the name Nova knows its compute node by (Placement's compute_nodes). */
+  nodename: (host: string) => string;
+  logger: Logger;
+}
+
+const MAX_BODY = 1 << 20;
+
+interface Req {
+  method: string;
+  /** Path segments after the version (`['accelerator_requests', uuid]`). */
+  parts: string[];
+  query: URLSearchParams;
+  version: { major: number; minor: number };
+  caller: CyborgCaller | null;
+  baseUrl: string;
+  body: () => Promise<unknown>;
+}
+
+type Answer = { status: number; body?: unknown };
+
+export class CyborgApi {
+  private server: Server | null = null;
+  /** ARQs whose bind runs now (their event is not final yet). */
+  private readonly binding = new Set<string>();
+  private readonly running = new Set<Promise<void>>();
+  readonly events: NovaEvents;
+  address = '';
+
+  constructor(private readonly deps: CyborgApiDeps) {
+    this.events = new NovaEvents(
+      deps.useCases,
+      deps.nova,
+      (arq) => this.binding.has(arq),
+      deps.logger.child({ component: 'nova-events' }),
+    );
+  }
+
+  async listen(listen: string): Promise<string> {
+    const server = createServer((req, res) => void this.handle(req, res));
+    const { host, port } = parseListenAddress(listen);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', (err) => reject(listenError(listen, err)));
+      server.listen(port, host, () => resolve());
+    });
+    this.server = server;
+    const addr = server.address();
+    this.address = `${host}:${typeof addr === 'object' && addr ? addr.port : 0}`;
+    this.events.start();
+    this.deps.logger.info(
+      { cyborg: `http://${this.address}/v2`, auth: this.deps.identity.describe, nova: this.deps.nova.url },
+      "serving Cyborg's v2 API for Nova",
+    );
+    return this.address;
+  }
+
+  /** Stops serving; binds already accepted finish (their events stay owed if Nova is not told yet). */
+  async stop(): Promise<void> {
+    const closed = new Promise<void>((resolve) =>
+      this.server ? this.server.close(() => resolve()) : resolve(),
+    );
+    // Clients keep connections alive (Nova's keystoneauth session does): close them, or close() waits.
+    this.server?.closeAllConnections();
+    await closed;
+    await Promise.allSettled([...this.running]);
+    await this.events.stop();
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const headers: Record<string, string> = { 'Content-Type': 'application/json' };
+    let answer: Answer;
+    try {
+      const url = new URL(req.url ?? '/', 'http://x');
+      const parts = url.pathname.split('/').filter((p) => p !== '');
+      if (parts[0] === 'accelerator') parts.shift();
+      const method = req.method ?? 'GET';
+      const baseUrl = `http://${req.headers.host ?? this.address}`;
+      if (parts.length === 0) {
+        answer = method === 'GET' ? { status: 200, body: rootDocument(baseUrl) } : notAllowed();
+      } else {
+        if (parts[0] === 'v2') parts.shift();
+        // Every v2 answer says the range and the version served (Cyborg's v2 _route).
+        headers.Vary = VERSION_HEADER;
+        headers['OpenStack-API-Minimum-Version'] = versionString(MIN_VERSION);
+        headers['OpenStack-API-Maximum-Version'] = versionString(MAX_VERSION);
+        const version = requestedVersion(headerOf(req, VERSION_HEADER));
+        headers[VERSION_HEADER] = `${SERVICE_TYPE} ${versionString(version)}`;
+        const caller = await this.deps.identity.caller({
+          authToken: headerOf(req, 'X-Auth-Token'),
+          serviceToken: headerOf(req, 'X-Service-Token'),
+        });
+        answer = await this.route({
+          method,
+          parts,
+          query: url.searchParams,
+          version,
+          caller,
+          baseUrl,
+          body: () => readJson(req),
+        });
+      }
+    } catch (err) {
+      answer = this.failure(err);
+    }
+    if (answer.status === 204 || answer.body === undefined) {
+      delete headers['Content-Type'];
+      res.writeHead(answer.status, headers).end();
+      return;
+    }
+    const text = typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body);
+    res.writeHead(answer.status, headers).end(text);
+  }
+
+  private failure(err: unknown): Answer & { body: string } {
+    if (err instanceof CyborgHttpError)
+      return { status: err.status, body: errorBody(err.status, err.message) };
+    if (isBerthError(err)) {
+      const status = httpStatusOf(err);
+      if (status === 500) this.deps.logger.error({ err }, 'Cyborg API: internal error');
+      return { status, body: errorBody(status, err.message) };
+    }
+    this.deps.logger.error({ err }, 'Cyborg API: internal error');
+    return { status: 500, body: errorBody(500, 'internal error; the scheduler log says more') };
+  }
+
+  private async route(r: Req): Promise<Answer> {
+    const [collection, id, ...rest] = r.parts;
+    if (rest.length > 0) throw new CyborgHttpError(404, `no such resource: /${r.parts.join('/')}`);
+    const can = (a: Action) => authorize(a, r.caller);
+    if (collection === undefined) {
+      if (r.method !== 'GET') return notAllowed();
+      return { status: 200, body: v2Document(r.baseUrl) };
+    }
+    if (collection === 'device_profiles') {
+      if (r.method === 'GET' && id === undefined) {
+        can('device_profile:get');
+        const names = r.query.get('name')?.split(',');
+        const all = await this.deps.useCases.listProfiles();
+        const list = names ? all.filter((p) => names.includes(p.name)) : all;
+        return { status: 200, body: { device_profiles: list.map((p) => profileView(p, r.baseUrl)) } };
+      }
+      if (r.method === 'GET') {
+        can('device_profile:get');
+        if (!isUuidLike(id!) && r.version.minor < 2) {
+          throw new CyborgHttpError(
+            406,
+            'Request not acceptable. The minimal required API version should be 2.2',
+          );
+        }
+        const p = await this.deps.useCases.getProfile(isUuidLike(id!) ? requireUuid('uuid', id) : id!);
+        return { status: 200, body: { device_profile: profileView(p, r.baseUrl) } };
+      }
+      if (r.method === 'POST' && id === undefined) {
+        can('device_profile:create');
+        const input = profileInputFromCyborg(await r.body());
+        let spec: ReturnType<typeof validateProfile>;
+        try {
+          spec = validateProfile(input);
+        } catch (err) {
+          throw isBerthError(err) ? profileError(err) : err;
+        }
+        return { status: 201, body: profileView(await this.deps.useCases.createProfile(spec), r.baseUrl) };
+      }
+      if (r.method === 'DELETE' && id !== undefined) {
+        can('device_profile:delete');
+        const names = isUuidLike(id)
+          ? [(await this.deps.useCases.getProfile(requireUuid('uuid', id))).name]
+          : id.split(',');
+        for (const name of names) {
+          if (!(await this.deps.useCases.deleteProfile(name))) {
+            throw new CyborgHttpError(404, `Device Profile not found with name=${name}`);
+          }
+        }
+        return { status: 204 };
+      }
+      return notAllowed();
+    }
+    if (collection === 'accelerator_requests') {
+      if (r.method === 'POST' && id === undefined) {
+        can('arq:create');
+        return this.createArqs(r);
+      }
+      if (r.method === 'GET' && id === undefined) {
+        can('arq:get');
+        return this.listArqs(r);
+      }
+      if (r.method === 'GET') {
+        can('arq:get');
+        const arq = await this.visibleArq(r.caller!, requireUuid('uuid', id));
+        return { status: 200, body: await this.view(arq, r.baseUrl) };
+      }
+      if (r.method === 'PATCH' && id === undefined) return this.patch(r);
+      if (r.method === 'DELETE') return this.deleteArqs(r, id);
+      return notAllowed();
+    }
+    throw new CyborgHttpError(404, `no such resource: /v2/${collection}`);
+  }
+
+  // --- ARQs -----------------------------------------------------------------
+
+  private async createArqs(r: Req): Promise<Answer> {
+    const body = await r.body();
+    const name = (body as { device_profile_name?: unknown } | null)?.device_profile_name;
+    if (typeof name !== 'string' || name === '')
+      throw badRequest('device_profile_name', 'Device profile name needed.');
+    try {
+      await this.deps.useCases.getProfile(name);
+    } catch (err) {
+      if (isBerthError(err) && err.code === 'NOT_FOUND') {
+        throw new CyborgHttpError(404, `Device Profile not found with name=${name}`);
+      }
+      throw err;
+    }
+    const arqs = await this.deps.useCases.createArqs({ profileName: name, project: r.caller!.project });
+    return { status: 201, body: { arqs: await Promise.all(arqs.map((a) => this.view(a, r.baseUrl))) } };
+  }
+
+  private async listArqs(r: Req): Promise<Answer> {
+    const instance = r.query.get('instance');
+    const bindState = r.query.get('bind_state');
+    if (bindState !== null && bindState !== 'resolved') {
+      throw badRequest('bind_state', `${JSON.stringify(bindState)}: expected resolved`);
+    }
+    let arqs = (
+      await this.deps.useCases.listArqs(instance ? requireUuid('instance', instance) : undefined)
+    ).filter((a) => visible(r.caller!, a));
+    if (bindState) {
+      const resolved = (a: Arq) => a.state === 'bound' || a.state === 'bind_failed' || a.state === 'deleting';
+      // Cyborg: 423 while any of the instance's ARQs is unresolved.
+      if (instance && !arqs.every(resolved)) return { status: 423 };
+      arqs = arqs.filter(resolved);
+    }
+    return { status: 200, body: { arqs: await Promise.all(arqs.map((a) => this.view(a, r.baseUrl))) } };
+  }
+
+  /** Cyborg's bind: everything checked now, 202, then the bind runs and Nova is told. */
+  private async patch(r: Req): Promise<Answer> {
+    const patches = parsePatchList(await r.body(), r.version);
+    if (patches[0]!.op === 'remove') {
+      // Unbind: the ARQs go back to Initial (Cyborg's Unbound, shown as Berth keeps it), their
+      // devices through release — scrubbed with proof before they are offered again.
+      authorize('arq:unbind', r.caller);
+      const uuids: string[] = [];
+      for (const p of patches) {
+        const arq = await this.visibleArq(r.caller!, p.arqUuid);
+        if (this.binding.has(arq.uuid))
+          throw new CyborgHttpError(409, `${p.arqUuid}: a bind of ARQ ${arq.uuid} is running`);
+        uuids.push(arq.uuid);
+      }
+      await this.deps.useCases.unbindArqs(uuids);
+      return { status: 202 };
+    }
+    authorize('arq:bind', r.caller);
+    const caller = r.caller!;
+    const bindings: ArqBinding[] = [];
+    const instance = patches[0]!.op === 'add' ? patches[0]!.instanceUuid : '';
+    const asked = new Set(patches.map((p) => p.arqUuid));
+    for (const p of patches) {
+      if (p.op !== 'add') continue;
+      if (p.projectId !== null && !caller.admin) {
+        throw new CyborgHttpError(403, "Policy doesn't allow cyborg:arq:update to be performed.");
+      }
+      const arq = await this.visibleArq(caller, p.arqUuid);
+      if (arq.state === 'bound' && arq.instanceUuid !== p.instanceUuid) {
+        throw new CyborgHttpError(
+          409,
+          `${p.arqUuid}: ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid}`,
+        );
+      }
+      if (this.binding.has(arq.uuid))
+        throw new CyborgHttpError(409, `${p.arqUuid}: a bind of ARQ ${arq.uuid} is running`);
+      const devices = this.deps.placement.devicesOfProvider(p.deviceRpUuid);
+      if (devices.length === 0) {
+        throw badRequest(
+          `${p.arqUuid}/device_rp_uuid`,
+          `${p.deviceRpUuid} is not the Placement provider of a device of Berth's`,
+        );
+      }
+      const host = devices[0]!.host;
+      if (p.hostname !== host && p.hostname !== this.deps.nodename(host)) {
+        throw badRequest(
+          `${p.arqUuid}/hostname`,
+          `${p.hostname} is not the host of provider ${p.deviceRpUuid} (${host})`,
+        );
+      }
+      bindings.push({
+        arqUuid: arq.uuid,
+        instanceUuid: p.instanceUuid,
+        host,
+        devices: devices.map((d) => d.deviceUuid),
+        notifyNova: true,
+      });
+    }
+    // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
+    const others = (await this.deps.useCases.listArqs(instance)).filter((a) => !asked.has(a.uuid));
+    if (others.length > 0) {
+      throw badRequest(
+        'instance_uuid',
+        `Instance ${instance} already has accelerator requests (${others.map((a) => a.uuid).join(', ')}). Cannot bind additional ARQs.`,
+      );
+    }
+    // Checked again with no await before the claim: two patches of one ARQ never both run.
+    const running = bindings.find((b) => this.binding.has(b.arqUuid));
+    if (running)
+      throw new CyborgHttpError(409, `${running.arqUuid}: a bind of ARQ ${running.arqUuid} is running`);
+    for (const b of bindings) this.binding.add(b.arqUuid);
+    const run = this.deps.binding
+      .bind(bindings)
+      .then(
+        () => undefined,
+        (err: unknown) => {
+          const level = isBerthError(err) && err.code !== 'INTERNAL' ? 'info' : 'error';
+          this.deps.logger[level](
+            { err: (err as Error).message, arqs: bindings.map((b) => b.arqUuid), instance },
+            'Cyborg API: bind failed; Nova is told',
+          );
+        },
+      )
+      .finally(() => {
+        for (const b of bindings) this.binding.delete(b.arqUuid);
+        this.running.delete(run);
+        this.events.poke();
+      });
+    this.running.add(run);
+    return { status: 202 };
+  }
+
+  private async deleteArqs(r: Req, id: string | undefined): Promise<Answer> {
+    const caller = r.caller;
+    const arqsParam = r.query.get('arqs');
+    const instanceParam = r.query.get('instance');
+    if (id !== undefined) {
+      if (arqsParam !== null || instanceParam !== null)
+        throw badRequest('arqs', 'give the uuid in the path or a query, not both');
+      return this.deleteByUuids(r, [id]);
+    }
+    if ((arqsParam && instanceParam) || (!arqsParam && !instanceParam)) {
+      throw badRequest('arqs', 'Provide either an ARQ uuid list or an instance UUID');
+    }
+    if (arqsParam) return this.deleteByUuids(r, arqsParam.split(','));
+    authorize('arq:delete_by_instance', caller);
+    const instance = requireUuid('instance', instanceParam);
+    const mine = (await this.deps.useCases.listArqs(instance)).filter((a) => visible(caller!, a));
+    // Idempotent: deleting what is gone is a no-op. The devices go through release (scrub with proof).
+    if (mine.length > 0) await this.deps.useCases.deleteArqs({ uuids: mine.map((a) => a.uuid) });
+    return { status: 204 };
+  }
+
+  private async deleteByUuids(r: Req, raw: string[]): Promise<Answer> {
+    authorize('arq:delete', r.caller);
+    if (raw.length > 256) throw badRequest('arqs', `${raw.length} ARQs is more than 256`);
+    const uuids = raw.map((u, i) => requireUuid(`arqs[${i}]`, u));
+    for (const u of uuids) {
+      const arq = await this.visibleArq(r.caller!, u);
+      if (arq.instanceUuid && !r.caller!.service) {
+        throw new CyborgHttpError(
+          403,
+          `ARQ ${arq.uuid} is bound to instance ${arq.instanceUuid}. Use the Compute API to manage instance accelerators.`,
+        );
+      }
+    }
+    await this.deps.useCases.deleteArqs({ uuids });
+    return { status: 204 };
+  }
+
+  /** The ARQ, when the caller may see it (its project's, or any for an admin); else 404 as for none. */
+  private async visibleArq(caller: CyborgCaller, uuid: Uuid): Promise<Arq> {
+    let arq: Arq | null = null;
+    try {
+      arq = await this.deps.useCases.getArq(uuid);
+    } catch (err) {
+      if (!(isBerthError(err) && err.code === 'NOT_FOUND')) throw err;
+    }
+    if (!arq || !visible(caller, arq))
+      throw new CyborgHttpError(404, `Accelerator request ${uuid} could not be found.`);
+    return arq;
+  }
+
+  private async view(a: Arq, baseUrl: string) {
+    let deviceRpUuid: string | null = null;
+    let physicalNetwork: string | null = null;
+    if (a.state === 'bound' && a.deviceUuid) {
+      try {
+        const d = await this.deps.useCases.getDevice({ uuid: a.deviceUuid });
+        deviceRpUuid = this.deps.placement.deviceProvider(d)?.providerUuid ?? null;
+        physicalNetwork = d.attributes.physical_network ?? null;
+      } catch (err) {
+        if (!(err instanceof BerthError && err.code === 'NOT_FOUND')) throw err;
+      }
+    }
+    return arqView(a, { baseUrl, deviceRpUuid, physicalNetwork });
+  }
+}
+
+/** A project's ARQs are its own; an admin sees all (ARQs made over gRPC have no project: admins only). */
+const visible = (caller: CyborgCaller, a: Arq) =>
+  caller.admin || (a.project !== undefined && a.project === caller.project);
+
+const notAllowed = (): never => {
+  throw new CyborgHttpError(405, 'Method not allowed');
+};
+
+function headerOf(req: IncomingMessage, name: string): string | undefined {
+  const v = req.headers[name.toLowerCase()];
+  return Array.isArray(v) ? v.join(',') : v;
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const c of req) {
+    size += (c as Buffer).length;
+    if (size > MAX_BODY) throw new CyborgHttpError(413, `the request body is larger than ${MAX_BODY} bytes`);
+    chunks.push(c as Buffer);
+  }
+  const text = Buffer.concat(chunks).toString('utf8');
+  if (text.trim() === '') throw badRequest('body', 'a JSON body is required');
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw badRequest('body', `not JSON: ${(err as Error).message}`);
+  }
+}
+
+const versionLinks = (baseUrl: string) => [{ href: `${baseUrl}/v2/`, rel: 'self' }];
+
+function rootDocument(baseUrl: string) {
+  const v2 = {
+    id: 'v2.0',
+    status: 'CURRENT',
+    min_version: versionString(MIN_VERSION),
+    max_version: versionString(MAX_VERSION),
+    links: versionLinks(baseUrl),
+  };
+  return {
+    name: 'OpenStack Cyborg API',
+    description:
+      "Berth serving the part of Cyborg's v2 API that Nova calls (PCI passthrough devices, scrubbed with proof between tenants).",
+    versions: [v2],
+    default_version: v2,
+  };
+}
+
+function v2Document(baseUrl: string) {
+  return {
+    id: 'v2.0',
+    status: 'CURRENT',
+    min_version: versionString(MIN_VERSION),
+    max_version: versionString(MAX_VERSION),
+    links: versionLinks(baseUrl),
+  };
+}

@@ -1,0 +1,103 @@
+/**
+ * `berth scheduler serve --cyborg-listen …`: the Cyborg API is opt-in, on its
+ * own address, printed in the `listening` line; without Placement in report
+ * mode the scheduler refuses to start, saying why (the API's behaviour is
+ * test/integration/cyborg-nova.test.ts's).
+ */
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempDir } from '../helpers/agent.js';
+import { berth, cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
+
+describe('berth scheduler serve --cyborg-listen', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let env: NodeJS.ProcessEnv;
+  let running: Running | undefined;
+
+  beforeAll(async () => {
+    dir = await tempDir('berth-cyborg-serve-');
+    env = cliEnv(join(dir.path, 'client.yaml'));
+  });
+  afterAll(async () => {
+    await stop(running);
+    await dir?.cleanup();
+  });
+
+  const cyborg = [
+    '--cyborg-listen',
+    '127.0.0.1:0',
+    '--cyborg-auth',
+    'noauth',
+    '--nova-url',
+    'http://127.0.0.1:9/v2.1',
+    '--nova-auth',
+    'noauth',
+  ];
+
+  it('serves the API on its own address, printed in the listening line', async () => {
+    running = start(
+      [
+        'scheduler',
+        'serve',
+        '--db',
+        join(dir.path, 'a.db'),
+        '--listen',
+        '127.0.0.1:0',
+        '--insecure-no-auth',
+        // A Placement that does not answer does not stop the start (the API needs the setting).
+        '--placement-url',
+        'http://127.0.0.1:9',
+        '--placement-auth',
+        'noauth',
+        ...cyborg,
+      ],
+      env,
+    );
+    await running.waitFor(/"event":"listening"/, 60_000);
+    const line = JSON.parse(
+      running
+        .stdout()
+        .split('\n')
+        .find((l) => l.includes('"listening"'))!,
+    );
+    expect(line.cyborg).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/v2$/);
+    const res = await fetch(line.cyborg, { headers: { 'OpenStack-API-Version': 'accelerator 2.1' } });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('openstack-api-version')).toBe('accelerator 2.1');
+    expect(((await res.json()) as { max_version: string }).max_version).toBe('2.3');
+  }, 90_000);
+
+  it('refuses to start without Placement in report mode, and a Cyborg flag without --cyborg-listen', async () => {
+    const noPlacement = await berth(
+      [
+        'scheduler',
+        'serve',
+        '--db',
+        join(dir.path, 'b.db'),
+        '--listen',
+        '127.0.0.1:0',
+        '--insecure-no-auth',
+        ...cyborg,
+      ],
+      env,
+    );
+    expect(noPlacement.code).toBe(2);
+    expect(noPlacement.stderr).toContain('the Cyborg API needs Placement in report mode');
+    const stray = await berth(
+      [
+        'scheduler',
+        'serve',
+        '--db',
+        join(dir.path, 'c.db'),
+        '--listen',
+        '127.0.0.1:0',
+        '--insecure-no-auth',
+        '--nova-url',
+        'http://n/v2.1',
+      ],
+      env,
+    );
+    expect(stray.code).toBe(2);
+    expect(stray.stderr).toContain('cyborg.listen: required to serve the Cyborg API (--cyborg-listen)');
+  }, 90_000);
+});
