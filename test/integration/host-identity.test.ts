@@ -140,6 +140,8 @@ describe('no host can speak for another', () => {
     drivers: ['nvme'],
     heldDevices: [],
     mediaRecords: [],
+    signingKey: '',
+    certificates: [],
   });
 
   async function registerAs(token: string, req: RegisterRequest) {

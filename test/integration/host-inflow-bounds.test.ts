@@ -166,6 +166,8 @@ describe('one host cannot exhaust the scheduler', () => {
       drivers: ['pci'],
       heldDevices: [],
       mediaRecords: [],
+      signingKey: '',
+      certificates: [],
     });
     reg.close();
     honest = await startSimAgent(SMALL_HOST, {

@@ -45,6 +45,7 @@ import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from '
 import type { ObserveResult } from './media-ledger.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
+import { loadOrCreateSigningKey, type SigningKey } from './signing-key.js';
 import { type Uevent, ueventTarget } from './uevent.js';
 
 /** The grpc.health.v1 service name that is SERVING while kernel events are followed. */
@@ -127,6 +128,8 @@ export class Agent {
     this.resolveStopped = r;
   });
   endpoint = '';
+  /** The next registration sends every certificate held (at start, and when the scheduler asks). */
+  private sendAllCertificates = true;
 
   private constructor(
     readonly config: AgentConfig,
@@ -137,6 +140,8 @@ export class Agent {
     readonly bootId: string,
     readonly features: string[],
     readonly metrics: Metrics,
+    /** Signs the erasure certificates (signing-key.ts). */
+    readonly signingKey: SigningKey,
   ) {
     const settle = config.hotplug.settleMs;
     this.coalescer = new Coalescer({
@@ -186,6 +191,10 @@ export class Agent {
     });
     await host.initHost();
     const first = await host.discover({ strict: true });
+    const signingKey = loadOrCreateSigningKey(config.stateDir);
+    if (signingKey.created) {
+      logger.info({ keyId: signingKey.kid, path: signingKey.path }, 'erasure certificate signing key made');
+    }
     const journal = new CleanupJournal(config.stateDir);
     const bootId = await readBootId(options.bootIdFile ?? '/proc/sys/kernel/random/boot_id');
     let agent: Agent | null = null;
@@ -199,6 +208,7 @@ export class Agent {
         defaultTimeoutMs: 900_000,
         onOutcome: (action, outcome, seconds) => metrics.observeCleanup(action, outcome, seconds),
         onMediaChanged: (r) => agent?.mediaChanged(r.key),
+        signer: { key: () => signingKey, host: config.host },
       },
     );
     agent = new Agent(
@@ -210,6 +220,7 @@ export class Agent {
       bootId,
       options.features ?? AGENT_FEATURES,
       metrics,
+      signingKey,
     );
     const inventory = agent.inventory;
     metrics.devicesGauge(() => {
@@ -298,7 +309,20 @@ export class Agent {
           drivers: this.host.drivers.map((d) => d.name),
           heldDevices: this.cleanups.heldDevices().map((h) => ({ ...h, since: new Date(h.since) })),
           mediaRecords: this.mediaReport().map(mediaRecordToProto),
+          signingKey: JSON.stringify(this.signingKey.publicJwk),
+          certificates: this.journal
+            .certificates({ undeliveredOnly: !this.sendAllCertificates })
+            .map((c) => c.jws),
         }),
+        onResponse: (res, req) => {
+          if (req.certificates.length > 0) this.sendAllCertificates = false;
+          if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);
+          if (res.sendCertificates && req.certificates.length === 0 && this.journal.certificates().length > 0) {
+            this.sendAllCertificates = true;
+            return true;
+          }
+          return false;
+        },
       });
       this.registration.start();
     }

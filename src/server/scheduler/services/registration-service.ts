@@ -4,6 +4,7 @@
  * is app/registration.ts.
  */
 import type { Logger } from 'pino';
+import { parsePublicJwk, type PublicJwk } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import {
   type RegisterRequest,
@@ -28,6 +29,19 @@ const PCI_ADDRESS = /^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$/;
  * as the agent accepts from its drivers (src/plugins/pci/media-identity.ts).
  */
 const MEDIA_KEY = /^(?=[\x20-\x7e]{1,512}$)[a-z][a-z0-9-]*:[\x21-\x7e][\x20-\x7e]*$/;
+
+/** At most this many certificates in one registration (an agent re-supplying more sends them over several). */
+const MAX_CERTIFICATES = 8192;
+const MAX_CERTIFICATE_CHARS = 65_536;
+
+function signingKeyOf(req: RegisterRequest): PublicJwk | undefined {
+  if (!req.signingKey) return undefined;
+  try {
+    return parsePublicJwk(req.signingKey);
+  } catch (err) {
+    throw invalidArgument('signing_key', `${JSON.stringify(req.signingKey.slice(0, 200))} ${(err as Error).message}`);
+  }
+}
 
 function checkRequest(req: RegisterRequest): void {
   requireHost('host', req.host);
@@ -54,6 +68,15 @@ function checkRequest(req: RegisterRequest): void {
       throw invalidArgument(
         `media_records[${i}].key`,
         `${JSON.stringify(m.key.slice(0, 300))} is not a media key (a kind prefix, then 1-512 printable ASCII characters in all)`,
+      );
+    }
+  });
+  maxItems('certificates', req.certificates, MAX_CERTIFICATES);
+  req.certificates.forEach((c, i) => {
+    if (c.length > MAX_CERTIFICATE_CHARS || !/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(c)) {
+      throw invalidArgument(
+        `certificates[${i}]`,
+        `is not a compact JWS of at most ${MAX_CERTIFICATE_CHARS} characters (three base64url parts)`,
       );
     }
   });
@@ -87,6 +110,8 @@ function decode(req: RegisterRequest): AgentRegistration {
       ...(h.since ? { since: h.since.toISOString() } : {}),
     })),
     media: req.mediaRecords.flatMap((r) => mediaRecordFromProto(r) ?? []),
+    signingKey: signingKeyOf(req),
+    certificates: req.certificates,
   };
 }
 
@@ -95,7 +120,12 @@ export function registrationServiceBinding(registration: Registration, logger: L
     register: unary('Register', logger, async (req: RegisterRequest, ctx): Promise<RegisterResponse> => {
       checkRequest(req);
       const r = await registration.register(decode(req), callerOf(ctx.metadata));
-      return { schedulerId: r.schedulerId, heartbeatIntervalSeconds: r.heartbeatSeconds };
+      return {
+        schedulerId: r.schedulerId,
+        heartbeatIntervalSeconds: r.heartbeatSeconds,
+        storedCertificates: r.storedCertificates,
+        sendCertificates: r.sendCertificates,
+      };
     }),
   };
   return {

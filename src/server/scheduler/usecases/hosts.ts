@@ -13,6 +13,8 @@ import {
   registrationChange,
 } from '../domain/host.js';
 import { agentReportsDirt, type MediaState, mediaReported } from '../domain/media.js';
+import type { PublicJwk } from '../../../erasure/certificate.js';
+import { pinAgentKey } from './certificates.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
@@ -34,7 +36,7 @@ import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';
 export async function registerHost(
   deps: UseCaseDeps,
   reg: HostRegistration,
-  opts: { opensLink?: boolean } = {},
+  opts: { opensLink?: boolean; signingKey?: PublicJwk } = {},
 ): Promise<HostRegistered> {
   if (!reg.name) throw invalidArgument('host', 'a host name is required');
   return write(deps, async (tx) => {
@@ -43,6 +45,7 @@ export async function registerHost(
     await lockHostName(tx.uow, reg.name);
     const prev = await tx.uow.host(reg.name, FOR_UPDATE);
     const principal = checkPin(reg.name, prev?.principal, reg.principal);
+    const pinnedKey = await pinAgentKey(tx.uow, reg.name, opts.signingKey, now);
     const change = registrationChange(prev, reg, opts.opensLink ?? true);
     if (prev && change === 'heartbeat') {
       return {
@@ -50,6 +53,7 @@ export async function registerHost(
         change,
         interrupted: [],
         toDispatch: [],
+        pinnedKey,
       };
     }
     const host = await writeHost(tx, {
@@ -66,7 +70,7 @@ export async function registerHost(
     });
     const { interrupted, toDispatch } =
       change === 'restarted' ? await reconcileRestart(tx, reg.name) : { interrupted: [], toDispatch: [] };
-    return { host, change, interrupted, toDispatch };
+    return { host, change, interrupted, toDispatch, pinnedKey };
   });
 }
 
