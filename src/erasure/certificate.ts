@@ -222,24 +222,31 @@ export function decodeCertificate(jws: string): DecodedCertificate {
   } catch {
     throw new CertificateError('has a header or payload that is not JSON');
   }
-  if (header?.alg !== 'EdDSA') throw new CertificateError(`is signed with ${JSON.stringify(header?.alg)}, not EdDSA`);
+  if (header?.alg !== 'EdDSA')
+    throw new CertificateError(`is signed with ${JSON.stringify(header?.alg)}, not EdDSA`);
   if (typeof header.kid !== 'string' || !header.kid) throw new CertificateError('names no key (kid)');
-  if (header.typ !== CERTIFICATE_TYPE) throw new CertificateError(`is of type ${JSON.stringify(header.typ)}, not ${CERTIFICATE_TYPE}`);
+  if (header.typ !== CERTIFICATE_TYPE)
+    throw new CertificateError(`is of type ${JSON.stringify(header.typ)}, not ${CERTIFICATE_TYPE}`);
   if (typeof claims !== 'object' || claims === null || claims.v !== CERTIFICATE_VERSION) {
     throw new CertificateError(`is not a version ${CERTIFICATE_VERSION} erasure certificate`);
   }
   for (const f of ['host', 'kid', 'job_id', 'address', 'action', 'started_at', 'ended_at'] as const) {
     if (typeof claims[f] !== 'string' || !claims[f]) throw new CertificateError(`has no ${f}`);
   }
-  if (typeof claims.media?.key !== 'string' || !claims.media.key) throw new CertificateError('names no media key');
-  if (!Number.isInteger(claims.seq) || claims.seq < 1) throw new CertificateError(`has seq ${claims.seq}, not a positive integer`);
+  if (typeof claims.media?.key !== 'string' || !claims.media.key)
+    throw new CertificateError('names no media key');
+  if (!Number.isInteger(claims.seq) || claims.seq < 1)
+    throw new CertificateError(`has seq ${claims.seq}, not a positive integer`);
   if (claims.prev !== null && !/^sha256:[0-9a-f]{64}$/.test(String(claims.prev))) {
     throw new CertificateError(`has prev ${JSON.stringify(claims.prev)}, neither null nor sha256:<hex>`);
   }
   if ((claims.seq === 1) !== (claims.prev === null)) {
-    throw new CertificateError(`has seq ${claims.seq} with prev ${claims.prev ?? 'null'} (only the first of a chain has none)`);
+    throw new CertificateError(
+      `has seq ${claims.seq} with prev ${claims.prev ?? 'null'} (only the first of a chain has none)`,
+    );
   }
-  if (claims.kid !== header.kid) throw new CertificateError(`names key ${header.kid} in its header and ${claims.kid} in its claims`);
+  if (claims.kid !== header.kid)
+    throw new CertificateError(`names key ${header.kid} in its header and ${claims.kid} in its claims`);
   return { header, claims, hash: certificateHash(text) };
 }
 
@@ -261,7 +268,8 @@ export function verifyCertificate(jws: string, keys: readonly KnownKey[]): Decod
       `is signed with key ${d.header.kid}, which is not a key of host ${d.claims.host} (${keys.map((k) => k.kid).join(', ') || 'none known'})`,
     );
   }
-  if (jwkThumbprint(key.jwk) !== key.kid) throw new CertificateError(`key ${key.kid} does not match its thumbprint`);
+  if (jwkThumbprint(key.jwk) !== key.kid)
+    throw new CertificateError(`key ${key.kid} does not match its thumbprint`);
   const [h, p, s] = jws.trim().split('.') as [string, string, string];
   const ok = verify(
     null,

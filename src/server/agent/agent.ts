@@ -317,7 +317,11 @@ export class Agent {
         onResponse: (res, req) => {
           if (req.certificates.length > 0) this.sendAllCertificates = false;
           if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);
-          if (res.sendCertificates && req.certificates.length === 0 && this.journal.certificates().length > 0) {
+          if (
+            res.sendCertificates &&
+            req.certificates.length === 0 &&
+            this.journal.certificates().length > 0
+          ) {
             this.sendAllCertificates = true;
             return true;
           }

@@ -114,7 +114,8 @@ export class CleanupJournal {
     let db: Database.Database | null = null;
     try {
       db = new Database(path, { readonly: true, fileMustExist: true });
-      if ((db.pragma('user_version', { simple: true }) as number) < MIGRATIONS.indexOf(MEDIA_MIGRATION) + 1) return null;
+      if ((db.pragma('user_version', { simple: true }) as number) < MIGRATIONS.indexOf(MEDIA_MIGRATION) + 1)
+        return null;
       const ledger = new MediaLedger(db);
       ledger.read();
       return new Map(ledger.all().map((r) => [r.key, r]));
@@ -274,7 +275,9 @@ export class CleanupJournal {
 
   /** A scheduler stores these: they may be pruned after the agent's retention. */
   markDelivered(hashes: readonly string[]): number {
-    const st = this.db.prepare(`UPDATE erasure_certificates SET delivered = 1 WHERE hash = ? AND delivered = 0`);
+    const st = this.db.prepare(
+      `UPDATE erasure_certificates SET delivered = 1 WHERE hash = ? AND delivered = 0`,
+    );
     return this.transaction(() => hashes.reduce((n, h) => n + st.run(h).changes, 0));
   }
 

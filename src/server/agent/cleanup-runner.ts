@@ -9,7 +9,6 @@
  * clean makes it clean, one that failed or was cut short makes it dirty.
  */
 import type { Logger } from 'pino';
-import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import {
   certificateHash,
   type ErasureClaims,
@@ -17,6 +16,7 @@ import {
   type SanitizeLogClaim,
   signCertificate,
 } from '../../erasure/certificate.js';
+import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import type { CleanupEvidence, CleanupProof, SanitizeLogSnapshot } from '../../plugins/cleanup-evidence.js';
 import type { GenericDriver } from '../../plugins/driver.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';

@@ -8,7 +8,7 @@
  * (`signing-key.<kid>.pem`), so the operator can pin the new key with
  * `berth host rotate-key` (docs/erasure-certificates.md).
  */
-import { generateKeyPairSync, type KeyObject, createPrivateKey } from 'node:crypto';
+import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
 import { chmodSync, existsSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { jwkThumbprint, type PublicJwk, publicJwkOf } from '../../erasure/certificate.js';

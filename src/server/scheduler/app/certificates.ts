@@ -8,8 +8,8 @@
  * reader see all (reader: auditors and dashboards; auth off: everything).
  */
 import type { Logger } from 'pino';
-import { permissionDenied } from '../../../errors.js';
 import type { PublicJwk } from '../../../erasure/certificate.js';
+import { permissionDenied } from '../../../errors.js';
 import type { AgentKeyRecord, CertificateRecord } from '../domain/certificate.js';
 import type { Caller } from '../domain/host.js';
 import type { DeviceRef } from '../domain/inventory.js';
@@ -47,7 +47,8 @@ export class Certificates {
     const out: CertificateRecord[] = [];
     for (const c of all) {
       if (!c.instanceUuid) continue;
-      if (!owners.has(c.instanceUuid)) owners.set(c.instanceUuid, await useCases.instanceOwner(c.instanceUuid));
+      if (!owners.has(c.instanceUuid))
+        owners.set(c.instanceUuid, await useCases.instanceOwner(c.instanceUuid));
       if (owners.get(c.instanceUuid) === caller.subject) out.push(c);
     }
     return out;
@@ -69,7 +70,10 @@ export class Certificates {
         "agent's certificate signing key rotated: certificates are now accepted from the new key only; the old one stays published for the certificates it signed",
       );
     } else {
-      this.deps.logger.info({ host, keyId: r.key.kid, by: caller.subject }, "agent's certificate signing key pinned by an admin");
+      this.deps.logger.info(
+        { host, keyId: r.key.kid, by: caller.subject },
+        "agent's certificate signing key pinned by an admin",
+      );
     }
     return r;
   }

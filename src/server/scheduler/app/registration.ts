@@ -12,8 +12,8 @@
  * the scheduler's records.
  */
 import type { Logger } from 'pino';
-import { isBerthError } from '../../../errors.js';
 import type { PublicJwk } from '../../../erasure/certificate.js';
+import { isBerthError } from '../../../errors.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import {
   type Caller,
@@ -86,7 +86,12 @@ export class Registration {
     } catch (err) {
       if (isBerthError(err) && (err.reason === 'AGENT_KEY_CHANGED' || err.reason === 'AGENT_KEY_RETIRED')) {
         logger.error(
-          { host: name, keyId: err.metadata['key_id'], pinned: err.metadata['pinned'], endpoint: reg.host.endpoint },
+          {
+            host: name,
+            keyId: err.metadata['key_id'],
+            pinned: err.metadata['pinned'],
+            endpoint: reg.host.endpoint,
+          },
           "registration refused: the agent signs with another key than the host's pinned one (rotate it with berth host rotate-key if that is meant)",
         );
       }
@@ -128,7 +133,10 @@ export class Registration {
       );
     }
     if (supplied.added > 0) {
-      logger.info({ host: name, added: supplied.added }, 'erasure certificates re-supplied by the agent stored');
+      logger.info(
+        { host: name, added: supplied.added },
+        'erasure certificates re-supplied by the agent stored',
+      );
     }
     return {
       schedulerId: this.deps.schedulerId,

@@ -100,7 +100,8 @@ export function checkCleanupCertificate(
     ok: false as const,
     reason: `cleanup job ${job.jobId} reported success, but its erasure certificate ${why}; the device is held back until a cleanup is certified (docs/erasure-certificates.md)`,
   });
-  if (!jws) return refuse('is missing (is the agent older than the scheduler, or was it stripped on the way?)');
+  if (!jws)
+    return refuse('is missing (is the agent older than the scheduler, or was it stripped on the way?)');
   if (ctx.keys.length === 0) return refuse(`cannot be checked: host ${job.host} has no pinned agent key`);
   let cert: DecodedCertificate;
   try {

@@ -403,7 +403,12 @@ export function cleanupFailed(d: DeviceRecord, jobId: string, message: string, n
  * A success whose erasure certificate is missing or refused
  * (domain/certificate.ts): held back, in error with the reason.
  */
-export function cleanupUncertified(d: DeviceRecord, jobId: string, reason: string, now: string): DeviceRecord {
+export function cleanupUncertified(
+  d: DeviceRecord,
+  jobId: string,
+  reason: string,
+  now: string,
+): DeviceRecord {
   assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
   return toError(d, jobId, 'failed', reason, now);
 }

@@ -82,7 +82,10 @@ export function certificateServiceBinding(certificates: Certificates, logger: Lo
       try {
         jwk = parsePublicJwk(req.publicKey);
       } catch (err) {
-        throw invalidArgument('public_key', `${JSON.stringify(req.publicKey.slice(0, 200))} ${(err as Error).message}`);
+        throw invalidArgument(
+          'public_key',
+          `${JSON.stringify(req.publicKey.slice(0, 200))} ${(err as Error).message}`,
+        );
       }
       const r = await certificates.rotate(host, jwk, callerOf(ctx.metadata));
       return { key: agentKeyToProto(r.key), retired: r.retired ? agentKeyToProto(r.retired) : undefined };

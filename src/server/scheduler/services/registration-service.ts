@@ -4,7 +4,7 @@
  * is app/registration.ts.
  */
 import type { Logger } from 'pino';
-import { parsePublicJwk, type PublicJwk } from '../../../erasure/certificate.js';
+import { type PublicJwk, parsePublicJwk } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import {
   type RegisterRequest,
@@ -39,7 +39,10 @@ function signingKeyOf(req: RegisterRequest): PublicJwk | undefined {
   try {
     return parsePublicJwk(req.signingKey);
   } catch (err) {
-    throw invalidArgument('signing_key', `${JSON.stringify(req.signingKey.slice(0, 200))} ${(err as Error).message}`);
+    throw invalidArgument(
+      'signing_key',
+      `${JSON.stringify(req.signingKey.slice(0, 200))} ${(err as Error).message}`,
+    );
   }
 }
 

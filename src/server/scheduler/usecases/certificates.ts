@@ -3,8 +3,9 @@
  * hosts' agents sign with, certificates re-supplied by an agent, the reads
  * of the API, and who may read an instance's.
  */
-import { failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
+
 import { certificateHash, jwkThumbprint, type PublicJwk } from '../../../erasure/certificate.js';
+import { failedPrecondition, invalidArgument, notFound } from '../../../errors.js';
 import {
   type AgentKeyRecord,
   type CertificateRecord,
@@ -66,10 +67,14 @@ export async function rotateAgentKey(
     const current = keys.find((k) => !k.retiredAt) ?? null;
     if (current?.kid === kid) return { key: current, retired: null };
     if (keys.some((k) => k.kid === kid)) {
-      throw failedPrecondition('AGENT_KEY_RETIRED', `key ${kid} was host ${host}'s before and is retired; make a new one`, {
-        host,
-        key_id: kid,
-      });
+      throw failedPrecondition(
+        'AGENT_KEY_RETIRED',
+        `key ${kid} was host ${host}'s before and is retired; make a new one`,
+        {
+          host,
+          key_id: kid,
+        },
+      );
     }
     const now = tx.now();
     const retired = current ? { ...current, retiredAt: now } : null;
@@ -161,7 +166,11 @@ export async function instanceOwner(deps: UseCaseDeps, instanceUuid: string): Pr
 }
 
 /** The first principal to create an ARQ for an instance owns it; later ones change nothing. */
-export async function recordInstanceOwner(deps: UseCaseDeps, instanceUuid: string, subject: string): Promise<void> {
+export async function recordInstanceOwner(
+  deps: UseCaseDeps,
+  instanceUuid: string,
+  subject: string,
+): Promise<void> {
   if (!instanceUuid || !subject) return;
   const known = await read(deps, (r) => r.instanceOwner(instanceUuid));
   if (known !== null) return;

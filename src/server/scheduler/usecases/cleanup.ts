@@ -1,7 +1,9 @@
 /** Use cases: cleanup jobs, from an operator's request to the agent's last progress event. */
 
 import { randomUUID } from 'node:crypto';
+import { decodeCertificate } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
+import { certificateRecord, checkCleanupCertificate } from '../domain/certificate.js';
 import type { CleanupBacklogEntry, CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import {
   cleanupDispatched,
@@ -16,8 +18,6 @@ import {
 } from '../domain/device-state.js';
 import type { DeviceRef } from '../domain/inventory.js';
 import { mediaKeyOf } from '../domain/media.js';
-import { decodeCertificate } from '../../../erasure/certificate.js';
-import { certificateRecord, checkCleanupCertificate } from '../domain/certificate.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import { recordMediaCleaned } from './media.js';
 import {

@@ -1,6 +1,7 @@
 /** Use cases: hosts (registration, heartbeats, agent restarts, the agent's reports, deletion). */
 
 import { randomUUID } from 'node:crypto';
+import type { PublicJwk } from '../../../erasure/certificate.js';
 import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import { agentRestarted, type DeviceRecord, reportedHeldByAgent } from '../domain/device-state.js';
@@ -13,7 +14,6 @@ import {
   registrationChange,
 } from '../domain/host.js';
 import { agentReportsDirt, type MediaState, mediaReported } from '../domain/media.js';
-import type { PublicJwk } from '../../../erasure/certificate.js';
 import { pinAgentKey } from './certificates.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';

@@ -42,8 +42,8 @@
  */
 
 import type { CandidateQuery } from '../domain/allocation.js';
-import type { AgentKeyRecord, CertificateRecord } from '../domain/certificate.js';
 import type { Arq } from '../domain/arq.js';
+import type { AgentKeyRecord, CertificateRecord } from '../domain/certificate.js';
 import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord, DeviceState } from '../domain/device-state.js';
 import type { HostRecord } from '../domain/host.js';
@@ -121,11 +121,18 @@ export interface ReadUnit {
   lastCertificate(mediaKey: string, opts?: ReadOptions): Promise<CertificateRecord | null>;
   certificate(hash: string): Promise<CertificateRecord | null>;
   /** The certificates of a device, a job or an instance (the filters combine), by media and seq. */
-  certificates(filter: { deviceUuid?: string; jobId?: string; instanceUuid?: string }): Promise<CertificateRecord[]>;
+  certificates(filter: {
+    deviceUuid?: string;
+    jobId?: string;
+    instanceUuid?: string;
+  }): Promise<CertificateRecord[]>;
   /** The principal that created the instance's first ARQ, or null. */
   instanceOwner(instanceUuid: string): Promise<string | null>;
   /** Certificates received before `before`, oldest first, at most `limit` (retention). */
-  oldestCertificates(before: string, limit: number): Promise<{ hash: string; mediaKey: string; seq: number }[]>;
+  oldestCertificates(
+    before: string,
+    limit: number,
+  ): Promise<{ hash: string; mediaKey: string; seq: number }[]>;
 
   // profiles
   /** By name or uuid. */

@@ -303,7 +303,15 @@ export class SqlUnit implements UnitOfWork {
       ),
       (keys) =>
         keys.sort((a, b) =>
-          a.host < b.host ? -1 : a.host > b.host ? 1 : a.pinnedAt < b.pinnedAt ? -1 : a.pinnedAt > b.pinnedAt ? 1 : 0,
+          a.host < b.host
+            ? -1
+            : a.host > b.host
+              ? 1
+              : a.pinnedAt < b.pinnedAt
+                ? -1
+                : a.pinnedAt > b.pinnedAt
+                  ? 1
+                  : 0,
         ),
     );
   }
@@ -355,7 +363,17 @@ export class SqlUnit implements UnitOfWork {
       this.w().run(
         `INSERT INTO erasure_certificates (hash, media_key, seq, host, job_id, device_uuid, instance_uuid, received_at, record)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
-        [c.hash, c.mediaKey, c.seq, c.host, c.jobId, c.deviceUuid, c.instanceUuid, c.receivedAt, JSON.stringify(c)],
+        [
+          c.hash,
+          c.mediaKey,
+          c.seq,
+          c.host,
+          c.jobId,
+          c.deviceUuid,
+          c.instanceUuid,
+          c.receivedAt,
+          JSON.stringify(c),
+        ],
       ),
       (n) => n > 0,
     );
@@ -380,7 +398,9 @@ export class SqlUnit implements UnitOfWork {
 
   async instanceOwner(instanceUuid: string): Promise<string | null> {
     return andThen(
-      this.r().get<{ subject: string }>('SELECT subject FROM instance_owners WHERE instance_uuid = ?', [instanceUuid]),
+      this.r().get<{ subject: string }>('SELECT subject FROM instance_owners WHERE instance_uuid = ?', [
+        instanceUuid,
+      ]),
       (row) => row?.subject ?? null,
     );
   }
