@@ -47,6 +47,7 @@ import { buildSimHost, demoHostDefinition, type SimHost } from '../../src/sim/ho
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { tempDir } from '../helpers/agent.js';
 import { type AgentProxy, startAgentProxy } from '../helpers/agent-proxy.js';
+import { berth, cliEnv } from '../helpers/berth-cli.js';
 import {
   createAndBind,
   createNvmeProfile,
@@ -316,6 +317,59 @@ describe('erasure certificates', () => {
     }
     expect(err?.stderr).toContain('chain broken');
   }, 60_000);
+
+  it('berth cleanup certificate saves one, berth host keys saves the keys, berth cleanup verify checks it offline', async () => {
+    const env = cliEnv(join(dir.path, 'cli-config.yaml'), { BERTH_ENDPOINT: schedulerAddress });
+    const certFile = join(dir.path, 'cli-cert.jws');
+    const prevFile = join(dir.path, 'cli-prev.jws');
+    const keysFile = join(dir.path, 'cli-keys.json');
+    const device = (await certificatesOf({ instanceUuid: 'vm-cert-nvme0-second' }))[0]!.deviceUuid;
+    const saved = await berth(
+      ['cleanup', 'certificate', '--device', device, '--save', certFile, '-o', 'json'],
+      env,
+    );
+    expect(saved.code, saved.stderr).toBe(0);
+    const listed = JSON.parse(saved.stdout) as { hash: string; seq: number; jws: string }[];
+    expect(listed.map((c) => c.seq)).toEqual([1, 2]);
+    writeFileSync(prevFile, `${listed[0]!.jws}\n`);
+    const keys = await berth(['host', 'keys', HOST, '--save', keysFile], env);
+    expect(keys.code, keys.stderr).toBe(0);
+    const ok = await berth(
+      ['cleanup', 'verify', certFile, '--keys', keysFile, '--previous', prevFile, '-o', 'json'],
+      env,
+    );
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(JSON.parse(ok.stdout)).toMatchObject({
+      valid: true,
+      action: 'sanitize-crypto',
+      nist_800_88: 'Purge',
+      seq: 2,
+    });
+    // Offline: the scheduler is not asked (an endpoint nobody serves).
+    const offline = await berth(['cleanup', 'verify', certFile, '--keys', keysFile], {
+      ...env,
+      BERTH_ENDPOINT: '127.0.0.1:1',
+    });
+    expect(offline.code, offline.stderr).toBe(0);
+    const fromScheduler = await berth(['cleanup', 'verify', certFile, '--from-scheduler'], env);
+    expect(fromScheduler.code, fromScheduler.stderr).toBe(0);
+    // The chain the other way round, and an edited copy: refused with the reason.
+    const wrongWay = await berth(
+      ['cleanup', 'verify', prevFile, '--keys', keysFile, '--previous', certFile],
+      env,
+    );
+    expect(wrongWay.code).toBe(1);
+    expect(wrongWay.stderr).toContain('not the link after the previous certificate');
+    const [h, p, sig] = listed[1]!.jws.split('.');
+    const c = JSON.parse(Buffer.from(p!, 'base64url').toString());
+    c.action = 'shred';
+    writeFileSync(certFile, `${h}.${Buffer.from(JSON.stringify(c)).toString('base64url')}.${sig}\n`);
+    const edited = await berth(['cleanup', 'verify', certFile, '--keys', keysFile], env);
+    expect(edited.code).toBe(1);
+    expect(edited.stderr).toContain('signature that does not verify');
+    const usage = await berth(['cleanup', 'verify', certFile], env);
+    expect(usage.code).toBe(2);
+  }, 180_000);
 
   /** Re-signs claims with `key` (the agent's own, or another's). */
   function resign(jws: string, key: KeyObject, edit: (c: ErasureClaims) => void = () => {}): string {

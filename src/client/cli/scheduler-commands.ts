@@ -208,7 +208,7 @@ export function registerSchedulerCommands(program: Command): void {
     .option('--request-id-window <duration>', 'a request id is honoured this long (1m to 30d)', '24h')
     .option(
       '--certificate-retention <duration>',
-      'keep erasure certificates this long (30d to 36500d, at least --retention); a media\'s newest is kept always',
+      "keep erasure certificates this long (30d to 36500d, at least --retention); a media's newest is kept always",
       '3650d',
     )
     // OpenStack Placement (docs/operator-guide.md "Running with Nova and Placement").

@@ -130,6 +130,16 @@ export class Agent {
   endpoint = '';
   /** The next registration sends every certificate held (at start, and when the scheduler asks). */
   private sendAllCertificates = true;
+  /** The certificate lists of registrations that sent every certificate held. */
+  private readonly fullSends = new WeakSet<string[]>();
+
+  /** What a registration carries: every certificate held, or those no scheduler stores yet. */
+  private certificatesToSend(): string[] {
+    const all = this.sendAllCertificates;
+    const list = this.journal.certificates({ undeliveredOnly: !all }).map((c) => c.jws);
+    if (all) this.fullSends.add(list);
+    return list;
+  }
 
   private constructor(
     readonly config: AgentConfig,
@@ -310,18 +320,13 @@ export class Agent {
           heldDevices: this.cleanups.heldDevices().map((h) => ({ ...h, since: new Date(h.since) })),
           mediaRecords: this.mediaReport().map(mediaRecordToProto),
           signingKey: JSON.stringify(this.signingKey.publicJwk),
-          certificates: this.journal
-            .certificates({ undeliveredOnly: !this.sendAllCertificates })
-            .map((c) => c.jws),
+          certificates: this.certificatesToSend(),
         }),
         onResponse: (res, req) => {
-          if (req.certificates.length > 0) this.sendAllCertificates = false;
           if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);
-          if (
-            res.sendCertificates &&
-            req.certificates.length === 0 &&
-            this.journal.certificates().length > 0
-          ) {
+          if (this.fullSends.has(req.certificates)) this.sendAllCertificates = false;
+          else if (res.sendCertificates && this.journal.certificates().length > 0) {
+            // The scheduler started to follow us (a restart, a lost database): all of them, at once.
             this.sendAllCertificates = true;
             return true;
           }

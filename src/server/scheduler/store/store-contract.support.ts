@@ -651,7 +651,12 @@ export function runStoreContract(name: string, open: OpenStore): void {
         { historyMs: 7 * 86_400_000, maxRows: 1_000, requestIdMs: 86_400_000 },
         { batch: 2, between: async () => void units++ },
       );
-      expect(counts).toEqual({ deviceEvents: newest - 1, cleanupJobs: 4, idempotencyKeys: 5, certificates: 0 });
+      expect(counts).toEqual({
+        deviceEvents: newest - 1,
+        cleanupJobs: 4,
+        idempotencyKeys: 5,
+        certificates: 0,
+      });
       expect(units).toBeGreaterThan(counts.deviceEvents / 2 - 1);
       await reopen();
       // The current revision survives; a resume from before what went is told to re-list.
