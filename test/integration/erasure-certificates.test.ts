@@ -37,7 +37,6 @@ import {
 } from '../../src/erasure/certificate.js';
 import { parseKeySet, verifyOffline } from '../../src/erasure/verify.js';
 import type { CleanupDeviceResponse } from '../../src/gen/berth/agent/v1/agent.js';
-import type { ErasureCertificate } from '../../src/gen/berth/scheduler/v1/certificate.js';
 import { type Device, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';

@@ -142,6 +142,7 @@ describe('no host can speak for another', () => {
     mediaRecords: [],
     signingKey: '',
     certificates: [],
+    retiredSigningKeys: [],
   });
 
   async function registerAs(token: string, req: RegisterRequest) {

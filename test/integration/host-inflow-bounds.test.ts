@@ -168,6 +168,7 @@ describe('one host cannot exhaust the scheduler', () => {
       mediaRecords: [],
       signingKey: '',
       certificates: [],
+      retiredSigningKeys: [],
     });
     reg.close();
     honest = await startSimAgent(SMALL_HOST, {

@@ -45,7 +45,7 @@ import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from '
 import type { ObserveResult } from './media-ledger.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
-import { loadOrCreateSigningKey, type SigningKey } from './signing-key.js';
+import { loadOrCreateSigningKey, retiredPublicKeys, type SigningKey } from './signing-key.js';
 import { type Uevent, ueventTarget } from './uevent.js';
 
 /** The grpc.health.v1 service name that is SERVING while kernel events are followed. */
@@ -130,6 +130,8 @@ export class Agent {
   endpoint = '';
   /** The next registration sends every certificate held (at start, and when the scheduler asks). */
   private sendAllCertificates = true;
+  /** The keys this agent signed with before (rotated), for a scheduler that pins afresh. */
+  private readonly retiredKeys: string[];
   /** The certificate lists of registrations that sent every certificate held. */
   private readonly fullSends = new WeakSet<string[]>();
 
@@ -153,6 +155,7 @@ export class Agent {
     /** Signs the erasure certificates (signing-key.ts). */
     readonly signingKey: SigningKey,
   ) {
+    this.retiredKeys = retiredPublicKeys(config.stateDir).map((k) => JSON.stringify(k));
     const settle = config.hotplug.settleMs;
     this.coalescer = new Coalescer({
       settleMs: settle,
@@ -321,6 +324,7 @@ export class Agent {
           mediaRecords: this.mediaReport().map(mediaRecordToProto),
           signingKey: JSON.stringify(this.signingKey.publicJwk),
           certificates: this.certificatesToSend(),
+          retiredSigningKeys: this.retiredKeys,
         }),
         onResponse: (res, req) => {
           if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);

@@ -9,7 +9,15 @@
  * `berth host rotate-key` (docs/erasure-certificates.md).
  */
 import { createPrivateKey, generateKeyPairSync, type KeyObject } from 'node:crypto';
-import { chmodSync, existsSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { jwkThumbprint, type PublicJwk, publicJwkOf } from '../../erasure/certificate.js';
 
@@ -56,6 +64,20 @@ export function loadOrCreateSigningKey(stateDir: string): SigningKey & { created
   if (existsSync(path)) return { ...fromFile(path), created: false };
   write(path, generateKeyPairSync('ed25519').privateKey);
   return { ...fromFile(path), created: true };
+}
+
+/** The public keys of the retired key files in `stateDir` (signing-key.<kid>.pem), oldest name first. */
+export function retiredPublicKeys(stateDir: string): PublicJwk[] {
+  const out: PublicJwk[] = [];
+  for (const f of readdirSync(stateDir).sort()) {
+    if (!/^signing-key\.[A-Za-z0-9_-]{43}\.pem$/.test(f)) continue;
+    try {
+      out.push(publicJwkOf(createPrivateKey(readFileSync(join(stateDir, f)))));
+    } catch {
+      // not a key: skipped (the operator's file)
+    }
+  }
+  return out;
 }
 
 /** Replaces the key in `stateDir` with a new one; the old file stays as signing-key.<kid>.pem. */

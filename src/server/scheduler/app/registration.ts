@@ -34,6 +34,8 @@ export interface AgentRegistration {
   media: MediaRecord[];
   /** The agent's certificate signing key (absent from agents older than certificates). */
   signingKey: PublicJwk | undefined;
+  /** Keys it signed with before (recorded as retired only when the host's key is pinned afresh). */
+  retiredSigningKeys: PublicJwk[];
   /** Erasure certificates it supplies (compact JWS). */
   certificates: string[];
 }
@@ -81,7 +83,11 @@ export class Registration {
       const principal = principalFor(caller, name, this.deps.hostPrincipals);
       r = await useCases.registerHost(
         { ...reg.host, ...(principal ? { principal } : {}) },
-        { opensLink: !linked && (claimedBefore ?? true), signingKey: reg.signingKey },
+        {
+          opensLink: !linked && (claimedBefore ?? true),
+          signingKey: reg.signingKey,
+          retiredSigningKeys: reg.retiredSigningKeys,
+        },
       );
     } catch (err) {
       if (isBerthError(err) && (err.reason === 'AGENT_KEY_CHANGED' || err.reason === 'AGENT_KEY_RETIRED')) {

@@ -75,6 +75,7 @@ function checkRequest(req: RegisterRequest): void {
     }
   });
   maxItems('certificates', req.certificates, MAX_CERTIFICATES);
+  maxItems('retired_signing_keys', req.retiredSigningKeys, 64);
   req.certificates.forEach((c, i) => {
     if (c.length > MAX_CERTIFICATE_CHARS || !/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(c)) {
       throw invalidArgument(
@@ -114,6 +115,16 @@ function decode(req: RegisterRequest): AgentRegistration {
     })),
     media: req.mediaRecords.flatMap((r) => mediaRecordFromProto(r) ?? []),
     signingKey: signingKeyOf(req),
+    retiredSigningKeys: req.retiredSigningKeys.map((k, i) => {
+      try {
+        return parsePublicJwk(k);
+      } catch (err) {
+        throw invalidArgument(
+          `retired_signing_keys[${i}]`,
+          `${JSON.stringify(k.slice(0, 200))} ${(err as Error).message}`,
+        );
+      }
+    }),
     certificates: req.certificates,
   };
 }

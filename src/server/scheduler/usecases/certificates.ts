@@ -27,6 +27,7 @@ export async function pinAgentKey(
   host: string,
   jwk: PublicJwk | undefined,
   now: string,
+  retired: readonly PublicJwk[] = [],
 ): Promise<AgentKeyRecord | null> {
   if (!jwk) return null;
   const kid = jwkThumbprint(jwk);
@@ -49,6 +50,15 @@ export async function pinAgentKey(
   }
   const key: AgentKeyRecord = { host, kid, jwk, pinnedAt: now, retiredAt: null };
   await uow.putAgentKey(key);
+  // Pinned afresh (a new or lost database): the agent's earlier keys, retired
+  // now, verify the certificates they signed when the agent re-supplies them.
+  if (keys.length === 0) {
+    for (const old of retired) {
+      const oldKid = jwkThumbprint(old);
+      if (oldKid !== kid)
+        await uow.putAgentKey({ host, kid: oldKid, jwk: old, pinnedAt: now, retiredAt: now });
+    }
+  }
   return key;
 }
 

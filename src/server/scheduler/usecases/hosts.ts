@@ -36,7 +36,7 @@ import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';
 export async function registerHost(
   deps: UseCaseDeps,
   reg: HostRegistration,
-  opts: { opensLink?: boolean; signingKey?: PublicJwk } = {},
+  opts: { opensLink?: boolean; signingKey?: PublicJwk; retiredSigningKeys?: readonly PublicJwk[] } = {},
 ): Promise<HostRegistered> {
   if (!reg.name) throw invalidArgument('host', 'a host name is required');
   return write(deps, async (tx) => {
@@ -45,7 +45,7 @@ export async function registerHost(
     await lockHostName(tx.uow, reg.name);
     const prev = await tx.uow.host(reg.name, FOR_UPDATE);
     const principal = checkPin(reg.name, prev?.principal, reg.principal);
-    const pinnedKey = await pinAgentKey(tx.uow, reg.name, opts.signingKey, now);
+    const pinnedKey = await pinAgentKey(tx.uow, reg.name, opts.signingKey, now, opts.retiredSigningKeys);
     const change = registrationChange(prev, reg, opts.opensLink ?? true);
     if (prev && change === 'heartbeat') {
       return {

@@ -63,6 +63,13 @@ export interface RegisterRequest {
    * (send_certificates), every one, oldest first per media.
    */
   certificates: string[];
+  /**
+   * The keys the agent signed with before its current one (rotated; JWK JSON
+   * text each). A scheduler that pins the host's key afresh (a new or lost
+   * database) records them as retired, so the certificates they signed,
+   * re-supplied by the agent, stay verifiable. Ignored once the host has keys.
+   */
+  retiredSigningKeys: string[];
 }
 
 /** HeldDevice is a device an agent records as holding tenant data. */
@@ -114,6 +121,7 @@ function createBaseRegisterRequest(): RegisterRequest {
     mediaRecords: [],
     signingKey: "",
     certificates: [],
+    retiredSigningKeys: [],
   };
 }
 
@@ -151,6 +159,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     }
     for (const v of message.certificates) {
       writer.uint32(90).string(v!);
+    }
+    for (const v of message.retiredSigningKeys) {
+      writer.uint32(98).string(v!);
     }
     return writer;
   },
@@ -256,6 +267,14 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
             message.certificates.push(reader.string());
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.retiredSigningKeys.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -303,6 +322,11 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
       certificates: globalThis.Array.isArray(object?.certificates)
         ? object.certificates.map((e: any) => globalThis.String(e))
         : [],
+      retiredSigningKeys: globalThis.Array.isArray(object?.retiredSigningKeys)
+        ? object.retiredSigningKeys.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.retired_signing_keys)
+        ? object.retired_signing_keys.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -341,6 +365,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     if (message.certificates?.length) {
       obj.certificates = message.certificates;
     }
+    if (message.retiredSigningKeys?.length) {
+      obj.retiredSigningKeys = message.retiredSigningKeys;
+    }
     return obj;
   },
 
@@ -360,6 +387,7 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     message.mediaRecords = object.mediaRecords?.map((e) => MediaRecord.fromPartial(e)) || [];
     message.signingKey = object.signingKey ?? "";
     message.certificates = object.certificates?.map((e) => e) || [];
+    message.retiredSigningKeys = object.retiredSigningKeys?.map((e) => e) || [];
     return message;
   },
 };
