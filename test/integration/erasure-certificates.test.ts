@@ -525,7 +525,7 @@ describe('erasure certificates', () => {
     );
     expect((await certificatesOf({ instanceUuid: 'vm-cert-nvme0-second' }))[0]!.hash).toBe(held[0]!.hash);
     for (const ctrl of CTRLS) {
-      expect(await certificatesOf({ instanceUuid: `vm-cert-${ctrl}` })).toHaveLength(1);
+      expect(await certificatesOf({ instanceUuid: `vm-cert-${ctrl}` }), ctrl).toHaveLength(1);
     }
     await eventually(
       () => getDevice(client, HOST, address.get('nvme0')!),

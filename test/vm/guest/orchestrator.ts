@@ -354,6 +354,16 @@ async function main(): Promise<void> {
     }
     for (const b of plan.bindings ?? []) await rpc(endpoint, 'RecordBinding', b);
     await Promise.all(plan.cleanups.map((c) => cleanup(endpoint, c.address, c.jobId)));
+    // The agent's public key, as the operator reads it: the host verifies the certificates with it.
+    if (plan.cleanups.length > 0) {
+      await command('signing-key', [
+        join(plan.repo, 'bin/berth'),
+        'agent',
+        'signing-key',
+        '--state-dir',
+        stateDir(),
+      ]);
+    }
     if (plan.hotplug) {
       await rpc(endpoint, 'GetAgentInfo', {});
       await followHotplug(endpoint, plan.hotplug);

@@ -143,13 +143,27 @@ export function checkCleanupCertificate(
  */
 export function checkSuppliedCertificate(
   jws: string,
-  ctx: { host: string; keys: readonly AgentKeyRecord[]; last: CertificateRecord | null },
+  ctx: {
+    host: string;
+    keys: readonly AgentKeyRecord[];
+    last: CertificateRecord | null;
+    /** The link after this one, when held: a certificate it names fills the gap before it. */
+    next?: CertificateRecord | null;
+  },
 ): { ok: true; cert: DecodedCertificate } | { ok: false; reason: string } {
   try {
     const pre = decodeCertificate(jws);
     const cert = verifyCertificate(jws, toKnownKeys(keysAt(ctx.keys, pre.claims.iat)));
     if (cert.claims.host !== ctx.host) {
       return { ok: false, reason: `is host ${cert.claims.host}'s, not ${ctx.host}'s` };
+    }
+    // An earlier link the agent still holds (this scheduler started from a later one): the link after it names it.
+    if (
+      ctx.next &&
+      ctx.next.seq === cert.claims.seq + 1 &&
+      decodeStored(ctx.next).claims.prev === cert.hash
+    ) {
+      return { ok: true, cert };
     }
     const broken = chainBreak(cert, ctx.last ? decodeStored(ctx.last) : null);
     return broken ? { ok: false, reason: broken } : { ok: true, cert };

@@ -147,8 +147,10 @@ export async function importCertificates(
         out.refused.push({ hash, reason: pre.reason });
         continue;
       }
-      const last = await tx.uow.lastCertificate(pre.cert.claims.media.key, FOR_UPDATE);
-      const r = checkSuppliedCertificate(jws, { host, keys, last });
+      const media = pre.cert.claims.media.key;
+      const last = await tx.uow.lastCertificate(media, FOR_UPDATE);
+      const next = last ? await tx.uow.certificateAt(media, pre.cert.claims.seq + 1) : null;
+      const r = checkSuppliedCertificate(jws, { host, keys, last, next });
       if (!r.ok) {
         out.refused.push({ hash, reason: r.reason });
         continue;

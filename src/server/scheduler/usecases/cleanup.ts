@@ -1,7 +1,7 @@
 /** Use cases: cleanup jobs, from an operator's request to the agent's last progress event. */
 
 import { randomUUID } from 'node:crypto';
-import { decodeCertificate } from '../../../erasure/certificate.js';
+import { certificateHash, decodeCertificate } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import { certificateRecord, checkCleanupCertificate } from '../domain/certificate.js';
 import type { CleanupBacklogEntry, CleanupEvent, CleanupJob } from '../domain/cleanup.js';
@@ -185,13 +185,20 @@ async function certified(
       // refused below, with the reason
     }
   }
+  // The agent's registration may have brought this very certificate first (it sends those not
+  // yet stored): then it is checked against the link before it, not against itself.
+  const known = ev.certificate ? await tx.uow.certificate(certificateHash(ev.certificate.trim())) : null;
   const check = checkCleanupCertificate(ev.certificate, {
     job,
     device,
     action: ev.action,
     proof: ev.proof,
     keys: await tx.uow.agentKeys(job.host),
-    last: mediaKey ? await tx.uow.lastCertificate(mediaKey, FOR_UPDATE) : null,
+    last: known
+      ? await tx.uow.certificateAt(known.mediaKey, known.seq - 1)
+      : mediaKey
+        ? await tx.uow.lastCertificate(mediaKey, FOR_UPDATE)
+        : null,
   });
   if (!check.ok) return cleanupUncertified(device, ev.jobId, check.reason, now);
   await tx.uow.putCertificate(certificateRecord(check.cert, ev.certificate!, device.uuid, now));

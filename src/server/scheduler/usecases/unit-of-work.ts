@@ -120,6 +120,8 @@ export interface ReadUnit {
   /** The certificate with the highest seq of a media, or null. */
   lastCertificate(mediaKey: string, opts?: ReadOptions): Promise<CertificateRecord | null>;
   certificate(hash: string): Promise<CertificateRecord | null>;
+  /** The certificate at one link of a media's chain, or null. */
+  certificateAt(mediaKey: string, seq: number): Promise<CertificateRecord | null>;
   /** The certificates of a device, a job or an instance (the filters combine), by media and seq. */
   certificates(filter: {
     deviceUuid?: string;

@@ -71,6 +71,7 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   agentKeys: null,
   lastCertificate: null,
   certificate: null,
+  certificateAt: null,
   certificates: null,
   instanceOwner: null,
   oldestCertificates: null,

@@ -331,6 +331,13 @@ export class SqlUnit implements UnitOfWork {
     );
   }
 
+  async certificateAt(mediaKey: string, seq: number): Promise<CertificateRecord | null> {
+    return this.one('SELECT record FROM erasure_certificates WHERE media_key = ? AND seq = ?', [
+      mediaKey,
+      seq,
+    ]);
+  }
+
   async certificate(hash: string): Promise<CertificateRecord | null> {
     return this.one('SELECT record FROM erasure_certificates WHERE hash = ?', [hash]);
   }
