@@ -16,6 +16,7 @@ import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
 import { facts, PROOF, pciFacts } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import { certifying } from './certifying.support.js';
 
 /** Opens the backend on `path`; `now` is the store's clock (retention tests move it). */
 export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
@@ -75,7 +76,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
     const now = () => clockAt ?? new Date();
     const reopen = async () => {
       await store.close();
-      store = await open(path, { now });
+      store = certifying(await open(path, { now }));
       return store;
     };
 
@@ -83,7 +84,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       dir = mkdtempSync(join(tmpdir(), 'berth-store-'));
       path = join(dir, 'scheduler.db');
       clockAt = null;
-      store = await open(path, { now });
+      store = certifying(await open(path, { now }));
     });
     afterEach(async () => {
       await store.close();
