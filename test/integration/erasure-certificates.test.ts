@@ -102,7 +102,7 @@ describe('erasure certificates', () => {
     client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000 });
   }
 
-  async function startAgent(opts: { waitRegistered?: boolean } = {}): Promise<void> {
+  async function startAgent(opts: { waitRegistered?: boolean; share?: number } = {}): Promise<void> {
     const config = parseAgentConfig(
       {
         ...sim.agentConfig,
@@ -115,7 +115,11 @@ describe('erasure certificates', () => {
       {},
       dir.path,
     );
-    agent = await Agent.start({ config, bootIdFile: sim.bootIdFile });
+    agent = await Agent.start({
+      config,
+      bootIdFile: sim.bootIdFile,
+      ...(opts.share ? { certificateBytesPerRegistration: opts.share } : {}),
+    });
     if (opts.waitRegistered !== false) {
       await agent.registered;
       await connected();
@@ -512,6 +516,9 @@ describe('erasure certificates', () => {
 
   it("after the scheduler's database is lost, the agent re-supplies its certificates and the chains continue", async () => {
     const held = await certificatesOf({ instanceUuid: 'vm-cert-nvme0-second' });
+    // The agent re-supplies in shares of about one certificate per registration (the default is 1.5 MB).
+    await agent!.stop();
+    await startAgent({ share: 1 });
     client.close();
     await scheduler.stop();
     for (const f of [dbPath, `${dbPath}-wal`, `${dbPath}-shm`]) rmSync(f, { force: true });

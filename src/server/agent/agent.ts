@@ -93,6 +93,8 @@ export interface AgentOptions {
   auth?: AuthOptions;
   /** Token sent with Register; overrides `scheduler_token_file`. */
   schedulerToken?: string;
+  /** Bytes of certificates one registration carries at most (default 1.5 MB; tests make it small). */
+  certificateBytesPerRegistration?: number;
 }
 
 async function readBootId(file: string): Promise<string> {
@@ -102,6 +104,9 @@ async function readBootId(file: string): Promise<string> {
     return `unknown-${randomUUID()}`;
   }
 }
+
+/** Certificates one registration carries at most (bytes of JWS); more go in the registrations after. */
+const CERTIFICATE_BYTES_PER_REGISTRATION = 1_500_000;
 
 export class Agent {
   readonly inventory = new Inventory();
@@ -132,15 +137,57 @@ export class Agent {
   private sendAllCertificates = true;
   /** The keys this agent signed with before (rotated), for a scheduler that pins afresh. */
   private readonly retiredKeys: string[];
-  /** The certificate lists of registrations that sent every certificate held. */
-  private readonly fullSends = new WeakSet<string[]>();
+  /** Bytes of certificates one registration carries at most. */
+  certificateShare = CERTIFICATE_BYTES_PER_REGISTRATION;
+  /** While sending every certificate: where the next registration's share starts. */
+  private certificateCursor = 0;
+  /** The certificate lists of registrations that sent a share of every certificate held. */
+  private readonly fullSends = new WeakMap<string[], { end: number; total: number }>();
 
-  /** What a registration carries: every certificate held, or those no scheduler stores yet. */
+  /**
+   * What a registration carries: a share of every certificate held (oldest
+   * first per media), or those no scheduler stores yet — at most
+   * CERTIFICATE_BYTES_PER_REGISTRATION of them (the scheduler takes 4 MiB a message).
+   */
   private certificatesToSend(): string[] {
     const all = this.sendAllCertificates;
-    const list = this.journal.certificates({ undeliveredOnly: !all }).map((c) => c.jws);
-    if (all) this.fullSends.add(list);
-    return list;
+    const list = this.journal.certificates({ undeliveredOnly: !all });
+    const start = all ? Math.min(this.certificateCursor, list.length) : 0;
+    const out: string[] = [];
+    let bytes = 0;
+    for (let i = start; i < list.length; i++) {
+      const jws = list[i]!.jws;
+      if (out.length > 0 && bytes + jws.length > this.certificateShare) break;
+      out.push(jws);
+      bytes += jws.length;
+    }
+    if (all) this.fullSends.set(out, { end: start + out.length, total: list.length });
+    return out;
+  }
+
+  /** After a registration's answer: whether to register again at once (more certificates to send). */
+  private certificatesAnswered(
+    res: { storedCertificates: string[]; sendCertificates: boolean },
+    sent: string[],
+  ): boolean {
+    if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);
+    const full = this.fullSends.get(sent);
+    if (full) {
+      if (full.end < full.total) {
+        this.certificateCursor = full.end;
+        return true;
+      }
+      this.sendAllCertificates = false;
+      this.certificateCursor = 0;
+      return false;
+    }
+    if (res.sendCertificates && this.journal.certificates().length > 0) {
+      // The scheduler started to follow us (a restart, a lost database): all of them, at once.
+      this.sendAllCertificates = true;
+      this.certificateCursor = 0;
+      return true;
+    }
+    return false;
   }
 
   private constructor(
@@ -203,6 +250,7 @@ export class Agent {
       logger,
     });
     await host.initHost();
+    const share = options.certificateBytesPerRegistration;
     const first = await host.discover({ strict: true });
     const signingKey = loadOrCreateSigningKey(config.stateDir);
     if (signingKey.created) {
@@ -235,6 +283,7 @@ export class Agent {
       metrics,
       signingKey,
     );
+    if (share !== undefined) agent.certificateShare = share;
     const inventory = agent.inventory;
     metrics.devicesGauge(() => {
       const counts = new Map<string, { host: string; type: string; state: string; count: number }>();
@@ -326,16 +375,7 @@ export class Agent {
           certificates: this.certificatesToSend(),
           retiredSigningKeys: this.retiredKeys,
         }),
-        onResponse: (res, req) => {
-          if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);
-          if (this.fullSends.has(req.certificates)) this.sendAllCertificates = false;
-          else if (res.sendCertificates && this.journal.certificates().length > 0) {
-            // The scheduler started to follow us (a restart, a lost database): all of them, at once.
-            this.sendAllCertificates = true;
-            return true;
-          }
-          return false;
-        },
+        onResponse: (res, req) => this.certificatesAnswered(res, req.certificates),
       });
       this.registration.start();
     }

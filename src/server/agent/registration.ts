@@ -65,7 +65,7 @@ export class RegistrationLoop {
   }
 
   /** Registers now (e.g. after the scheduler told us it lost track of us). */
-  async registerNow(again = false): Promise<void> {
+  async registerNow(depth = 0): Promise<void> {
     const req = this.options.request();
     const md = new Metadata();
     if (this.options.token) md.set('authorization', `Bearer ${this.options.token}`);
@@ -78,8 +78,8 @@ export class RegistrationLoop {
         (err: ServiceError | null, r?: RegisterResponse) => (err || !r ? reject(err) : resolve(r)),
       );
     });
-    // At most once more at once: the scheduler asked for every certificate.
-    if (this.options.onResponse?.(res, req) && !again) await this.registerNow(true);
+    // Again at once while the agent has more to send (its certificates, in shares), a bounded number of times.
+    if (this.options.onResponse?.(res, req) && depth < 64) await this.registerNow(depth + 1);
   }
 
   /** The address registered with (or tried next). */
