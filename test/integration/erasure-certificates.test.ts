@@ -531,6 +531,10 @@ describe('erasure certificates', () => {
       20_000,
     );
     expect((await certificatesOf({ instanceUuid: 'vm-cert-nvme0-second' }))[0]!.hash).toBe(held[0]!.hash);
+    // In shares: one registration each.
+    expect(
+      schedulerLogs.matching((l) => l.msg === 'erasure certificates re-supplied by the agent stored').length,
+    ).toBeGreaterThan(1);
     for (const ctrl of CTRLS) {
       expect(await certificatesOf({ instanceUuid: `vm-cert-${ctrl}` }), ctrl).toHaveLength(1);
     }
