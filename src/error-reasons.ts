@@ -228,6 +228,20 @@ export const ERROR_REASONS = {
     codes: ['PERMISSION_DENIED'],
     meaning: 'The host was first registered by another principal; delete the host to re-pin it.',
   },
+  AGENT_KEY_CHANGED: {
+    codes: ['FAILED_PRECONDITION'],
+    meaning:
+      'The agent signs with a key other than the one pinned for its host; an admin pins a new one (berth host rotate-key).',
+  },
+  AGENT_KEY_RETIRED: {
+    codes: ['FAILED_PRECONDITION'],
+    meaning: 'The agent signs with a key an admin retired for its host; it must make a new one.',
+  },
+  NOT_INSTANCE_OWNER: {
+    codes: ['PERMISSION_DENIED'],
+    meaning:
+      "The caller asked for another principal's instance (erasure certificates of its own instances only).",
+  },
   AGENT_UNAVAILABLE: {
     codes: ['UNAVAILABLE'],
     meaning: "The host's agent could not be reached to confirm the step; nothing was left half-done.",

@@ -22,6 +22,7 @@ import {
 import { service as healthService } from 'grpc-health-check';
 import { AgentServiceClient } from '../gen/berth/agent/v1/agent.js';
 import { AcceleratorRequestServiceClient } from '../gen/berth/scheduler/v1/accelerator_request.js';
+import { CertificateServiceClient } from '../gen/berth/scheduler/v1/certificate.js';
 import {
   DeviceServiceClient,
   type WatchCleanupRequest,
@@ -248,6 +249,8 @@ export class SchedulerClient {
   readonly migrations: Promisified<MigrationServiceClient>;
   readonly registration: Promisified<RegistrationServiceClient>;
   readonly placement: Promisified<PlacementServiceClient>;
+  /** Erasure certificates and the agents' keys (docs/erasure-certificates.md). */
+  readonly certificates: Promisified<CertificateServiceClient>;
   /** Where it connects (as given). */
   readonly endpoint: string;
   private readonly channel: Channel;
@@ -284,6 +287,7 @@ export class SchedulerClient {
     const devices = new DeviceServiceClient(options.endpoint, creds, on);
     this.devices = promisify(devices, options);
     this.hosts = promisify(new HostServiceClient(options.endpoint, creds, on), options);
+    this.certificates = promisify(new CertificateServiceClient(options.endpoint, creds, on), options);
     this.profiles = promisify(new ProfileServiceClient(options.endpoint, creds, on), options);
     this.arqs = promisify(new AcceleratorRequestServiceClient(options.endpoint, creds, on), options);
     this.instances = promisify(new InstanceServiceClient(options.endpoint, creds, on), options);

@@ -135,6 +135,7 @@ export function cleanupEventToProto(e: {
   time: number | string;
   sequence: number;
   proof?: ProofRecord | null;
+  certificate?: string;
 }): CleanupEvent {
   return {
     jobId: e.jobId,
@@ -149,5 +150,6 @@ export function cleanupEventToProto(e: {
     time: new Date(e.time),
     sequence: e.sequence,
     proof: e.proof ? proofToProto(e.proof) : undefined,
+    certificate: e.certificate ?? '',
   };
 }

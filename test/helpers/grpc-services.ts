@@ -7,6 +7,7 @@
 import type { MethodDefinition, ServiceDefinition } from '@grpc/grpc-js';
 import * as agentPb from '../../src/gen/berth/agent/v1/agent.js';
 import * as arqPb from '../../src/gen/berth/scheduler/v1/accelerator_request.js';
+import * as certificatePb from '../../src/gen/berth/scheduler/v1/certificate.js';
 import * as devicePb from '../../src/gen/berth/scheduler/v1/device_service.js';
 import * as hostPb from '../../src/gen/berth/scheduler/v1/host.js';
 import * as instancePb from '../../src/gen/berth/scheduler/v1/instance.js';
@@ -34,6 +35,7 @@ export interface GeneratedMethod {
 const MODULES: Record<string, unknown>[] = [
   agentPb,
   arqPb,
+  certificatePb,
   devicePb,
   hostPb,
   instancePb,

@@ -262,6 +262,13 @@ export const osPlacementNames = () =>
     return null;
   });
 
+/** Python's `cryptography` (Ed25519) for /usr/bin/python3: the erasure certificate example's verifier. */
+export const pythonCryptography = () =>
+  check("Python's cryptography (Ed25519)", ['python3-cryptography'], () => {
+    run(PYTHON, ['-c', 'from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey']);
+    return null;
+  });
+
 /** PyYAML (a YAML 1.1 reader) for /usr/bin/python3: the check that -o yaml reads back with its types. */
 export const pythonYaml = () =>
   check('PyYAML', ['python3-yaml'], () => {

@@ -29,7 +29,12 @@ export async function startRecordingScheduler(): Promise<RecordingScheduler> {
     register: unary('Register', logger, async (req: RegisterRequest) => {
       registrations.push(req);
       for (const w of [...waiters]) w(req);
-      return { schedulerId: 'recording', heartbeatIntervalSeconds: 1 };
+      return {
+        schedulerId: 'recording',
+        heartbeatIntervalSeconds: 1,
+        storedCertificates: [],
+        sendCertificates: false,
+      };
     }),
   };
   const server = new GrpcServer({

@@ -140,6 +140,9 @@ describe('no host can speak for another', () => {
     drivers: ['nvme'],
     heldDevices: [],
     mediaRecords: [],
+    signingKey: '',
+    certificates: [],
+    retiredSigningKeys: [],
   });
 
   async function registerAs(token: string, req: RegisterRequest) {

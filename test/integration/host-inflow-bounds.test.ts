@@ -167,6 +167,9 @@ describe('one host cannot exhaust the scheduler', () => {
       drivers: ['pci'],
       heldDevices: [],
       mediaRecords: [],
+      signingKey: '',
+      certificates: [],
+      retiredSigningKeys: [],
     });
     reg.close();
     honest = await startSimAgent(SMALL_HOST, {

@@ -6,6 +6,7 @@
 import { join } from 'node:path';
 import { credentials } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { verifyCertificate } from '../../src/erasure/certificate.js';
 import {
   AgentServiceClient,
   type CleanupDeviceResponse,
@@ -89,5 +90,15 @@ describe('the vendor example driver, loaded by name', () => {
     expect(msgs.every((m) => m.event!.action === 'vendor-format-ses1')).toBe(true);
     expect(await holdsTenantData(ns)).toBe(false);
     expect(await isAllZero(ns)).toBe(true);
+    // Its erasure certificate: signed by the agent's key, the format's NIST 800-88 category, the namespace read back whole.
+    const { kid, publicJwk } = agent.signingKey;
+    const c = verifyCertificate(msgs.at(-1)!.event!.certificate, [{ kid, jwk: publicJwk }]).claims;
+    expect(c).toMatchObject({ action: 'vendor-format-ses1', address: NVME0, job_id: 'vendor-1', seq: 1 });
+    expect(c.nist_800_88?.category).toBe('Purge');
+    expect(c.proof).toMatchObject({
+      read_back: 'full',
+      bytes_read: 16 * 1024 * 1024,
+      bytes_total: 16 * 1024 * 1024,
+    });
   });
 });

@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 /**
  * Berth's agent end to end on a real kernel (Debian's 6.1) driving real NVMe
@@ -11,6 +12,7 @@ import { fileURLToPath } from 'node:url';
  * `npm run test:vm` runs this file alone; docs/testing-vm.md says how to debug it.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseKeySet, verifyOffline } from '../../src/erasure/verify.js';
 import { probeVmHost } from './host-check.js';
 import type { CommandRecord } from './protocol.js';
 import { pciAddress } from './qemu.js';
@@ -64,6 +66,8 @@ interface Event {
   bytesTotal?: string;
   message?: string;
   sequence: string;
+  /** On the success: the erasure certificate the agent signed (compact JWS). */
+  certificate?: string;
   /** On the success: what the agent accepted, with its own census of the media (proto3 JSON). */
   proof?: {
     method: string;
@@ -286,6 +290,40 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
       namespaceManagement: 'NAMESPACE_MANAGEMENT_REFUSED',
     });
     expect(list.at(-1)?.proof?.census?.totalCapacityBytes).toBeUndefined();
+  });
+
+  it('2b. erasure certificates: each real-kernel cleanup’s certificate verifies against the agent’s key and describes the backing files it erased', async () => {
+    const key = run.command('signing-key');
+    expect(key.exitCode, key.stderr).toBe(0);
+    const keys = parseKeySet(key.stdout);
+    for (const role of ['write-zeroes', 'subsystem'] as const) {
+      const last = terminal(role);
+      expect(last.certificate, `${role}: ${run.diagnostics()}`).toBeTruthy();
+      const c = verifyOffline(last.certificate!, keys).certificate.claims;
+      expect(c).toMatchObject({
+        job_id: `vm-${role}`,
+        address: cleanAddressOf(role),
+        action: 'write-zeroes',
+        seq: 1,
+        prev: null,
+      });
+      expect(c.nist_800_88?.category).toBe('Clear');
+      expect(c.media.serial).toBe(DEVICES[role].serial);
+      // What it says it erased is what the backing files hold: every namespace, each of its size, read back whole.
+      const files = DEVICES[role].namespaces.map((ns) => ({
+        nsid: ns.nsid,
+        size: statSync(run.file(role, ns.nsid)).size,
+      }));
+      const census = c.proof.census as {
+        namespaces: { nsid: number; sizeBytes: number; coveredBy: string }[];
+      };
+      expect(census.namespaces.map((n) => [n.nsid, n.sizeBytes, n.coveredBy])).toEqual(
+        files.map((f) => [f.nsid, f.size, 'read-back']),
+      );
+      const total = files.reduce((n, f) => n + f.size, 0);
+      expect(c.proof).toMatchObject({ bytes_total: total, bytes_read: total, read_back: 'full' });
+      await expectScrubbed(role);
+    }
   });
 
   // QEMU's controller advertises namespace management (OACS bit 3) but answers delete-ns

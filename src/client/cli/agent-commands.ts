@@ -138,6 +138,19 @@ async function checkServe(config: AgentConfig): Promise<void> {
 export function registerAgentCommands(program: Command): void {
   const agent = program.command('agent').description('the host agent');
 
+  agent
+    .command('signing-key')
+    .description(
+      "print the agent's erasure certificate signing key (public JWK and key id), made if it has none; --rotate makes a new one (pin it with berth host rotate-key, then restart the agent)",
+    )
+    .requiredOption('--state-dir <dir>', "the agent's state directory")
+    .option('--rotate', 'make a new key; the old file stays as signing-key.<kid>.pem')
+    .action(async (o: { stateDir: string; rotate?: boolean }) => {
+      const { loadOrCreateSigningKey, rotateSigningKey } = await import('../../server/agent/signing-key.js');
+      const key = o.rotate ? rotateSigningKey(o.stateDir).key : loadOrCreateSigningKey(o.stateDir);
+      console.log(JSON.stringify({ ...key.publicJwk, kid: key.kid }));
+    });
+
   withAgentFlags(agent.command('discover'))
     .description('dry run: print what the configuration manages on this host, and what it excludes and why')
     .option('-o, --output <format>', 'table, wide, json or yaml', 'table')

@@ -157,6 +157,7 @@ describe('CLI helpers', () => {
         time: undefined,
         sequence: 7,
         proof: undefined,
+        certificate: '',
       }),
     ).toBe('phase=zeroing percent=42 bytes=6979321/16777216 action=write-zeroes step=write-zeroes');
   });

@@ -46,6 +46,71 @@ export function registerHostCommands(program: Command): void {
 
   clientOptions(
     host
+      .command('keys')
+      .description("the keys hosts' agents sign erasure certificates with (current and retired)")
+      .argument('[name]', 'one host')
+      .option('--save <file>', 'write them as a JWK Set, for berth cleanup verify --keys'),
+  ).action(
+    withClient(async (client, format, name: string | undefined, o: { save?: string }) => {
+      const { keys } = await client.certificates.listAgentKeys({ host: name ?? '' });
+      const rows = keys.map((k) => ({
+        host: k.host,
+        key_id: k.keyId,
+        pinned_at: k.pinnedAt?.toISOString() ?? '',
+        retired_at: k.retiredAt?.toISOString() ?? '',
+        jwk: k.jwk,
+      }));
+      if (o.save) {
+        const { writeFile } = await import('node:fs/promises');
+        const set = { keys: keys.map((k) => ({ ...JSON.parse(k.jwk), kid: k.keyId, host: k.host })) };
+        await writeFile(o.save, `${JSON.stringify(set, null, 2)}\n`);
+      }
+      printList(format, rows, 'keys', (wide) =>
+        renderTable(
+          rows,
+          [
+            { header: 'host', get: (r) => r.host },
+            { header: 'key id', get: (r) => r.key_id },
+            { header: 'pinned', get: (r) => r.pinned_at },
+            { header: 'retired', get: (r) => r.retired_at || '-' },
+            { header: 'jwk', get: (r) => r.jwk, only: 'wide' },
+          ],
+          { wide },
+        ),
+      );
+    }),
+  );
+
+  clientOptions(
+    host
+      .command('rotate-key')
+      .description(
+        'pin a new erasure certificate signing key for a host (admin); the old one stays, retired, for the certificates it signed',
+      )
+      .argument('<name>')
+      .requiredOption(
+        '--public-key <file>',
+        'the new public key: what berth agent signing-key --rotate printed',
+      ),
+  ).action(
+    withClient(async (client, format, name: string, o: { publicKey: string }) => {
+      const { readFile } = await import('node:fs/promises');
+      const publicKey = (await readFile(o.publicKey, 'utf8')).trim();
+      const r = await client.certificates.rotateAgentKey({ host: name, publicKey });
+      const v = { host: name, key_id: r.key?.keyId ?? '', retired_key_id: r.retired?.keyId ?? '' };
+      console.log(
+        render(
+          format,
+          v,
+          () =>
+            `host ${name} now signs with key ${v.key_id}${v.retired_key_id ? ` (key ${v.retired_key_id} retired)` : ''}`,
+        ),
+      );
+    }),
+  );
+
+  clientOptions(
+    host
       .command('delete')
       .description(
         'remove a host and its devices (admin): refused while its agent is connected or a device is in use or holds tenant data',

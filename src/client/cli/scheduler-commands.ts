@@ -37,7 +37,7 @@ interface ServeFlags extends PlacementFlags, CyborgFlags {
 
 /** `--retention`, `--retention-rows`, `--request-id-window` → the policy, each checked against its range. */
 export function retentionFromFlags(
-  o: Pick<ServeFlags, 'retention' | 'retentionRows' | 'requestIdWindow'>,
+  o: Pick<ServeFlags, 'retention' | 'retentionRows' | 'requestIdWindow'> & { certificateRetention?: string },
 ): RetentionPolicy {
   const within = (flag: string, value: string, seconds: number, min: number, max: number, unit: string) => {
     if (seconds < min || seconds > max) {
@@ -51,15 +51,31 @@ export function retentionFromFlags(
       `--retention-rows: expected a whole number in [1000, 1000000000], got ${JSON.stringify(o.retentionRows)}`,
     );
   }
+  const historyMs = within(
+    '--retention',
+    o.retention,
+    parseDuration('--retention', o.retention),
+    3_600,
+    3_650 * 86_400,
+    '1h, 3650d',
+  );
+  const certificates = o.certificateRetention ?? '3650d';
+  const certificateMs = within(
+    '--certificate-retention',
+    certificates,
+    parseDuration('--certificate-retention', certificates),
+    30 * 86_400,
+    36_500 * 86_400,
+    '30d, 36500d',
+  );
+  if (certificateMs < historyMs) {
+    throw new ConfigError(
+      `--certificate-retention: ${JSON.stringify(certificates)} is shorter than --retention ${JSON.stringify(o.retention)}; certificates outlive the events`,
+    );
+  }
   return {
-    historyMs: within(
-      '--retention',
-      o.retention,
-      parseDuration('--retention', o.retention),
-      3_600,
-      3_650 * 86_400,
-      '1h, 3650d',
-    ),
+    certificateMs,
+    historyMs,
     maxRows: rows,
     requestIdMs: within(
       '--request-id-window',
@@ -191,6 +207,11 @@ export function registerSchedulerCommands(program: Command): void {
     )
     .option('--retention-rows <n>', 'and at most this many of each (and of request ids)', '200000')
     .option('--request-id-window <duration>', 'a request id is honoured this long (1m to 30d)', '24h')
+    .option(
+      '--certificate-retention <duration>',
+      "keep erasure certificates this long (30d to 36500d, at least --retention); a media's newest is kept always",
+      '3650d',
+    )
     // OpenStack Placement (docs/operator-guide.md "Running with Nova and Placement").
     .option(
       '--placement-url <url>',

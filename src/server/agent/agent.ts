@@ -44,6 +44,7 @@ import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from '
 import type { ObserveResult } from './media-ledger.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
+import { loadOrCreateSigningKey, retiredPublicKeys, type SigningKey } from './signing-key.js';
 import { type Uevent, ueventTarget } from './uevent.js';
 
 /** The grpc.health.v1 service name that is SERVING while kernel events are followed. */
@@ -91,6 +92,8 @@ export interface AgentOptions {
   auth?: AuthOptions;
   /** Token sent with Register; overrides `scheduler_token_file`. */
   schedulerToken?: string;
+  /** Bytes of certificates one registration carries at most (default 1.5 MB; tests make it small). */
+  certificateBytesPerRegistration?: number;
 }
 
 async function readBootId(file: string): Promise<string> {
@@ -100,6 +103,9 @@ async function readBootId(file: string): Promise<string> {
     return `unknown-${randomUUID()}`;
   }
 }
+
+/** Certificates one registration carries at most (bytes of JWS); more go in the registrations after. */
+const CERTIFICATE_BYTES_PER_REGISTRATION = 1_500_000;
 
 export class Agent {
   readonly inventory = new Inventory();
@@ -126,6 +132,62 @@ export class Agent {
     this.resolveStopped = r;
   });
   endpoint = '';
+  /** The next registration sends every certificate held (at start, and when the scheduler asks). */
+  private sendAllCertificates = true;
+  /** The keys this agent signed with before (rotated), for a scheduler that pins afresh. */
+  private readonly retiredKeys: string[];
+  /** Bytes of certificates one registration carries at most. */
+  certificateShare = CERTIFICATE_BYTES_PER_REGISTRATION;
+  /** While sending every certificate: where the next registration's share starts. */
+  private certificateCursor = 0;
+  /** The certificate lists of registrations that sent a share of every certificate held. */
+  private readonly fullSends = new WeakMap<string[], { end: number; total: number }>();
+
+  /**
+   * What a registration carries: a share of every certificate held (oldest
+   * first per media), or those no scheduler stores yet — at most
+   * CERTIFICATE_BYTES_PER_REGISTRATION of them (the scheduler takes 4 MiB a message).
+   */
+  private certificatesToSend(): string[] {
+    const all = this.sendAllCertificates;
+    const list = this.journal.certificates({ undeliveredOnly: !all });
+    const start = all ? Math.min(this.certificateCursor, list.length) : 0;
+    const out: string[] = [];
+    let bytes = 0;
+    for (let i = start; i < list.length; i++) {
+      const jws = list[i]!.jws;
+      if (out.length > 0 && bytes + jws.length > this.certificateShare) break;
+      out.push(jws);
+      bytes += jws.length;
+    }
+    if (all) this.fullSends.set(out, { end: start + out.length, total: list.length });
+    return out;
+  }
+
+  /** After a registration's answer: whether to register again at once (more certificates to send). */
+  private certificatesAnswered(
+    res: { storedCertificates: string[]; sendCertificates: boolean },
+    sent: string[],
+  ): boolean {
+    if (res.storedCertificates.length > 0) this.journal.markDelivered(res.storedCertificates);
+    const full = this.fullSends.get(sent);
+    if (full) {
+      if (full.end < full.total) {
+        this.certificateCursor = full.end;
+        return true;
+      }
+      this.sendAllCertificates = false;
+      this.certificateCursor = 0;
+      return false;
+    }
+    if (res.sendCertificates && this.journal.certificates().length > 0) {
+      // The scheduler started to follow us (a restart, a lost database): all of them, at once.
+      this.sendAllCertificates = true;
+      this.certificateCursor = 0;
+      return true;
+    }
+    return false;
+  }
 
   private constructor(
     readonly config: AgentConfig,
@@ -136,7 +198,10 @@ export class Agent {
     readonly bootId: string,
     readonly features: string[],
     readonly metrics: Metrics,
+    /** Signs the erasure certificates (signing-key.ts). */
+    readonly signingKey: SigningKey,
   ) {
+    this.retiredKeys = retiredPublicKeys(config.stateDir).map((k) => JSON.stringify(k));
     const settle = config.hotplug.settleMs;
     this.coalescer = new Coalescer({
       settleMs: settle,
@@ -184,7 +249,12 @@ export class Agent {
       logger,
     });
     await host.initHost();
+    const share = options.certificateBytesPerRegistration;
     const first = await host.discover({ strict: true });
+    const signingKey = loadOrCreateSigningKey(config.stateDir);
+    if (signingKey.created) {
+      logger.info({ keyId: signingKey.kid, path: signingKey.path }, 'erasure certificate signing key made');
+    }
     const journal = new CleanupJournal(config.stateDir);
     const bootId = await readBootId(options.bootIdFile ?? '/proc/sys/kernel/random/boot_id');
     let agent: Agent | null = null;
@@ -198,6 +268,7 @@ export class Agent {
         defaultTimeoutMs: 900_000,
         onOutcome: (action, outcome, seconds) => metrics.observeCleanup(action, outcome, seconds),
         onMediaChanged: (r) => agent?.mediaChanged(r.key),
+        signer: { key: () => signingKey, host: config.host },
       },
     );
     agent = new Agent(
@@ -209,7 +280,9 @@ export class Agent {
       bootId,
       options.features ?? AGENT_FEATURES,
       metrics,
+      signingKey,
     );
+    if (share !== undefined) agent.certificateShare = share;
     const inventory = agent.inventory;
     metrics.devicesGauge(() => {
       const counts = new Map<string, { host: string; type: string; state: string; count: number }>();
@@ -297,7 +370,11 @@ export class Agent {
           drivers: this.host.drivers.map((d) => d.name),
           heldDevices: this.cleanups.heldDevices().map((h) => ({ ...h, since: new Date(h.since) })),
           mediaRecords: this.mediaReport().map(mediaRecordToProto),
+          signingKey: JSON.stringify(this.signingKey.publicJwk),
+          certificates: this.certificatesToSend(),
+          retiredSigningKeys: this.retiredKeys,
         }),
+        onResponse: (res, req) => this.certificatesAnswered(res, req.certificates),
       });
       this.registration.start();
     }

@@ -25,6 +25,8 @@ export interface JobEvent {
   sequence: number;
   /** On a `succeeded` event: what the agent accepted as proof of erasure. */
   proof?: CleanupProof;
+  /** On a `succeeded` event: the erasure certificate the agent signed (compact JWS), when it signs. */
+  certificate?: string;
 }
 
 export class CleanupJob {

@@ -38,7 +38,35 @@ const MIGRATIONS = [
      since INTEGER NOT NULL
    );`,
   MEDIA_MIGRATION,
+  // Erasure certificates the agent signed (docs/erasure-certificates.md), a
+  // chain per media (seq 1, 2, ...); `delivered` once a scheduler said it
+  // stores one (RegisterResponse.stored_certificates).
+  `CREATE TABLE erasure_certificates (
+     hash TEXT PRIMARY KEY,
+     media_key TEXT NOT NULL,
+     seq INTEGER NOT NULL,
+     job_id TEXT NOT NULL,
+     issued_at INTEGER NOT NULL,
+     jws TEXT NOT NULL,
+     delivered INTEGER NOT NULL DEFAULT 0,
+     UNIQUE (media_key, seq)
+   );`,
 ];
+
+/** One certificate the agent signed, as its journal keeps it. */
+export interface StoredCertificate {
+  hash: string;
+  mediaKey: string;
+  seq: number;
+  jobId: string;
+  /** ms since the epoch. */
+  issuedAt: number;
+  jws: string;
+  delivered: boolean;
+}
+
+/** Delivered certificates older than this go at the agent's start (never a media's newest): 10 years. */
+const KEEP_DELIVERED_CERTIFICATES_MS = 10 * 366 * 24 * 3600 * 1000;
 
 /** A device the journal records as holding tenant data (handed to a guest, not cleaned since). */
 export interface HeldDevice {
@@ -86,7 +114,8 @@ export class CleanupJournal {
     let db: Database.Database | null = null;
     try {
       db = new Database(path, { readonly: true, fileMustExist: true });
-      if ((db.pragma('user_version', { simple: true }) as number) < MIGRATIONS.length) return null;
+      if ((db.pragma('user_version', { simple: true }) as number) < MIGRATIONS.indexOf(MEDIA_MIGRATION) + 1)
+        return null;
       const ledger = new MediaLedger(db);
       ledger.read();
       return new Map(ledger.all().map((r) => [r.key, r]));
@@ -131,6 +160,7 @@ export class CleanupJournal {
       out.push(job);
     }
     this.prune();
+    this.pruneCertificates(now);
     return out;
   }
 
@@ -210,10 +240,81 @@ export class CleanupJournal {
     }));
   }
 
+  /** Runs `fn` in one transaction (nested ones are savepoints). */
+  transaction<T>(fn: () => T): T {
+    return this.db.transaction(fn)();
+  }
+
+  /** The newest certificate of a media's chain, or null. */
+  lastCertificate(mediaKey: string): StoredCertificate | null {
+    const row = this.db
+      .prepare(`SELECT * FROM erasure_certificates WHERE media_key = ? ORDER BY seq DESC LIMIT 1`)
+      .get(mediaKey) as CertificateRow | undefined;
+    return row ? certificateFromRow(row) : null;
+  }
+
+  /** Adds a certificate; never replaces one (a certificate is never re-signed or edited). */
+  storeCertificate(c: Omit<StoredCertificate, 'delivered'>): void {
+    this.db
+      .prepare(
+        `INSERT INTO erasure_certificates (hash, media_key, seq, job_id, issued_at, jws) VALUES (?, ?, ?, ?, ?, ?)`,
+      )
+      .run(c.hash, c.mediaKey, c.seq, c.jobId, c.issuedAt, c.jws);
+  }
+
+  /** Every certificate held (or only those no scheduler has said it stores), by media and seq. */
+  certificates(opts: { undeliveredOnly?: boolean } = {}): StoredCertificate[] {
+    return (
+      this.db
+        .prepare(
+          `SELECT * FROM erasure_certificates ${opts.undeliveredOnly ? 'WHERE delivered = 0' : ''} ORDER BY media_key, seq`,
+        )
+        .all() as CertificateRow[]
+    ).map(certificateFromRow);
+  }
+
+  /** A scheduler stores these: they may be pruned after the agent's retention. */
+  markDelivered(hashes: readonly string[]): number {
+    const st = this.db.prepare(
+      `UPDATE erasure_certificates SET delivered = 1 WHERE hash = ? AND delivered = 0`,
+    );
+    return this.transaction(() => hashes.reduce((n, h) => n + st.run(h).changes, 0));
+  }
+
+  /** Delivered certificates older than the retention, except each media's newest (the chain goes on from it). */
+  pruneCertificates(now = Date.now()): number {
+    return this.db
+      .prepare(
+        `DELETE FROM erasure_certificates WHERE delivered = 1 AND issued_at < ? AND seq <
+           (SELECT MAX(c.seq) FROM erasure_certificates c WHERE c.media_key = erasure_certificates.media_key)`,
+      )
+      .run(now - KEEP_DELIVERED_CERTIFICATES_MS).changes;
+  }
+
   close(): void {
     this.db.close();
   }
 }
+
+interface CertificateRow {
+  hash: string;
+  media_key: string;
+  seq: number;
+  job_id: string;
+  issued_at: number;
+  jws: string;
+  delivered: number;
+}
+
+const certificateFromRow = (r: CertificateRow): StoredCertificate => ({
+  hash: r.hash,
+  mediaKey: r.media_key,
+  seq: r.seq,
+  jobId: r.job_id,
+  issuedAt: r.issued_at,
+  jws: r.jws,
+  delivered: r.delivered === 1,
+});
 
 interface HeldRow {
   address: string;

@@ -9,8 +9,16 @@
  * clean makes it clean, one that failed or was cut short makes it dirty.
  */
 import type { Logger } from 'pino';
+import {
+  certificateHash,
+  type ErasureClaims,
+  nistMapping,
+  type SanitizeLogClaim,
+  signCertificate,
+} from '../../erasure/certificate.js';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import { parsePciAddress } from '../../identifiers.js';
+import type { CleanupEvidence, CleanupProof, SanitizeLogSnapshot } from '../../plugins/cleanup-evidence.js';
 import type { GenericDriver } from '../../plugins/driver.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
@@ -18,6 +26,7 @@ import type { CleanupJournal, HeldDevice } from './cleanup-journal.js';
 import { judgeEvidence } from './cleanup-judge.js';
 import type { StoredMedia } from './media-ledger.js';
 import type { PluginHost } from './plugin-host.js';
+import type { SigningKey } from './signing-key.js';
 
 const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 const BINDING_ID = /^[A-Za-z0-9._:-]{1,255}$/;
@@ -45,7 +54,22 @@ export interface CleanupRunnerOptions {
   onOutcome?: (action: string, outcome: 'succeeded' | 'failed' | 'interrupted', seconds: number) => void;
   /** Told of every change of a media record (the inventory shows the new one). */
   onMediaChanged?: (record: StoredMedia) => void;
+  /**
+   * Signs an erasure certificate for every cleanup the judge accepts
+   * (docs/erasure-certificates.md); without it (tests of other concerns) none is made.
+   */
+  signer?: { key: () => SigningKey; host: string };
+  /** Told of every certificate signed (its hash). */
+  onCertificate?: (hash: string) => void;
 }
+
+const logClaim = (s: SanitizeLogSnapshot): SanitizeLogClaim => ({
+  status: s.status,
+  global_data_erased: s.globalErased,
+  sprog: s.sprog,
+  scdw10: s.scdw10,
+  at: new Date(s.at).toISOString(),
+});
 
 export class CleanupRunner {
   private readonly running = new Map<string, { job: CleanupJob; abort: AbortController; mediaKey: string }>();
@@ -344,8 +368,12 @@ export class CleanupRunner {
       if (!verdict.ok) throw new Error(verdict.reason);
       const { proof } = verdict;
       // The media holds no tenant data in the agent's own record, durably, before
-      // the job says so (a crash in between leaves the job interrupted: dirty).
-      const cleaned = mediaKey ? this.journal.media.markClean(mediaKey, job.address) : null;
+      // the job says so (a crash in between leaves the job interrupted: dirty),
+      // and the certificate that says so is kept in the same transaction.
+      const { cleaned, certificate } = this.journal.transaction(() => ({
+        certificate: mediaKey ? this.certify(job, device, mediaKey, evidence, proof) : null,
+        cleaned: mediaKey ? this.journal.media.markClean(mediaKey, job.address) : null,
+      }));
       this.record(
         job,
         {
@@ -356,6 +384,7 @@ export class CleanupRunner {
           bytesTotal: last.bytesTotal,
           message: `device is clean: ${proof.findings.join('; ')}`,
           proof,
+          ...(certificate ? { certificate } : {}),
         },
         true,
       );
@@ -380,6 +409,84 @@ export class CleanupRunner {
       jobEnded = true;
       if (driverSettled) this.running.delete(job.address);
     }
+  }
+
+  /**
+   * Signs the erasure certificate of an accepted cleanup and keeps it in the
+   * journal, chained to the media's previous one (called inside the
+   * transaction that marks the media clean). Null without a signer.
+   */
+  private certify(
+    job: CleanupJob,
+    device: DiscoveredDevice,
+    mediaKey: string,
+    evidence: CleanupEvidence,
+    proof: CleanupProof,
+  ): string | null {
+    const signer = this.options.signer;
+    if (!signer) return null;
+    const key = signer.key();
+    const held = this.journal.media.get(mediaKey);
+    const last = this.journal.lastCertificate(mediaKey);
+    const now = Date.now();
+    const media = device.media;
+    const san = evidence.sanitize;
+    const claims: ErasureClaims = {
+      v: 1,
+      iss: `berth-agent:${signer.host}`,
+      host: signer.host,
+      kid: key.kid,
+      iat: Math.floor(now / 1000),
+      job_id: job.jobId,
+      address: job.address,
+      media: {
+        key: mediaKey,
+        kind: media?.kind ?? '',
+        subsystem_nqn: media?.subsystemNqn ?? '',
+        serial: media?.serial ?? '',
+        model: media?.model ?? '',
+        namespaces: (media?.namespaces ?? []).map((n) => ({
+          nsid: n.nsid,
+          nguid: n.nguid,
+          eui64: n.eui64,
+          uuid: n.uuid,
+        })),
+        device_serial_number: media?.deviceSerialNumber ?? '',
+      },
+      tenant:
+        held?.condition === 'held' && held.arqUuid
+          ? { arq_uuid: held.arqUuid, instance_uuid: held.instanceUuid, project_id: '' }
+          : null,
+      action: job.action,
+      proof: {
+        method: proof.method,
+        read_back: proof.readBack,
+        bytes_written: proof.bytesWritten,
+        bytes_read: proof.bytesRead,
+        bytes_total: proof.bytesTotal,
+        findings: [...proof.findings],
+        census: proof.census ?? null,
+        sanitize: san
+          ? {
+              sanact: san.sanact,
+              command_sent: san.commandSent,
+              before: logClaim(san.before),
+              after: san.after.length > 0 ? logClaim(san.after[san.after.length - 1]!) : null,
+              polls: san.polls,
+            }
+          : null,
+      },
+      nist_800_88: nistMapping(job.action),
+      started_at: new Date(job.events[0]?.time ?? now).toISOString(),
+      ended_at: new Date(now).toISOString(),
+      seq: (last?.seq ?? 0) + 1,
+      prev: last?.hash ?? null,
+    };
+    const jws = signCertificate(claims, key.privateKey, key.kid);
+    const hash = certificateHash(jws);
+    this.journal.storeCertificate({ hash, mediaKey, seq: claims.seq, jobId: job.jobId, issuedAt: now, jws });
+    this.options.onCertificate?.(hash);
+    return jws;
   }
 
   /**

@@ -10,6 +10,7 @@ import { type ChannelCredentials, credentials, Metadata, type ServiceError } fro
 import type { Logger } from 'pino';
 import {
   type RegisterRequest,
+  type RegisterResponse,
   RegistrationServiceClient,
 } from '../../gen/berth/scheduler/v1/registration.js';
 import { Backoff, CHANNEL_OPTIONS } from '../../transport/channel.js';
@@ -18,6 +19,8 @@ export interface RegistrationOptions {
   /** One address, or several schedulers sharing one database (tried in turn). */
   schedulers: readonly string[];
   request: () => RegisterRequest;
+  /** Told of every answer; returning true registers again at once (the scheduler asked for more). */
+  onResponse?: (res: RegisterResponse, req: RegisterRequest) => boolean;
   intervalMs: number;
   logger: Logger;
   credentials?: ChannelCredentials;
@@ -62,19 +65,21 @@ export class RegistrationLoop {
   }
 
   /** Registers now (e.g. after the scheduler told us it lost track of us). */
-  async registerNow(): Promise<void> {
+  async registerNow(depth = 0): Promise<void> {
     const req = this.options.request();
     const md = new Metadata();
     if (this.options.token) md.set('authorization', `Bearer ${this.options.token}`);
     const client = this.clients[this.current]!;
-    await new Promise<void>((resolve, reject) => {
+    const res = await new Promise<RegisterResponse>((resolve, reject) => {
       client.register(
         req,
         md,
         { deadline: Date.now() + (this.options.callTimeoutMs ?? 5_000) },
-        (err: ServiceError | null) => (err ? reject(err) : resolve()),
+        (err: ServiceError | null, r?: RegisterResponse) => (err || !r ? reject(err) : resolve(r)),
       );
     });
+    // Again at once while the agent has more to send (its certificates, in shares), a bounded number of times.
+    if (this.options.onResponse?.(res, req) && depth < 64) await this.registerNow(depth + 1);
   }
 
   /** The address registered with (or tried next). */

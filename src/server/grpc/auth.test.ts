@@ -50,6 +50,7 @@ describe('the method → roles table', () => {
     expect(defs.map((d) => d.name).sort()).toEqual([
       'AcceleratorRequestServiceService',
       'AgentServiceService',
+      'CertificateServiceService',
       'DeviceServiceService',
       'HostServiceService',
       'InstanceServiceService',

@@ -96,6 +96,11 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${S}.PlacementService/GetPlacementStatus`]: [A, SV, R],
   [`${S}.PlacementService/SyncPlacement`]: [A],
 
+  // Service callers see only their own instances' certificates (app/certificates.ts).
+  [`${S}.CertificateService/ListErasureCertificates`]: [A, SV, R],
+  [`${S}.CertificateService/ListAgentKeys`]: [A, SV, R],
+  [`${S}.CertificateService/RotateAgentKey`]: [A],
+
   [`${AGENT}/GetAgentInfo`]: [A, SC, R],
   [`${AGENT}/ListDevices`]: [A, SC, R],
   [`${AGENT}/WatchInventory`]: [A, SC, R],

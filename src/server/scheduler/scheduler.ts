@@ -24,6 +24,7 @@ import { InstanceLock } from '../instance-lock.js';
 import { Lifecycle, type LifecycleState } from '../lifecycle.js';
 import { Metrics, serveMetrics } from '../metrics.js';
 import { Binding } from './app/binding.js';
+import { Certificates } from './app/certificates.js';
 import { Cleaning } from './app/cleaning.js';
 import { Devices } from './app/devices.js';
 import { Hosts } from './app/hosts.js';
@@ -47,6 +48,7 @@ import { EventHub } from './runtime/event-hub.js';
 import { HistoryPruner } from './runtime/history-pruner.js';
 import { type LeaseTiming, LinkLeaseKeeper } from './runtime/link-lease-keeper.js';
 import { arqServiceBinding } from './services/arq-service.js';
+import { certificateServiceBinding } from './services/certificate-service.js';
 import { deviceServiceBinding } from './services/device-service.js';
 import { hostServiceBinding } from './services/host-service.js';
 import { instanceServiceBinding } from './services/instance-service.js';
@@ -301,6 +303,7 @@ export class Scheduler {
       instanceServiceBinding(instances, logger),
       migrationServiceBinding(new Migrations({ useCases, agents, binding, instances }), logger),
       placementServiceBinding(placement, logger),
+      certificateServiceBinding(new Certificates({ useCases, logger }), logger),
       ...(options.extraServices?.() ?? []),
     ];
     const server = new GrpcServer({

@@ -9,6 +9,7 @@
  * Every wait is bounded by plan.stepTimeoutMs; the host bounds the whole guest.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createPrivateKey, createPublicKey } from 'node:crypto';
 import { cpSync, existsSync, mkdirSync, openSync, readdirSync, readFileSync, writeSync } from 'node:fs';
 import { release } from 'node:os';
 import { join } from 'node:path';
@@ -177,6 +178,30 @@ async function rpc(endpoint: string, method: string, request: unknown): Promise<
 
 /** The agent's state dir (its journal, the identities it keeps). */
 const stateDir = () => join(plan.workDir, 'agent-state');
+
+/** The public half of the agent's certificate signing key, as a JWK, in a `signing-key` command record. */
+function emitPublicKey(): void {
+  const started = Date.now();
+  let stdout = '';
+  let stderr = '';
+  try {
+    const key = createPublicKey(createPrivateKey(readFileSync(join(stateDir(), 'signing-key.pem'))));
+    stdout = JSON.stringify(key.export({ format: 'jwk' }));
+  } catch (e) {
+    stderr = (e as Error).message;
+  }
+  emit({
+    type: 'command',
+    name: 'signing-key',
+    argv: ['read', join(stateDir(), 'signing-key.pem')],
+    exitCode: stderr ? 1 : 0,
+    signal: null,
+    timedOut: false,
+    stdout,
+    stderr,
+    ms: Date.now() - started,
+  });
+}
 
 async function cleanup(endpoint: string, address: string, jobId: string): Promise<CleanupRecord> {
   const r = await run([
@@ -354,6 +379,9 @@ async function main(): Promise<void> {
     }
     for (const b of plan.bindings ?? []) await rpc(endpoint, 'RecordBinding', b);
     await Promise.all(plan.cleanups.map((c) => cleanup(endpoint, c.address, c.jobId)));
+    // The agent's public key (from its key file, here: a bin/berth start costs 15-20 s under TCG);
+    // the host verifies the cleanups' certificates with it.
+    if (plan.cleanups.length > 0) emitPublicKey();
     if (plan.hotplug) {
       await rpc(endpoint, 'GetAgentInfo', {});
       await followHotplug(endpoint, plan.hotplug);

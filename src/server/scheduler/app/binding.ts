@@ -49,7 +49,14 @@ export class Binding {
    * BindAcceleratorRequests: binds every ARQ (all or nothing), then has each
    * device's agent record the binding; acknowledged only once they all did.
    */
-  async bind(bindings: ArqBinding[]): Promise<Arq[]> {
+  async bind(bindings: ArqBinding[], subject?: string): Promise<Arq[]> {
+    // The principal that first binds ARQs to an instance owns it: it may read
+    // the instance's erasure certificates (app/certificates.ts).
+    if (subject) {
+      for (const instance of new Set(bindings.map((b) => b.instanceUuid))) {
+        await this.deps.useCases.recordInstanceOwner(instance, subject);
+      }
+    }
     const result = await this.deps.useCases.bindArqs(bindings, undefined, this.gate);
     await this.confirm(bindings, result);
     return result.arqs;

@@ -12,6 +12,7 @@
  * the scheduler's records.
  */
 import type { Logger } from 'pino';
+import type { PublicJwk } from '../../../erasure/certificate.js';
 import { isBerthError } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
@@ -32,6 +33,12 @@ export interface AgentRegistration {
   held: HeldDeviceReport[];
   /** The agent's journal's records of media (present on the host or not). */
   media: MediaRecord[];
+  /** The agent's certificate signing key (absent from agents older than certificates). */
+  signingKey: PublicJwk | undefined;
+  /** Keys it signed with before (recorded as retired only when the host's key is pinned afresh). */
+  retiredSigningKeys: PublicJwk[];
+  /** Erasure certificates it supplies (compact JWS). */
+  certificates: string[];
 }
 
 export interface RegistrationDeps {
@@ -57,7 +64,12 @@ export class Registration {
   async register(
     reg: AgentRegistration,
     caller: Caller,
-  ): Promise<{ schedulerId: string; heartbeatSeconds: number }> {
+  ): Promise<{
+    schedulerId: string;
+    heartbeatSeconds: number;
+    storedCertificates: string[];
+    sendCertificates: boolean;
+  }> {
     const { useCases, links, logger } = this.deps;
     const name = reg.host.name;
     const linked = links.has(name);
@@ -72,9 +84,24 @@ export class Registration {
       const principal = principalFor(caller, name, this.deps.hostPrincipals);
       r = await useCases.registerHost(
         { ...reg.host, ...(principal ? { principal } : {}) },
-        { opensLink: !linked && (claimedBefore ?? true) },
+        {
+          opensLink: !linked && (claimedBefore ?? true),
+          signingKey: reg.signingKey,
+          retiredSigningKeys: reg.retiredSigningKeys,
+        },
       );
     } catch (err) {
+      if (isBerthError(err) && (err.reason === 'AGENT_KEY_CHANGED' || err.reason === 'AGENT_KEY_RETIRED')) {
+        logger.error(
+          {
+            host: name,
+            keyId: err.metadata['key_id'],
+            pinned: err.metadata['pinned'],
+            endpoint: reg.host.endpoint,
+          },
+          "registration refused: the agent signs with another key than the host's pinned one (rotate it with berth host rotate-key if that is meant)",
+        );
+      }
       if (isBerthError(err) && err.code === 'PERMISSION_DENIED') {
         logger.warn(
           {
@@ -100,9 +127,31 @@ export class Registration {
         logger.info({ host: name }, 'another scheduler follows this host: link closed here');
       }
     }
+    if (r.pinnedKey) {
+      logger.info({ host: name, keyId: r.pinnedKey.kid }, "agent's certificate signing key pinned");
+    }
     await this.reconcileHeld(name, reg.held);
     await this.reconcileMedia(name, reg.media);
-    return { schedulerId: this.deps.schedulerId, heartbeatSeconds: this.deps.heartbeatSeconds };
+    const supplied = await useCases.importCertificates(name, reg.certificates);
+    if (supplied.refused.length > 0) {
+      logger.error(
+        { host: name, refused: supplied.refused.slice(0, 20), count: supplied.refused.length },
+        'erasure certificates the agent supplied were refused (not stored)',
+      );
+    }
+    if (supplied.added > 0) {
+      logger.info(
+        { host: name, added: supplied.added },
+        'erasure certificates re-supplied by the agent stored',
+      );
+    }
+    return {
+      schedulerId: this.deps.schedulerId,
+      heartbeatSeconds: this.deps.heartbeatSeconds,
+      storedCertificates: supplied.stored,
+      // This scheduler started to follow the agent (or lost what it knew): all its certificates, please.
+      sendCertificates: r.change !== 'heartbeat',
+    };
   }
 
   private logRegistered(reg: AgentRegistration, r: HostRegistered, caller: Caller): void {

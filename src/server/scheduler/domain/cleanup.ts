@@ -36,6 +36,8 @@ export interface CleanupEvent {
   sequence: number;
   /** On `succeeded`: the agent's proof of erasure. */
   proof?: CleanupProofRecord | null;
+  /** On `succeeded`: the erasure certificate the agent signed (compact JWS). */
+  certificate?: string;
 }
 
 export interface CleanupJob {

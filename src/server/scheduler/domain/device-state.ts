@@ -401,6 +401,20 @@ export function cleanupFailed(d: DeviceRecord, jobId: string, message: string, n
   return toError(d, jobId, 'failed', `cleanup job ${jobId} failed: ${message}`, now);
 }
 
+/**
+ * A success whose erasure certificate is missing or refused
+ * (domain/certificate.ts): held back, in error with the reason.
+ */
+export function cleanupUncertified(
+  d: DeviceRecord,
+  jobId: string,
+  reason: string,
+  now: string,
+): DeviceRecord {
+  assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
+  return toError(d, jobId, 'failed', reason, now);
+}
+
 /** The job stopped without an outcome (agent stopped, stream lost for good): never a success. */
 export function cleanupInterrupted(
   d: DeviceRecord,

@@ -11,6 +11,7 @@
 
 import { permissionDenied } from '../../../errors.js';
 import { type HostName, isHostName, type PciAddress } from '../../../identifiers.js';
+import type { AgentKeyRecord } from './certificate.js';
 import type { DeviceRecord } from './device-state.js';
 
 export interface HostRegistration {
@@ -55,6 +56,8 @@ export interface HostRegistered {
   interrupted: DeviceRecord[];
   /** On `restarted`: devices pending a cleanup, dispatched again under their job id. */
   toDispatch: DeviceRecord[];
+  /** The agent's signing key, when this registration pinned it (the host's first with a key). */
+  pinnedKey?: AgentKeyRecord | null;
 }
 
 /** A device an agent's journal records as handed to a guest and not cleaned since. */

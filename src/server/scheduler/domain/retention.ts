@@ -7,6 +7,11 @@ export interface RetentionPolicy {
   maxRows: number;
   /** Request ids are honoured for this long (ms); a retry after it makes a new request. */
   requestIdMs: number;
+  /**
+   * Erasure certificates received longer ago than this go (ms), except each
+   * media's newest; no row cap (default 3,650 days).
+   */
+  certificateMs?: number;
 }
 
 /** Rows one retention pass removed. */
@@ -14,4 +19,5 @@ export interface PruneCounts {
   deviceEvents: number;
   cleanupJobs: number;
   idempotencyKeys: number;
+  certificates: number;
 }

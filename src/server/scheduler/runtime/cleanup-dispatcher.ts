@@ -45,6 +45,7 @@ export function eventFromAgent(e: AgentEvent): CleanupEvent | null {
     time: (e.time ?? new Date()).toISOString(),
     sequence: e.sequence,
     proof: proofFromProto(e.proof),
+    ...(e.certificate ? { certificate: e.certificate } : {}),
   };
 }
 

@@ -14,6 +14,7 @@ import {
   type GetAcceleratorRequestRequest,
   type ListAcceleratorRequestsRequest,
 } from '../../../gen/berth/scheduler/v1/accelerator_request.js';
+import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { Binding } from '../app/binding.js';
@@ -55,7 +56,7 @@ export function arqServiceBinding(
     bindAcceleratorRequests: unary(
       'BindAcceleratorRequests',
       logger,
-      async (req: BindAcceleratorRequestsRequest) => {
+      async (req: BindAcceleratorRequestsRequest, ctx) => {
         if (req.bindings.length === 0) throw invalidArgument('bindings', 'at least one binding is required');
         maxItems('bindings', req.bindings, 64);
         const bindings = req.bindings.map((b, i) => ({
@@ -64,7 +65,9 @@ export function arqServiceBinding(
           host: requireHost(`bindings[${i}].host`, b.host),
           tag: b.tag === '' ? undefined : validateTag(`bindings[${i}].tag`, b.tag),
         }));
-        return { acceleratorRequests: (await binding.bind(bindings)).map(arqToProto) };
+        return {
+          acceleratorRequests: (await binding.bind(bindings, callerOf(ctx.metadata).subject)).map(arqToProto),
+        };
       },
     ),
 

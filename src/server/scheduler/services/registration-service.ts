@@ -4,6 +4,7 @@
  * is app/registration.ts.
  */
 import type { Logger } from 'pino';
+import { type PublicJwk, parsePublicJwk } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import {
   type RegisterRequest,
@@ -29,6 +30,22 @@ const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
  */
 const MEDIA_KEY = /^(?=[\x20-\x7e]{1,512}$)[a-z][a-z0-9-]*:[\x21-\x7e][\x20-\x7e]*$/;
 
+/** At most this many certificates in one registration (an agent re-supplying more sends them over several). */
+const MAX_CERTIFICATES = 8192;
+const MAX_CERTIFICATE_CHARS = 65_536;
+
+function signingKeyOf(req: RegisterRequest): PublicJwk | undefined {
+  if (!req.signingKey) return undefined;
+  try {
+    return parsePublicJwk(req.signingKey);
+  } catch (err) {
+    throw invalidArgument(
+      'signing_key',
+      `${JSON.stringify(req.signingKey.slice(0, 200))} ${(err as Error).message}`,
+    );
+  }
+}
+
 /** Checks the request; returns its parsed host name and held devices' addresses. */
 function checkRequest(req: RegisterRequest): { host: HostName; held: PciAddress[] } {
   const host = requireHost('host', req.host);
@@ -48,6 +65,16 @@ function checkRequest(req: RegisterRequest): { host: HostName; held: PciAddress[
       throw invalidArgument(
         `media_records[${i}].key`,
         `${JSON.stringify(m.key.slice(0, 300))} is not a media key (a kind prefix, then 1-512 printable ASCII characters in all)`,
+      );
+    }
+  });
+  maxItems('certificates', req.certificates, MAX_CERTIFICATES);
+  maxItems('retired_signing_keys', req.retiredSigningKeys, 64);
+  req.certificates.forEach((c, i) => {
+    if (c.length > MAX_CERTIFICATE_CHARS || !/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$/.test(c)) {
+      throw invalidArgument(
+        `certificates[${i}]`,
+        `is not a compact JWS of at most ${MAX_CERTIFICATE_CHARS} characters (three base64url parts)`,
       );
     }
   });
@@ -82,6 +109,18 @@ function decode(req: RegisterRequest, parsed: { host: HostName; held: PciAddress
       ...(h.since ? { since: h.since.toISOString() } : {}),
     })),
     media: req.mediaRecords.flatMap((r) => mediaRecordFromProto(r) ?? []),
+    signingKey: signingKeyOf(req),
+    retiredSigningKeys: req.retiredSigningKeys.map((k, i) => {
+      try {
+        return parsePublicJwk(k);
+      } catch (err) {
+        throw invalidArgument(
+          `retired_signing_keys[${i}]`,
+          `${JSON.stringify(k.slice(0, 200))} ${(err as Error).message}`,
+        );
+      }
+    }),
+    certificates: req.certificates,
   };
 }
 
@@ -89,7 +128,12 @@ export function registrationServiceBinding(registration: Registration, logger: L
   const impl: RegistrationServiceServer = {
     register: unary('Register', logger, async (req: RegisterRequest, ctx): Promise<RegisterResponse> => {
       const r = await registration.register(decode(req, checkRequest(req)), callerOf(ctx.metadata));
-      return { schedulerId: r.schedulerId, heartbeatIntervalSeconds: r.heartbeatSeconds };
+      return {
+        schedulerId: r.schedulerId,
+        heartbeatIntervalSeconds: r.heartbeatSeconds,
+        storedCertificates: r.storedCertificates,
+        sendCertificates: r.sendCertificates,
+      };
     }),
   };
   return {

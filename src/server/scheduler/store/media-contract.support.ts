@@ -14,6 +14,7 @@ import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
 import { facts, hostName, nvmeMedia, PROOF, pci, pciFacts } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import { certifying } from './certifying.support.js';
 import { rejection } from './store-contract.support.js';
 
 export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
@@ -45,7 +46,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
     beforeEach(async () => {
       dir = mkdtempSync(join(tmpdir(), 'berth-media-'));
       path = join(dir, 'scheduler.db');
-      store = await open(path);
+      store = certifying(await open(path));
       revisions.clear();
       await store.createProfile(nvmeProfile);
       await store.createProfile(gpuProfile);
@@ -202,7 +203,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       await store.close();
       rmSync(path, { force: true });
       for (const suffix of ['-wal', '-shm']) rmSync(`${path}${suffix}`, { force: true });
-      store = await open(join(dir, 'new.db'));
+      store = certifying(await open(join(dir, 'new.db')));
       await store.createProfile(nvmeProfile);
       await store.createProfile(gpuProfile);
       revisions.clear();

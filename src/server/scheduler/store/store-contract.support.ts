@@ -16,6 +16,7 @@ import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
 import { facts, hostName, PROOF, pciFacts, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import { certifying } from './certifying.support.js';
 
 /** Opens the backend on `path`; `now` is the store's clock (retention tests move it). */
 export type OpenStore = (path: string, options?: { now?: () => Date }) => Promise<UseCases>;
@@ -75,7 +76,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
     const now = () => clockAt ?? new Date();
     const reopen = async () => {
       await store.close();
-      store = await open(path, { now });
+      store = certifying(await open(path, { now }));
       return store;
     };
 
@@ -83,7 +84,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       dir = mkdtempSync(join(tmpdir(), 'berth-store-'));
       path = join(dir, 'scheduler.db');
       clockAt = null;
-      store = await open(path, { now });
+      store = certifying(await open(path, { now }));
     });
     afterEach(async () => {
       await store.close();
@@ -667,7 +668,12 @@ export function runStoreContract(name: string, open: OpenStore): void {
         { historyMs: 7 * 86_400_000, maxRows: 1_000, requestIdMs: 86_400_000 },
         { batch: 2, between: async () => void units++ },
       );
-      expect(counts).toEqual({ deviceEvents: newest - 1, cleanupJobs: 4, idempotencyKeys: 5 });
+      expect(counts).toEqual({
+        deviceEvents: newest - 1,
+        cleanupJobs: 4,
+        idempotencyKeys: 5,
+        certificates: 0,
+      });
       expect(units).toBeGreaterThan(counts.deviceEvents / 2 - 1);
       await reopen();
       // The current revision survives; a resume from before what went is told to re-list.
@@ -689,7 +695,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       // Nothing left to remove: a second pass removes nothing.
       expect(
         await store.pruneHistory({ historyMs: 7 * 86_400_000, maxRows: 1_000, requestIdMs: 86_400_000 }),
-      ).toEqual({ deviceEvents: 0, cleanupJobs: 0, idempotencyKeys: 0 });
+      ).toEqual({ deviceEvents: 0, cleanupJobs: 0, idempotencyKeys: 0, certificates: 0 });
     });
 
     it('retention: the row cap holds whatever the age', async () => {

@@ -1,8 +1,10 @@
 /** Use cases: cleanup jobs, from an operator's request to the agent's last progress event. */
 
 import { randomUUID } from 'node:crypto';
+import { certificateHash, decodeCertificate } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
+import { certificateRecord, checkCleanupCertificate } from '../domain/certificate.js';
 import type { CleanupBacklogEntry, CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import {
   cleanupDispatched,
@@ -11,12 +13,13 @@ import {
   cleanupInterrupted,
   cleanupStarted,
   cleanupSucceeded,
+  cleanupUncertified,
   type DeviceRecord,
   operatorClean,
 } from '../domain/device-state.js';
 import type { DeviceRef } from '../domain/inventory.js';
 import { mediaKeyOf } from '../domain/media.js';
-import { read, type UseCaseDeps } from './context.js';
+import { read, type Tx, type UseCaseDeps } from './context.js';
 import { recordMediaCleaned } from './media.js';
 import {
   createJob,
@@ -143,9 +146,11 @@ export async function applyCleanupEvent(
     // Only the device's current job may move it; a late event of an old job is history.
     if (device.cleanupJobId === ev.jobId) {
       const now = tx.now();
-      if (ev.phase === 'succeeded')
+      if (ev.phase === 'succeeded') {
         next = cleanupSucceeded(device, ev.jobId, ev.action, now, ev.proof ?? null);
-      else if (ev.phase === 'failed') next = cleanupFailed(device, ev.jobId, ev.message, now);
+        // Believed only with a valid erasure certificate, chained to the media's last one here.
+        if (next.deviceState === 'available') next = await certified(tx, job, device, ev, next);
+      } else if (ev.phase === 'failed') next = cleanupFailed(device, ev.jobId, ev.message, now);
       else if (ev.phase === 'interrupted') next = cleanupInterrupted(device, ev.jobId, ev.message, now);
       else if (WORKING_PHASES.has(ev.phase)) next = cleanupStarted(device, ev.jobId, now);
       next = await writeDevice(tx, device, next);
@@ -157,6 +162,48 @@ export async function applyCleanupEvent(
     }
     return { device: next, job: await writeJob(tx, nextJob), applied: true };
   });
+}
+
+/**
+ * The device after a success, given its certificate: `next` (available) when
+ * the certificate is valid — stored, in the same unit —, in error with the
+ * reason when it is missing, forged, edited, out of order or signed by a key
+ * that is not the host's.
+ */
+async function certified(
+  tx: Tx,
+  job: CleanupJob,
+  device: DeviceRecord,
+  ev: CleanupEvent,
+  next: DeviceRecord,
+): Promise<DeviceRecord> {
+  const now = tx.now();
+  let mediaKey = mediaKeyOf(device);
+  if (!mediaKey && ev.certificate) {
+    try {
+      mediaKey = decodeCertificate(ev.certificate).claims.media.key;
+    } catch {
+      // refused below, with the reason
+    }
+  }
+  // The agent's registration may have brought this very certificate first (it sends those not
+  // yet stored): then it is checked against the link before it, not against itself.
+  const known = ev.certificate ? await tx.uow.certificate(certificateHash(ev.certificate.trim())) : null;
+  const check = checkCleanupCertificate(ev.certificate, {
+    job,
+    device,
+    action: ev.action,
+    proof: ev.proof,
+    keys: await tx.uow.agentKeys(job.host),
+    last: known
+      ? await tx.uow.certificateAt(known.mediaKey, known.seq - 1)
+      : mediaKey
+        ? await tx.uow.lastCertificate(mediaKey, FOR_UPDATE)
+        : null,
+  });
+  if (!check.ok) return cleanupUncertified(device, ev.jobId, check.reason, now);
+  await tx.uow.putCertificate(certificateRecord(check.cert, ev.certificate!, device.uuid, now));
+  return next;
 }
 
 /** The job cannot run (agent cannot clean): pending_cleaning → error. */

@@ -1,6 +1,7 @@
 /** Use cases: hosts (registration, heartbeats, agent restarts, the agent's reports, deletion). */
 
 import { randomUUID } from 'node:crypto';
+import type { PublicJwk } from '../../../erasure/certificate.js';
 import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import type { HostName, PciAddress } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
@@ -14,6 +15,7 @@ import {
   registrationChange,
 } from '../domain/host.js';
 import { agentReportsDirt, type MediaState, mediaReported } from '../domain/media.js';
+import { pinAgentKey } from './certificates.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
@@ -35,7 +37,7 @@ import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';
 export async function registerHost(
   deps: UseCaseDeps,
   reg: HostRegistration,
-  opts: { opensLink?: boolean } = {},
+  opts: { opensLink?: boolean; signingKey?: PublicJwk; retiredSigningKeys?: readonly PublicJwk[] } = {},
 ): Promise<HostRegistered> {
   if (!reg.name) throw invalidArgument('host', 'a host name is required');
   return write(deps, async (tx) => {
@@ -44,6 +46,7 @@ export async function registerHost(
     await lockHostName(tx.uow, reg.name);
     const prev = await tx.uow.host(reg.name, FOR_UPDATE);
     const principal = checkPin(reg.name, prev?.principal, reg.principal);
+    const pinnedKey = await pinAgentKey(tx.uow, reg.name, opts.signingKey, now, opts.retiredSigningKeys);
     const change = registrationChange(prev, reg, opts.opensLink ?? true);
     if (prev && change === 'heartbeat') {
       return {
@@ -51,6 +54,7 @@ export async function registerHost(
         change,
         interrupted: [],
         toDispatch: [],
+        pinnedKey,
       };
     }
     const host = await writeHost(tx, {
@@ -67,7 +71,7 @@ export async function registerHost(
     });
     const { interrupted, toDispatch } =
       change === 'restarted' ? await reconcileRestart(tx, reg.name) : { interrupted: [], toDispatch: [] };
-    return { host, change, interrupted, toDispatch };
+    return { host, change, interrupted, toDispatch, pinnedKey };
   });
 }
 

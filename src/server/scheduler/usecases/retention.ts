@@ -15,10 +15,14 @@ import type { UseCaseDeps } from './context.js';
 import { write } from './unit.js';
 import type { FinishedJobKey, UnitOfWork } from './unit-of-work.js';
 
+/** Erasure certificates are kept ten years by default (docs/erasure-certificates.md). */
+export const DEFAULT_CERTIFICATE_MS = 3_650 * 86_400_000;
+
 export const DEFAULT_RETENTION: RetentionPolicy = Object.freeze({
   historyMs: 7 * 86_400_000,
   maxRows: 200_000,
   requestIdMs: 86_400_000,
+  certificateMs: DEFAULT_CERTIFICATE_MS,
 });
 
 /** Rows removed per unit: small enough that a bind waits a few ms at most behind one. */
@@ -71,6 +75,21 @@ async function pruneCleanupJobs(uow: UnitOfWork, q: PruneLimits): Promise<number
   }
 }
 
+/**
+ * Erasure certificates received before the window, oldest first; never a
+ * media's newest (the next certificate of the media chains to it). No cap:
+ * they are the record an auditor asks for.
+ */
+async function pruneCertificates(uow: UnitOfWork, q: PruneLimits): Promise<number> {
+  let removed = 0;
+  for (const c of await uow.oldestCertificates(q.before, q.limit)) {
+    const newest = await uow.lastCertificate(c.mediaKey);
+    if (newest && newest.seq <= c.seq) continue;
+    removed += await uow.deleteCertificate(c.hash);
+  }
+  return removed;
+}
+
 /** Idempotency keys, oldest first, while older than their window or beyond the cap. */
 async function pruneIdempotencyKeys(uow: UnitOfWork, q: PruneLimits): Promise<number> {
   const overCap = Math.max(0, (await uow.idempotencyKeyCount()) - q.keepNewest);
@@ -98,13 +117,14 @@ export async function pruneHistory(
     keepNewest: policy.maxRows,
     limit: batch,
   });
-  const counts: PruneCounts = { deviceEvents: 0, cleanupJobs: 0, idempotencyKeys: 0 };
+  const counts: PruneCounts = { deviceEvents: 0, cleanupJobs: 0, idempotencyKeys: 0, certificates: 0 };
   const passes: Array<
     [keyof PruneCounts, PruneLimits, (uow: UnitOfWork, q: PruneLimits) => Promise<number>]
   > = [
     ['deviceEvents', limits(policy.historyMs), pruneDeviceEvents],
     ['cleanupJobs', limits(policy.historyMs), pruneCleanupJobs],
     ['idempotencyKeys', limits(policy.requestIdMs), pruneIdempotencyKeys],
+    ['certificates', limits(policy.certificateMs ?? DEFAULT_CERTIFICATE_MS), pruneCertificates],
   ];
   for (const [what, q, prune] of passes) {
     for (;;) {

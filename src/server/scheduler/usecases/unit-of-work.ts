@@ -44,6 +44,7 @@
 import type { HostName } from '../../../identifiers.js';
 import type { CandidateQuery } from '../domain/allocation.js';
 import type { Arq } from '../domain/arq.js';
+import type { AgentKeyRecord, CertificateRecord } from '../domain/certificate.js';
 import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord, DeviceState } from '../domain/device-state.js';
 import type { HostRecord } from '../domain/host.js';
@@ -113,6 +114,28 @@ export interface ReadUnit {
   latestCleanupJob(deviceUuid: string): Promise<CleanupJob | null>;
   /** Events with sequence > afterSequence, by sequence. */
   cleanupEvents(jobId: string, afterSequence: number): Promise<CleanupEvent[]>;
+
+  // erasure certificates (docs/erasure-certificates.md)
+  /** The keys of one host's agent (or every host's), by host and pinning time. */
+  agentKeys(host?: string): Promise<AgentKeyRecord[]>;
+  /** The certificate with the highest seq of a media, or null. */
+  lastCertificate(mediaKey: string, opts?: ReadOptions): Promise<CertificateRecord | null>;
+  certificate(hash: string): Promise<CertificateRecord | null>;
+  /** The certificate at one link of a media's chain, or null. */
+  certificateAt(mediaKey: string, seq: number): Promise<CertificateRecord | null>;
+  /** The certificates of a device, a job or an instance (the filters combine), by media and seq. */
+  certificates(filter: {
+    deviceUuid?: string;
+    jobId?: string;
+    instanceUuid?: string;
+  }): Promise<CertificateRecord[]>;
+  /** The principal that created the instance's first ARQ, or null. */
+  instanceOwner(instanceUuid: string): Promise<string | null>;
+  /** Certificates received before `before`, oldest first, at most `limit` (retention). */
+  oldestCertificates(
+    before: string,
+    limit: number,
+  ): Promise<{ hash: string; mediaKey: string; seq: number }[]>;
 
   // profiles
   /** By name or uuid. */
@@ -201,6 +224,15 @@ export interface UnitOfWork extends ReadUnit {
   deleteDevice(uuid: string): Promise<void>;
   /** Remove a host row. */
   deleteHost(name: string): Promise<void>;
+
+  /** Insert or replace a key of a host's agent (by host and kid). */
+  putAgentKey(key: AgentKeyRecord): Promise<void>;
+  /** Insert a certificate; false when one with its hash is stored (nothing written). */
+  putCertificate(cert: CertificateRecord): Promise<boolean>;
+  /** How many went (0 or 1). */
+  deleteCertificate(hash: string): Promise<number>;
+  /** Record who created an instance's first ARQ; a later call for the instance changes nothing. */
+  putInstanceOwner(instanceUuid: string, subject: string, at: string): Promise<void>;
 
   putCleanupJob(job: CleanupJob): Promise<void>;
   /** false when the job already has an event with this sequence (nothing written). */

@@ -13,6 +13,7 @@
  */
 
 import * as arqs from './arqs.js';
+import * as certificates from './certificates.js';
 import * as cleanup from './cleanup.js';
 import type { Change, UseCaseDeps } from './context.js';
 import * as devices from './devices.js';
@@ -53,6 +54,13 @@ const USE_CASES = {
   getCleanupJob: cleanup.getCleanupJob,
   latestCleanupJob: cleanup.latestCleanupJob,
   cleanupEvents: cleanup.cleanupEvents,
+  // erasure certificates
+  rotateAgentKey: certificates.rotateAgentKey,
+  agentKeys: certificates.agentKeys,
+  importCertificates: certificates.importCertificates,
+  listCertificates: certificates.listCertificates,
+  instanceOwner: certificates.instanceOwner,
+  recordInstanceOwner: certificates.recordInstanceOwner,
   // profiles
   createProfile: profiles.createProfile,
   getProfile: profiles.getProfile,

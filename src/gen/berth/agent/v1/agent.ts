@@ -343,7 +343,15 @@ export interface CleanupEvent {
   /** Increases by one for every event of a job. */
   sequence: number;
   /** On SUCCEEDED: what the agent accepted as proof of erasure. */
-  proof: CleanupProof | undefined;
+  proof:
+    | CleanupProof
+    | undefined;
+  /**
+   * On SUCCEEDED: the erasure certificate the agent signed for this cleanup,
+   * a compact JWS (EdDSA) (docs/erasure-certificates.md). The scheduler
+   * believes the success only with a valid one.
+   */
+  certificate: string;
 }
 
 export interface CleanupDeviceResponse {
@@ -2162,6 +2170,7 @@ function createBaseCleanupEvent(): CleanupEvent {
     time: undefined,
     sequence: 0,
     proof: undefined,
+    certificate: "",
   };
 }
 
@@ -2202,6 +2211,9 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
     }
     if (message.proof !== undefined) {
       CleanupProof.encode(message.proof, writer.uint32(98).fork()).join();
+    }
+    if (message.certificate !== "") {
+      writer.uint32(106).string(message.certificate);
     }
     return writer;
   },
@@ -2315,6 +2327,14 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
             message.proof = CleanupProof.decode(reader, reader.uint32());
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.certificate = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2353,6 +2373,7 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
       time: isSet(object.time) ? fromJsonTimestamp(object.time) : undefined,
       sequence: isSet(object.sequence) ? globalThis.Number(object.sequence) : 0,
       proof: isSet(object.proof) ? CleanupProof.fromJSON(object.proof) : undefined,
+      certificate: isSet(object.certificate) ? globalThis.String(object.certificate) : "",
     };
   },
 
@@ -2394,6 +2415,9 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
     if (message.proof !== undefined) {
       obj.proof = CleanupProof.toJSON(message.proof);
     }
+    if (message.certificate !== "") {
+      obj.certificate = message.certificate;
+    }
     return obj;
   },
 
@@ -2416,6 +2440,7 @@ export const CleanupEvent: MessageFns<CleanupEvent> = {
     message.proof = (object.proof !== undefined && object.proof !== null)
       ? CleanupProof.fromPartial(object.proof)
       : undefined;
+    message.certificate = object.certificate ?? "";
     return message;
   },
 };

@@ -48,6 +48,28 @@ export interface RegisterRequest {
    * (DESIGN invariants 11 and 13).
    */
   mediaRecords: MediaRecord[];
+  /**
+   * The agent's Ed25519 public key, which signs its erasure certificates, as
+   * a JWK (JSON text: {"kty":"OKP","crv":"Ed25519","x":...}). The scheduler
+   * pins it at the host's first registration and refuses another
+   * (FAILED_PRECONDITION, AGENT_KEY_CHANGED) until an admin rotates it
+   * (CertificateService.RotateAgentKey). Empty from agents older than
+   * certificates.
+   */
+  signingKey: string;
+  /**
+   * Erasure certificates (compact JWS) the agent holds: those no scheduler
+   * has said it stores yet, or, when the last response asked for them
+   * (send_certificates), every one, oldest first per media.
+   */
+  certificates: string[];
+  /**
+   * The keys the agent signed with before its current one (rotated; JWK JSON
+   * text each). A scheduler that pins the host's key afresh (a new or lost
+   * database) records them as retired, so the certificates they signed,
+   * re-supplied by the agent, stay verifiable. Ignored once the host has keys.
+   */
+  retiredSigningKeys: string[];
 }
 
 /** HeldDevice is a device an agent records as holding tenant data. */
@@ -72,6 +94,18 @@ export interface RegisterResponse {
   schedulerId: string;
   /** Seconds between the agent's re-registrations (its heartbeat). */
   heartbeatIntervalSeconds: number;
+  /**
+   * The hashes (sha256:<hex>) of the request's certificates the scheduler now
+   * stores (verified, or already held): the agent need not send them again.
+   */
+  storedCertificates: string[];
+  /**
+   * The scheduler has started to follow this agent (its first registration
+   * here, an agent restart, a scheduler restart or a lost database): the
+   * agent sends every certificate it holds at its next registration, so the
+   * chains continue.
+   */
+  sendCertificates: boolean;
 }
 
 function createBaseRegisterRequest(): RegisterRequest {
@@ -85,6 +119,9 @@ function createBaseRegisterRequest(): RegisterRequest {
     drivers: [],
     heldDevices: [],
     mediaRecords: [],
+    signingKey: "",
+    certificates: [],
+    retiredSigningKeys: [],
   };
 }
 
@@ -116,6 +153,15 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     }
     for (const v of message.mediaRecords) {
       MediaRecord.encode(v!, writer.uint32(74).fork()).join();
+    }
+    if (message.signingKey !== "") {
+      writer.uint32(82).string(message.signingKey);
+    }
+    for (const v of message.certificates) {
+      writer.uint32(90).string(v!);
+    }
+    for (const v of message.retiredSigningKeys) {
+      writer.uint32(98).string(v!);
     }
     return writer;
   },
@@ -205,6 +251,30 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
             message.mediaRecords.push(MediaRecord.decode(reader, reader.uint32()));
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.signingKey = reader.string();
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.certificates.push(reader.string());
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.retiredSigningKeys.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -244,6 +314,19 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
         : globalThis.Array.isArray(object?.media_records)
         ? object.media_records.map((e: any) => MediaRecord.fromJSON(e))
         : [],
+      signingKey: isSet(object.signingKey)
+        ? globalThis.String(object.signingKey)
+        : isSet(object.signing_key)
+        ? globalThis.String(object.signing_key)
+        : "",
+      certificates: globalThis.Array.isArray(object?.certificates)
+        ? object.certificates.map((e: any) => globalThis.String(e))
+        : [],
+      retiredSigningKeys: globalThis.Array.isArray(object?.retiredSigningKeys)
+        ? object.retiredSigningKeys.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.retired_signing_keys)
+        ? object.retired_signing_keys.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -276,6 +359,15 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     if (message.mediaRecords?.length) {
       obj.mediaRecords = message.mediaRecords.map((e) => MediaRecord.toJSON(e));
     }
+    if (message.signingKey !== "") {
+      obj.signingKey = message.signingKey;
+    }
+    if (message.certificates?.length) {
+      obj.certificates = message.certificates;
+    }
+    if (message.retiredSigningKeys?.length) {
+      obj.retiredSigningKeys = message.retiredSigningKeys;
+    }
     return obj;
   },
 
@@ -293,6 +385,9 @@ export const RegisterRequest: MessageFns<RegisterRequest> = {
     message.drivers = object.drivers?.map((e) => e) || [];
     message.heldDevices = object.heldDevices?.map((e) => HeldDevice.fromPartial(e)) || [];
     message.mediaRecords = object.mediaRecords?.map((e) => MediaRecord.fromPartial(e)) || [];
+    message.signingKey = object.signingKey ?? "";
+    message.certificates = object.certificates?.map((e) => e) || [];
+    message.retiredSigningKeys = object.retiredSigningKeys?.map((e) => e) || [];
     return message;
   },
 };
@@ -443,7 +538,7 @@ export const HeldDevice: MessageFns<HeldDevice> = {
 };
 
 function createBaseRegisterResponse(): RegisterResponse {
-  return { schedulerId: "", heartbeatIntervalSeconds: 0 };
+  return { schedulerId: "", heartbeatIntervalSeconds: 0, storedCertificates: [], sendCertificates: false };
 }
 
 export const RegisterResponse: MessageFns<RegisterResponse> = {
@@ -453,6 +548,12 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
     }
     if (message.heartbeatIntervalSeconds !== 0) {
       writer.uint32(16).uint32(message.heartbeatIntervalSeconds);
+    }
+    for (const v of message.storedCertificates) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.sendCertificates !== false) {
+      writer.uint32(32).bool(message.sendCertificates);
     }
     return writer;
   },
@@ -486,6 +587,22 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
             message.heartbeatIntervalSeconds = reader.uint32();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.storedCertificates.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.sendCertificates = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -510,6 +627,16 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
         : isSet(object.heartbeat_interval_seconds)
         ? globalThis.Number(object.heartbeat_interval_seconds)
         : 0,
+      storedCertificates: globalThis.Array.isArray(object?.storedCertificates)
+        ? object.storedCertificates.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.stored_certificates)
+        ? object.stored_certificates.map((e: any) => globalThis.String(e))
+        : [],
+      sendCertificates: isSet(object.sendCertificates)
+        ? globalThis.Boolean(object.sendCertificates)
+        : isSet(object.send_certificates)
+        ? globalThis.Boolean(object.send_certificates)
+        : false,
     };
   },
 
@@ -521,6 +648,12 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
     if (message.heartbeatIntervalSeconds !== 0) {
       obj.heartbeatIntervalSeconds = Math.round(message.heartbeatIntervalSeconds);
     }
+    if (message.storedCertificates?.length) {
+      obj.storedCertificates = message.storedCertificates;
+    }
+    if (message.sendCertificates !== false) {
+      obj.sendCertificates = message.sendCertificates;
+    }
     return obj;
   },
 
@@ -531,6 +664,8 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
     const message = createBaseRegisterResponse();
     message.schedulerId = object.schedulerId ?? "";
     message.heartbeatIntervalSeconds = object.heartbeatIntervalSeconds ?? 0;
+    message.storedCertificates = object.storedCertificates?.map((e) => e) || [];
+    message.sendCertificates = object.sendCertificates ?? false;
     return message;
   },
 };

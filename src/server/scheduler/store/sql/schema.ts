@@ -183,6 +183,46 @@ CREATE TABLE media (
 );
 `,
   },
+  {
+    version: 6,
+    name: 'erasure_certificates',
+    // Erasure certificates (docs/erasure-certificates.md): the keys each
+    // host's agent signs with (pinned at its first registration, kept when
+    // rotated so old certificates stay verifiable), the certificates, a chain
+    // per media (UNIQUE: one link per place), kept under their own retention,
+    // and which service principal created an instance's first ARQ (who may
+    // read its certificates).
+    sql: (d) => `
+CREATE TABLE agent_keys (
+  host TEXT NOT NULL,
+  kid TEXT NOT NULL,
+  retired_at TEXT,
+  record TEXT NOT NULL,
+  PRIMARY KEY (host, kid)
+);
+CREATE TABLE erasure_certificates (
+  hash TEXT PRIMARY KEY,
+  media_key TEXT NOT NULL,
+  seq ${d.int64} NOT NULL,
+  host TEXT NOT NULL,
+  job_id TEXT NOT NULL,
+  device_uuid TEXT NOT NULL,
+  instance_uuid TEXT NOT NULL,
+  received_at TEXT NOT NULL,
+  record TEXT NOT NULL,
+  UNIQUE (media_key, seq)
+);
+CREATE INDEX erasure_certificates_job ON erasure_certificates (job_id);
+CREATE INDEX erasure_certificates_device ON erasure_certificates (device_uuid);
+CREATE INDEX erasure_certificates_instance ON erasure_certificates (instance_uuid);
+CREATE INDEX erasure_certificates_received ON erasure_certificates (received_at);
+CREATE TABLE instance_owners (
+  instance_uuid TEXT PRIMARY KEY,
+  subject TEXT NOT NULL,
+  created_at TEXT NOT NULL
+);
+`,
+  },
 ];
 
 /** The table that records which migrations a database has. */

@@ -20,6 +20,7 @@
 import { BerthError } from '../../../../errors.js';
 import type { CandidateQuery } from '../../domain/allocation.js';
 import type { Arq } from '../../domain/arq.js';
+import type { AgentKeyRecord, CertificateRecord } from '../../domain/certificate.js';
 import type { CleanupEvent, CleanupJob } from '../../domain/cleanup.js';
 import type { DeviceRecord } from '../../domain/device-state.js';
 import type { HostRecord } from '../../domain/host.js';
@@ -289,6 +290,132 @@ export class SqlUnit implements UnitOfWork {
     await this.w().run(
       'INSERT INTO media (key, record) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET record = excluded.record',
       [m.key, JSON.stringify(m)],
+    );
+  }
+
+  // --- erasure certificates --------------------------------------------------
+
+  async agentKeys(host?: string): Promise<AgentKeyRecord[]> {
+    return andThen(
+      this.all<AgentKeyRecord>(
+        `SELECT record FROM agent_keys${host === undefined ? '' : ' WHERE host = ?'}`,
+        host === undefined ? [] : [host],
+      ),
+      (keys) =>
+        keys.sort((a, b) =>
+          a.host < b.host
+            ? -1
+            : a.host > b.host
+              ? 1
+              : a.pinnedAt < b.pinnedAt
+                ? -1
+                : a.pinnedAt > b.pinnedAt
+                  ? 1
+                  : 0,
+        ),
+    );
+  }
+
+  async putAgentKey(k: AgentKeyRecord): Promise<void> {
+    await this.w().run(
+      `INSERT INTO agent_keys (host, kid, retired_at, record) VALUES (?, ?, ?, ?)
+         ON CONFLICT (host, kid) DO UPDATE SET retired_at = excluded.retired_at, record = excluded.record`,
+      [k.host, k.kid, k.retiredAt, JSON.stringify(k)],
+    );
+  }
+
+  async lastCertificate(mediaKey: string, opts?: ReadOptions): Promise<CertificateRecord | null> {
+    return this.one(
+      `SELECT record FROM erasure_certificates WHERE media_key = ? ORDER BY seq DESC LIMIT 1${this.lock(opts)}`,
+      [mediaKey],
+    );
+  }
+
+  async certificateAt(mediaKey: string, seq: number): Promise<CertificateRecord | null> {
+    return this.one('SELECT record FROM erasure_certificates WHERE media_key = ? AND seq = ?', [
+      mediaKey,
+      seq,
+    ]);
+  }
+
+  async certificate(hash: string): Promise<CertificateRecord | null> {
+    return this.one('SELECT record FROM erasure_certificates WHERE hash = ?', [hash]);
+  }
+
+  async certificates(filter: {
+    deviceUuid?: string;
+    jobId?: string;
+    instanceUuid?: string;
+  }): Promise<CertificateRecord[]> {
+    const where: string[] = [];
+    const params: unknown[] = [];
+    for (const [column, value] of [
+      ['device_uuid', filter.deviceUuid],
+      ['job_id', filter.jobId],
+      ['instance_uuid', filter.instanceUuid],
+    ] as const) {
+      if (value === undefined) continue;
+      where.push(`${column} = ?`);
+      params.push(value);
+    }
+    return this.all(
+      `SELECT record FROM erasure_certificates${where.length ? ` WHERE ${where.join(' AND ')}` : ''}
+         ORDER BY media_key, seq`,
+      params,
+    );
+  }
+
+  async putCertificate(c: CertificateRecord): Promise<boolean> {
+    return andThen(
+      this.w().run(
+        `INSERT INTO erasure_certificates (hash, media_key, seq, host, job_id, device_uuid, instance_uuid, received_at, record)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING`,
+        [
+          c.hash,
+          c.mediaKey,
+          c.seq,
+          c.host,
+          c.jobId,
+          c.deviceUuid,
+          c.instanceUuid,
+          c.receivedAt,
+          JSON.stringify(c),
+        ],
+      ),
+      (n) => n > 0,
+    );
+  }
+
+  async deleteCertificate(hash: string): Promise<number> {
+    return this.w().run('DELETE FROM erasure_certificates WHERE hash = ?', [hash]);
+  }
+
+  async oldestCertificates(
+    before: string,
+    limit: number,
+  ): Promise<{ hash: string; mediaKey: string; seq: number }[]> {
+    return andThen(
+      this.r().all<{ hash: string; media_key: string; seq: number | string }>(
+        'SELECT hash, media_key, seq FROM erasure_certificates WHERE received_at < ? ORDER BY received_at LIMIT ?',
+        [before, limit],
+      ),
+      (rows) => rows.map((r) => ({ hash: r.hash, mediaKey: r.media_key, seq: Number(r.seq) })),
+    );
+  }
+
+  async instanceOwner(instanceUuid: string): Promise<string | null> {
+    return andThen(
+      this.r().get<{ subject: string }>('SELECT subject FROM instance_owners WHERE instance_uuid = ?', [
+        instanceUuid,
+      ]),
+      (row) => row?.subject ?? null,
+    );
+  }
+
+  async putInstanceOwner(instanceUuid: string, subject: string, at: string): Promise<void> {
+    await this.w().run(
+      'INSERT INTO instance_owners (instance_uuid, subject, created_at) VALUES (?, ?, ?) ON CONFLICT (instance_uuid) DO NOTHING',
+      [instanceUuid, subject, at],
     );
   }
 

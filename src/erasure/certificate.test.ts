@@ -1,0 +1,134 @@
+import { generateKeyPairSync } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { compactVerify, importJWK } from 'jose';
+import { describe, expect, it } from 'vitest';
+import {
+  CertificateError,
+  certificateHash,
+  chainBreak,
+  decodeCertificate,
+  type ErasureClaims,
+  jwkThumbprint,
+  NIST_800_88,
+  parsePublicJwk,
+  publicJwkOf,
+  signCertificate,
+  verifyCertificate,
+} from './certificate.js';
+import { parseKeySet, verifyOffline } from './verify.js';
+
+const claims = (over: Partial<ErasureClaims> = {}): ErasureClaims => ({
+  v: 1,
+  iss: 'berth-agent:h1',
+  host: 'h1',
+  kid: '',
+  iat: 1_700_000_000,
+  job_id: 'job-1',
+  address: '0000:3d:00.0',
+  media: {
+    key: 'nvme:nqn.test',
+    kind: 'NVME_SUBSYSTEM',
+    subsystem_nqn: 'nqn.test',
+    serial: 'S',
+    model: 'M',
+    namespaces: [],
+    device_serial_number: '',
+  },
+  tenant: { arq_uuid: 'a', instance_uuid: 'i', project_id: '' },
+  action: 'sanitize-crypto',
+  proof: {
+    method: 'sanitize',
+    read_back: 'none',
+    bytes_written: 0,
+    bytes_read: 0,
+    bytes_total: 1,
+    findings: ['f'],
+    census: null,
+    sanitize: null,
+  },
+  nist_800_88: NIST_800_88['sanitize-crypto']!,
+  started_at: '2026-01-01T00:00:00.000Z',
+  ended_at: '2026-01-01T00:00:01.000Z',
+  seq: 1,
+  prev: null,
+  ...over,
+});
+
+function key() {
+  const k = generateKeyPairSync('ed25519').privateKey;
+  const jwk = publicJwkOf(k);
+  return { k, jwk, kid: jwkThumbprint(jwk) };
+}
+
+describe('erasure certificates', () => {
+  it("the key id is RFC 7638's thumbprint (RFC 8037 A.3's vector)", () => {
+    expect(
+      jwkThumbprint({ kty: 'OKP', crv: 'Ed25519', x: '11qYAYKxCrfVS_7TyWQHOg7hcvPapiMlrwIaaPcHURo' }),
+    ).toBe('kPrK_qmxVWaYVA9wwBF6Iuo3vVzz7TxHCTwXBygrS4k');
+  });
+
+  it('a certificate verifies with jose (another JOSE implementation) and with Berth; its hash is the SHA-256 of its compact form', async () => {
+    const { k, jwk, kid } = key();
+    const jws = signCertificate(claims({ kid }), k, kid);
+    const { payload, protectedHeader } = await compactVerify(jws, await importJWK({ ...jwk }, 'EdDSA'));
+    expect(protectedHeader).toEqual({ alg: 'EdDSA', typ: 'berth-erasure-certificate+jwt', kid });
+    expect(JSON.parse(new TextDecoder().decode(payload))).toEqual(claims({ kid }));
+    expect(verifyCertificate(jws, [{ kid, jwk }]).claims.job_id).toBe('job-1');
+    expect(certificateHash(jws)).toMatch(/^sha256:[0-9a-f]{64}$/);
+  });
+
+  it('refuses a forged, edited, foreign or malformed certificate, naming why', () => {
+    const { k, jwk, kid } = key();
+    const other = key();
+    const jws = signCertificate(claims({ kid }), k, kid);
+    const [h, p, s] = jws.split('.') as [string, string, string];
+    const flipped = Buffer.from(s, 'base64url');
+    flipped[0] = flipped[0]! ^ 1;
+    const refuse =
+      (j: string, keys = [{ kid, jwk }]) =>
+      () =>
+        verifyCertificate(j, keys);
+    expect(refuse(`${h}.${p}.${flipped.toString('base64url')}`)).toThrow(/signature that does not verify/);
+    const edited = Buffer.from(JSON.stringify(claims({ kid, host: 'h2' }))).toString('base64url');
+    expect(refuse(`${h}.${edited}.${s}`)).toThrow(/signature that does not verify/);
+    expect(refuse(signCertificate(claims({ kid: other.kid }), other.k, other.kid))).toThrow(
+      /not a key of host h1/,
+    );
+    expect(refuse('a.b')).toThrow(CertificateError);
+    expect(refuse(signCertificate(claims({ kid, seq: 2, prev: null }), k, kid))).toThrow(
+      /seq 2 with prev null/,
+    );
+    expect(() => parsePublicJwk('{"kty":"OKP","crv":"Ed25519","x":"abc","d":"x"}')).toThrow(/private key/);
+  });
+
+  it('a chain: the next link names the last one by hash and seq; anything else is out of order', () => {
+    const { k, kid, jwk } = key();
+    const first = signCertificate(claims({ kid }), k, kid);
+    const second = signCertificate(
+      claims({ kid, job_id: 'job-2', seq: 2, prev: certificateHash(first) }),
+      k,
+      kid,
+    );
+    const skipped = signCertificate(
+      claims({ kid, job_id: 'job-3', seq: 3, prev: certificateHash(second) }),
+      k,
+      kid,
+    );
+    const d = (j: string) => decodeCertificate(j);
+    expect(chainBreak(d(second), d(first))).toBeNull();
+    expect(chainBreak(d(skipped), d(first))).toMatch(/out of order/);
+    expect(chainBreak(d(first), d(second))).toMatch(/out of order/);
+    expect(verifyOffline(second, [{ kid, jwk }], { previous: first }).checks.join('\n')).toContain(
+      'chain: link 2',
+    );
+    expect(() => verifyOffline(skipped, [{ kid, jwk }], { previous: first })).toThrow(/not the link after/);
+    expect(parseKeySet(JSON.stringify({ keys: [{ ...jwk, kid: 'whatever' }] }))[0]!.kid).toBe(kid);
+  });
+
+  it('docs/erasure-certificates.md prints the NIST SP 800-88 table as the code has it', () => {
+    const doc = readFileSync(join(__dirname, '../../docs/erasure-certificates.md'), 'utf8');
+    const rows = [...doc.matchAll(/^\| `([a-z0-9-]+)` \| (Clear|Purge) \|/gm)].map((m) => [m[1], m[2]]);
+    expect(rows).toEqual(Object.entries(NIST_800_88).map(([action, m]) => [action, m.category]));
+  });
+});
