@@ -79,6 +79,20 @@ export const hostPort = () =>
       ctx.addIssue({ code: 'custom', message: `port ${port} is out of range in ${show(value)}` });
   });
 
+/** An http:// or https:// URL. */
+export const httpUrl = () =>
+  text('an http(s) URL').superRefine((v, ctx) => {
+    let u: URL | null = null;
+    try {
+      u = new URL(v);
+    } catch {
+      // reported below
+    }
+    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
+      ctx.addIssue({ code: 'custom', message: `expected an http(s) URL, got ${show(v)}` });
+    }
+  });
+
 /**
  * A configuration section: a mapping of exactly these keys (JSON Schema:
  * `additionalProperties: false`); another key is `<section>.<key>: unknown key

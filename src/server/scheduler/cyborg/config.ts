@@ -22,6 +22,7 @@ import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import {
   hostPort,
+  httpUrl,
   parseConfig,
   refuseUnsafeStrings,
   seconds,
@@ -62,19 +63,6 @@ export interface CyborgFlags {
   novaTokenFile?: string;
 }
 
-const url = () =>
-  text('an http(s) URL').superRefine((v, ctx) => {
-    let u: URL | null = null;
-    try {
-      u = new URL(v);
-    } catch {
-      // reported below
-    }
-    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
-      ctx.addIssue({ code: 'custom', message: `expected an http(s) URL, got ${show(v)}` });
-    }
-  });
-
 const fileSchema = section({
   listen: hostPort().optional(),
   auth: section({
@@ -83,11 +71,11 @@ const fileSchema = section({
         error: (iss) => `expected keystone, berth or noauth, got ${show(iss.input)}`,
       })
       .optional(),
-    auth_url: url().optional(),
+    auth_url: httpUrl().optional(),
     token_file: text('a file name').optional(),
   }).optional(),
   nova: section({
-    url: url().optional(),
+    url: httpUrl().optional(),
     auth: section({
       type: z
         .enum(['token', 'noauth'], {

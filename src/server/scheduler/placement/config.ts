@@ -23,7 +23,15 @@
 import { readFile } from 'node:fs/promises';
 import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
-import { mapping, parseConfig, refuseUnsafeStrings, seconds, section, text } from '../../../config-schema.js';
+import {
+  httpUrl,
+  mapping,
+  parseConfig,
+  refuseUnsafeStrings,
+  seconds,
+  section,
+  text,
+} from '../../../config-schema.js';
 import { ConfigError } from '../../../errors.js';
 import { show } from '../../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../../strict-yaml.js';
@@ -74,26 +82,13 @@ export interface PlacementFlags {
   placementCreateRoots?: boolean;
 }
 
-const url = () =>
-  text('an http(s) URL').superRefine((v, ctx) => {
-    let u: URL | null = null;
-    try {
-      u = new URL(v);
-    } catch {
-      // reported below
-    }
-    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
-      ctx.addIssue({ code: 'custom', message: `expected an http(s) URL, got ${show(v)}` });
-    }
-  });
-
 const authSchema = section({
   type: z.enum(['noauth', 'token', 'app-credential'], {
     error: (iss) => `expected noauth, token or app-credential, got ${show(iss.input)}`,
   }),
   user: text().optional(),
   token_file: text('a file name').optional(),
-  auth_url: url().optional(),
+  auth_url: httpUrl().optional(),
   application_credential_id: text().optional(),
   application_credential_name: text().optional(),
   application_credential_secret_file: text('a file name').optional(),
@@ -106,7 +101,7 @@ const authSchema = section({
 });
 
 const fileSchema = section({
-  url: url().optional(),
+  url: httpUrl().optional(),
   mode: z
     .enum(['report', 'clean-one-time-use'], {
       error: (iss) => `expected report or clean-one-time-use, got ${show(iss.input)}`,
