@@ -11,6 +11,7 @@
  * nanosecond is a busy loop; strings never carry a NUL (it cannot reach a
  * path, an argument or a name).
  */
+import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { show } from './plugins/device-spec/messages.js';
@@ -92,6 +93,18 @@ export const httpUrl = () =>
       ctx.addIssue({ code: 'custom', message: `expected an http(s) URL, got ${show(v)}` });
     }
   });
+
+/** A secret (a token, an application credential's secret) from a file, trimmed; a ConfigError naming `key` when unreadable or empty. */
+export async function readSecretFile(path: string, key: string): Promise<string> {
+  let value: string;
+  try {
+    value = (await readFile(path, 'utf8')).trim();
+  } catch (err) {
+    throw new ConfigError(`${key}: cannot read ${show(path)}: ${(err as Error).message}`);
+  }
+  if (!value) throw new ConfigError(`${key}: ${show(path)} is empty`);
+  return value;
+}
 
 /**
  * A configuration section: a mapping of exactly these keys (JSON Schema:

@@ -24,6 +24,7 @@ import {
   hostPort,
   httpUrl,
   parseConfig,
+  readSecretFile,
   refuseUnsafeStrings,
   seconds,
   section,
@@ -88,17 +89,6 @@ const fileSchema = section({
   timeout: seconds(0.1, 600).optional(),
   retry_max: seconds(0.1, 3600).optional(),
 });
-
-async function tokenFile(path: string, key: string): Promise<string> {
-  let value: string;
-  try {
-    value = (await readFile(path, 'utf8')).trim();
-  } catch (err) {
-    throw new ConfigError(`${key}: cannot read ${show(path)}: ${(err as Error).message}`);
-  }
-  if (!value) throw new ConfigError(`${key}: ${show(path)} is empty`);
-  return value;
-}
 
 /** null when neither the file nor a flag asks for the API; else the settings, or a ConfigError. */
 export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOptions | null> {
@@ -174,7 +164,10 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
     resolvedAuth = {
       type: 'keystone',
       authUrl: a.auth_url,
-      credentials: { type: 'token', token: await tokenFile(file(a.token_file), 'cyborg.auth.token_file') },
+      credentials: {
+        type: 'token',
+        token: await readSecretFile(file(a.token_file), 'cyborg.auth.token_file'),
+      },
     };
   } else resolvedAuth = { type: a.type === 'berth' ? 'berth' : 'noauth' };
   if (!c.nova?.url) {
@@ -191,7 +184,10 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
         `${where}cyborg.nova.auth.token_file: required with auth type token (--nova-token-file)`,
       );
     }
-    novaAuth = { type: 'token', token: await tokenFile(file(na.token_file), 'cyborg.nova.auth.token_file') };
+    novaAuth = {
+      type: 'token',
+      token: await readSecretFile(file(na.token_file), 'cyborg.nova.auth.token_file'),
+    };
   }
   return {
     listen: c.listen,

@@ -27,6 +27,7 @@ import {
   httpUrl,
   mapping,
   parseConfig,
+  readSecretFile,
   refuseUnsafeStrings,
   seconds,
   section,
@@ -118,17 +119,6 @@ const fileSchema = section({
   auth: authSchema.optional(),
 });
 
-async function secretFile(path: string, key: string): Promise<string> {
-  let value: string;
-  try {
-    value = (await readFile(path, 'utf8')).trim();
-  } catch (err) {
-    throw new ConfigError(`${key}: cannot read ${show(path)}: ${(err as Error).message}`);
-  }
-  if (!value) throw new ConfigError(`${key}: ${show(path)} is empty`);
-  return value;
-}
-
 /**
  * The Placement settings from the file and the flags, or null when neither
  * asks for Placement (no URL, no file, no auth: Placement stays off).
@@ -193,7 +183,10 @@ export async function placementOptionsFromFlags(flags: PlacementFlags): Promise<
       throw new ConfigError(
         `${where}placement.auth.token_file: required with auth type token (--placement-token-file)`,
       );
-    resolved = { type: 'token', token: await secretFile(file(a.token_file), 'placement.auth.token_file') };
+    resolved = {
+      type: 'token',
+      token: await readSecretFile(file(a.token_file), 'placement.auth.token_file'),
+    };
   } else {
     if (!a.auth_url)
       throw new ConfigError(
@@ -212,7 +205,7 @@ export async function placementOptionsFromFlags(flags: PlacementFlags): Promise<
     resolved = {
       type: 'app-credential',
       authUrl: a.auth_url,
-      secret: await secretFile(
+      secret: await readSecretFile(
         file(a.application_credential_secret_file),
         'placement.auth.application_credential_secret_file',
       ),
