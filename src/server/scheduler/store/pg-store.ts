@@ -13,11 +13,22 @@
  *   insert of the same key is rolled back and run again (at most 5 times):
  *   units have no effect outside the port until they resolve.
  * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss).
- * - Device events are buffered by the unit and written just before COMMIT
- *   under one advisory lock held to the end of the transaction, so revisions
- *   are in commit order: a watcher that read up to R never later finds a
+ * - Device events are buffered by the unit and written just before COMMIT,
+ *   numbered by the log's identity column, under the event lock taken SHARED
+ *   and held to the end of the transaction: writing units commit side by side
+ *   (their WAL flushes shared), and revisions may commit out of order and
+ *   leave gaps (a rolled-back unit's numbers). What a watcher reads is made
+ *   safe on the reading side (decision 59): a unit that reads the event log
+ *   takes its snapshot while holding the event lock EXCLUSIVE for a moment,
+ *   so no unit is between numbering its events and committing; every event
+ *   at or below the highest revision it sees is in it, and every later one
+ *   gets a higher number. A watcher that read up to R never later finds a
  *   committed event ≤ R.
  * - Read-only units run REPEATABLE READ, READ ONLY: one consistent snapshot.
+ * - The NOTIFY that wakes the other schedulers is sent after COMMIT, once per
+ *   turn of the event loop for all the units that committed in it: a NOTIFY
+ *   inside a transaction takes PostgreSQL's one notification-queue lock to
+ *   the end of its commit, which would serialise every writing unit again.
  */
 import pg from 'pg';
 import { BerthError } from '../../../errors.js';
@@ -26,6 +37,7 @@ import type {
   LeasedHost,
   LinkLeases,
   ReadUnit,
+  ReadUnitOptions,
   TransactionRunner,
   UnitOfWork,
 } from '../usecases/unit-of-work.js';
@@ -153,8 +165,8 @@ export class PgDatabase implements TransactionRunner {
     return this.track(() => this.unit(fn, true));
   }
 
-  read<T>(fn: (uow: ReadUnit) => Promise<T>): Promise<T> {
-    return this.track(() => this.unit(fn, false));
+  read<T>(fn: (uow: ReadUnit) => Promise<T>, opts?: ReadUnitOptions): Promise<T> {
+    return this.track(() => this.unit(fn, false, opts?.eventLog === true));
   }
 
   /** Link leases (store.ts LinkLeases): one statement each, outside any unit. */
@@ -251,6 +263,24 @@ export class PgDatabase implements TransactionRunner {
     await this.pool.end();
   }
 
+  private notifyScheduled = false;
+
+  /**
+   * Tells the other schedulers that something committed: one NOTIFY for every
+   * unit that committed in this turn of the event loop, outside any unit. Lost
+   * only if this process dies between a COMMIT and its next turn; the other
+   * schedulers' next change or look then catches up (decision 59).
+   */
+  private notifySoon(): void {
+    if (this.notifyScheduled || this.closed) return;
+    this.notifyScheduled = true;
+    setImmediate(() => {
+      this.notifyScheduled = false;
+      if (this.closed) return;
+      this.query(`NOTIFY ${CHANGES_CHANNEL}`).catch(() => {});
+    });
+  }
+
   private track<T>(start: () => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(closedError());
     const p = start();
@@ -291,24 +321,28 @@ export class PgDatabase implements TransactionRunner {
     }
   }
 
-  private async unit<T>(fn: (uow: SqlUnit) => Promise<T>, writable: boolean): Promise<T> {
+  private async unit<T>(fn: (uow: SqlUnit) => Promise<T>, writable: boolean, eventLog = false): Promise<T> {
     for (let attempt = 1; ; attempt++) {
       try {
-        return await this.withClient(async (client) => {
+        const result = await this.withClient(async (client) => {
           const unit = new SqlUnit(executor(client), POSTGRES, writable);
-          await client.query(writable ? 'BEGIN' : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+          if (writable) await client.query('BEGIN');
+          else if (eventLog) await beginAtEventBarrier(client);
+          else await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
           try {
             const result = await fn(unit);
             const commit = commitSql(client, unit);
             unit.end();
             await client.query(commit);
-            return result;
+            return { result, wrote: unit.wrote };
           } catch (err) {
             unit.end();
             await client.query('ROLLBACK').catch(() => {});
             throw err;
           }
         });
+        if (result.wrote) this.notifySoon();
+        return result.result;
       } catch (err) {
         const code = (err as { pgCode?: string }).pgCode;
         if (code && TRANSIENT.has(code) && attempt < MAX_ATTEMPTS) continue;
@@ -396,13 +430,12 @@ function executor(client: pg.PoolClient): Executor {
 }
 
 /**
- * How a writing unit ends, in one round trip: its device events under the
- * event lock held to COMMIT (revisions in commit order), the notification the
- * other schedulers get at COMMIT (and only then), and COMMIT. One string (the
- * simple query protocol, values escaped by the driver) so the serial section
- * under the lock costs one round trip and the WAL flush, not one round trip
- * per statement while this process serves other requests; a statement that
- * fails stops the rest and the unit is rolled back.
+ * How a writing unit ends, in one round trip: its device events, numbered
+ * under the event lock taken SHARED and held to COMMIT (so a reader of the
+ * log can wait for every numbered event to commit: `beginAtEventBarrier`),
+ * and COMMIT. One string (the simple query protocol, values escaped by the
+ * driver): a statement that fails stops the rest and the unit is rolled back.
+ * Writing units take the lock side by side and share their WAL flushes.
  */
 function commitSql(client: pg.PoolClient, unit: SqlUnit): string {
   const parts: string[] = [];
@@ -412,12 +445,33 @@ function commitSql(client: pg.PoolClient, unit: SqlUnit): string {
     const rows = events.map(
       (e) => `(${lit(e.deviceUuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${lit(e.record)}, ${lit(e.at)})`,
     );
-    parts.push(`SELECT pg_advisory_xact_lock(${EVENT_LOCK})`);
+    parts.push(`SELECT pg_advisory_xact_lock_shared(${EVENT_LOCK})`);
     parts.push(`INSERT INTO device_events (device_uuid, removed, record, at) VALUES ${rows.join(', ')}`);
   }
-  if (unit.wrote) parts.push(`NOTIFY ${CHANGES_CHANNEL}`);
   parts.push('COMMIT');
   return parts.join('; ');
+}
+
+/**
+ * Opens a read-only unit whose snapshot holds every device event numbered so
+ * far: the snapshot is taken (by the first statement after BEGIN) while this
+ * session holds the event lock EXCLUSIVE, which it gets once every unit that
+ * numbered events has committed or rolled back, and before any other numbers
+ * one; it lets go at once. Writers wait for it only that long. The lock is
+ * the session's (a transaction lock would be taken after the snapshot): on a
+ * failure the session lets go of it before the client goes back to the pool.
+ */
+async function beginAtEventBarrier(client: pg.PoolClient): Promise<void> {
+  await client.query(`SELECT pg_advisory_lock(${EVENT_LOCK})`);
+  try {
+    await client.query(
+      `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_advisory_unlock(${EVENT_LOCK})`,
+    );
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    await client.query(`SELECT pg_advisory_unlock(${EVENT_LOCK})`).catch(() => {});
+    throw err;
+  }
 }
 
 type LeaseRow = { host: string; record: string };
