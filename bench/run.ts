@@ -22,6 +22,7 @@ export const BENCHMARKS = [
   'memory',
   'retention',
   'replicas',
+  'statements',
   'hotplug',
 ] as const;
 /** Per-benchmark wall-clock limit; a hung benchmark is killed and counted as a crash. */
