@@ -1,0 +1,159 @@
+/**
+ * Where the replicas benchmark's time goes (not in run.ts: a tool for
+ * bench/README.md's "why"): the create → bind → delete loop of
+ * bench/replicas.ts (64 clients, `--hosts` hosts × 8, `--seconds`) against
+ * `--replicas N` scheduler processes on one durable PostgreSQL database, or
+ * `--sqlite` for one scheduler on a SQLite file, while
+ * - `pg_stat_activity` is sampled every 20 ms: each Berth session's state and
+ *   wait (or the statement it runs), counted;
+ * - the CPU time of the schedulers, of every PostgreSQL process and of this
+ *   process (the clients) is read from /proc before and after: CPU per bind
+ *   of each, and the share of the two cores they used.
+ * `--cpu-prof DIR` starts the schedulers with `--cpu-prof` (NODE_OPTIONS) so
+ * their profiles land in DIR.
+ */
+import { readdirSync, readFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
+import pg from 'pg';
+import { SchedulerClient } from '../src/client/sdk.js';
+import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
+import { startPostgres } from '../test/helpers/postgres.js';
+import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
+import { bindLoop, dbFile, loadFleet, loadStore } from './bind-harness.js';
+import { round, sleep, tempDir } from './lib.js';
+
+const arg = (name: string, fallback: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1]! : fallback;
+};
+const hosts = Number(arg('hosts', '2000'));
+const seconds = Number(arg('seconds', '10'));
+const replicas = Number(arg('replicas', '1'));
+const sqliteOnly = process.argv.includes('--sqlite');
+const cpuProf = process.argv.includes('--cpu-prof') ? arg('cpu-prof', '/tmp') : '';
+const TICK = 100; // clock ticks per second (USER_HZ)
+
+/** utime + stime of a process, in seconds. */
+function cpuOf(pid: number): number {
+  try {
+    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(f[11]) + Number(f[12])) / TICK;
+  } catch {
+    return 0;
+  }
+}
+
+/** CPU of every process named `postgres` (server and backends; ended backends are lost, hence cutime of the postmaster too). */
+function postgresCpu(): number {
+  let total = 0;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (!stat.includes('(postgres)')) continue;
+      const f = stat.split(') ')[1]!.split(' ');
+      total += (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / TICK;
+    } catch {}
+  }
+  return total;
+}
+
+async function main() {
+  const base = '/var/tmp';
+  const dir = await tempDir(base, 'berth-bench-profile-');
+  const server = sqliteOnly ? null : await startPostgres({ durable: true, baseDir: base });
+  const procs: BerthProcess[] = [];
+  try {
+    let db: string;
+    if (server) {
+      db = await server.createDatabase('profile');
+      const store = await openPgStore(`${db}?options=${encodeURIComponent('-c synchronous_commit=off')}`);
+      await loadFleet(store, hosts, { concurrency: 8 });
+      await store.close();
+    } else {
+      db = dbFile(dir.path);
+      (await loadStore(db, hosts)).store.close();
+    }
+    for (let i = 0; i < (server ? replicas : 1); i++) {
+      const p = await schedulerProcess(db, undefined, `scheduler ${i + 1}`);
+      if (cpuProf) p.spec.env = { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${cpuProf}` };
+      await p.start();
+      procs.push(p);
+    }
+    const clients = procs.map((p) => new SchedulerClient({ endpoint: p.endpoint, timeoutMs: 30_000 }));
+    // Warm up, then measure.
+    await Promise.all(
+      clients.map((c) => bindLoop(c, hosts, { concurrency: 8, seconds: 1, maxCycles: 200, warmupCycles: 0 })),
+    );
+    const samples = new Map<string, number>();
+    let sampling = true;
+    const sampler = (async () => {
+      if (!server) return;
+      const c = new pg.Client({ connectionString: db });
+      await c.connect();
+      while (sampling) {
+        const r = await c.query<{ s: string }>(
+          `SELECT coalesce(state, '?') || ' | ' || coalesce(wait_event_type || ':' || wait_event, 'cpu') || ' | ' ||
+             left(regexp_replace(query, '\\s+', ' ', 'g'), 70) AS s
+           FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()
+             AND backend_type = 'client backend'`,
+        );
+        for (const { s } of r.rows) samples.set(s, (samples.get(s) ?? 0) + 1);
+        await sleep(20);
+      }
+      await c.end();
+    })();
+    const cpu0 = {
+      schedulers: procs.reduce((n, p) => n + cpuOf(p.pid!), 0),
+      postgres: server ? postgresCpu() : 0,
+      clients: process.cpuUsage(),
+    };
+    const t0 = performance.now();
+    const stats = await Promise.all(
+      clients.map((c, i) =>
+        bindLoop(c, hosts, {
+          concurrency: Math.floor(64 / clients.length) + (i < 64 % clients.length ? 1 : 0),
+          seconds,
+          maxCycles: 1_000_000,
+          warmupCycles: 0,
+        }),
+      ),
+    );
+    const wall = (performance.now() - t0) / 1000;
+    const cycles = stats.reduce((n, s) => n + s.cycles, 0);
+    const used = {
+      schedulers: procs.reduce((n, p) => n + cpuOf(p.pid!), 0) - cpu0.schedulers,
+      postgres: server ? postgresCpu() - cpu0.postgres : 0,
+      clients: (() => {
+        const u = process.cpuUsage(cpu0.clients);
+        return (u.user + u.system) / 1e6;
+      })(),
+    };
+    sampling = false;
+    await sampler;
+    for (const c of clients) c.close();
+    const total = [...samples.values()].reduce((a, b) => a + b, 0);
+    const out = {
+      backend: server ? 'postgres' : 'sqlite',
+      replicas: procs.length,
+      hosts,
+      cycles_per_s: round(cycles / wall, 1),
+      errors: stats.reduce((n, s) => n + s.errors, 0),
+      loadavg: loadavg().map((l) => round(l)),
+      cpu_ms_per_cycle: Object.fromEntries(Object.entries(used).map(([k, v]) => [k, round((v * 1000) / cycles, 3)])),
+      cores_used: Object.fromEntries(Object.entries(used).map(([k, v]) => [k, round(v / wall, 2)])),
+      pg_stat_activity: [...samples.entries()]
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, 25)
+        .map(([s, n]) => `${round((100 * n) / total, 1)}% ${s}`),
+    };
+    process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+  } finally {
+    await Promise.all(procs.map((p) => p.stop()));
+    await stopAllProcesses();
+    await server?.stop();
+    await dir.cleanup();
+  }
+}
+
+await main();
