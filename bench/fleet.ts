@@ -92,15 +92,15 @@ async function loadSqlite(path: string, hosts: number): Promise<void> {
   const store = await openSqliteStore(path);
   const db = store.db.connection;
   db.pragma('synchronous = OFF');
-  const t = await template(store, async (sql, p) =>
-    db.prepare(sql.replace(/\$\d/g, '?')).all(...p) as Row[],
-  );
+  const t = await template(store, async (sql, p) => db.prepare(sql.replace(/\$\d/g, '?')).all(...p) as Row[]);
   await store.close();
   const raw = new Database(path);
   try {
     raw.pragma('synchronous = OFF');
     const insert = (table: string, cols: string[]) => {
-      const st = raw.prepare(`INSERT INTO ${table} (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`);
+      const st = raw.prepare(
+        `INSERT INTO ${table} (${cols.join(', ')}) VALUES (${cols.map(() => '?').join(', ')})`,
+      );
       return (r: Row) => st.run(...cols.map((c) => r[c]));
     };
     const host = insert('hosts', ['name', 'record']);

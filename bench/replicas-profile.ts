@@ -9,16 +9,23 @@
  * - the CPU time of the schedulers, of every PostgreSQL process and of this
  *   process (the clients) is read from /proc before and after: CPU per bind
  *   of each, and the share of the two cores they used.
- * `--cpu-prof DIR` starts the schedulers with `--cpu-prof` (NODE_OPTIONS) so
- * their profiles land in DIR.
+ * `--cpu-prof DIR` starts the schedulers on dist/ with node's `--cpu-prof`
+ * (run bin/berth once first: it builds dist/), so their profiles land in DIR.
  */
+import { type ChildProcess, spawn } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { SchedulerClient } from '../src/client/sdk.js';
 import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
 import { startPostgres } from '../test/helpers/postgres.js';
-import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
+import {
+  type BerthProcess,
+  freePort,
+  schedulerProcess,
+  stopAllProcesses,
+} from '../test/helpers/processes.js';
 import { bindLoop, dbFile, loadFleet, loadStore } from './bind-harness.js';
 import { round, sleep, tempDir } from './lib.js';
 
@@ -58,11 +65,44 @@ function postgresCpu(): number {
   return total;
 }
 
+/** A scheduler on dist/ with --cpu-prof (bin/berth takes no node flags, and NODE_OPTIONS refuses --cpu-prof). */
+async function profiledScheduler(db: string): Promise<{ child: ChildProcess; endpoint: string }> {
+  const port = await freePort();
+  const child = spawn(
+    process.execPath,
+    [
+      '--cpu-prof',
+      `--cpu-prof-dir=${cpuProf}`,
+      join(process.cwd(), 'dist/client/cli/main.js'),
+      'scheduler',
+      'serve',
+      '--db',
+      db,
+      '--listen',
+      `127.0.0.1:${port}`,
+      '--insecure-no-auth',
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, BERTH_LOG_LEVEL: 'warn' } },
+  );
+  await new Promise<void>((resolve, reject) => {
+    let out = '';
+    const look = (c: Buffer) => {
+      out += c;
+      if (out.includes('"listening"')) resolve();
+    };
+    child.stdout!.on('data', look);
+    child.stderr!.on('data', look);
+    child.once('exit', (code) => reject(new Error(`scheduler exited (${code}): ${out}`)));
+  });
+  return { child, endpoint: `127.0.0.1:${port}` };
+}
+
 async function main() {
   const base = '/var/tmp';
   const dir = await tempDir(base, 'berth-bench-profile-');
   const server = sqliteOnly ? null : await startPostgres({ durable: true, baseDir: base });
   const procs: BerthProcess[] = [];
+  const profiled: ChildProcess[] = [];
   try {
     let db: string;
     if (server) {
@@ -74,13 +114,21 @@ async function main() {
       db = dbFile(dir.path);
       (await loadStore(db, hosts)).store.close();
     }
+    const endpoints: string[] = [];
     for (let i = 0; i < (server ? replicas : 1); i++) {
+      if (cpuProf) {
+        const p = await profiledScheduler(db);
+        profiled.push(p.child);
+        endpoints.push(p.endpoint);
+        continue;
+      }
       const p = await schedulerProcess(db, undefined, `scheduler ${i + 1}`);
-      if (cpuProf) p.spec.env = { NODE_OPTIONS: `--cpu-prof --cpu-prof-dir=${cpuProf}` };
       await p.start();
       procs.push(p);
+      endpoints.push(p.endpoint);
     }
-    const clients = procs.map((p) => new SchedulerClient({ endpoint: p.endpoint, timeoutMs: 30_000 }));
+    const pids = [...procs.map((p) => p.pid!), ...profiled.map((c) => c.pid!)];
+    const clients = endpoints.map((endpoint) => new SchedulerClient({ endpoint, timeoutMs: 30_000 }));
     // Warm up, then measure.
     await Promise.all(
       clients.map((c) => bindLoop(c, hosts, { concurrency: 8, seconds: 1, maxCycles: 200, warmupCycles: 0 })),
@@ -104,7 +152,7 @@ async function main() {
       await c.end();
     })();
     const cpu0 = {
-      schedulers: procs.reduce((n, p) => n + cpuOf(p.pid!), 0),
+      schedulers: pids.reduce((n, pid) => n + cpuOf(pid), 0),
       postgres: server ? postgresCpu() : 0,
       clients: process.cpuUsage(),
     };
@@ -122,7 +170,7 @@ async function main() {
     const wall = (performance.now() - t0) / 1000;
     const cycles = stats.reduce((n, s) => n + s.cycles, 0);
     const used = {
-      schedulers: procs.reduce((n, p) => n + cpuOf(p.pid!), 0) - cpu0.schedulers,
+      schedulers: pids.reduce((n, pid) => n + cpuOf(pid), 0) - cpu0.schedulers,
       postgres: server ? postgresCpu() - cpu0.postgres : 0,
       clients: (() => {
         const u = process.cpuUsage(cpu0.clients);
@@ -135,12 +183,14 @@ async function main() {
     const total = [...samples.values()].reduce((a, b) => a + b, 0);
     const out = {
       backend: server ? 'postgres' : 'sqlite',
-      replicas: procs.length,
+      replicas: pids.length,
       hosts,
       cycles_per_s: round(cycles / wall, 1),
       errors: stats.reduce((n, s) => n + s.errors, 0),
       loadavg: loadavg().map((l) => round(l)),
-      cpu_ms_per_cycle: Object.fromEntries(Object.entries(used).map(([k, v]) => [k, round((v * 1000) / cycles, 3)])),
+      cpu_ms_per_cycle: Object.fromEntries(
+        Object.entries(used).map(([k, v]) => [k, round((v * 1000) / cycles, 3)]),
+      ),
       cores_used: Object.fromEntries(Object.entries(used).map(([k, v]) => [k, round(v / wall, 2)])),
       pg_stat_activity: [...samples.entries()]
         .sort((a, b) => b[1] - a[1])
@@ -150,6 +200,12 @@ async function main() {
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
+    // SIGTERM: the scheduler stops cleanly and node writes its profile on the way out.
+    await Promise.all(
+      profiled.map(
+        (c) => new Promise((r) => (c.exitCode !== null ? r(null) : (c.once('exit', r), c.kill('SIGTERM')))),
+      ),
+    );
     await stopAllProcesses();
     await server?.stop();
     await dir.cleanup();

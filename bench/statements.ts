@@ -86,7 +86,11 @@ async function measure(store: UseCases, hosts: number, binds: number) {
     const create = async (n: number) => {
       const uuids: string[] = [];
       for (let i = 0; i < n; i++) {
-        const r = await client.arqs.createAcceleratorRequests({ profileName: PROFILE, requestId: '', tags: [] });
+        const r = await client.arqs.createAcceleratorRequests({
+          profileName: PROFILE,
+          requestId: '',
+          tags: [],
+        });
         uuids.push(r.acceleratorRequests[0]!.uuid);
       }
       return uuids;
@@ -153,7 +157,9 @@ async function main() {
       top_statements: sqlite.top,
     };
     if (!postgresBin()) {
-      process.stderr.write('statements: PostgreSQL skipped, it is not installed (apt-get install postgresql)\n');
+      process.stderr.write(
+        'statements: PostgreSQL skipped, it is not installed (apt-get install postgresql)\n',
+      );
       emit({
         name: 'statements',
         value: sqlite.statements,

@@ -89,8 +89,8 @@ export interface ReadUnit {
   // hosts
   /** The stored host; its `deviceCount` is not maintained by the backend (see `deviceCount`). */
   host(name: string, opts?: ReadOptions): Promise<HostRecord | null>;
-  /** Every host, by name. */
-  hosts(): Promise<HostRecord[]>;
+  /** Every host, by name; or a page of them: the first `limit` after the name `after`. */
+  hosts(page?: { after: string; limit: number }): Promise<HostRecord[]>;
   deviceCount(host: string): Promise<number>;
 
   // devices

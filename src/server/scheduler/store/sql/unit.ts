@@ -137,8 +137,10 @@ export class SqlUnit implements UnitOfWork {
     return this.one(`SELECT record FROM hosts WHERE name = ?${this.lock(opts)}`, [name]);
   }
 
-  async hosts(): Promise<HostRecord[]> {
-    return this.all('SELECT record FROM hosts ORDER BY name');
+  async hosts(page?: { after: string; limit: number }): Promise<HostRecord[]> {
+    return page
+      ? this.all('SELECT record FROM hosts WHERE name > ? ORDER BY name LIMIT ?', [page.after, page.limit])
+      : this.all('SELECT record FROM hosts ORDER BY name');
   }
 
   async deviceCount(host: string): Promise<number> {
