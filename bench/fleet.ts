@@ -300,17 +300,20 @@ function report(backend: string, curve: Point[], quick: boolean): void {
 async function main() {
   const { quick } = parseArgs();
   const sizes = quick ? [5, 50, 100] : [500, 5_000, 50_000];
+  // `--backend sqlite|postgres`: one of them only.
+  const only = process.argv.includes('--backend') ? process.argv[process.argv.indexOf('--backend') + 1] : '';
   const base = existsSync('/var/tmp') ? '/var/tmp' : '/tmp';
   const dir = await tempDir(base, 'berth-bench-fleet-');
   try {
     const sqlite: Point[] = [];
-    for (const hosts of sizes) {
+    for (const hosts of only === 'postgres' ? [] : sizes) {
       const path = dbFile(`${dir.path}`).replace(/\.db$/, `-${hosts}.db`);
       const t0 = nowMs();
       await loadSqlite(path, hosts);
       sqlite.push(await measure(path, hosts, (nowMs() - t0) / 1000, quick));
     }
-    report('sqlite', sqlite, quick);
+    if (sqlite.length > 0) report('sqlite', sqlite, quick);
+    if (only === 'sqlite') return;
     if (!postgresBin()) {
       process.stderr.write('fleet: PostgreSQL skipped, it is not installed (apt-get install postgresql)\n');
       return;

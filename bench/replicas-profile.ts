@@ -9,6 +9,7 @@
  * - the CPU time of the schedulers, of every PostgreSQL process and of this
  *   process (the clients) is read from /proc before and after: CPU per bind
  *   of each, and the share of the two cores they used.
+ * `--socket` reaches PostgreSQL through its Unix socket rather than TCP.
  * `--cpu-prof DIR` starts the schedulers on dist/ with node's `--cpu-prof`
  * (run bin/berth once first: it builds dist/), so their profiles land in DIR.
  */
@@ -50,19 +51,30 @@ function cpuOf(pid: number): number {
   }
 }
 
-/** CPU of every process named `postgres` (server and backends; ended backends are lost, hence cutime of the postmaster too). */
-function postgresCpu(): number {
+/** CPU of this server's processes: the postmaster and its children (ended backends count in its cutime). */
+function postgresCpu(postmaster: number): number {
   let total = 0;
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (!stat.includes('(postgres)')) continue;
-      const f = stat.split(') ')[1]!.split(' ');
+      const f = readFileSync(`/proc/${d}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      if (Number(d) !== postmaster && Number(f[1]) !== postmaster) continue;
       total += (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / TICK;
     } catch {}
   }
   return total;
+}
+
+/** The postmaster's pid: the parent of a backend. */
+async function postmasterOf(url: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const pid = (await c.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
+    return Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
+  } finally {
+    await c.end();
+  }
 }
 
 /** A scheduler on dist/ with --cpu-prof (bin/berth takes no node flags, and NODE_OPTIONS refuses --cpu-prof). */
@@ -97,6 +109,19 @@ async function profiledScheduler(db: string): Promise<{ child: ChildProcess; end
   return { child, endpoint: `127.0.0.1:${port}` };
 }
 
+/** The same database through the server's Unix socket instead of TCP on 127.0.0.1. */
+export async function socketUrl(url: string): Promise<string> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const dir = (await c.query<{ d: string }>("SELECT current_setting('unix_socket_directories') AS d")).rows[0]!.d.split(',')[0]!.trim();
+    const u = new URL(url);
+    return `postgres://${u.username}@/${u.pathname.slice(1)}?host=${encodeURIComponent(dir)}&port=${u.port}`;
+  } finally {
+    await c.end();
+  }
+}
+
 async function main() {
   const base = '/var/tmp';
   const dir = await tempDir(base, 'berth-bench-profile-');
@@ -107,6 +132,7 @@ async function main() {
     let db: string;
     if (server) {
       db = await server.createDatabase('profile');
+      if (process.argv.includes('--socket')) db = await socketUrl(db);
       const store = await openPgStore(`${db}?options=${encodeURIComponent('-c synchronous_commit=off')}`);
       await loadFleet(store, hosts, { concurrency: 8 });
       await store.close();
@@ -151,9 +177,10 @@ async function main() {
       }
       await c.end();
     })();
+    const postmaster = server ? await postmasterOf(db) : 0;
     const cpu0 = {
       schedulers: pids.reduce((n, pid) => n + cpuOf(pid), 0),
-      postgres: server ? postgresCpu() : 0,
+      postgres: server ? postgresCpu(postmaster) : 0,
       clients: process.cpuUsage(),
     };
     const t0 = performance.now();
@@ -171,7 +198,7 @@ async function main() {
     const cycles = stats.reduce((n, s) => n + s.cycles, 0);
     const used = {
       schedulers: pids.reduce((n, pid) => n + cpuOf(pid), 0) - cpu0.schedulers,
-      postgres: server ? postgresCpu() - cpu0.postgres : 0,
+      postgres: server ? postgresCpu(postmaster) - cpu0.postgres : 0,
       clients: (() => {
         const u = process.cpuUsage(cpu0.clients);
         return (u.user + u.system) / 1e6;
@@ -203,7 +230,12 @@ async function main() {
     // SIGTERM: the scheduler stops cleanly and node writes its profile on the way out.
     await Promise.all(
       profiled.map(
-        (c) => new Promise((r) => (c.exitCode !== null ? r(null) : (c.once('exit', r), c.kill('SIGTERM')))),
+        (c) =>
+          new Promise((r) => {
+            if (c.exitCode !== null) return r(null);
+            c.once('exit', r);
+            c.kill('SIGTERM');
+          }),
       ),
     );
     await stopAllProcesses();
