@@ -43,7 +43,10 @@ function note(text: string, roundTrip: boolean): void {
   const parts = text.split(/;\s+(?=SELECT|INSERT|UPDATE|DELETE|COMMIT|BEGIN|NOTIFY)/);
   for (const p of parts) {
     counts.statements++;
-    const key = p.replace(/\s+/g, ' ').slice(0, 72);
+    const key = p
+      .replace(/\s+/g, ' ')
+      .replace(/'[^']*'/g, "'…'")
+      .slice(0, 72);
     counts.texts.set(key, (counts.texts.get(key) ?? 0) + 1);
   }
 }
@@ -120,7 +123,9 @@ async function measure(store: UseCases, hosts: number, binds: number) {
     await sleep(ms);
     counting = false;
     const idle = { statements: counts.statements, roundTrips: counts.roundTrips };
-    await client.arqs.deleteAcceleratorRequests({ uuids: arqs, instanceUuid: '' });
+    for (let i = 0; i < arqs.length; i += 100) {
+      await client.arqs.deleteAcceleratorRequests({ uuids: arqs.slice(i, i + 100), instanceUuid: '' });
+    }
     const perBind = (n: number) => n / binds;
     return {
       statements: perBind(during.statements - idle.statements),
