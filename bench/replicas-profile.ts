@@ -110,7 +110,7 @@ async function profiledScheduler(db: string): Promise<{ child: ChildProcess; end
 }
 
 /** The same database through the server's Unix socket instead of TCP on 127.0.0.1. */
-export async function socketUrl(url: string): Promise<string> {
+async function socketUrl(url: string): Promise<string> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
