@@ -114,7 +114,9 @@ async function socketUrl(url: string): Promise<string> {
   const c = new pg.Client({ connectionString: url });
   await c.connect();
   try {
-    const dir = (await c.query<{ d: string }>("SELECT current_setting('unix_socket_directories') AS d")).rows[0]!.d.split(',')[0]!.trim();
+    const dir = (
+      await c.query<{ d: string }>("SELECT current_setting('unix_socket_directories') AS d")
+    ).rows[0]!.d.split(',')[0]!.trim();
     const u = new URL(url);
     return `postgres://${u.username}@/${u.pathname.slice(1)}?host=${encodeURIComponent(dir)}&port=${u.port}`;
   } finally {
