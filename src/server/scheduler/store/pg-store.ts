@@ -100,6 +100,8 @@ function redact(url: string): string {
 
 /** The channel every writing unit notifies at commit, so other schedulers on the database wake their watches. */
 const CHANGES_CHANNEL = 'berth_changes';
+/** How long a NOTIFY waits for more commits to tell of (the other schedulers' watches wake that much later). */
+const NOTIFY_WINDOW_MS = 10;
 
 export class PgDatabase implements TransactionRunner {
   private readonly pool: pg.Pool;
@@ -260,25 +262,29 @@ export class PgDatabase implements TransactionRunner {
     this.listener = null;
     await listener?.end().catch(() => {});
     await Promise.allSettled([...this.inflight]);
+    await this.notifyNow();
     await this.pool.end();
   }
 
-  private notifyScheduled = false;
+  private notifyTimer: NodeJS.Timeout | null = null;
 
   /**
-   * Tells the other schedulers that something committed: one NOTIFY for every
-   * unit that committed in this turn of the event loop, outside any unit. Lost
-   * only if this process dies between a COMMIT and its next turn; the other
-   * schedulers' next change or look then catches up (decision 59).
+   * Tells the other schedulers that something committed: one NOTIFY, outside
+   * any unit, for every unit that committed in the next NOTIFY_WINDOW_MS (a
+   * round trip each would be a tenth of a bind cycle's). Lost only if this
+   * process dies inside that window; the other schedulers' next change or look
+   * then catches up (decision 59). A clean close sends a pending one first.
    */
   private notifySoon(): void {
-    if (this.notifyScheduled || this.closed) return;
-    this.notifyScheduled = true;
-    setImmediate(() => {
-      this.notifyScheduled = false;
-      if (this.closed) return;
-      this.query(`NOTIFY ${CHANGES_CHANNEL}`).catch(() => {});
-    });
+    if (this.notifyTimer || this.closed) return;
+    this.notifyTimer = setTimeout(() => void this.notifyNow(), NOTIFY_WINDOW_MS);
+  }
+
+  private async notifyNow(): Promise<void> {
+    if (!this.notifyTimer) return;
+    clearTimeout(this.notifyTimer);
+    this.notifyTimer = null;
+    await this.withClient((client) => client.query(`NOTIFY ${CHANGES_CHANNEL}`)).catch(() => {});
   }
 
   private track<T>(start: () => Promise<T>): Promise<T> {
@@ -325,19 +331,27 @@ export class PgDatabase implements TransactionRunner {
     for (let attempt = 1; ; attempt++) {
       try {
         const result = await this.withClient(async (client) => {
-          const unit = new SqlUnit(executor(client), POSTGRES, writable);
-          if (writable) await client.query('BEGIN');
-          else if (eventLog) await beginAtEventBarrier(client);
-          else await client.query('BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
+          // BEGIN goes with the unit's first statement (one round trip less a unit);
+          // a log reader's begins at the barrier, on its own.
+          if (eventLog && !writable) await beginAtEventBarrier(client);
+          const x = new UnitExecutor(
+            client,
+            eventLog && !writable
+              ? null
+              : writable
+                ? 'BEGIN'
+                : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+          );
+          const unit = new SqlUnit(x, POSTGRES, writable);
           try {
             const result = await fn(unit);
-            const commit = commitSql(client, unit);
+            const commit = commitSql(client, unit, x.takeBegin());
             unit.end();
-            await client.query(commit);
+            if (commit) await client.query(commit);
             return { result, wrote: unit.wrote };
           } catch (err) {
             unit.end();
-            await client.query('ROLLBACK').catch(() => {});
+            if (x.takeBegin() === null) await client.query('ROLLBACK').catch(() => {});
             throw err;
           }
         });
@@ -417,29 +431,77 @@ function prepared(sql: string): { name?: string; text: string } {
   return st;
 }
 
-/** The shared SQL's statements on one unit's client. */
-function executor(client: pg.PoolClient): Executor {
-  const query = <R extends pg.QueryResultRow>(sql: string, params: readonly unknown[] = []) =>
-    client.query<R>({ ...prepared(sql), values: params as unknown[] });
-  return {
-    all: async <R>(sql: string, params?: readonly unknown[]) => (await query(sql, params)).rows as R[],
-    get: async <R>(sql: string, params?: readonly unknown[]) =>
-      (await query(sql, params)).rows[0] as R | undefined,
-    run: async (sql: string, params?: readonly unknown[]) => (await query(sql, params)).rowCount ?? 0,
-  };
+/** A value as an SQL literal, for the statement that goes with BEGIN (the simple protocol takes no parameters). */
+function literal(client: pg.PoolClient, v: unknown): string {
+  if (v === null || v === undefined) return 'NULL';
+  if (typeof v === 'boolean') return v ? 'TRUE' : 'FALSE';
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v))
+      throw new BerthError('INTERNAL', `a statement parameter is not a finite number: ${v}`);
+    return String(v);
+  }
+  return client.escapeLiteral(String(v));
 }
 
 /**
- * How a writing unit ends, in one round trip: its device events, numbered
+ * The shared SQL's statements on one unit's client. The unit's BEGIN is not
+ * sent on its own: it goes with the first statement, as one string of the
+ * simple protocol (that statement's values written as literals, escaped by
+ * the driver; Berth's statements hold no `?` inside a literal), so a unit
+ * costs one round trip less. Every later statement is prepared.
+ */
+class UnitExecutor implements Executor {
+  constructor(
+    private readonly client: pg.PoolClient,
+    /** The BEGIN not sent yet. */
+    private begin: string | null,
+  ) {}
+
+  /** The BEGIN not sent yet (null once it was), which the unit's end must send or may skip; clears it. */
+  takeBegin(): string | null {
+    const b = this.begin;
+    this.begin = null;
+    return b;
+  }
+
+  private async query<R extends pg.QueryResultRow>(
+    sql: string,
+    params: readonly unknown[] = [],
+  ): Promise<pg.QueryResult<R>> {
+    const begin = this.takeBegin();
+    if (begin === null) return this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
+    let i = 0;
+    const text = sql.replace(/\?/g, () => literal(this.client, params[i++]));
+    const results = (await this.client.query(`${begin}; ${text}`)) as unknown as pg.QueryResult<R>[];
+    return results[results.length - 1]!;
+  }
+
+  async all<R>(sql: string, params?: readonly unknown[]): Promise<R[]> {
+    return (await this.query(sql, params)).rows as R[];
+  }
+
+  async get<R>(sql: string, params?: readonly unknown[]): Promise<R | undefined> {
+    return (await this.query(sql, params)).rows[0] as R | undefined;
+  }
+
+  async run(sql: string, params?: readonly unknown[]): Promise<number> {
+    return (await this.query(sql, params)).rowCount ?? 0;
+  }
+}
+
+/**
+ * How a unit ends, in one round trip: its device events, numbered
  * under the event lock taken SHARED and held to COMMIT (so a reader of the
  * log can wait for every numbered event to commit: `beginAtEventBarrier`),
  * and COMMIT. One string (the simple query protocol, values escaped by the
  * driver): a statement that fails stops the rest and the unit is rolled back.
  * Writing units take the lock side by side and share their WAL flushes.
  */
-function commitSql(client: pg.PoolClient, unit: SqlUnit): string {
-  const parts: string[] = [];
+function commitSql(client: pg.PoolClient, unit: SqlUnit, begin: string | null): string | null {
   const events = unit.takeEvents();
+  // A unit that ran no statement: its BEGIN was never sent, and with no events there is nothing to end.
+  if (begin !== null && events.length === 0) return null;
+  const parts: string[] = begin === null ? [] : [begin];
   if (events.length > 0) {
     const lit = (v: string) => client.escapeLiteral(v);
     const rows = events.map(
