@@ -25,10 +25,11 @@
  *   gets a higher number. A watcher that read up to R never later finds a
  *   committed event ≤ R.
  * - Read-only units run REPEATABLE READ, READ ONLY: one consistent snapshot.
- * - The NOTIFY that wakes the other schedulers is sent after COMMIT, once per
- *   turn of the event loop for all the units that committed in it: a NOTIFY
- *   inside a transaction takes PostgreSQL's one notification-queue lock to
- *   the end of its commit, which would serialise every writing unit again.
+ * - The NOTIFY that wakes the other schedulers is sent after COMMIT, one for
+ *   every unit that committed in 10 ms: a NOTIFY inside a transaction takes
+ *   PostgreSQL's one notification-queue lock to the end of its commit, which
+ *   would serialise every writing unit again.
+ * - A unit's BEGIN goes with its first statement, in one round trip.
  */
 import pg from 'pg';
 import { BerthError } from '../../../errors.js';
