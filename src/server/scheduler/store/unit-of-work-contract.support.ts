@@ -93,6 +93,22 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       expect(await db.read((r) => r.currentRevision())).toBe(before);
     });
 
+    it("values with quotes, question marks and backslashes are stored as given, in a unit's first statement or a later one", async () => {
+      // PostgreSQL sends a unit's first statement with BEGIN, its values as literals (decision 59).
+      const odd = ["it's", 'a?b', 'back\\slash', "?', '?", 'null', '$1'];
+      for (const name of odd) await db.run((uow) => uow.putHost(hostRecord(name)));
+      await db.run(async (uow) => {
+        await uow.putHost(hostRecord('first'));
+        for (const name of odd) await uow.putHost({ ...hostRecord(name), endpoint: `${name}?` });
+      });
+      for (const name of odd) {
+        expect(await db.read((r) => r.host(name))).toEqual({ ...hostRecord(name), endpoint: `${name}?` });
+      }
+      expect((await db.read((r) => r.hosts({ after: "it's", limit: 1 }))).map((h) => h.name)).toEqual([
+        'null',
+      ]);
+    });
+
     it('putDevice is a compare-and-set on the generation: a stale write changes nothing', async () => {
       const d = device('d-1');
       await db.run((uow) => uow.putDevice(d, null));
