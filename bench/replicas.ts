@@ -25,7 +25,7 @@ import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js'
 import { postgresBin } from '../test/helpers/prerequisites.js';
 import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, type LoopStats, loadFleet, loadStore, loopStats } from './bind-harness.js';
-import { emit, parseArgs, round, tempDir } from './lib.js';
+import { emit, loadNow, parseArgs, round, tempDir } from './lib.js';
 
 const CONCURRENCY = 64;
 
@@ -137,19 +137,22 @@ async function main() {
     const sqlitePath = dbFile(dir.path);
     const { store } = await loadStore(sqlitePath, large);
     await store.close();
+    const sqliteAt = loadNow();
     const sqlite = await withReplicas(sqlitePath, 1, (e) => loopOver(e, large, seconds, quick));
 
     const pgLarge = await loadPg(server, 'bench_large', large);
-    const replicaRuns: Array<{ n: number; stats: LoopStats }> = [];
+    const replicaRuns: Array<{ n: number; stats: LoopStats; at: number[] }> = [];
     for (const n of [1, 2, 3]) {
+      const at = loadNow();
       replicaRuns.push({
         n,
         stats: await withReplicas(pgLarge, n, (e) => loopOver(e, large, seconds, quick)),
+        at,
       });
     }
     const doubles = await pgDoubleAllocations(pgLarge);
     const clean = replicaRuns.every((r) => r.stats.errors === 0) && doubles === 0;
-    for (const { n, stats } of replicaRuns) {
+    for (const { n, stats, at } of replicaRuns) {
       const ratio = stats.throughput / sqlite.throughput;
       emit({
         name: `replicas-postgres-${n}`,
@@ -170,6 +173,9 @@ async function main() {
         sqlite: summary(sqlite),
         devices_with_two_arqs: doubles,
         quick,
+        // The load when this figure's run began, and when its baseline's did.
+        loadavg_start: at,
+        loadavg_start_baseline: sqliteAt,
       });
     }
 
@@ -186,10 +192,12 @@ async function main() {
       unit: 'binds/s',
       devices_with_two_arqs: doubles,
       quick,
+      loadavg_start: replicaRuns[0]!.at,
     });
 
     // P3 on PostgreSQL: small, large, small (the baseline is the mean of both small runs).
     const pgSmall = await loadPg(server, 'bench_small', small);
+    const scaleAt = loadNow();
     const a = await withReplicas(pgSmall, 1, (e) => loopOver(e, small, seconds / 2, quick));
     const big = await withReplicas(pgLarge, 1, (e) => loopOver(e, large, seconds, quick));
     const b = await withReplicas(pgSmall, 1, (e) => loopOver(e, small, seconds / 2, quick));
@@ -210,6 +218,7 @@ async function main() {
       throughput_large: round(big.throughput, 1),
       errors: a.errors + big.errors + b.errors,
       quick,
+      loadavg_start: scaleAt,
     });
   } finally {
     await stopAllProcesses();
