@@ -109,6 +109,35 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       ]);
     });
 
+    it('a write that fails fails its unit, even as its last statement, and leaves nothing of it', async () => {
+      // PostgreSQL sends a write whose result the unit does not use with the next statement or with COMMIT.
+      const profile = { name: 'p', uuid: 'u-1', description: '', groups: [], createdAt: NOW };
+      await db.run((uow) => uow.insertProfile(profile));
+      // (Below the use cases a duplicate name is the driver's error: they check names under lock.)
+      // The failure at the unit's end last: its connection must not go back to the pool mid-transaction.
+      await expect(
+        db.run(async (uow) => {
+          await uow.insertProfile({ ...profile, uuid: 'u-3' });
+          await uow.putHost(hostRecord('h2'));
+          await uow.host('h2');
+        }),
+      ).rejects.toThrow();
+      await expect(
+        db.run(async (uow) => {
+          await uow.putHost(hostRecord('h1'));
+          await uow.insertProfile({ ...profile, uuid: 'u-2' });
+        }),
+      ).rejects.toThrow();
+      // The connections those units used are whole: later units on them work.
+      await Promise.all(
+        Array.from({ length: 12 }, (_, i) => db.run((uow) => uow.putHost(hostRecord(`after-${i}`)))),
+      );
+      expect((await db.read((r) => r.hosts())).map((h) => h.name)).toEqual(
+        Array.from({ length: 12 }, (_, i) => `after-${i}`).sort(),
+      );
+      expect((await db.read((r) => r.profiles())).map((p) => p.uuid)).toEqual(['u-1']);
+    });
+
     it('putDevice is a compare-and-set on the generation: a stale write changes nothing', async () => {
       const d = device('d-1');
       await db.run((uow) => uow.putDevice(d, null));
