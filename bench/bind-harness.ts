@@ -111,22 +111,36 @@ export async function loadStore(
   return { store, loadMs: nowMs() - t0 };
 }
 
-/** Registers `hosts` hosts of DEVICES_PER_HOST devices each, and the bench profile, through the store (any backend). */
-export async function loadFleet(store: UseCases, hosts: number): Promise<void> {
-  for (let h = 0; h < hosts; h++) {
-    const name = hostName(h);
-    const devices = Array.from({ length: DEVICES_PER_HOST }, (_, i) => benchDevice(i, name));
-    await store.registerHost({
-      name,
-      endpoint: `127.0.0.1:${20000 + (h % 40000)}`,
-      bootId: 'bench-boot',
-      agentEpoch: 'bench-epoch',
-      agentVersion: 'bench',
-      features: ['cleanup.v1'],
-      drivers: ['pci'],
-    });
-    await store.upsertInventory(name, { kind: 'snapshot', revision: 1, devices });
-  }
+/**
+ * Registers `hosts` hosts of `devicesPerHost` devices each (DEVICES_PER_HOST
+ * by default), and the bench profile, through the store's own use cases (any
+ * backend). `concurrency` hosts are registered at once: SQLite commits a turn's
+ * units together, PostgreSQL spreads them over its pool.
+ */
+export async function loadFleet(
+  store: UseCases,
+  hosts: number,
+  opts: { devicesPerHost?: number; concurrency?: number } = {},
+): Promise<void> {
+  const perHost = opts.devicesPerHost ?? DEVICES_PER_HOST;
+  let next = 0;
+  const worker = async () => {
+    for (let h = next++; h < hosts; h = next++) {
+      const name = hostName(h);
+      const devices = Array.from({ length: perHost }, (_, i) => benchDevice(i, name));
+      await store.registerHost({
+        name,
+        endpoint: `127.0.0.1:${20000 + (h % 40000)}`,
+        bootId: 'bench-boot',
+        agentEpoch: 'bench-epoch',
+        agentVersion: 'bench',
+        features: ['cleanup.v1'],
+        drivers: ['pci'],
+      });
+      await store.upsertInventory(name, { kind: 'snapshot', revision: 1, devices });
+    }
+  };
+  await Promise.all(Array.from({ length: opts.concurrency ?? 1 }, worker));
   await store.createProfile({
     name: PROFILE,
     description: 'one VF',

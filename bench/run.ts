@@ -22,10 +22,14 @@ export const BENCHMARKS = [
   'memory',
   'retention',
   'replicas',
+  'statements',
+  'fleet',
   'hotplug',
 ] as const;
 /** Per-benchmark wall-clock limit; a hung benchmark is killed and counted as a crash. */
 const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
+/** Longer limits (full runs): fleet loads and serves 1M devices on two backends. */
+const LONGER_MS: Record<string, number> = { fleet: 45 * 60_000 };
 
 function machine() {
   let nproc = String(cpus().length);
@@ -63,7 +67,10 @@ function runOne(
     child.stderr.on('data', (c: Buffer) => {
       err += c;
     });
-    const timer = setTimeout(() => child.kill('SIGKILL'), quick ? LIMIT_MS.quick : LIMIT_MS.full);
+    const timer = setTimeout(
+      () => child.kill('SIGKILL'),
+      quick ? LIMIT_MS.quick : (LONGER_MS[name] ?? LIMIT_MS.full),
+    );
     child.on('close', (code) => {
       clearTimeout(timer);
       const lines: object[] = [];
@@ -130,6 +137,21 @@ async function main() {
     process.stderr.write(
       `${String(r.name).padEnd(18)} ${f(r.value)} ${f(r.baseline)} ${String(r.ratio).padEnd(7)} ${String(r.pass).padEnd(5)} ${String(r.unit).padEnd(8)} ${load.text}\n`,
     );
+  }
+  // Curves (bench/fleet.ts): each figure of each size, so the shape shows whether cost grows with the fleet.
+  const curves = new Set<string>();
+  for (const r of results) {
+    if (!Array.isArray(r.curve)) continue;
+    const text = JSON.stringify(r.curve);
+    if (curves.has(text)) continue;
+    curves.add(text);
+    const rows = r.curve as Array<Record<string, unknown>>;
+    const cols = Object.keys(rows[0] ?? {}).filter((k) => k !== 'loadavg_start');
+    process.stderr.write(`\n${String(r.name).replace(/-[a-z]+$/, '')} curve:\n`);
+    process.stderr.write(`${cols.map((c) => c.padStart(Math.max(8, c.length))).join(' ')}\n`);
+    for (const row of rows) {
+      process.stderr.write(`${cols.map((c) => String(row[c]).padStart(Math.max(8, c.length))).join(' ')}\n`);
+    }
   }
   if (loaded > 0) {
     process.stderr.write(

@@ -390,8 +390,13 @@ export class Scheduler {
     // another live scheduler follows are left as it says.
     if (!lifecycle.is('store_damaged')) {
       const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
-      for (const h of await useCases.listHosts()) {
-        if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
+      // A page at a time: a fleet of 50,000 hosts is not held in memory to find the connected few.
+      for (let after = '', page = await useCases.hostsPage(after, 1000); page.length > 0; ) {
+        for (const h of page) {
+          if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
+        }
+        after = page[page.length - 1]!.name;
+        page = await useCases.hostsPage(after, 1000);
       }
       leaseKeeper?.start();
     }

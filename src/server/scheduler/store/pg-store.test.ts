@@ -10,7 +10,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
-import { hostName } from '../domain/test-fixtures.js';
+import { newDevice } from '../domain/device-state.js';
+import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
 import { runMediaContract } from './media-contract.support.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
 import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
@@ -95,6 +96,66 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
         await client.end();
       }
     },
+  });
+
+  it('an event numbered before another but committed after it is not skipped: the log is read once both committed', async () => {
+    // Writers number their events side by side (decision 59). Unit S numbers
+    // its event, then is held inside its COMMIT by a deferred trigger waiting
+    // on a lock this test holds; unit F numbers the next event and commits. A
+    // reader that saw F's event alone would move its cursor past S's.
+    const url = await databaseFor('events/late-commit');
+    const db = new PgDatabase(url);
+    await db.migrate();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    const HOLD = 4242;
+    try {
+      await admin.query(`
+        CREATE FUNCTION hold_slow() RETURNS trigger LANGUAGE plpgsql AS
+          $$ BEGIN PERFORM pg_advisory_xact_lock(${HOLD}); RETURN NULL; END $$;
+        CREATE CONSTRAINT TRIGGER hold_slow AFTER INSERT ON device_events DEFERRABLE INITIALLY DEFERRED
+          FOR EACH ROW WHEN (NEW.device_uuid = 'slow') EXECUTE FUNCTION hold_slow()`);
+      await admin.query('SELECT pg_advisory_lock($1)', [HOLD]);
+      const event = (uuid: string, index: number) => ({
+        ...newDevice(hostName('h1'), facts({ index }), testUuid(uuid), '2026-01-01T00:00:00.000Z'),
+        generation: 1,
+      });
+      const log = { eventLog: true };
+      const start = await db.read((r) => r.currentRevision(), log);
+      const waiting = async (n: number) =>
+        eventually(
+          async () =>
+            Number(
+              (
+                await admin.query<{ n: string }>(
+                  "SELECT COUNT(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                )
+              ).rows[0]!.n,
+            ),
+          (k) => k === n,
+        );
+      const slow = db.run((uow) => uow.appendDeviceEvent(event('slow', 0)));
+      await waiting(1); // S numbered its event and waits inside its COMMIT
+      await db.run((uow) => uow.appendDeviceEvent(event('fast', 1)));
+      const direct = await admin.query<{ revision: number; device_uuid: string }>(
+        'SELECT revision, device_uuid FROM device_events WHERE revision > $1 ORDER BY revision',
+        [start],
+      );
+      // What a plain snapshot would show now: F's event alone, above S's number.
+      expect(direct.rows.map((r) => r.device_uuid)).toEqual(['fast']);
+      const read = db.read((r) => r.eventsSince(start, 10), log);
+      const current = db.read((r) => r.currentRevision(), log);
+      await waiting(3); // both readers wait for S too
+      await admin.query('SELECT pg_advisory_unlock($1)', [HOLD]);
+      await slow;
+      const events = await read;
+      expect(events.map((e) => e.device.uuid)).toEqual(['slow', 'fast']);
+      expect(events[0]!.revision).toBeLessThan(events[1]!.revision);
+      expect(await current).toBe(events[1]!.revision);
+    } finally {
+      await admin.end();
+      await db.close();
+    }
   });
 
   it('a server that ends every connection (idle, checked out, listening) fails only the unit that used one, as STORE_UNAVAILABLE; the next units get new connections', async () => {

@@ -13,11 +13,25 @@
  *   insert of the same key is rolled back and run again (at most 5 times):
  *   units have no effect outside the port until they resolve.
  * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss).
- * - Device events are buffered by the unit and written just before COMMIT
- *   under one advisory lock held to the end of the transaction, so revisions
- *   are in commit order: a watcher that read up to R never later finds a
+ * - Device events are buffered by the unit and written just before COMMIT,
+ *   numbered by the log's identity column, under the event lock taken SHARED
+ *   and held to the end of the transaction: writing units commit side by side
+ *   (their WAL flushes shared), and revisions may commit out of order and
+ *   leave gaps (a rolled-back unit's numbers). What a watcher reads is made
+ *   safe on the reading side (decision 59): a unit that reads the event log
+ *   takes its snapshot while holding the event lock EXCLUSIVE for a moment,
+ *   so no unit is between numbering its events and committing; every event
+ *   at or below the highest revision it sees is in it, and every later one
+ *   gets a higher number. A watcher that read up to R never later finds a
  *   committed event ≤ R.
  * - Read-only units run REPEATABLE READ, READ ONLY: one consistent snapshot.
+ * - The NOTIFY that wakes the other schedulers is sent after COMMIT, one for
+ *   every unit that committed in 10 ms: a NOTIFY inside a transaction takes
+ *   PostgreSQL's one notification-queue lock to the end of its commit, which
+ *   would serialise every writing unit again.
+ * - What need not wait for an answer — a unit's BEGIN, the writes and locks
+ *   whose result it does not use — goes with its next statement or its end,
+ *   in the same round trip (`UnitExecutor`).
  */
 import pg from 'pg';
 import { BerthError } from '../../../errors.js';
@@ -26,6 +40,7 @@ import type {
   LeasedHost,
   LinkLeases,
   ReadUnit,
+  ReadUnitOptions,
   TransactionRunner,
   UnitOfWork,
 } from '../usecases/unit-of-work.js';
@@ -97,6 +112,8 @@ function redact(url: string): string {
 
 /** The channel every writing unit notifies at commit, so other schedulers on the database wake their watches. */
 const CHANGES_CHANNEL = 'berth_changes';
+/** How long a NOTIFY waits for more commits to tell of (the other schedulers' watches wake that much later). */
+const NOTIFY_WINDOW_MS = 10;
 
 export class PgDatabase implements TransactionRunner {
   private readonly pool: pg.Pool;
@@ -171,8 +188,8 @@ export class PgDatabase implements TransactionRunner {
     return this.track(() => this.unit(fn, true));
   }
 
-  read<T>(fn: (uow: ReadUnit) => Promise<T>): Promise<T> {
-    return this.track(() => this.unit(fn, false));
+  read<T>(fn: (uow: ReadUnit) => Promise<T>, opts?: ReadUnitOptions): Promise<T> {
+    return this.track(() => this.unit(fn, false, opts?.eventLog === true));
   }
 
   /** Link leases (store.ts LinkLeases): one statement each, outside any unit. */
@@ -266,7 +283,29 @@ export class PgDatabase implements TransactionRunner {
     this.listener = null;
     await listener?.end().catch(() => {});
     await Promise.allSettled([...this.inflight]);
+    await this.notifyNow();
     await this.pool.end();
+  }
+
+  private notifyTimer: NodeJS.Timeout | null = null;
+
+  /**
+   * Tells the other schedulers that something committed: one NOTIFY, outside
+   * any unit, for every unit that committed in the next NOTIFY_WINDOW_MS (a
+   * round trip each would be a tenth of a bind cycle's). Lost only if this
+   * process dies inside that window; the other schedulers' next change or look
+   * then catches up (decision 59). A clean close sends a pending one first.
+   */
+  private notifySoon(): void {
+    if (this.notifyTimer || this.closed) return;
+    this.notifyTimer = setTimeout(() => void this.notifyNow(), NOTIFY_WINDOW_MS);
+  }
+
+  private async notifyNow(): Promise<void> {
+    if (!this.notifyTimer) return;
+    clearTimeout(this.notifyTimer);
+    this.notifyTimer = null;
+    await this.withClient((client) => client.query(`NOTIFY ${CHANGES_CHANNEL}`)).catch(() => {});
   }
 
   private track<T>(start: () => Promise<T>): Promise<T> {
@@ -304,34 +343,54 @@ export class PgDatabase implements TransactionRunner {
     }
   }
 
-  private async unit<T>(fn: (uow: SqlUnit) => Promise<T>, writable: boolean): Promise<T> {
+  private async unit<T>(fn: (uow: SqlUnit) => Promise<T>, writable: boolean, eventLog = false): Promise<T> {
     for (let attempt = 1; ; attempt++) {
-      let begun = false;
+      let committing = false;
       try {
-        return await this.withClient(async (client) => {
-          const unit = new SqlUnit(executor(client), POSTGRES, writable);
-          await client.query(writable ? 'BEGIN' : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY');
-          begun = true;
+        const result = await this.withClient(async (client) => {
+          // BEGIN goes with the unit's first statement (one round trip less a unit);
+          // a log reader's begins at the barrier, on its own.
+          if (eventLog && !writable) await beginAtEventBarrier(client);
+          const x = new UnitExecutor(
+            client,
+            eventLog && !writable
+              ? null
+              : writable
+                ? 'BEGIN'
+                : 'BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY',
+          );
+          if (eventLog && !writable) x.begun = true;
+          const unit = new SqlUnit(x, POSTGRES, writable);
           try {
             const result = await fn(unit);
-            const commit = commitSql(client, unit);
+            const commit = commitSql(client, unit, x.takePending(), x.begun);
             unit.end();
-            await client.query(commit);
-            return result;
+            if (commit) {
+              // From here the transaction may be open (the string starts with BEGIN when
+              // nothing went before): a failure must roll it back, not leave it to the pool.
+              x.begun = true;
+              committing = true;
+              await client.query(commit);
+            }
+            return { result, wrote: unit.wrote };
           } catch (err) {
             unit.end();
-            await client.query('ROLLBACK').catch(() => {});
+            if (x.begun) await client.query('ROLLBACK').catch(() => {});
             throw err;
           }
         });
+        if (result.wrote) this.notifySoon();
+        return result.result;
       } catch (err) {
         const code = (err as { pgCode?: string }).pgCode;
         if (code && TRANSIENT.has(code) && attempt < MAX_ATTEMPTS) continue;
-        // A pooled connection the server ended while it was idle (a restart, a
-        // failover) fails at BEGIN, before the unit did anything: the pool has
-        // dropped it, so the unit runs again on another.
+        // A connection the server ended (a restart, a failover; a pooled one
+        // that was idle) fails the unit before its COMMIT was sent: nothing of
+        // it was written, and the pool has dropped the connection, so the unit
+        // runs again on another. A failure while the COMMIT was out is not
+        // retried: it may have been written.
         if (
-          !begun &&
+          !committing &&
           err instanceof BerthError &&
           err.reason === 'STORE_UNAVAILABLE' &&
           attempt < MAX_ATTEMPTS
@@ -412,41 +471,130 @@ function prepared(sql: string): { name?: string; text: string } {
   return st;
 }
 
-/** The shared SQL's statements on one unit's client. */
-function executor(client: pg.PoolClient): Executor {
-  const query = <R extends pg.QueryResultRow>(sql: string, params: readonly unknown[] = []) =>
-    client.query<R>({ ...prepared(sql), values: params as unknown[] });
-  return {
-    all: async <R>(sql: string, params?: readonly unknown[]) => (await query(sql, params)).rows as R[],
-    get: async <R>(sql: string, params?: readonly unknown[]) =>
-      (await query(sql, params)).rows[0] as R | undefined,
-    run: async (sql: string, params?: readonly unknown[]) => (await query(sql, params)).rowCount ?? 0,
-  };
+/** A value as an SQL literal, for the statement that goes with BEGIN (the simple protocol takes no parameters). */
+function literal(client: pg.PoolClient, v: unknown): string {
+  if (v === null || v === undefined) return 'NULL';
+  if (typeof v === 'boolean') return v ? 'TRUE' : 'FALSE';
+  if (typeof v === 'number') {
+    if (!Number.isFinite(v))
+      throw new BerthError('INTERNAL', `a statement parameter is not a finite number: ${v}`);
+    return String(v);
+  }
+  return client.escapeLiteral(String(v));
 }
 
 /**
- * How a writing unit ends, in one round trip: its device events under the
- * event lock held to COMMIT (revisions in commit order), the notification the
- * other schedulers get at COMMIT (and only then), and COMMIT. One string (the
- * simple query protocol, values escaped by the driver) so the serial section
- * under the lock costs one round trip and the WAL flush, not one round trip
- * per statement while this process serves other requests; a statement that
- * fails stops the rest and the unit is rolled back.
+ * The shared SQL's statements on one unit's client. What need not wait for an
+ * answer goes with the next statement that does, as one string of the simple
+ * protocol (values written as literals, escaped by the driver; Berth's
+ * statements hold no `?` inside a literal): the unit's BEGIN, and the writes
+ * and locks whose result the unit does not use (`later`), or with the unit's
+ * end (`commitSql`). A statement sent alone is prepared. A bind is 9 round
+ * trips instead of 14 (bench/statements.ts).
  */
-function commitSql(client: pg.PoolClient, unit: SqlUnit): string {
-  const parts: string[] = [];
+class UnitExecutor implements Executor {
+  /** Statements not sent yet, in order, as text. */
+  private pending: string[] = [];
+
+  constructor(
+    private readonly client: pg.PoolClient,
+    /** The BEGIN not sent yet. */
+    begin: string | null,
+  ) {
+    if (begin !== null) this.pending.push(begin);
+  }
+
+  /** Whether BEGIN was sent (else the unit's end has nothing to roll back). */
+  begun = false;
+
+  /** The statements not sent yet, in order; clears them (the unit's end sends them). */
+  takePending(): string[] {
+    const p = this.pending;
+    this.pending = [];
+    return p;
+  }
+
+  private text(sql: string, params: readonly unknown[]): string {
+    let i = 0;
+    return sql.replace(/\?/g, () => literal(this.client, params[i++]));
+  }
+
+  later(sql: string, params: readonly unknown[] = []): void {
+    this.pending.push(this.text(sql, params));
+  }
+
+  private async query<R extends pg.QueryResultRow>(
+    sql: string,
+    params: readonly unknown[] = [],
+  ): Promise<pg.QueryResult<R>> {
+    if (this.pending.length === 0) {
+      return this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
+    }
+    const parts = this.takePending();
+    parts.push(this.text(sql, params));
+    this.begun = true;
+    const results = (await this.client.query(parts.join('; '))) as unknown as pg.QueryResult<R>[];
+    return results[results.length - 1]!;
+  }
+
+  async all<R>(sql: string, params?: readonly unknown[]): Promise<R[]> {
+    return (await this.query(sql, params)).rows as R[];
+  }
+
+  async get<R>(sql: string, params?: readonly unknown[]): Promise<R | undefined> {
+    return (await this.query(sql, params)).rows[0] as R | undefined;
+  }
+
+  async run(sql: string, params?: readonly unknown[]): Promise<number> {
+    return (await this.query(sql, params)).rowCount ?? 0;
+  }
+}
+
+/**
+ * How a unit ends, in one round trip: its device events, numbered
+ * under the event lock taken SHARED and held to COMMIT (so a reader of the
+ * log can wait for every numbered event to commit: `beginAtEventBarrier`),
+ * and COMMIT. One string (the simple query protocol, values escaped by the
+ * driver): a statement that fails stops the rest and the unit is rolled back.
+ * Writing units take the lock side by side and share their WAL flushes.
+ */
+function commitSql(client: pg.PoolClient, unit: SqlUnit, pending: string[], begun: boolean): string | null {
   const events = unit.takeEvents();
+  // A unit that sent nothing and has nothing to send: its BEGIN never went, there is nothing to end.
+  if (!begun && pending.length <= 1 && events.length === 0) return null;
+  const parts: string[] = pending;
   if (events.length > 0) {
     const lit = (v: string) => client.escapeLiteral(v);
     const rows = events.map(
       (e) => `(${lit(e.deviceUuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${lit(e.record)}, ${lit(e.at)})`,
     );
-    parts.push(`SELECT pg_advisory_xact_lock(${EVENT_LOCK})`);
+    parts.push(`SELECT pg_advisory_xact_lock_shared(${EVENT_LOCK})`);
     parts.push(`INSERT INTO device_events (device_uuid, removed, record, at) VALUES ${rows.join(', ')}`);
   }
-  if (unit.wrote) parts.push(`NOTIFY ${CHANGES_CHANNEL}`);
   parts.push('COMMIT');
   return parts.join('; ');
+}
+
+/**
+ * Opens a read-only unit whose snapshot holds every device event numbered so
+ * far: the snapshot is taken (by the first statement after BEGIN) while this
+ * session holds the event lock EXCLUSIVE, which it gets once every unit that
+ * numbered events has committed or rolled back, and before any other numbers
+ * one; it lets go at once. Writers wait for it only that long. The lock is
+ * the session's (a transaction lock would be taken after the snapshot): on a
+ * failure the session lets go of it before the client goes back to the pool.
+ */
+async function beginAtEventBarrier(client: pg.PoolClient): Promise<void> {
+  await client.query(`SELECT pg_advisory_lock(${EVENT_LOCK})`);
+  try {
+    await client.query(
+      `BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT pg_advisory_unlock(${EVENT_LOCK})`,
+    );
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    await client.query(`SELECT pg_advisory_unlock(${EVENT_LOCK})`).catch(() => {});
+    throw err;
+  }
 }
 
 type LeaseRow = { host: string; record: string };

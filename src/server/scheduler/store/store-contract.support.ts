@@ -116,6 +116,18 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await store.getHost(hostName('h1'))).deviceCount).toBe(1);
     });
 
+    it('hosts are walked a page at a time by name, to the end', async () => {
+      for (const name of ['h3', 'h1', 'h5', 'h2', 'h4']) await store.registerHost(reg(name));
+      const names: string[][] = [];
+      for (let after = '', page = await store.hostsPage(after, 2); page.length > 0; ) {
+        names.push(page.map((h) => h.name));
+        after = page[page.length - 1]!.name;
+        page = await store.hostsPage(after, 2);
+      }
+      expect(names).toEqual([['h1', 'h2'], ['h3', 'h4'], ['h5']]);
+      expect((await store.hostsPage('h4', 0)).map((h) => h.name)).toEqual(['h5']);
+    });
+
     it('64 concurrent binds race for 10 devices: exactly 10 win, no device twice, the rest fail clearly', async () => {
       await host(
         'h1',

@@ -93,6 +93,51 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       expect(await db.read((r) => r.currentRevision())).toBe(before);
     });
 
+    it("values with quotes, question marks and backslashes are stored as given, in a unit's first statement or a later one", async () => {
+      // PostgreSQL sends a unit's first statement with BEGIN, its values as literals (decision 59).
+      const odd = ["it's", 'a?b', 'back\\slash', "?', '?", 'null', '$1'];
+      for (const name of odd) await db.run((uow) => uow.putHost(hostRecord(name)));
+      await db.run(async (uow) => {
+        await uow.putHost(hostRecord('first'));
+        for (const name of odd) await uow.putHost({ ...hostRecord(name), endpoint: `${name}?` });
+      });
+      for (const name of odd) {
+        expect(await db.read((r) => r.host(name))).toEqual({ ...hostRecord(name), endpoint: `${name}?` });
+      }
+      expect((await db.read((r) => r.hosts({ after: "it's", limit: 1 }))).map((h) => h.name)).toEqual([
+        'null',
+      ]);
+    });
+
+    it('a write that fails fails its unit, even as its last statement, and leaves nothing of it', async () => {
+      // PostgreSQL sends a write whose result the unit does not use with the next statement or with COMMIT.
+      const profile = { name: 'p', uuid: 'u-1', description: '', groups: [], createdAt: NOW };
+      await db.run((uow) => uow.insertProfile(profile));
+      // (Below the use cases a duplicate name is the driver's error: they check names under lock.)
+      // The failure at the unit's end last: its connection must not go back to the pool mid-transaction.
+      await expect(
+        db.run(async (uow) => {
+          await uow.insertProfile({ ...profile, uuid: 'u-3' });
+          await uow.putHost(hostRecord('h2'));
+          await uow.host('h2');
+        }),
+      ).rejects.toThrow();
+      await expect(
+        db.run(async (uow) => {
+          await uow.putHost(hostRecord('h1'));
+          await uow.insertProfile({ ...profile, uuid: 'u-2' });
+        }),
+      ).rejects.toThrow();
+      // The connections those units used are whole: later units on them work.
+      await Promise.all(
+        Array.from({ length: 12 }, (_, i) => db.run((uow) => uow.putHost(hostRecord(`after-${i}`)))),
+      );
+      expect((await db.read((r) => r.hosts())).map((h) => h.name)).toEqual(
+        Array.from({ length: 12 }, (_, i) => `after-${i}`).sort(),
+      );
+      expect((await db.read((r) => r.profiles())).map((p) => p.uuid)).toEqual(['u-1']);
+    });
+
     it('putDevice is a compare-and-set on the generation: a stale write changes nothing', async () => {
       const d = device('d-1');
       await db.run((uow) => uow.putDevice(d, null));
@@ -129,6 +174,101 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       );
       expect(await db.read((r) => r.eventsSince(revs[0]!, 2))).toHaveLength(2);
     });
+
+    it('many concurrent writers: watchers see every event once, each device in commit order, and resume from any revision', async () => {
+      // Writers bump shared devices (row-locked, so each device's events have a
+      // commit order: generations 2, 3, 4…) and private ones, some two events a
+      // unit; watchers read the log while they write. Watcher A follows from
+      // its cursor; watcher B a few times forgets a random tail of what it saw
+      // and resumes from the last revision it kept, as a client resuming a
+      // WatchDevices stream does.
+      const SHARED = 4;
+      const WRITERS = 12;
+      const UNITS = 20;
+      const log = { eventLog: true };
+      let seed = 7;
+      const random = (n: number) => {
+        seed = (seed * 1_103_515_245 + 12_345) % 2 ** 31;
+        return seed % n;
+      };
+      const uuids = [
+        ...Array.from({ length: SHARED }, (_, i) => `shared-${i}`),
+        ...Array.from({ length: WRITERS }, (_, w) => `own-${w}`),
+      ];
+      await db.run(async (uow) => {
+        for (const [i, uuid] of uuids.entries()) await uow.putDevice(device(uuid, i), null);
+      });
+      const start = await db.read((r) => r.currentRevision(), log);
+      let committed = 0;
+      let writing = true;
+      const bump = async (uow: UnitOfWork, uuid: string) => {
+        const d = (await uow.device({ uuid: testUuid(uuid) }, FOR_UPDATE))!;
+        const next = { ...d, generation: d.generation + 1 };
+        await uow.putDevice(next, d.generation);
+        await uow.appendDeviceEvent(next);
+      };
+      const writer = async (w: number) => {
+        for (let u = 0; u < UNITS; u++) {
+          const both = u % 3 === 0;
+          const shared = `shared-${(w + u) % SHARED}`;
+          await db.run(async (uow) => {
+            await bump(uow, u % 2 === 0 ? shared : `own-${w}`);
+            if (both) await bump(uow, `own-${w}`);
+          });
+          committed += both ? 2 : 1;
+        }
+      };
+      type Seen = { revision: number; uuid: string; generation: number };
+      const page = async (after: number, limit: number): Promise<Seen[]> =>
+        (await db.read((r) => r.eventsSince(after, limit), log)).map((e) => ({
+          revision: e.revision,
+          uuid: e.device.uuid,
+          generation: e.device.generation,
+        }));
+      const follow = async (forget: boolean): Promise<Seen[]> => {
+        const seen: Seen[] = [];
+        let cursor = start;
+        let forgets = forget ? 8 : 0;
+        for (;;) {
+          const done = !writing;
+          const got = await page(cursor, 1 + random(9));
+          for (const e of got) {
+            expect(e.revision).toBeGreaterThan(cursor);
+            cursor = e.revision;
+            seen.push(e);
+          }
+          if (forgets > 0 && !done && seen.length > 0 && random(4) === 0) {
+            forgets--;
+            seen.length = random(seen.length + 1);
+            cursor = seen.at(-1)?.revision ?? start;
+          }
+          if (done && got.length === 0) return seen;
+          await new Promise((r) => setImmediate(r));
+        }
+      };
+      const watchers = Promise.all([follow(false), follow(true)]);
+      await Promise.all(Array.from({ length: WRITERS }, (_, w) => writer(w)));
+      writing = false;
+      const [a, b] = await watchers;
+
+      expect(b).toEqual(a);
+      expect(a).toHaveLength(committed);
+      expect(new Set(a.map((e) => `${e.uuid}@${e.generation}`)).size).toBe(committed);
+      for (const uuid of uuids) {
+        const generations = a.filter((e) => e.uuid === uuid).map((e) => e.generation);
+        expect(generations).toEqual(generations.map((_, i) => i + 2));
+      }
+      // Resumed afterwards from any number (an event's, one between two, the head): exactly what follows it.
+      const last = a.at(-1)!.revision;
+      for (let k = 0; k < 12; k++) {
+        const from = start + random(last - start + 1);
+        const rest: Seen[] = [];
+        for (let got = await page(from, 50); got.length > 0; got = await page(got.at(-1)!.revision, 50))
+          rest.push(...got);
+        expect(rest).toEqual(a.filter((e) => e.revision > from));
+      }
+      expect(await db.read((r) => r.currentRevision(), log)).toBe(last);
+    }, 60_000);
 
     it('32 concurrent read-modify-write units under FOR_UPDATE lose no update', async () => {
       await db.run((uow) => uow.putHost(hostRecord('h1', 0)));

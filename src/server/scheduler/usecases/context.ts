@@ -7,7 +7,7 @@
 
 import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
-import type { ReadUnit, TransactionRunner, UnitOfWork } from './unit-of-work.js';
+import type { ReadUnit, ReadUnitOptions, TransactionRunner, UnitOfWork } from './unit-of-work.js';
 import { upgrading } from './upgrade.js';
 
 /** A change committed to the scheduler's records, as the listeners need it. */
@@ -55,6 +55,10 @@ export class Tx {
 }
 
 /** Run `fn` as one read-only unit (a consistent snapshot); its records are up to date (./upgrade.ts). */
-export function read<T>(deps: UseCaseDeps, fn: (r: ReadUnit) => Promise<T>): Promise<T> {
-  return deps.db.read((r) => fn(upgrading(r)));
+export function read<T>(
+  deps: UseCaseDeps,
+  fn: (r: ReadUnit) => Promise<T>,
+  opts?: ReadUnitOptions,
+): Promise<T> {
+  return deps.db.read((r) => fn(upgrading(r)), opts);
 }

@@ -4,10 +4,13 @@ import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceEvent, DeviceFilter } from '../domain/inventory.js';
 import { read, type UseCaseDeps } from './context.js';
 import { revisionCompacted } from './retention.js';
-import type { DeviceCount } from './unit-of-work.js';
+import type { DeviceCount, ReadUnitOptions } from './unit-of-work.js';
+
+/** These units read the event log: their snapshot must hold every event up to the revision they see. */
+const EVENT_LOG: ReadUnitOptions = { eventLog: true };
 
 export async function currentRevision(deps: UseCaseDeps): Promise<number> {
-  return read(deps, (r) => r.currentRevision());
+  return read(deps, (r) => r.currentRevision(), EVENT_LOG);
 }
 
 /** Events with revision > `revision`, oldest first, at most `limit`. */
@@ -16,11 +19,15 @@ export async function eventsSince(
   revision: number,
   limit: number,
 ): Promise<DeviceEvent[]> {
-  return read(deps, async (r) => {
-    const compacted = await r.compactedRevision();
-    if (revision < compacted) throw revisionCompacted(revision, compacted);
-    return r.eventsSince(revision, Math.max(1, Math.trunc(limit)));
-  });
+  return read(
+    deps,
+    async (r) => {
+      const compacted = await r.compactedRevision();
+      if (revision < compacted) throw revisionCompacted(revision, compacted);
+      return r.eventsSince(revision, Math.max(1, Math.trunc(limit)));
+    },
+    EVENT_LOG,
+  );
 }
 
 /** Matching devices and the revision they are consistent with, read in one unit. */
@@ -28,7 +35,11 @@ export async function snapshot(
   deps: UseCaseDeps,
   filter: DeviceFilter = {},
 ): Promise<{ revision: number; devices: DeviceRecord[] }> {
-  return read(deps, async (r) => ({ revision: await r.currentRevision(), devices: await r.devices(filter) }));
+  return read(
+    deps,
+    async (r) => ({ revision: await r.currentRevision(), devices: await r.devices(filter) }),
+    EVENT_LOG,
+  );
 }
 
 /** Devices counted by host, type and state. */

@@ -222,6 +222,14 @@ export async function getHost(deps: UseCaseDeps, name: HostName): Promise<HostRe
   return read(deps, async (r) => withCount(r, await mustHost(r, name)));
 }
 
+/**
+ * A page of hosts by name (the first `limit` after `after`), without their
+ * device counts: for walking a fleet of any size in bounded memory.
+ */
+export async function hostsPage(deps: UseCaseDeps, after: string, limit: number): Promise<HostRecord[]> {
+  return read(deps, (r) => r.hosts({ after, limit: Math.max(1, Math.trunc(limit)) }));
+}
+
 export async function listHosts(deps: UseCaseDeps): Promise<HostRecord[]> {
   return read(deps, async (r) => {
     const out: HostRecord[] = [];

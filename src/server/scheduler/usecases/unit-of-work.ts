@@ -91,8 +91,8 @@ export interface ReadUnit {
   // hosts
   /** The stored host; its `deviceCount` is not maintained by the backend (see `deviceCount`). */
   host(name: string, opts?: ReadOptions): Promise<HostRecord | null>;
-  /** Every host, by name. */
-  hosts(): Promise<HostRecord[]>;
+  /** Every host, by name; or a page of them: the first `limit` after the name `after`. */
+  hosts(page?: { after: string; limit: number }): Promise<HostRecord[]>;
   deviceCount(host: string): Promise<number>;
 
   // devices
@@ -265,12 +265,25 @@ export interface UnitOfWork extends ReadUnit {
   deleteIdempotencyKey(key: string): Promise<number>;
 }
 
+/** How a read-only unit is run. */
+export interface ReadUnitOptions {
+  /**
+   * The unit reads the device event log (`currentRevision`, `eventsSince`): its
+   * snapshot must hold every event numbered at or below the highest revision it
+   * sees, so that a watcher resuming from that revision misses nothing. Where
+   * writers number events concurrently (PostgreSQL, decision 59) the snapshot is
+   * taken while no unit is between numbering its events and committing; where
+   * one writer numbers them in commit order (SQLite) every snapshot already is.
+   */
+  eventLog?: boolean;
+}
+
 /** Runs units of work; one per backend connection (pool). */
 export interface TransactionRunner {
   /** A read-write unit in one transaction; resolves after COMMIT. */
   run<T>(fn: (uow: UnitOfWork) => Promise<T>): Promise<T>;
   /** A read-only unit: one consistent snapshot, no locks, no writes. */
-  read<T>(fn: (uow: ReadUnit) => Promise<T>): Promise<T>;
+  read<T>(fn: (uow: ReadUnit) => Promise<T>, opts?: ReadUnitOptions): Promise<T>;
   /** Highest schema migration applied. */
   schemaVersion(): Promise<number>;
   /** Units already accepted finish (and commit) first; later ones are refused. */

@@ -37,6 +37,7 @@ const USE_CASES = {
   setHostConnected: hosts.setHostConnected,
   getHost: hosts.getHost,
   listHosts: hosts.listHosts,
+  hostsPage: hosts.hostsPage,
   deleteHost: hosts.deleteHost,
   // inventory and devices
   upsertInventory: devices.upsertInventory,

@@ -62,6 +62,13 @@ export interface Executor {
   get<R>(sql: string, params?: readonly unknown[]): Maybe<R | undefined>;
   /** How many rows the statement changed. */
   run(sql: string, params?: readonly unknown[]): Maybe<number>;
+  /**
+   * A statement whose result the unit does not use (a write, a lock): the
+   * backend may send it with the unit's next statement, or with its end, in
+   * the same round trip and in order; its failure then fails that one (the
+   * unit fails either way). Absent: it runs at once.
+   */
+  later?(sql: string, params?: readonly unknown[]): void;
 }
 
 /** A device event the unit appended: the backend numbers and writes it when the unit ends. */
@@ -115,6 +122,13 @@ export class SqlUnit implements UnitOfWork {
     return x;
   }
 
+  /** A write whose result is not used: sent with the next statement where the backend can (Executor.later). */
+  private put(sql: string, params: readonly unknown[]): Maybe<void> {
+    const x = this.w();
+    if (x.later) return x.later(sql, params);
+    return andThen(x.run(sql, params), () => undefined);
+  }
+
   /** The dialect's lock clause when asked for in a read-write unit (a snapshot locks nothing). */
   private lock(opts?: ReadOptions): string {
     return opts?.forUpdate && this.writable ? this.d.forUpdate : '';
@@ -138,8 +152,10 @@ export class SqlUnit implements UnitOfWork {
     return this.one(`SELECT record FROM hosts WHERE name = ?${this.lock(opts)}`, [name]);
   }
 
-  async hosts(): Promise<HostRecord[]> {
-    return this.all('SELECT record FROM hosts ORDER BY name');
+  async hosts(page?: { after: string; limit: number }): Promise<HostRecord[]> {
+    return page
+      ? this.all('SELECT record FROM hosts WHERE name > ? ORDER BY name LIMIT ?', [page.after, page.limit])
+      : this.all('SELECT record FROM hosts ORDER BY name');
   }
 
   async deviceCount(host: string): Promise<number> {
@@ -147,14 +163,14 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putHost(h: HostRecord): Promise<void> {
-    await this.w().run(
+    await this.put(
       'INSERT INTO hosts (name, record) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET record = excluded.record',
       [h.name, JSON.stringify(h)],
     );
   }
 
   async deleteHost(name: string): Promise<void> {
-    await this.w().run('DELETE FROM hosts WHERE name = ?', [name]);
+    await this.put('DELETE FROM hosts WHERE name = ?', [name]);
   }
 
   // --- devices -------------------------------------------------------------
@@ -277,7 +293,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async deleteDevice(uuid: string): Promise<void> {
-    await this.w().run('DELETE FROM devices WHERE uuid = ?', [uuid]);
+    await this.put('DELETE FROM devices WHERE uuid = ?', [uuid]);
   }
 
   // --- media ---------------------------------------------------------------
@@ -287,7 +303,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putMedia(m: MediaState): Promise<void> {
-    await this.w().run(
+    await this.put(
       'INSERT INTO media (key, record) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET record = excluded.record',
       [m.key, JSON.stringify(m)],
     );
@@ -443,7 +459,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putCleanupJob(j: CleanupJob): Promise<void> {
-    await this.w().run(
+    await this.put(
       `INSERT INTO cleanup_jobs (job_id, device_uuid, state, finished_at, record) VALUES (?, ?, ?, ?, ?)
          ON CONFLICT (job_id) DO UPDATE SET state = excluded.state, finished_at = excluded.finished_at,
            record = excluded.record`,
@@ -475,7 +491,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async insertProfile(p: Profile): Promise<void> {
-    await this.w().run('INSERT INTO profiles (name, uuid, record) VALUES (?, ?, ?)', [
+    await this.put('INSERT INTO profiles (name, uuid, record) VALUES (?, ?, ?)', [
       p.name,
       p.uuid,
       JSON.stringify(p),
@@ -500,7 +516,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putArq(a: Arq): Promise<void> {
-    await this.w().run(
+    await this.put(
       `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, record) VALUES (?, ?, ?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET instance_uuid = excluded.instance_uuid,
            device_uuid = excluded.device_uuid, state = excluded.state,
@@ -510,12 +526,12 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async deleteArq(uuid: string): Promise<void> {
-    await this.w().run('DELETE FROM arqs WHERE uuid = ?', [uuid]);
+    await this.put('DELETE FROM arqs WHERE uuid = ?', [uuid]);
   }
 
   async lockInstance(instanceUuid: string): Promise<void> {
-    const x = this.w();
-    if (this.d.lockInstance) await x.run(this.d.lockInstance, [`instance:${instanceUuid}`]);
+    this.w();
+    if (this.d.lockInstance) await this.put(this.d.lockInstance, [`instance:${instanceUuid}`]);
   }
 
   // --- migrations ----------------------------------------------------------
@@ -533,7 +549,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putMigration(m: MigrationRecord): Promise<void> {
-    await this.w().run(
+    await this.put(
       `INSERT INTO migrations (uuid, instance_uuid, state, record) VALUES (?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET state = excluded.state, record = excluded.record`,
       [m.uuid, m.instanceUuid, m.state, JSON.stringify(m)],
@@ -549,7 +565,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putInstanceDevices(instanceUuid: string, devices: InstanceDevices): Promise<void> {
-    await this.w().run(
+    await this.put(
       `INSERT INTO instance_devices (instance_uuid, record) VALUES (?, ?)
          ON CONFLICT (instance_uuid) DO UPDATE SET record = excluded.record`,
       [instanceUuid, JSON.stringify(devices)],
@@ -569,7 +585,7 @@ export class SqlUnit implements UnitOfWork {
   }
 
   async putIdempotencyKey(key: string, rec: IdempotencyRecord, createdAt: string): Promise<void> {
-    await this.w().run(
+    await this.put(
       'INSERT INTO idempotency_keys (key, fingerprint, result, created_at) VALUES (?, ?, ?, ?)',
       [key, rec.fingerprint, rec.result, createdAt],
     );
