@@ -24,4 +24,9 @@ describe('request messages for plain objects', () => {
     };
     expect(completeRequest(path, given)).toEqual(given);
   });
+
+  it('passes bytes through: a client with its own serializer sent the message encoded', () => {
+    const bytes = Buffer.alloc(0);
+    expect(completeRequest('/berth.agent.v1.AgentService/GetAgentInfo', bytes)).toBe(bytes);
+  });
 });

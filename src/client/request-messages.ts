@@ -11,6 +11,7 @@
  */
 import * as agent from '../gen/berth/agent/v1/agent.js';
 import * as arqs from '../gen/berth/scheduler/v1/accelerator_request.js';
+import * as certificates from '../gen/berth/scheduler/v1/certificate.js';
 import type { DeepPartial } from '../gen/berth/scheduler/v1/device.js';
 import * as devices from '../gen/berth/scheduler/v1/device_service.js';
 import * as hosts from '../gen/berth/scheduler/v1/host.js';
@@ -29,6 +30,7 @@ interface RequestFns {
 const MODULES: readonly Record<string, unknown>[] = [
   agent,
   arqs,
+  certificates,
   devices,
   hosts,
   instances,
@@ -59,8 +61,13 @@ export function requestMessages(): ReadonlyMap<string, RequestFns> {
   return out;
 }
 
-/** The request completed with its defaults (a plain object, or a message already complete). */
+/**
+ * The request completed with its defaults (a plain object, or a message
+ * already complete). Bytes pass as they are: a client whose serializer takes
+ * encoded messages (bench/bind-harness.ts's empty method) sent them already.
+ */
 export function completeRequest<T>(path: string, req: unknown): T {
+  if (req instanceof Uint8Array) return req as T;
   const fns = requestMessages().get(path);
   return (fns ? fns.fromPartial(req ?? {}) : req) as T;
 }
