@@ -23,6 +23,7 @@ import {
   CreateAcceleratorRequestsRequest,
   CreateAcceleratorRequestsResponse,
 } from '../gen/berth/scheduler/v1/accelerator_request.js';
+import { CertificateServiceService } from '../gen/berth/scheduler/v1/certificate.js';
 import {
   DeviceServiceService,
   GetDeviceRequest,
@@ -69,6 +70,9 @@ const EXPECTED = {
   '/berth.scheduler.v1.MigrationService/AbortMigration': 'IDEMPOTENT',
   '/berth.scheduler.v1.PlacementService/GetPlacementStatus': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.PlacementService/SyncPlacement': 'IDEMPOTENT',
+  '/berth.scheduler.v1.CertificateService/ListErasureCertificates': 'NO_SIDE_EFFECTS',
+  '/berth.scheduler.v1.CertificateService/ListAgentKeys': 'NO_SIDE_EFFECTS',
+  '/berth.scheduler.v1.CertificateService/RotateAgentKey': 'IDEMPOTENT',
   '/berth.scheduler.v1.ProfileService/CreateProfile': 'IDEMPOTENT',
   '/berth.scheduler.v1.ProfileService/GetProfile': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.ProfileService/ListProfiles': 'NO_SIDE_EFFECTS',
@@ -85,6 +89,7 @@ describe('idempotency levels from the descriptors', () => {
     const paths = [
       AgentServiceService,
       AcceleratorRequestServiceService,
+      CertificateServiceService,
       DeviceServiceService,
       HostServiceService,
       InstanceServiceService,

@@ -93,6 +93,8 @@ export function checkCleanupCertificate(
     proof: CleanupProofRecord | null | undefined;
     keys: readonly AgentKeyRecord[];
     last: CertificateRecord | null;
+    /** The agent's own job id, when this job adopted a cleanup it was already running. */
+    agentJobId?: string | undefined;
   },
 ): { ok: true; cert: DecodedCertificate } | { ok: false; reason: string } {
   const { job, device } = ctx;
@@ -115,7 +117,7 @@ export function checkCleanupCertificate(
   const mismatch = (field: string, got: unknown, want: unknown) =>
     refuse(`says ${field} ${JSON.stringify(got)}, but the job's is ${JSON.stringify(want)}`);
   if (c.host !== job.host) return mismatch('host', c.host, job.host);
-  if (c.job_id !== job.jobId) return mismatch('job_id', c.job_id, job.jobId);
+  if (c.job_id !== job.jobId && c.job_id !== ctx.agentJobId) return mismatch('job_id', c.job_id, job.jobId);
   if (c.address !== job.address) return mismatch('address', c.address, job.address);
   if (c.action !== ctx.action) return mismatch('action', c.action, ctx.action);
   const key = mediaKeyOf(device);

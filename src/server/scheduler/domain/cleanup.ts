@@ -38,6 +38,12 @@ export interface CleanupEvent {
   proof?: CleanupProofRecord | null;
   /** On `succeeded`: the erasure certificate the agent signed (compact JWS). */
   certificate?: string;
+  /**
+   * The job id the agent ran the cleanup under, when it differs from `jobId`:
+   * the agent re-attached this job to a cleanup it was already running (one a
+   * lost or restored database no longer knows), and signed under that id.
+   */
+  agentJobId?: string;
 }
 
 export interface CleanupJob {

@@ -204,7 +204,7 @@ export class CleanupDispatcher {
             );
             adopted = true;
           }
-          ev = { ...ev, jobId: job.jobId };
+          ev = { ...ev, jobId: job.jobId, agentJobId: ev.jobId };
         }
         const applied = await this.useCases.applyCleanupEvent(ev);
         if (

@@ -195,6 +195,7 @@ async function certified(
     action: ev.action,
     proof: ev.proof,
     keys: await tx.uow.agentKeys(job.host),
+    agentJobId: ev.agentJobId,
     last: known
       ? await tx.uow.certificateAt(known.mediaKey, known.seq - 1)
       : mediaKey
