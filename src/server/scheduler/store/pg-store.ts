@@ -345,9 +345,11 @@ export class PgDatabase implements TransactionRunner {
 
   private async unit<T>(fn: (uow: SqlUnit) => Promise<T>, writable: boolean, eventLog = false): Promise<T> {
     for (let attempt = 1; ; attempt++) {
+      let connected = false;
       let committing = false;
       try {
         const result = await this.withClient(async (client) => {
+          connected = true;
           // BEGIN goes with the unit's first statement (one round trip less a unit);
           // a log reader's begins at the barrier, on its own.
           if (eventLog && !writable) await beginAtEventBarrier(client);
@@ -388,8 +390,11 @@ export class PgDatabase implements TransactionRunner {
         // that was idle) fails the unit before its COMMIT was sent: nothing of
         // it was written, and the pool has dropped the connection, so the unit
         // runs again on another. A failure while the COMMIT was out is not
-        // retried: it may have been written.
+        // retried: it may have been written. Nor is a connection that could not
+        // be made: that is the database out of reach, reported after the
+        // connect timeout, not five of them.
         if (
+          connected &&
           !committing &&
           err instanceof BerthError &&
           err.reason === 'STORE_UNAVAILABLE' &&
