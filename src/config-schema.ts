@@ -12,9 +12,11 @@
  * path, an argument or a name).
  */
 import { readFile } from 'node:fs/promises';
+import { dirname, resolve } from 'node:path';
 import { z } from 'zod';
 import { ConfigError } from './errors.js';
 import { show } from './plugins/device-spec/messages.js';
+import { parseStrictYaml } from './strict-yaml.js';
 
 /** Node's timer limit in milliseconds; every configured duration stays below it. */
 export const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -104,6 +106,31 @@ export async function readSecretFile(path: string, key: string): Promise<string>
   }
   if (!value) throw new ConfigError(`${key}: ${show(path)} is empty`);
   return value;
+}
+
+/**
+ * A YAML file of settings given by `flag` (strict YAML, no unsafe strings, a
+ * mapping) and the directory its relative paths are read from; an empty
+ * mapping and the working directory when no file is given.
+ */
+export async function readSettingsFile(
+  path: string | undefined,
+  flag: string,
+  what: string,
+): Promise<{ doc: Record<string, unknown>; base: string }> {
+  if (!path) return { doc: {}, base: process.cwd() };
+  let raw: string;
+  try {
+    raw = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError(`${flag}: cannot read ${show(path)}: ${(err as Error).message}`);
+  }
+  const parsed = parseStrictYaml(raw) ?? {};
+  refuseUnsafeStrings(parsed);
+  if (typeof parsed !== 'object' || Array.isArray(parsed)) {
+    throw new ConfigError(`${path}: expected a mapping of ${what}`);
+  }
+  return { doc: parsed as Record<string, unknown>, base: dirname(resolve(path)) };
 }
 
 /**

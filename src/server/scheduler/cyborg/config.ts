@@ -1,38 +1,17 @@
-/**
- * The Cyborg API's settings (docs/cyborg.md): a YAML file (`--cyborg-config`)
- * and flags that override it (`--cyborg-listen`, `--cyborg-auth`, …). The
- * API is opt-in: without `listen` it is not served. Every mistake is a
- * ConfigError naming the key or flag; tokens are read from files.
- *
- * ```yaml
- * listen: 0.0.0.0:6666
- * auth:
- *   type: keystone                       # keystone | berth | noauth
- *   auth_url: https://keystone.example:5000/v3
- *   token_file: /etc/berth/keystone-token  # the scheduler's own token, to validate callers' tokens
- * nova:
- *   url: https://nova.example:8774/v2.1  # where accelerator-request-bound events go
- *   auth: {type: token, token_file: /etc/berth/nova-token}   # or {type: noauth}
- * timeout: 10                            # seconds per Keystone or Nova call
- * retry_max: 30                          # backoff cap while Nova does not answer
- * ```
- */
-import { readFile } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { z } from 'zod';
 import {
   hostPort,
   httpUrl,
   parseConfig,
   readSecretFile,
-  refuseUnsafeStrings,
+  readSettingsFile,
   seconds,
   section,
   text,
 } from '../../../config-schema.js';
 import { ConfigError } from '../../../errors.js';
 import { show } from '../../../plugins/device-spec/messages.js';
-import { parseStrictYaml } from '../../../strict-yaml.js';
 import type { PlacementAuth } from '../placement/config.js';
 
 export interface CyborgOptions {
@@ -93,25 +72,7 @@ const fileSchema = section({
 /** null when neither the file nor a flag asks for the API; else the settings, or a ConfigError. */
 export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOptions | null> {
   if (!Object.values(f).some((v) => v !== undefined)) return null;
-  let doc: Record<string, unknown> = {};
-  let base = process.cwd();
-  if (f.cyborgConfig) {
-    let raw: string;
-    try {
-      raw = await readFile(f.cyborgConfig, 'utf8');
-    } catch (err) {
-      throw new ConfigError(
-        `--cyborg-config: cannot read ${show(f.cyborgConfig)}: ${(err as Error).message}`,
-      );
-    }
-    const parsed = parseStrictYaml(raw) ?? {};
-    refuseUnsafeStrings(parsed);
-    if (typeof parsed !== 'object' || Array.isArray(parsed)) {
-      throw new ConfigError(`${f.cyborgConfig}: expected a mapping of Cyborg API settings`);
-    }
-    doc = parsed as Record<string, unknown>;
-    base = dirname(resolve(f.cyborgConfig));
-  }
+  const { doc, base } = await readSettingsFile(f.cyborgConfig, '--cyborg-config', 'Cyborg API settings');
   const where = f.cyborgConfig ? `${f.cyborgConfig}: ` : '';
   const sub = (v: unknown): Record<string, unknown> =>
     typeof v === 'object' && v !== null && !Array.isArray(v) ? { ...(v as Record<string, unknown>) } : {};

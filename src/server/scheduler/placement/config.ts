@@ -1,41 +1,17 @@
-/**
- * The scheduler's Placement settings: a YAML file (`--placement-config`), and
- * flags that override it (`--placement-url`, `--placement-auth`, …; see
- * `berth scheduler serve --help` and docs/operator-guide.md "Running with Nova
- * and Placement"). Every mistake is a ConfigError naming the key and value.
- * Secrets (a token, an application credential's secret) are read from files.
- *
- * ```yaml
- * url: http://placement.example:8778   # omit with app-credential: Keystone's catalog says it
- * mode: report                          # or clean-one-time-use
- * create_roots: false                   # true only without Nova
- * compute_nodes: {berth-host: hypervisor-hostname}
- * poll_interval: 10                     # seconds
- * resync_interval: 300
- * timeout: 10
- * auth:
- *   type: app-credential                # noauth | token | app-credential
- *   auth_url: https://keystone.example:5000/v3
- *   application_credential_id: 21dced0f…
- *   application_credential_secret_file: /etc/berth/placement-secret
- * ```
- */
-import { readFile } from 'node:fs/promises';
-import { dirname, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { z } from 'zod';
 import {
   httpUrl,
   mapping,
   parseConfig,
   readSecretFile,
-  refuseUnsafeStrings,
+  readSettingsFile,
   seconds,
   section,
   text,
 } from '../../../config-schema.js';
 import { ConfigError } from '../../../errors.js';
 import { show } from '../../../plugins/device-spec/messages.js';
-import { parseStrictYaml } from '../../../strict-yaml.js';
 import type { PlacementMode } from './port.js';
 
 export type PlacementAuth =
@@ -129,26 +105,12 @@ export async function placementOptionsFromFlags(flags: PlacementFlags): Promise<
     ([k, v]) => k.startsWith('placement') && v !== undefined && v !== false,
   );
   if (!any) return null;
-  let doc: Record<string, unknown> = {};
-  let base = process.cwd();
   const where = flags.placementConfig ? `${flags.placementConfig}: ` : '';
-  if (flags.placementConfig) {
-    let raw: string;
-    try {
-      raw = await readFile(flags.placementConfig, 'utf8');
-    } catch (err) {
-      throw new ConfigError(
-        `--placement-config: cannot read ${show(flags.placementConfig)}: ${(err as Error).message}`,
-      );
-    }
-    const parsed = parseStrictYaml(raw) ?? {};
-    refuseUnsafeStrings(parsed);
-    if (typeof parsed !== 'object' || Array.isArray(parsed)) {
-      throw new ConfigError(`${flags.placementConfig}: expected a mapping of Placement settings`);
-    }
-    doc = parsed as Record<string, unknown>;
-    base = dirname(resolve(flags.placementConfig));
-  }
+  const { doc, base } = await readSettingsFile(
+    flags.placementConfig,
+    '--placement-config',
+    'Placement settings',
+  );
   const auth = { ...((doc.auth as Record<string, unknown> | undefined) ?? {}) };
   const set = (key: string, value: unknown) => {
     if (value !== undefined) auth[key] = value;
