@@ -9,20 +9,11 @@
  */
 import { createInterface } from 'node:readline';
 import { pino } from 'pino';
-import { ExecRunner } from '../src/plugins/exec-runner.js';
 import { loadAgentConfig } from '../src/server/agent/config.js';
 import { PluginHost } from '../src/server/agent/plugin-host.js';
 
 const config = await loadAgentConfig(process.argv[2]!);
-const host = await PluginHost.load(config, {
-  sysfsRoot: config.sysfsRoot,
-  devRoot: config.devRoot,
-  procRoot: config.procRoot,
-  stateDir: config.stateDir,
-  hostname: config.host,
-  runner: new ExecRunner(),
-  logger: pino({ level: 'silent' }),
-});
+const host = await PluginHost.loadFor(config, { logger: pino({ level: 'silent' }) });
 process.stdout.write(`${JSON.stringify({ ready: true, pid: process.pid })}\n`);
 for await (const line of createInterface({ input: process.stdin })) {
   if (line !== 'discover') break;

@@ -2,7 +2,6 @@
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
-import { ExecRunner } from '../../plugins/exec-runner.js';
 import type { DiscoveredDevice } from '../../plugins/types.js';
 import { Agent } from '../../server/agent/agent.js';
 import { CleanupJournal } from '../../server/agent/cleanup-journal.js';
@@ -161,16 +160,7 @@ export function registerAgentCommands(program: Command): void {
       // reasons, failures as the error): the drivers' log lines would say it
       // twice. BERTH_LOG_LEVEL=info shows them.
       const logger = createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'silent' });
-      const host = await PluginHost.load(config, {
-        sysfsRoot: config.sysfsRoot,
-        devRoot: config.devRoot,
-        procRoot: config.procRoot,
-        stateDir: config.stateDir,
-        readOnly: true,
-        hostname: config.host,
-        runner: new ExecRunner(),
-        logger,
-      });
+      const host = await PluginHost.loadFor(config, { readOnly: true, logger });
       await host.initHost();
       const result = await host.discover({ strict: true });
       const records = CleanupJournal.readMedia(config.stateDir);

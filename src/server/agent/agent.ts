@@ -18,7 +18,6 @@ import { isPciAddress, parsePciAddress } from '../../identifiers.js';
 import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
 import { DRIVER_API_VERSION } from '../../plugins/driver.js';
-import { ExecRunner } from '../../plugins/exec-runner.js';
 import { readHostUse } from '../../plugins/host-use.js';
 import { MAX_MEDIA_KEY } from '../../plugins/pci/media-identity.js';
 import {
@@ -239,15 +238,7 @@ export class Agent {
     const { config } = options;
     const logger = (options.logger ?? createLogger()).child({ component: 'agent', host: config.host });
     await mkdir(config.stateDir, { recursive: true });
-    const host = await PluginHost.load(config, {
-      sysfsRoot: config.sysfsRoot,
-      devRoot: config.devRoot,
-      procRoot: config.procRoot,
-      stateDir: config.stateDir,
-      hostname: config.host,
-      runner: options.runner ?? new ExecRunner(),
-      logger,
-    });
+    const host = await PluginHost.loadFor(config, { runner: options.runner, logger });
     await host.initHost();
     const share = options.certificateBytesPerRegistration;
     const first = await host.discover({ strict: true });
@@ -426,18 +417,23 @@ export class Agent {
    */
   rediscover(): Promise<InventoryDiff> {
     if (this.queuedFull) return this.queuedFull;
-    const pass = this.lane.then(async () => {
+    const pass = this.lane.then(() => {
       this.queuedFull = null;
-      const result = await this.host.discover({ strict: false });
-      this.counts.fullPasses++;
-      const diff = this.applyDiscovery(result.devices, result.failedDrivers, false);
-      this.judgeDrivers(result.failedDrivers, true);
-      this.logChanges(diff, 'full');
-      return diff;
+      return this.fullPass();
     });
     this.queuedFull = pass;
     this.lane = pass.catch(() => {});
     return pass;
+  }
+
+  /** One full discovery, applied; run in the lane only. */
+  private async fullPass(): Promise<InventoryDiff> {
+    const result = await this.host.discover({ strict: false });
+    this.counts.fullPasses++;
+    const diff = this.applyDiscovery(result.devices, result.failedDrivers, false);
+    this.judgeDrivers(result.failedDrivers, true);
+    this.logChanges(diff, 'full');
+    return diff;
   }
 
   /**
@@ -448,15 +444,8 @@ export class Agent {
   refresh(addresses: ReadonlySet<string>): Promise<InventoryDiff> {
     const pass = this.lane.then(async () => {
       const scope = this.closure(addresses);
-      if (scope.size > Math.max(64, this.inventory.size / 2)) {
-        // Many functions changed at once (a bus rescan): one full pass reads them more cheaply.
-        const result = await this.host.discover({ strict: false });
-        this.counts.fullPasses++;
-        const diff = this.applyDiscovery(result.devices, result.failedDrivers, false);
-        this.judgeDrivers(result.failedDrivers, true);
-        this.logChanges(diff, 'full');
-        return diff;
-      }
+      // Many functions changed at once (a bus rescan): one full pass reads them more cheaply.
+      if (scope.size > Math.max(64, this.inventory.size / 2)) return this.fullPass();
       const t0 = performance.now();
       const result = await this.host.discoverAt([...scope], (a) => !scope.has(a) && this.inventory.has(a));
       const t1 = performance.now();

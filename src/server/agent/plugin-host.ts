@@ -13,6 +13,7 @@ import type { CleanupPolicy, MediaCensus } from '../../plugins/cleanup-evidence.
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
+import { ExecRunner } from '../../plugins/exec-runner.js';
 import { takeNvmeCensus } from '../../plugins/nvme/census.js';
 import { mediaIdentityProblem, slotIdentity } from '../../plugins/pci/media-identity.js';
 import { readPciFunction } from '../../plugins/pci/sysfs-reader.js';
@@ -71,6 +72,23 @@ export class PluginHost {
    * after checking that sysfs_root is a sysfs tree: without one, discovery
    * would report no device at all, silently.
    */
+  /** Loads the configured drivers with the host context the configuration names (its roots, state dir, host). */
+  static loadFor(
+    config: AgentConfig,
+    o: { logger: HostContext['logger']; runner?: HostContext['runner']; readOnly?: boolean },
+  ): Promise<PluginHost> {
+    return PluginHost.load(config, {
+      sysfsRoot: config.sysfsRoot,
+      devRoot: config.devRoot,
+      procRoot: config.procRoot,
+      stateDir: config.stateDir,
+      ...(o.readOnly ? { readOnly: true } : {}),
+      hostname: config.host,
+      runner: o.runner ?? new ExecRunner(),
+      logger: o.logger,
+    });
+  }
+
   static async load(config: AgentConfig, ctx: HostContext): Promise<PluginHost> {
     await requireSysfs(ctx.sysfsRoot);
     const loaded: LoadedDriver[] = [];
