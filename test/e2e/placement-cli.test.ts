@@ -10,7 +10,7 @@ import { demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';
 import { berth, cliEnv, parseJson } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { type PlacementServer, startPlacementServer } from '../helpers/placement.js';
+import { type PlacementServer, startPlacementServer, testPlacementOptions } from '../helpers/placement.js';
 import { available, openstackCli, placementApi } from '../helpers/prerequisites.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import { eventually } from '../helpers/wait.js';
@@ -41,17 +41,7 @@ describe.skipIf(!have)(
       proxy = await startTcpProxy(`127.0.0.1:${placement.port}`);
       c = await startCluster([demoHostDefinition(HOST)], {
         scheduler: {
-          placement: {
-            url: `http://${proxy.address}`,
-            auth: { type: 'noauth', user: 'admin' },
-            mode: 'report',
-            createRoots: true,
-            computeNodes: {},
-            pollSeconds: 0.2,
-            resyncSeconds: 3600,
-            timeoutSeconds: 3,
-            retryMaxSeconds: 0.5,
-          },
+          placement: testPlacementOptions(`http://${proxy.address}`),
         },
       });
       await c.waitForDevices(HOST, 9);

@@ -18,6 +18,7 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
+import type { PlacementOptions } from '../../src/server/scheduler/placement/config.js';
 import { tempDir } from './agent.js';
 import { OPENSTACK_CLI, PLACEMENT_API, PLACEMENT_MANAGE } from './prerequisites.js';
 import { freePort } from './processes.js';
@@ -219,3 +220,23 @@ export async function providerView(p: PlacementServer, name: string): Promise<Pr
     inventories: inv.body.inventories,
   };
 }
+
+/**
+ * The Placement settings the tests run the scheduler with: report mode, noauth
+ * as admin, roots created, quick polls and retries; `over` changes any of them.
+ */
+export const testPlacementOptions = (
+  url: string | null,
+  over: Partial<PlacementOptions> = {},
+): PlacementOptions => ({
+  url,
+  auth: { type: 'noauth', user: 'admin' },
+  mode: 'report',
+  createRoots: true,
+  computeNodes: {},
+  pollSeconds: 0.2,
+  resyncSeconds: 3600,
+  timeoutSeconds: 3,
+  retryMaxSeconds: 0.5,
+  ...over,
+});

@@ -31,7 +31,12 @@ import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { getDevice } from '../helpers/invariants.js';
 import { type Gate, nvmeGateSync } from '../helpers/nvme-gate.js';
 import { holdsTenantData, writeTenantData } from '../helpers/nvme-host.js';
-import { type PlacementServer, providerView, startPlacementServer } from '../helpers/placement.js';
+import {
+  type PlacementServer,
+  providerView,
+  startPlacementServer,
+  testPlacementOptions,
+} from '../helpers/placement.js';
 import {
   available,
   novaCyborgClient,
@@ -238,17 +243,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     placement = await startPlacementServer();
     nova = new FakeNovaApi();
     await nova.start();
-    const placementOptions: PlacementOptions = {
-      url: placement.url,
-      auth: { type: 'noauth', user: 'admin' },
-      mode: 'report',
-      createRoots: true,
-      computeNodes: {},
-      pollSeconds: 0.2,
-      resyncSeconds: 3600,
-      timeoutSeconds: 3,
-      retryMaxSeconds: 0.5,
-    };
+    const placementOptions: PlacementOptions = testPlacementOptions(placement.url);
     c = await startCluster([demoHostDefinition(HOST)], {
       scheduler: { placement: placementOptions, cyborg: cyborgOptions() },
       agentConfig: (raw) => {

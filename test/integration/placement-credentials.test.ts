@@ -21,7 +21,7 @@ import {
 } from '../../src/server/scheduler/placement/config.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { tempDir } from '../helpers/agent.js';
-import { type PlacementServer, startPlacementServer } from '../helpers/placement.js';
+import { type PlacementServer, startPlacementServer, testPlacementOptions } from '../helpers/placement.js';
 import { available, placementApi } from '../helpers/prerequisites.js';
 import { freePort } from '../helpers/processes.js';
 import { eventually } from '../helpers/wait.js';
@@ -154,18 +154,7 @@ describe.skipIf(!have)('Berth authenticates to Placement', () => {
     await dir?.cleanup();
   });
 
-  const base = (over: Partial<PlacementOptions>): PlacementOptions => ({
-    url: null,
-    auth: { type: 'noauth', user: 'admin' },
-    mode: 'report',
-    createRoots: true,
-    computeNodes: {},
-    pollSeconds: 0.2,
-    resyncSeconds: 3600,
-    timeoutSeconds: 3,
-    retryMaxSeconds: 0.5,
-    ...over,
-  });
+  const base = (over: Partial<PlacementOptions>): PlacementOptions => testPlacementOptions(null, over);
 
   const start = (placementOptions: PlacementOptions) =>
     Scheduler.start({

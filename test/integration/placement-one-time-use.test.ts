@@ -21,7 +21,12 @@ import type { SimHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { getDevice, settledDevice, uuidRef } from '../helpers/invariants.js';
 import { type Gate, nvmeGateSync } from '../helpers/nvme-gate.js';
-import { type PlacementServer, providerView, startPlacementServer } from '../helpers/placement.js';
+import {
+  type PlacementServer,
+  providerView,
+  startPlacementServer,
+  testPlacementOptions,
+} from '../helpers/placement.js';
 import { available, placementApi } from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
@@ -85,17 +90,10 @@ describe.skipIf(!have)("Nova's one-time-use devices: Berth scrubs them and retur
       });
       providers.set(address, uuid);
     }
-    const options: PlacementOptions = {
-      url: placement.url,
-      auth: { type: 'noauth', user: 'admin' },
+    const options: PlacementOptions = testPlacementOptions(placement.url, {
       mode: 'clean-one-time-use',
       createRoots: false,
-      computeNodes: {},
-      pollSeconds: 0.2,
-      resyncSeconds: 3600,
-      timeoutSeconds: 3,
-      retryMaxSeconds: 0.5,
-    };
+    });
     c = await startCluster([hostDefinition()], {
       scheduler: { placement: options },
       agentConfig: (raw) => {

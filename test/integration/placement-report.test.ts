@@ -35,7 +35,12 @@ import {
   uuidRef,
 } from '../helpers/invariants.js';
 import { type Gate, nvmeGateSync } from '../helpers/nvme-gate.js';
-import { type PlacementServer, providerView, startPlacementServer } from '../helpers/placement.js';
+import {
+  type PlacementServer,
+  providerView,
+  startPlacementServer,
+  testPlacementOptions,
+} from '../helpers/placement.js';
 import { available, placementApi } from '../helpers/prerequisites.js';
 import { startTcpProxy, type TcpProxy } from '../helpers/tcp-proxy.js';
 import { eventually } from '../helpers/wait.js';
@@ -80,17 +85,7 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
   beforeAll(async () => {
     placement = await startPlacementServer();
     proxy = await startTcpProxy(`127.0.0.1:${placement.port}`);
-    const options: PlacementOptions = {
-      url: `http://${proxy.address}`,
-      auth: { type: 'noauth', user: 'admin' },
-      mode: 'report',
-      createRoots: true,
-      computeNodes: {},
-      pollSeconds: 0.2,
-      resyncSeconds: 3600,
-      timeoutSeconds: 3,
-      retryMaxSeconds: 0.5,
-    };
+    const options: PlacementOptions = testPlacementOptions(`http://${proxy.address}`);
     const logger: Logger = pino({ level: 'info' }, { write: (l: string) => void logs.push(l) });
     c = await startCluster([hostDefinition()], {
       scheduler: { placement: options, logger, metricsListen: '127.0.0.1:0' },
