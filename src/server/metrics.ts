@@ -22,10 +22,15 @@ const STORE_DAMAGED_HELP =
 const COMMITS_LOST_HELP =
   '1 when the scheduler started after an unclean stop with its write-ahead log missing: recent commits are lost; 0 otherwise';
 
+/**
+ * Devices of one type, state and resource class. Not by host: 50,000 hosts
+ * would make 50,000 series (decision 70); a host's devices are one
+ * ListDevices call away.
+ */
 export interface DeviceCount {
-  host: string;
   type: string;
   state: string;
+  resourceClass: string;
   count: number;
 }
 
@@ -65,12 +70,12 @@ export class Metrics {
     }
   }
 
-  /** A gauge of devices by host, type and state, computed by `read` at every scrape. */
+  /** A gauge of devices by type, state and resource class, computed by `read` at every scrape. */
   devicesGauge(read: () => Promise<DeviceCount[]> | DeviceCount[]): void {
     new Gauge({
       name: 'berth_devices',
-      help: 'Devices by host, type and state',
-      labelNames: ['host', 'type', 'state'],
+      help: 'Devices by type, state and resource class',
+      labelNames: ['type', 'state', 'resource_class'],
       registers: [this.registry],
       async collect() {
         this.reset();
@@ -80,7 +85,10 @@ export class Metrics {
           .catch(() => [] as DeviceCount[]);
         // Label values are spelt as everywhere else outside the proto: lower case (nvme, pending_cleaning).
         for (const c of counts) {
-          this.set({ host: c.host, type: c.type.toLowerCase(), state: c.state.toLowerCase() }, c.count);
+          this.set(
+            { type: c.type.toLowerCase(), state: c.state.toLowerCase(), resource_class: c.resourceClass },
+            c.count,
+          );
         }
       },
     });

@@ -116,7 +116,7 @@ describe('fuzz: every scheduler RPC', () => {
       agent: { schedulerToken: agentToken, auth: { mode: 'none' } },
     });
     await eventually(
-      () => c.scheduler.useCases.listHosts(),
+      () => c.scheduler.useCases.listHosts().then((p) => p.hosts),
       (hs) => hs.some((h) => h.connected),
       15_000,
     );
@@ -202,6 +202,6 @@ describe('fuzz: every scheduler RPC', () => {
       metadataWith(),
     );
     expect(st.codeName).toBe('OK');
-    expect((await c.scheduler.useCases.listHosts()).length).toBeGreaterThan(0);
+    expect((await c.scheduler.useCases.listHosts()).hosts.length).toBeGreaterThan(0);
   });
 });

@@ -187,7 +187,7 @@ describe('agent ↔ scheduler, each with its own credential', () => {
     try {
       // The scheduler followed the agent's inventory with its own token.
       await eventually(
-        () => c.scheduler.useCases.listHosts(),
+        () => c.scheduler.useCases.listHosts().then((p) => p.hosts),
         (hs) => hs.some((h) => h.name === 'auth-host' && h.connected),
         15_000,
       );

@@ -189,7 +189,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
       agent,
       schedLogs,
       agentLogs,
-      host: () => sched.useCases.listHosts().then((hs) => hs.find((h) => h.name === host)),
+      host: () => sched.useCases.listHosts().then(({ hosts: hs }) => hs.find((h) => h.name === host)),
       stop: async () => {
         await agent.stop();
         await sched.stop();
@@ -257,7 +257,7 @@ describe.skipIf(!OPENSSL)('TLS and mutual TLS', () => {
         c.close();
       }
       const attackerHost = () =>
-        p.sched.useCases.listHosts().then((hs) => hs.find((h) => h.name === 'attacker-host'));
+        p.sched.useCases.listHosts().then(({ hosts: hs }) => hs.find((h) => h.name === 'attacker-host'));
       expect(await attackerHost()).toBeDefined();
       // The scheduler dials the victim's agent as attacker-host: its certificate is for endpoint-owner, so no link.
       await p.schedLogs.waitFor(brokenLink('attacker-host'), {

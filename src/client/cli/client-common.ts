@@ -433,6 +433,18 @@ export async function listAllDevices(
   return out;
 }
 
+/** Every page of ListHosts. */
+export async function listAllHosts(client: SchedulerClient): Promise<Host[]> {
+  const out: Host[] = [];
+  let pageToken = '';
+  do {
+    const res = await client.hosts.listHosts({ pageSize: 0, pageToken });
+    out.push(...res.hosts);
+    pageToken = res.nextPageToken;
+  } while (pageToken);
+  return out;
+}
+
 /** parseDeviceRef, plus a unique prefix of a device uuid (looked up in the device list). */
 export async function resolveDeviceRef(client: SchedulerClient, name: string): Promise<DeviceRef> {
   if (!isFullUuid(name) && !name.includes('/') && UUID_PREFIX.test(name)) {

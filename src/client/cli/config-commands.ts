@@ -19,6 +19,7 @@ import {
   connect,
   connectionFlags,
   connectionOptions,
+  listAllHosts,
   OUTPUT_HELP,
   reportClientError,
 } from './client-common.js';
@@ -77,7 +78,7 @@ export function registerConfigCommands(program: Command): void {
         };
         const { client, resolved, tls: pems } = await connect(flags, { retries: 1, timeoutMs: 10_000 });
         try {
-          const hosts = (await client.hosts.listHosts({})).hosts.length;
+          const hosts = (await listAllHosts(client)).length;
           console.log(
             `${resolved.endpoint}: a Berth scheduler answers (${resolved.tls ? 'TLS' : 'plaintext'}, ${hosts} host${hosts === 1 ? '' : 's'})`,
           );

@@ -29,7 +29,7 @@ import { interruptible, SIGNAL_EXIT } from './interrupt.js';
 /** Whether a scheduler answers (a quick ListHosts, no retries). */
 async function answers(probe: SchedulerClient): Promise<boolean> {
   try {
-    await probe.hosts.listHosts({}, { timeoutMs: 2_000 });
+    await probe.hosts.listHosts({ pageSize: 1, pageToken: '' }, { timeoutMs: 2_000 });
     return true;
   } catch (err) {
     if (

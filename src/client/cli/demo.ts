@@ -21,7 +21,7 @@ import { MigrationState } from '../../gen/berth/scheduler/v1/migration.js';
 import { LiveMigratable, type RequestGroup } from '../../gen/berth/scheduler/v1/profile.js';
 import { BerthClientError, type SchedulerClient } from '../sdk.js';
 import { defaultProgressStyle, followCleanup, type ProgressStyle } from './cleanup-progress.js';
-import { deviceName, deviceView, listAllDevices } from './client-common.js';
+import { deviceName, deviceView, listAllDevices, listAllHosts } from './client-common.js';
 import { deviceState } from './device-commands.js';
 
 /** Sets (or clears, with null) a fault on a simulated host's controller. */
@@ -189,8 +189,7 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
     step('Discovery: the hosts and their devices');
     // A host registers before the scheduler has followed its inventory stream:
     // give a freshly started `berth up` a moment until two hosts report devices.
-    const ready = async () =>
-      (await client.hosts.listHosts({})).hosts.filter((h) => h.connected && h.deviceCount > 0);
+    const ready = async () => (await listAllHosts(client)).filter((h) => h.connected && h.deviceCount > 0);
     let hosts = await ready();
     let told = '';
     const startedWaiting = Date.now();
@@ -198,7 +197,7 @@ export async function runDemo(o: DemoOptions): Promise<boolean> {
       await sleep(200, o.signal);
       interruptedCheck();
       hosts = await ready();
-      const all = (await client.hosts.listHosts({})).hosts;
+      const all = await listAllHosts(client);
       const why =
         `Waiting for a second host with devices (a migration needs a destination): ` +
         (all.length === 0

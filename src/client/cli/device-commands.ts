@@ -24,6 +24,7 @@ import {
   deviceName,
   deviceView,
   listAllDevices,
+  listAllHosts,
   oneLine,
   parseEnum,
   resolveDeviceRef,
@@ -157,7 +158,7 @@ async function requireHost(client: SchedulerClient, host: string): Promise<void>
     await client.hosts.getHost({ name: host });
   } catch (err) {
     if (!(err instanceof BerthClientError) || err.codeName !== 'NOT_FOUND') throw err;
-    const known = (await client.hosts.listHosts({})).hosts.map((h) => h.name).sort();
+    const known = (await listAllHosts(client)).map((h) => h.name).sort();
     throw new BerthError(
       'NOT_FOUND',
       `no such host ${JSON.stringify(host)} (known hosts: ${known.length ? known.join(', ') : 'none'})`,

@@ -81,7 +81,7 @@ async function storeReason(endpoint: string, token: string | undefined, tls: Cli
     retries: 1,
   });
   try {
-    await client.hosts.listHosts({});
+    await client.hosts.listHosts({ pageSize: 1, pageToken: '' });
     return undefined;
   } catch (err) {
     const reason = (err as { reason?: string }).reason ?? '';

@@ -1,6 +1,6 @@
 /** `berth host list|show|delete`: the hosts whose agents registered with the scheduler. */
 import type { Command } from 'commander';
-import { ago, clientOptions, type HostView, hostView, withClient } from './client-common.js';
+import { ago, clientOptions, type HostView, hostView, listAllHosts, withClient } from './client-common.js';
 import { printList, render, renderRecord, renderTable } from './output.js';
 
 export function hostTable(rows: readonly HostView[], wide = false): string {
@@ -28,7 +28,7 @@ export function registerHostCommands(program: Command): void {
 
   clientOptions(host.command('list').description('list hosts')).action(
     withClient(async (client, format) => {
-      const rows = (await client.hosts.listHosts({})).hosts.map(hostView);
+      const rows = (await listAllHosts(client)).map(hostView);
       printList(format, rows, 'hosts', (wide) => hostTable(rows, wide));
     }),
   );

@@ -32,7 +32,7 @@ import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
 import { Lifecycle, type LifecycleState } from '../lifecycle.js';
 import { mediaRecordToProto } from '../media-proto.js';
-import { Metrics, serveMetrics } from '../metrics.js';
+import { type DeviceCount, Metrics, serveMetrics } from '../metrics.js';
 import { agentServiceBinding } from './agent-service.js';
 import { CleanupJournal } from './cleanup-journal.js';
 import { CleanupRunner } from './cleanup-runner.js';
@@ -276,10 +276,15 @@ export class Agent {
     if (share !== undefined) agent.certificateShare = share;
     const inventory = agent.inventory;
     metrics.devicesGauge(() => {
-      const counts = new Map<string, { host: string; type: string; state: string; count: number }>();
+      const counts = new Map<string, DeviceCount>();
       for (const d of inventory.list()) {
-        const key = `${d.type}/${d.health}`;
-        const c = counts.get(key) ?? { host: config.host, type: d.type, state: d.health, count: 0 };
+        const key = `${d.type}/${d.health}/${d.resourceClass}`;
+        const c = counts.get(key) ?? {
+          type: d.type,
+          state: d.health,
+          resourceClass: d.resourceClass,
+          count: 0,
+        };
         c.count++;
         counts.set(key, c);
       }

@@ -58,6 +58,7 @@ import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
 import { isPostgresUrl, openPgStore } from './store/pg-store.js';
 import { openSqliteStore } from './store/sqlite-store.js';
+import { everyRow } from './usecases/pages.js';
 import { DEFAULT_RETENTION } from './usecases/retention.js';
 import type { UseCases } from './usecases/use-cases.js';
 
@@ -391,12 +392,11 @@ export class Scheduler {
     if (!lifecycle.is('store_damaged')) {
       const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
       // A page at a time: a fleet of 50,000 hosts is not held in memory to find the connected few.
-      for (let after = '', page = await useCases.hostsPage(after, 1000); page.length > 0; ) {
-        for (const h of page) {
-          if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
-        }
-        after = page[page.length - 1]!.name;
-        page = await useCases.hostsPage(after, 1000);
+      for await (const h of everyRow(
+        (after) => useCases.hostsPage(after, 1000),
+        (h) => h.name,
+      )) {
+        if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
       }
       leaseKeeper?.start();
     }

@@ -3,6 +3,7 @@ import type { Logger } from 'pino';
 import type { HostName } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { HostRecord } from '../domain/host.js';
+import type { PageRequest } from '../domain/inventory.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import type { UseCases } from '../usecases/use-cases.js';
 
@@ -23,10 +24,10 @@ export interface FollowedHost {
 export class Hosts {
   constructor(private readonly deps: HostsDeps) {}
 
-  async list(): Promise<FollowedHost[]> {
-    const hosts = await this.deps.useCases.listHosts();
+  async list(page: PageRequest): Promise<{ hosts: FollowedHost[]; nextPageToken: string }> {
+    const { hosts, nextPageToken } = await this.deps.useCases.listHosts(page);
     const follower = await this.followers();
-    return hosts.map((host) => ({ host, followedBy: follower(host.name) }));
+    return { hosts: hosts.map((host) => ({ host, followedBy: follower(host.name) })), nextPageToken };
   }
 
   async get(name: HostName): Promise<FollowedHost> {

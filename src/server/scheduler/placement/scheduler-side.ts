@@ -6,7 +6,9 @@ import { isBerthError } from '../../../errors.js';
 import type { Cleaning } from '../app/cleaning.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import type { EventHub } from '../runtime/event-hub.js';
+import { everyRow } from '../usecases/pages.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import type { HostView } from './desired.js';
 import type { SchedulerSide } from './port.js';
 
 export interface SchedulerSideDeps {
@@ -28,7 +30,15 @@ export function schedulerSide({ useCases, hub, links, cleaning }: SchedulerSideD
       }
     },
     async hosts() {
-      return (await useCases.listHosts()).map((h) => ({ name: h.name, connected: h.connected }));
+      // By pages of names, without device counts: a fleet of any size.
+      const out: HostView[] = [];
+      for await (const h of everyRow(
+        (after) => useCases.hostsPage(after, 1000),
+        (h) => h.name,
+      )) {
+        out.push({ name: h.name, connected: h.connected });
+      }
+      return out;
     },
     get changeVersion() {
       return hub.version;

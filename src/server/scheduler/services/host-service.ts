@@ -6,6 +6,7 @@ import {
   type Host,
   type HostServiceServer,
   HostServiceService,
+  type ListHostsRequest,
 } from '../../../gen/berth/scheduler/v1/host.js';
 import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
@@ -31,7 +32,10 @@ export function hostToProto({ host: h, followedBy }: FollowedHost): Host {
 
 export function hostServiceBinding(hosts: Hosts, logger: Logger): ServiceBinding {
   const impl: HostServiceServer = {
-    listHosts: unary('ListHosts', logger, async () => ({ hosts: (await hosts.list()).map(hostToProto) })),
+    listHosts: unary('ListHosts', logger, async (req: ListHostsRequest) => {
+      const page = await hosts.list({ pageSize: req.pageSize, pageToken: req.pageToken });
+      return { hosts: page.hosts.map(hostToProto), nextPageToken: page.nextPageToken };
+    }),
     getHost: unary('GetHost', logger, async (req: GetHostRequest) => ({
       host: hostToProto(await hosts.get(requireHost('name', req.name))),
     })),

@@ -128,6 +128,25 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await store.hostsPage('h4', 0)).map((h) => h.name)).toEqual(['h5']);
     });
 
+    it('ListHosts pages by name with device counts, and refuses a token it did not issue', async () => {
+      for (const name of ['h3', 'h1', 'h2']) await store.registerHost(reg(name));
+      await host('h2', [pciFacts({ index: 0 }), pciFacts({ index: 1 })]);
+      const first = await store.listHosts({ pageSize: 2 });
+      expect(first.hosts.map((h) => [h.name, h.deviceCount])).toEqual([
+        ['h1', 0],
+        ['h2', 2],
+      ]);
+      const rest = await store.listHosts({ pageSize: 2, pageToken: first.nextPageToken });
+      expect(rest.hosts.map((h) => h.name)).toEqual(['h3']);
+      expect(rest.nextPageToken).toBe('');
+      expect((await store.listHosts()).hosts).toHaveLength(3);
+      const refused = await rejection(store.listHosts({ pageToken: 'not-a-token' }));
+      expect([refused.code, refused.message]).toEqual([
+        'INVALID_ARGUMENT',
+        expect.stringContaining('page_token'),
+      ]);
+    });
+
     it('64 concurrent binds race for 10 devices: exactly 10 win, no device twice, the rest fail clearly', async () => {
       await host(
         'h1',
@@ -470,19 +489,23 @@ export function runStoreContract(name: string, open: OpenStore): void {
       );
     });
 
-    it('counts devices by host, type and state', async () => {
+    it('counts devices by type, state and resource class, not by host', async () => {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 }), pciFacts({ index: 2 })]);
-      await host('h2', [pciFacts({ index: 0 })]);
+      await host('h2', [pciFacts({ index: 0 }), facts({ index: 3 })]);
       await store.createProfile(nvmeProfile);
       await bindOne('vm-count', 'h1');
       const counts = await store.deviceCounts();
-      const key = (c: { host: string; type: string; state: string }) => `${c.host}/${c.type}/${c.state}`;
+      const key = (c: { type: string; state: string; resourceClass: string }) =>
+        `${c.type}/${c.state}/${c.resourceClass}`;
+      // One row per (type, state, class): two hosts' devices of one kind are one series.
+      expect(new Set(counts.map(key)).size).toBe(counts.length);
       const byKey = Object.fromEntries(counts.map((c) => [key(c), c.count]));
-      const h1Nvme = Object.entries(byKey).filter(([k]) => k.startsWith('h1/NVME/'));
-      expect(h1Nvme.reduce((n, [, v]) => n + v, 0)).toBe(2);
-      expect(byKey['h1/NVME/allocated']).toBe(1);
-      expect(byKey['h2/PCI/available']).toBe(1);
-      expect(counts.reduce((n, c) => n + c.count, 0)).toBe(4);
+      const nvme = Object.entries(byKey).filter(([k]) => k.startsWith('NVME/'));
+      expect(nvme.reduce((n, [, v]) => n + v, 0)).toBe(3);
+      expect(byKey['NVME/allocated/CUSTOM_NVME_144D_A808']).toBe(1);
+      const pci = counts.filter((c) => c.type === 'PCI');
+      expect(pci.reduce((n, c) => n + c.count, 0)).toBe(2);
+      expect(counts.reduce((n, c) => n + c.count, 0)).toBe(5);
     });
 
     it('plans, commits and aborts live migrations atomically', async () => {

@@ -23,12 +23,10 @@ import type {
 } from '../domain/inventory.js';
 import { mediaKeyOf, mediaUnburned } from '../domain/media.js';
 import { read, type UseCaseDeps } from './context.js';
+import { pageKeyOf, pageSizeOf, pageTokenOf } from './pages.js';
 import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
 import { type DeviceQuery, FOR_UPDATE } from './unit-of-work.js';
-
-const DEFAULT_PAGE = 500;
-const MAX_PAGE = 5000;
 
 /**
  * Apply an agent snapshot or delta: insert new devices, update changed ones
@@ -104,9 +102,12 @@ export async function listDevices(
   filter: DeviceFilter = {},
   page: PageRequest = {},
 ): Promise<DevicePage> {
-  const size = page.pageSize ? Math.min(Math.max(1, Math.trunc(page.pageSize)), MAX_PAGE) : DEFAULT_PAGE;
+  const size = pageSizeOf(page);
   const query: DeviceQuery = { ...filter, limit: size + 1 };
-  if (page.pageToken) query.after = parsePageToken(page.pageToken);
+  if (page.pageToken) {
+    const [host, address] = pageKeyOf(page.pageToken, 2) as [string, string];
+    query.after = { host, address };
+  }
   return read(deps, async (r) => {
     const rows = await r.devices(query);
     const devices = rows.slice(0, size);
@@ -117,22 +118,8 @@ export async function listDevices(
 }
 
 /** The page token that continues a listing after `d` (a page cut short, e.g. by size). */
-export function pageTokenAfter(d: { host: string; address: string }): string {
-  return Buffer.from(JSON.stringify([d.host, d.address])).toString('base64url');
-}
-
-function parsePageToken(token: string): { host: string; address: string } {
-  let after: unknown;
-  try {
-    after = JSON.parse(Buffer.from(token, 'base64url').toString('utf8'));
-  } catch {
-    after = null;
-  }
-  if (!Array.isArray(after) || after.length !== 2 || after.some((x) => typeof x !== 'string')) {
-    throw invalidArgument('page_token', `"${token}" is not a page token this server issued`);
-  }
-  return { host: after[0] as string, address: after[1] as string };
-}
+export const pageTokenAfter = (d: { host: string; address: string }): string =>
+  pageTokenOf([d.host, d.address]);
 
 /** ABORTED (nothing changed) when expectedGeneration is given and stale. */
 export async function setDeviceStatus(

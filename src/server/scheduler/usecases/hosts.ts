@@ -14,12 +14,20 @@ import {
   type HostRegistration,
   registrationChange,
 } from '../domain/host.js';
+import type { PageRequest } from '../domain/inventory.js';
 import { agentReportsDirt, type MediaState, mediaReported } from '../domain/media.js';
 import { pinAgentKey } from './certificates.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
+import { pageKeyOf, pageSizeOf, pageTokenOf } from './pages.js';
 import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
 import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';
+
+/** A page of hosts; nextPageToken is '' on the last page. */
+export interface HostPage {
+  hosts: HostRecord[];
+  nextPageToken: string;
+}
 
 /**
  * An agent registers (at its start, then as a heartbeat), all in one unit:
@@ -230,11 +238,16 @@ export async function hostsPage(deps: UseCaseDeps, after: string, limit: number)
   return read(deps, (r) => r.hosts({ after, limit: Math.max(1, Math.trunc(limit)) }));
 }
 
-export async function listHosts(deps: UseCaseDeps): Promise<HostRecord[]> {
+/** ListHosts: a page of hosts by name, each with its device count. */
+export async function listHosts(deps: UseCaseDeps, page: PageRequest = {}): Promise<HostPage> {
+  const size = pageSizeOf(page);
+  const after = page.pageToken ? pageKeyOf(page.pageToken, 1)[0]! : '';
   return read(deps, async (r) => {
-    const out: HostRecord[] = [];
-    for (const h of await r.hosts()) out.push(await withCount(r, h));
-    return out;
+    const rows = await r.hosts({ after, limit: size + 1 });
+    const hosts: HostRecord[] = [];
+    for (const h of rows.slice(0, size)) hosts.push(await withCount(r, h));
+    const last = hosts[hosts.length - 1];
+    return { hosts, nextPageToken: rows.length > size && last ? pageTokenOf([last.name]) : '' };
   });
 }
 

@@ -73,10 +73,11 @@ export interface DeviceQuery extends DeviceFilter {
   limit?: number;
 }
 
+/** Devices of one type, state and resource class (the metrics gauge: not by host, decision 70). */
 export interface DeviceCount {
-  host: string;
   type: string;
   state: string;
+  resourceClass: string;
   count: number;
 }
 

@@ -44,11 +44,18 @@ export interface Host {
   followedBy: string;
 }
 
+/** Hosts in the order of their names, a page at a time (as ListDevices pages). */
 export interface ListHostsRequest {
+  /** 0 = the server's default (500); at most 5000. */
+  pageSize: number;
+  /** The next_page_token of the previous page; empty for the first. */
+  pageToken: string;
 }
 
 export interface ListHostsResponse {
   hosts: Host[];
+  /** Empty on the last page. */
+  nextPageToken: string;
 }
 
 export interface GetHostRequest {
@@ -334,11 +341,17 @@ export const Host: MessageFns<Host> = {
 };
 
 function createBaseListHostsRequest(): ListHostsRequest {
-  return {};
+  return { pageSize: 0, pageToken: "" };
 }
 
 export const ListHostsRequest: MessageFns<ListHostsRequest> = {
-  encode(_: ListHostsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+  encode(message: ListHostsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pageSize !== 0) {
+      writer.uint32(8).uint32(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      writer.uint32(18).string(message.pageToken);
+    }
     return writer;
   },
 
@@ -355,6 +368,22 @@ export const ListHostsRequest: MessageFns<ListHostsRequest> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.pageSize = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.pageToken = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -367,32 +396,54 @@ export const ListHostsRequest: MessageFns<ListHostsRequest> = {
     }
   },
 
-  fromJSON(_: any): ListHostsRequest {
-    return {};
+  fromJSON(object: any): ListHostsRequest {
+    return {
+      pageSize: isSet(object.pageSize)
+        ? globalThis.Number(object.pageSize)
+        : isSet(object.page_size)
+        ? globalThis.Number(object.page_size)
+        : 0,
+      pageToken: isSet(object.pageToken)
+        ? globalThis.String(object.pageToken)
+        : isSet(object.page_token)
+        ? globalThis.String(object.page_token)
+        : "",
+    };
   },
 
-  toJSON(_: ListHostsRequest): unknown {
+  toJSON(message: ListHostsRequest): unknown {
     const obj: any = {};
+    if (message.pageSize !== 0) {
+      obj.pageSize = Math.round(message.pageSize);
+    }
+    if (message.pageToken !== "") {
+      obj.pageToken = message.pageToken;
+    }
     return obj;
   },
 
   create<I extends Exact<DeepPartial<ListHostsRequest>, I>>(base?: I): ListHostsRequest {
     return ListHostsRequest.fromPartial(base ?? ({} as any));
   },
-  fromPartial<I extends Exact<DeepPartial<ListHostsRequest>, I>>(_: I): ListHostsRequest {
+  fromPartial<I extends Exact<DeepPartial<ListHostsRequest>, I>>(object: I): ListHostsRequest {
     const message = createBaseListHostsRequest();
+    message.pageSize = object.pageSize ?? 0;
+    message.pageToken = object.pageToken ?? "";
     return message;
   },
 };
 
 function createBaseListHostsResponse(): ListHostsResponse {
-  return { hosts: [] };
+  return { hosts: [], nextPageToken: "" };
 }
 
 export const ListHostsResponse: MessageFns<ListHostsResponse> = {
   encode(message: ListHostsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.hosts) {
       Host.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.nextPageToken !== "") {
+      writer.uint32(18).string(message.nextPageToken);
     }
     return writer;
   },
@@ -418,6 +469,14 @@ export const ListHostsResponse: MessageFns<ListHostsResponse> = {
             message.hosts.push(Host.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.nextPageToken = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -431,13 +490,23 @@ export const ListHostsResponse: MessageFns<ListHostsResponse> = {
   },
 
   fromJSON(object: any): ListHostsResponse {
-    return { hosts: globalThis.Array.isArray(object?.hosts) ? object.hosts.map((e: any) => Host.fromJSON(e)) : [] };
+    return {
+      hosts: globalThis.Array.isArray(object?.hosts) ? object.hosts.map((e: any) => Host.fromJSON(e)) : [],
+      nextPageToken: isSet(object.nextPageToken)
+        ? globalThis.String(object.nextPageToken)
+        : isSet(object.next_page_token)
+        ? globalThis.String(object.next_page_token)
+        : "",
+    };
   },
 
   toJSON(message: ListHostsResponse): unknown {
     const obj: any = {};
     if (message.hosts?.length) {
       obj.hosts = message.hosts.map((e) => Host.toJSON(e));
+    }
+    if (message.nextPageToken !== "") {
+      obj.nextPageToken = message.nextPageToken;
     }
     return obj;
   },
@@ -448,6 +517,7 @@ export const ListHostsResponse: MessageFns<ListHostsResponse> = {
   fromPartial<I extends Exact<DeepPartial<ListHostsResponse>, I>>(object: I): ListHostsResponse {
     const message = createBaseListHostsResponse();
     message.hosts = object.hosts?.map((e) => Host.fromPartial(e)) || [];
+    message.nextPageToken = object.nextPageToken ?? "";
     return message;
   },
 };

@@ -240,7 +240,7 @@ export class SqlUnit implements UnitOfWork {
 
   async deviceCounts(): Promise<DeviceCount[]> {
     return this.r().all<DeviceCount>(
-      'SELECT host, type, device_state AS state, COUNT(*) AS count FROM devices GROUP BY host, type, device_state',
+      'SELECT type, device_state AS state, resource_class AS "resourceClass", COUNT(*) AS count FROM devices GROUP BY type, device_state, resource_class',
     );
   }
 
