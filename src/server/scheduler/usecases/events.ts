@@ -42,7 +42,27 @@ export async function snapshot(
   );
 }
 
-/** Devices counted by host, type and state. */
+/**
+ * One page of matching devices in uuid order after the uuid `after` ('' for
+ * the first), and the revision that page is consistent with, read in one unit:
+ * a snapshot of a fleet of any size, a page at a time (app/devices.ts puts the
+ * pages together).
+ */
+export async function snapshotPage(
+  deps: UseCaseDeps,
+  filter: DeviceFilter,
+  after: string,
+  limit: number,
+): Promise<{ revision: number; devices: DeviceRecord[] }> {
+  const query = { ...filter, limit: Math.max(1, Math.trunc(limit)), afterUuid: after };
+  return read(
+    deps,
+    async (r) => ({ revision: await r.currentRevision(), devices: await r.devices(query) }),
+    EVENT_LOG,
+  );
+}
+
+/** Devices counted by type, state and resource class. */
 export async function deviceCounts(deps: UseCaseDeps): Promise<DeviceCount[]> {
   return read(deps, (r) => r.deviceCounts());
 }

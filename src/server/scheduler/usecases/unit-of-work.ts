@@ -70,6 +70,12 @@ export interface DeviceQuery extends DeviceFilter {
   mediaKey?: string;
   /** Keyset paging: only devices after this (host, address). */
   after?: { host: string; address: string };
+  /**
+   * Keyset paging by uuid instead, in uuid order: only devices whose uuid is
+   * after this one ('' for the first page). Canonical UUIDs order the same
+   * under any collation, so a caller may compare them itself.
+   */
+  afterUuid?: string;
   limit?: number;
 }
 

@@ -93,6 +93,7 @@ const USE_CASES = {
   deviceCounts: events.deviceCounts,
   eventsSince: events.eventsSince,
   snapshot: events.snapshot,
+  snapshotPage: events.snapshotPage,
   // retention
   pruneHistory: retention.pruneHistory,
 };

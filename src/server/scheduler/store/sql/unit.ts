@@ -205,7 +205,12 @@ export class SqlUnit implements UnitOfWork {
       where.push('(host, address) > (?, ?)');
       params.push(query.after.host, query.after.address);
     }
-    let sql = `SELECT record FROM devices ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY host, address`;
+    if (query.afterUuid !== undefined) {
+      where.push('uuid > ?');
+      params.push(query.afterUuid);
+    }
+    const order = query.afterUuid !== undefined ? 'uuid' : 'host, address';
+    let sql = `SELECT record FROM devices ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY ${order}`;
     if (query.limit !== undefined) {
       sql += ' LIMIT ?';
       params.push(query.limit);
