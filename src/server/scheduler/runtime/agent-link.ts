@@ -23,7 +23,7 @@ import {
   type WatchInventoryResponse,
 } from '../../../gen/berth/agent/v1/agent.js';
 import type { Device as AgentDevice } from '../../../gen/berth/agent/v1/device.js';
-import { type HostName, isPciAddress } from '../../../identifiers.js';
+import { type HostName, isPciAddress, type PciAddress } from '../../../identifiers.js';
 import { Backoff, CHANNEL_OPTIONS, sleep } from '../../../transport/channel.js';
 import { decodeServiceError } from '../../grpc/status.js';
 import type { Metrics } from '../../metrics.js';
@@ -292,9 +292,10 @@ export class AgentLink extends AgentCalls {
     );
     this.stream = stream;
     try {
-      for await (const msg of stream as AsyncIterable<WatchInventoryResponse>) {
+      for await (const msgs of inBatches<WatchInventoryResponse>(stream, INVENTORY_BATCH)) {
         onMessage();
-        await this.apply(msg);
+        for (const part of inventoryUnits(msgs)) await this.apply(part);
+        const msg = msgs[msgs.length - 1]!;
         if (!this.connected) {
           this.connected = true;
           await this.deps.useCases.setHostConnected(this.host, true);
@@ -373,37 +374,54 @@ export class AgentLink extends AgentCalls {
     if (!this.budget.take(bytes, now)) throw new InflowRefused(bytes, this.budget.waitMs(bytes, now));
   }
 
-  private async apply(msg: WatchInventoryResponse): Promise<void> {
-    const ev = msg.event;
-    if (!ev) return;
+  /**
+   * One unit for a snapshot, or for changes of distinct addresses that came
+   * together (a PF's VFs enabled at once: one unit, not one each).
+   */
+  private async apply(msgs: WatchInventoryResponse[]): Promise<void> {
+    const last = msgs[msgs.length - 1];
+    if (!last) return;
     const store = this.deps.useCases;
-    if (ev.$case === 'snapshot') {
+    const first = msgs[0]!.event;
+    if (first?.$case === 'snapshot') {
       // A snapshot is charged what it stores (at most storedBytes, so it always
       // fits a full budget); its size is bounded by messageBytes.
-      const { facts, held, stored } = this.bounded(ev.value.devices, new Map());
+      const { facts, held, stored } = this.bounded(first.value.devices, new Map());
       this.charge(stored);
-      await store.upsertInventory(this.host, { kind: 'snapshot', revision: msg.revision, devices: facts });
+      await store.upsertInventory(this.host, { kind: 'snapshot', revision: last.revision, devices: facts });
       this.held = held;
     } else {
       const held = new Map(this.held);
-      if (ev.$case === 'removed') held.delete(ev.value.address);
-      const devices = ev.$case === 'removed' ? [] : [ev.value];
-      const { facts, stored, refused } = this.bounded(devices, held);
-      // A change counts whether it is stored or refused; a removal costs
-      // little, but not nothing: a stream of them is a stream of events.
-      this.charge(Math.max(stored + refused, 256));
+      const added: AgentDevice[] = [];
+      const changed: AgentDevice[] = [];
+      const removed: PciAddress[] = [];
+      let charged = 0;
+      for (const { event: ev } of msgs) {
+        if (ev?.$case === 'removed') {
+          held.delete(ev.value.address);
+          // A removal of an address the agent could never have reported matches nothing.
+          if (isPciAddress(ev.value.address)) removed.push(ev.value.address);
+          // A removal costs little, but not nothing: a stream of them is a stream of events.
+          charged += 256;
+        } else if (ev?.$case === 'added') added.push(ev.value);
+        else if (ev?.$case === 'changed') changed.push(ev.value);
+      }
+      const bounded = this.bounded([...added, ...changed], held);
+      // A change counts whether it is stored or refused.
+      this.charge(Math.max(charged + bounded.stored + bounded.refused, 256));
+      const stored = new Set(bounded.facts.map((f) => f.address));
+      const addedAt = new Set(added.map((d) => d.address));
       await store.upsertInventory(this.host, {
         kind: 'delta',
-        revision: msg.revision,
-        added: ev.$case === 'added' ? facts : [],
-        changed: ev.$case === 'changed' ? facts : [],
-        // A removal of an address the agent could never have reported matches nothing.
-        removed: ev.$case === 'removed' && isPciAddress(ev.value.address) ? [ev.value.address] : [],
+        revision: last.revision,
+        added: bounded.facts.filter((f) => addedAt.has(f.address)),
+        changed: bounded.facts.filter((f) => stored.has(f.address) && !addedAt.has(f.address)),
+        removed,
       });
       this.held = held;
     }
-    this.epoch = msg.epoch;
-    this.revision = msg.revision;
+    this.epoch = last.epoch;
+    this.revision = last.revision;
   }
 
   stop(): void {
@@ -411,6 +429,57 @@ export class AgentLink extends AgentCalls {
     this.stream?.cancel();
     this.close();
   }
+}
+
+/** Inventory messages taken together at most (what one unit applies). */
+const INVENTORY_BATCH = 1024;
+
+/**
+ * The messages of a stream that are already there, a batch at a time: the
+ * first waits, the rest are those buffered behind it (at most `max`).
+ */
+export async function* inBatches<T>(stream: NodeJS.ReadableStream, max: number): AsyncGenerator<T[]> {
+  const it = stream[Symbol.asyncIterator]();
+  for (;;) {
+    const next = await it.next();
+    if (next.done) return;
+    const batch = [next.value as T];
+    while (batch.length < max) {
+      const more = stream.read() as T | null;
+      if (more === null) break;
+      batch.push(more);
+    }
+    yield batch;
+  }
+}
+
+/**
+ * Inventory messages cut into what one unit each applies, in order: a
+ * snapshot alone; otherwise a run of changes in which no address comes twice
+ * (a device added and removed again is two units, as it was two changes).
+ */
+export function inventoryUnits(msgs: readonly WatchInventoryResponse[]): WatchInventoryResponse[][] {
+  const out: WatchInventoryResponse[][] = [];
+  let run: WatchInventoryResponse[] = [];
+  let addresses = new Set<string>();
+  for (const m of msgs) {
+    const ev = m.event;
+    if (!ev) continue;
+    const address = ev.$case === 'snapshot' ? null : ev.value.address;
+    if (address === null || addresses.has(address)) {
+      if (run.length > 0) out.push(run);
+      run = [];
+      addresses = new Set();
+    }
+    if (address === null) {
+      out.push([m]);
+      continue;
+    }
+    run.push(m);
+    addresses.add(address);
+  }
+  if (run.length > 0) out.push(run);
+  return out;
 }
 
 /** Whether a gRPC failure means "the agent could not be reached" (retry later) rather than a refusal. */
