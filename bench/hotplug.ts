@@ -150,6 +150,38 @@ function watch(endpoint: string) {
 
 type Watch = ReturnType<typeof watch>;
 
+/**
+ * PFs' VFs disabled at once, then enabled again: each VF's ms from the sysfs
+ * change to its WatchDevices event (unhealthy, then healthy) at the scheduler.
+ */
+async function burstOf(sysfs: SysfsBuilder, w: Watch, pfs: string[], numVfs: number, vfs: string[]) {
+  const wanted = new Set(vfs);
+  const timed = async (change: () => Promise<void>, state: Health) => {
+    let next = w.seen.length;
+    const at = nowMs();
+    await change();
+    const arrived = new Map<string, number>();
+    for (;;) {
+      for (; next < w.seen.length; next++) {
+        const s = w.seen[next]!;
+        if (s.device.health === state && wanted.has(s.device.address) && !arrived.has(s.device.address))
+          arrived.set(s.device.address, s.at - at);
+      }
+      if (arrived.size === wanted.size) break;
+      // The next WatchDevices message, whatever it is.
+      await w.until(() => true, next, 120_000);
+    }
+    return { at, each: [...arrived.values()] };
+  };
+  const off = await timed(async () => {
+    await Promise.all(pfs.map((pf) => sysfs.setNumVfs(pf, 0)));
+  }, Health.HEALTH_UNHEALTHY);
+  const on = await timed(async () => {
+    await Promise.all(pfs.map((pf) => sysfs.setNumVfs(pf, numVfs)));
+  }, Health.HEALTH_HEALTHY);
+  return { offAt: off.at, onAt: on.at, off: off.each, on: on.each };
+}
+
 const isPlugged = (d: Device) => d.address === PLUG && d.health === Health.HEALTH_HEALTHY;
 const isPulled = (d: Device) => d.address === PLUG && d.health === Health.HEALTH_UNHEALTHY;
 
@@ -339,6 +371,7 @@ async function main() {
     // A burst: a PF's VFs disabled (every one pulled), then enabled again; timed at the
     // scheduler, and at the agent (its WatchInventory), to tell the two parts apart.
     const pf = spec.pfs![0]!.address;
+    const burstLoad = loadNow();
     const agentEvents: { kind: string; address: string; at: number }[] = [];
     const inv = agent.client.watchInventory({ epoch: '', fromRevision: 0 });
     const following = (async () => {
@@ -357,34 +390,10 @@ async function main() {
     const vfs = (await agent.client.agent.listDevices({})).devices
       .filter((d) => d.physfn === pf)
       .map((d) => d.address);
-    let mark = w.seen.length;
-    let t0 = nowMs();
-    const offAt = t0;
-    await sysfs.setNumVfs(pf, 0);
-    const gone = new Set<string>();
-    const burstOff =
-      (await w.until(
-        (d) => {
-          if (vfs.includes(d.address) && d.health === Health.HEALTH_UNHEALTHY) gone.add(d.address);
-          return gone.size === vfs.length;
-        },
-        mark,
-        120_000,
-      )) - t0;
-    mark = w.seen.length;
-    t0 = nowMs();
-    const onAt = t0;
-    await sysfs.setNumVfs(pf, vfCount);
-    const back = new Set<string>();
-    const burstOn =
-      (await w.until(
-        (d) => {
-          if (vfs.includes(d.address) && d.health === Health.HEALTH_HEALTHY) back.add(d.address);
-          return back.size === vfs.length;
-        },
-        mark,
-        120_000,
-      )) - t0;
+    const one = await burstOf(sysfs, w, [pf], vfCount, vfs);
+    const { offAt, onAt, off: burstOffEach, on: burstOnEach } = one;
+    const burstOff = Math.max(...burstOffEach);
+    const burstOn = Math.max(...burstOnEach);
     const burst = (await agent.client.agent.getAgentInfo({})).hotplug!;
     const agentAt = (kind: string, after: number) => {
       const hits = agentEvents.filter((e) => e.kind === kind && vfs.includes(e.address) && e.at >= after);
@@ -392,6 +401,13 @@ async function main() {
     };
     const agentOff = agentAt('removed', offAt);
     const agentOn = agentAt('added', onAt);
+    // 1,024 functions at once: four PFs' VFs disabled together, then enabled.
+    const fourPfs = spec.pfs!.slice(1, 5).map((p) => p.address);
+    const fourVfs = (await agent.client.agent.listDevices({})).devices
+      .filter((d) => fourPfs.includes(d.physfn))
+      .map((d) => d.address);
+    const burstLoad1000 = loadNow();
+    const four = await burstOf(sysfs, w, fourPfs, vfCount, fourVfs);
     inv.return?.(undefined);
     void following;
     w.stop();
@@ -458,6 +474,7 @@ async function main() {
       burst_vfs: vfs.length,
       burst_disable_ms: round(burstOff, 1),
       burst_enable_ms: round(burstOn, 1),
+      burst_loadavg_start: burstLoad,
       // The agent's part of it: the last of its WatchInventory events for the VFs.
       burst_agent_disable_ms: round(agentOff, 1),
       burst_agent_enable_ms: round(agentOn, 1),
@@ -466,6 +483,29 @@ async function main() {
       note: 'agent: berth agent serve on dist/ in its own process, pci driver; scheduler in the bench process; baseline: the same agent with hotplug.source none polling every baseline_poll_interval_s (10 s in a full run: the default discovery_interval); raw_delivery: the simulated udevadm alone (append → printed line)',
       quick,
     });
+    for (const [name, b, load, what] of [
+      ['burst', one, burstLoad, `a PF's ${vfs.length} VFs`],
+      ['burst_1000', four, burstLoad1000, `${fourVfs.length} functions of ${fourPfs.length} PFs`],
+    ] as const) {
+      const each = [...b.off, ...b.on];
+      const p99 = percentile(sorted(each), 99);
+      emit({
+        name,
+        value: p99,
+        baseline: value,
+        ratio: p99 / value,
+        goal: `${what} disabled, then enabled, at once: p99 from the sysfs change to each function's WatchDevices event <= 1000 ms`,
+        pass: p99 <= 1000,
+        unit: 'ms',
+        loadavg_start: load,
+        functions: b.off.length,
+        p50_ms: round(percentile(sorted(each), 50), 1),
+        disable_ms: stats(b.off),
+        enable_ms: stats(b.on),
+        note: 'each function’s time from the builder’s sysfs call (sriov_numvfs written, uevents logged) to its WatchDevices event (unhealthy, then healthy) at the scheduler; baseline: the single-function hotplug p99 of the same run',
+        quick,
+      });
+    }
     const value2 = idle.percent;
     emit({
       name: 'hotplug_idle_cpu',
