@@ -13,7 +13,7 @@ import { hostName, hostRegistration, pciFacts } from '../domain/test-fixtures.js
 import { DeviceFeed } from '../runtime/device-feed.js';
 import { EventHub } from '../runtime/event-hub.js';
 import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
-import { type DeviceWatchItem, Devices } from './devices.js';
+import { Devices, type DeviceWatchItem } from './devices.js';
 
 const HOSTS = ['h-a', 'h-b', 'h-c', 'h-d', 'h-e'];
 const PER_HOST = 6;
@@ -34,7 +34,13 @@ describe('WatchDevices, initial state in pages', () => {
       const facts = Array.from({ length: PER_HOST }, (_, index) => pciFacts({ index }));
       await store.upsertInventory(hostName(name), { kind: 'snapshot', revision: 1, devices: facts });
     }
-    devices = new Devices({ useCases: store, hub, feed: new DeviceFeed(store), placement: null, snapshotPage: 7 });
+    devices = new Devices({
+      useCases: store,
+      hub,
+      feed: new DeviceFeed(store),
+      placement: null,
+      snapshotPage: 7,
+    });
   });
   afterEach(async () => {
     hub.close();
