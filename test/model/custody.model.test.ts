@@ -4,7 +4,8 @@
  * A model-based test: fast-check draws sequences of the events that matter —
  * bind, release, pull a media out, insert it in another host, a host down or
  * up (rebooted or not), the scheduler's database lost, snapshotted or
- * restored to an older copy, an operator's release — for two hosts, one NVMe
+ * restored to an older copy, an operator's release, a host's signing key
+ * rotated — for two hosts, one NVMe
  * drive and one one-time-use GPU with a PCIe serial number. Each event is
  * carried out on the real thing: a real scheduler and real agents (their
  * journals on disk) on simulated hosts, in this process, on loopback. What the
@@ -261,6 +262,22 @@ class OperatorRelease implements Cmd {
   toString = () => 'OperatorRelease';
 }
 
+/** A host's signing key rotated as the operator guide says: a new key, pinned by an admin, the agent restarted. */
+class KeyRotated implements Cmd {
+  constructor(readonly host: HostId) {}
+  check = (w: Readonly<World>) => w.up.has(this.host);
+  async run(_m: World, w: World) {
+    await w.c.host(this.host).stop();
+    const { key } = rotateSigningKey(sim(w, this.host).stateDir);
+    await w.c.client.certificates.rotateAgentKey({
+      host: this.host,
+      publicKey: JSON.stringify({ ...key.publicJwk, kid: key.kid }),
+    });
+    await w.c.host(this.host).start();
+  }
+  toString = () => `KeyRotated(${this.host})`;
+}
+
 /** Time for the cleanups under way to end (what a tenant waits for anyway). */
 class Settle implements Cmd {
   check = (w: Readonly<World>) => w.up.size > 0;
@@ -287,6 +304,7 @@ const commands = [
   fc.nat(3).map((i) => new DbRestore(i)),
   fc.constant(new DbLost()),
   fc.constant(new OperatorRelease()),
+  host.map((h) => new KeyRotated(h)),
   fc.constant(new Settle()),
 ];
 
