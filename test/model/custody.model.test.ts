@@ -25,6 +25,7 @@
 import { copyFile, rm } from 'node:fs/promises';
 import fc from 'fast-check';
 import { describe, it } from 'vitest';
+import { rotateSigningKey } from '../../src/server/agent/signing-key.js';
 import type { CarriedNvme, SimHost, SimHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
