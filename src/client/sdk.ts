@@ -21,7 +21,6 @@ import {
 } from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
 import {
-  type HostKey,
   parseKeySet,
   publishedKeySet,
   type Verification,
@@ -65,15 +64,13 @@ export { CertificateError } from '../erasure/certificate.js';
  * CertificateError saying what failed (docs/erasure-certificates.md).
  */
 export {
-  Backoff,
-  type ClientTls,
-  type DeepPartial,
   type HostKey,
   parseKeySet,
   type Verification,
   type VerifyOptions,
   verifyOffline as verifyErasureCertificate,
-};
+} from '../erasure/verify.js';
+export { Backoff, type ClientTls, type DeepPartial };
 
 export class BerthClientError extends Error {
   readonly code: number;

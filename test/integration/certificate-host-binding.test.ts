@@ -122,11 +122,12 @@ describe("offline verification binds a certificate's key to its host", () => {
     expect(kidA).not.toBe(kidB);
   });
 
-  it('berth cleanup verify: --keys (with and without --host) and --from-scheduler refuse the forgery, naming the key and both hosts', async () => {
+  it('berth cleanup verify: --keys and --from-scheduler, with and without --host, refuse the forgery, naming the key and both hosts', async () => {
     const ways = [
       ['--keys', file('keys.json')],
       ['--keys', file('keys.json'), '--host', A],
       ['--from-scheduler'],
+      ['--from-scheduler', '--host', A],
     ];
     for (const way of ways) {
       const ok = await berth(
