@@ -69,6 +69,12 @@ describe("offline verification binds a certificate's key to its host", () => {
   const refusal = () =>
     `claims host ${A}, but it is signed with key ${kidB}, which is host ${B}'s key, not host ${A}'s`;
 
+  /** keys.json as a Berth that did not record hosts would have saved it. */
+  const withoutHosts = () => {
+    const set = JSON.parse(readFileSync(file('keys.json'), 'utf8')) as { keys: Record<string, string>[] };
+    return JSON.stringify({ keys: set.keys.map(({ host: _, ...k }) => k) });
+  };
+
   beforeAll(async () => {
     c = await startCluster([demoHostDefinition(A, 0x3b), demoHostDefinition(B, 0x5b)]);
     await c.waitForDevices(A, 9);
@@ -146,8 +152,7 @@ describe("offline verification binds a certificate's key to its host", () => {
   }, 120_000);
 
   it('a key set without hosts (an old file) is refused until saved again, or trusted for any host explicitly', async () => {
-    const set = JSON.parse(readFileSync(file('keys.json'), 'utf8')) as { keys: Record<string, string>[] };
-    writeFileSync(file('old-keys.json'), JSON.stringify({ keys: set.keys.map(({ host: _, ...k }) => k) }));
+    writeFileSync(file('old-keys.json'), withoutHosts());
     for (const cert of ['genuine.jws', 'forged.jws']) {
       const r = await berth(['cleanup', 'verify', file(cert), '--keys', file('old-keys.json')], env);
       expect(r.code, cert).toBe(1);
@@ -192,6 +197,15 @@ describe("offline verification binds a certificate's key to its host", () => {
     const bad = await py('forged.jws', 'keys.json', 'prev.jws');
     expect(bad.code).toBe(1);
     expect(bad.stderr).toBe(`INVALID: ${refusal()}\n`);
+    // A key set without hosts: refused, unless trusted for any host explicitly.
+    writeFileSync(file('py-old-keys.json'), withoutHosts());
+    const old = await py('genuine.jws', 'py-old-keys.json');
+    expect(old.code).toBe(1);
+    expect(old.stderr).toMatch(
+      /^INVALID: signed with key .*, which the key set names no host for.*berth host keys --save/,
+    );
+    const trusted = await py('--allow-keys-without-host', 'genuine.jws', 'py-old-keys.json');
+    expect(trusted.code, trusted.stderr).toBe(0);
     const [h, p, s] = genuine.split('.') as [string, string, string];
     const b64 = (v: unknown) => Buffer.from(JSON.stringify(v)).toString('base64url');
     const claims = decodeCertificate(genuine).claims as unknown as Record<string, unknown>;
@@ -274,6 +288,10 @@ describe("offline verification binds a certificate's key to its host", () => {
     const wrongWay = await sh('prev.jws', 'keys.json', 'genuine.jws');
     expect(wrongWay.code).toBe(1);
     expect(wrongWay.stderr).toContain('chain broken');
+    writeFileSync(file('sh-old-keys.json'), withoutHosts());
+    const old = await sh('genuine.jws', 'sh-old-keys.json');
+    expect(old.code).toBe(1);
+    expect(old.stderr).toContain(`which is host (none named: save the key set again)'s key, not host ${A}'s`);
     writeFileSync(file('only-b.json'), JSON.stringify({ keys: [] }));
     const unknown = await sh('genuine.jws', 'only-b.json');
     expect(unknown.code).toBe(1);
