@@ -20,6 +20,13 @@ import {
   status,
 } from '@grpc/grpc-js';
 import { service as healthService } from 'grpc-health-check';
+import {
+  parseKeySet,
+  publishedKeySet,
+  type Verification,
+  type VerifyOptions,
+  verifyOffline,
+} from '../erasure/verify.js';
 import { AgentServiceClient } from '../gen/berth/agent/v1/agent.js';
 import { AcceleratorRequestServiceClient } from '../gen/berth/scheduler/v1/accelerator_request.js';
 import { CertificateServiceClient } from '../gen/berth/scheduler/v1/certificate.js';
@@ -49,6 +56,20 @@ import { type ClientFlagValues, loadClientTls, resolveClient } from './client-co
 import { completeRequest, type DeepPartial } from './request-messages.js';
 import { isRetryable } from './retry-policy.js';
 
+export { CertificateError } from '../erasure/certificate.js';
+/**
+ * Offline verification of an erasure certificate against a key set
+ * (`parseKeySet` of what `berth host keys --save` writes): signature, the
+ * key bound to the claimed host, chain link, identity; throws a
+ * CertificateError saying what failed (docs/erasure-certificates.md).
+ */
+export {
+  type HostKey,
+  parseKeySet,
+  type Verification,
+  type VerifyOptions,
+  verifyOffline as verifyErasureCertificate,
+} from '../erasure/verify.js';
 export { Backoff, type ClientTls, type DeepPartial };
 
 export class BerthClientError extends Error {
@@ -295,6 +316,16 @@ export class SchedulerClient {
     this.registration = promisify(new RegistrationServiceClient(options.endpoint, creds, on), options);
     this.placement = promisify(new PlacementServiceClient(options.endpoint, creds, on), options);
     this.raw = { devices };
+  }
+
+  /**
+   * Verifies an erasure certificate against the scheduler's published keys
+   * of every host, each bound to its host (as `berth cleanup verify
+   * --from-scheduler`); throws a CertificateError saying what failed.
+   */
+  async verifyErasureCertificate(jws: string, opts: VerifyOptions = {}): Promise<Verification> {
+    const { keys } = await this.certificates.listAgentKeys({ host: '' });
+    return verifyOffline(jws, parseKeySet(publishedKeySet(keys)), opts);
   }
 
   private md(): Metadata {

@@ -16,7 +16,7 @@ import {
   signCertificate,
   verifyCertificate,
 } from './certificate.js';
-import { parseKeySet, verifyOffline } from './verify.js';
+import { parseKeySet, publishedKeySet, verifyOffline } from './verify.js';
 
 const claims = (over: Partial<ErasureClaims> = {}): ErasureClaims => ({
   v: 1,
@@ -119,11 +119,69 @@ describe('erasure certificates', () => {
     expect(chainBreak(d(second), d(first))).toBeNull();
     expect(chainBreak(d(skipped), d(first))).toMatch(/out of order/);
     expect(chainBreak(d(first), d(second))).toMatch(/out of order/);
-    expect(verifyOffline(second, [{ kid, jwk }], { previous: first }).checks.join('\n')).toContain(
-      'chain: link 2',
+    expect(
+      verifyOffline(second, [{ kid, jwk, host: 'h1' }], { previous: first }).checks.join('\n'),
+    ).toContain('chain: link 2');
+    expect(() => verifyOffline(skipped, [{ kid, jwk, host: 'h1' }], { previous: first })).toThrow(
+      /not the link after/,
     );
-    expect(() => verifyOffline(skipped, [{ kid, jwk }], { previous: first })).toThrow(/not the link after/);
     expect(parseKeySet(JSON.stringify({ keys: [{ ...jwk, kid: 'whatever' }] }))[0]!.kid).toBe(kid);
+  });
+
+  it("offline, a certificate verifies only with its claimed host's key: another host's key is refused, naming the key, its host and the claimed one", () => {
+    const a = key();
+    const b = key();
+    const published = publishedKeySet([
+      { jwk: JSON.stringify(a.jwk), keyId: a.kid, host: 'hosta' },
+      { jwk: JSON.stringify(b.jwk), keyId: b.kid, host: 'hostb' },
+    ]);
+    const keys = parseKeySet(published);
+    expect(keys.map((k) => [k.kid, k.host])).toEqual([
+      [a.kid, 'hosta'],
+      [b.kid, 'hostb'],
+    ]);
+    const genuine = signCertificate(claims({ host: 'hosta', kid: a.kid }), a.k, a.kid);
+    expect(verifyOffline(genuine, keys, { host: 'hosta' }).checks).toContain(
+      `key: ${a.kid} is host hosta's key`,
+    );
+    // Host B's key, claiming host A: the signature is B's own and valid, the binding is not.
+    const forged = signCertificate(claims({ host: 'hosta', kid: b.kid }), b.k, b.kid);
+    for (const opts of [{}, { host: 'hosta' }]) {
+      expect(() => verifyOffline(forged, keys, opts)).toThrow(
+        `claims host hosta, but it is signed with key ${b.kid}, which is host hostb's key, not host hosta's`,
+      );
+    }
+    // One key pinned for two hosts signs for either.
+    const shared = parseKeySet(
+      publishedKeySet([
+        { jwk: JSON.stringify(b.jwk), keyId: b.kid, host: 'hostb' },
+        { jwk: JSON.stringify(b.jwk), keyId: b.kid, host: 'hosta' },
+      ]),
+    );
+    expect(verifyOffline(forged, shared).certificate.claims.host).toBe('hosta');
+  });
+
+  it('a key the key set names no host for is refused unless trusted for any host explicitly; a bad host member is named', () => {
+    const a = key();
+    const jws = signCertificate(claims({ host: 'hosta', kid: a.kid }), a.k, a.kid);
+    const bare = parseKeySet(JSON.stringify({ ...a.jwk, kid: a.kid }));
+    expect(bare[0]!.host).toBeNull();
+    expect(() => verifyOffline(jws, bare)).toThrow(
+      new RegExp(`signed with key ${a.kid}, which the key set names no host for.*berth host keys --save`),
+    );
+    expect(verifyOffline(jws, bare, { allowKeysWithoutHost: true }).checks.join('\n')).toContain(
+      'trusted for host hosta as asked',
+    );
+    // The flag does not widen a key that names its host.
+    const b = key();
+    const keys = parseKeySet(publishedKeySet([{ jwk: JSON.stringify(b.jwk), keyId: b.kid, host: 'hostb' }]));
+    const forged = signCertificate(claims({ host: 'hosta', kid: b.kid }), b.k, b.kid);
+    expect(() => verifyOffline(forged, keys, { allowKeysWithoutHost: true })).toThrow(/host hostb's key/);
+    for (const host of ['', 7, null]) {
+      expect(() => parseKeySet(JSON.stringify({ keys: [{ ...a.jwk, host }] }))).toThrow(
+        `key 0 of the key file has host ${JSON.stringify(host)}, not a host name`,
+      );
+    }
   });
 
   it('docs/erasure-certificates.md prints the NIST SP 800-88 table as the code has it', () => {

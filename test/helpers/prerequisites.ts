@@ -269,6 +269,18 @@ export const pythonCryptography = () =>
     return null;
   });
 
+/**
+ * dash (a POSIX sh without bash's extensions), jq and OpenSSL 3's
+ * `pkeyutl -rawin`: the openssl recipe of docs/erasure-certificates.md.
+ */
+export const shOpensslRecipe = () =>
+  check('dash, jq and OpenSSL 3 (pkeyutl -rawin)', ['dash', 'jq', 'openssl'], () => {
+    run('dash', ['-c', 'true']);
+    run('jq', ['--version']);
+    const v = run('openssl', ['version']);
+    return /^OpenSSL [3-9]\./.test(v) ? null : `openssl is not OpenSSL 3 (pkeyutl -rawin): ${v.trim()}`;
+  });
+
 /** PyYAML (a YAML 1.1 reader) for /usr/bin/python3: the check that -o yaml reads back with its types. */
 export const pythonYaml = () =>
   check('PyYAML', ['python3-yaml'], () => {

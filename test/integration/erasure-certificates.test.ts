@@ -35,7 +35,7 @@ import {
   publicJwkOf,
   signCertificate,
 } from '../../src/erasure/certificate.js';
-import { parseKeySet, verifyOffline } from '../../src/erasure/verify.js';
+import { parseKeySet, publishedKeySet, verifyOffline } from '../../src/erasure/verify.js';
 import type { CleanupDeviceResponse } from '../../src/gen/berth/agent/v1/agent.js';
 import { type Device, DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { Agent } from '../../src/server/agent/agent.js';
@@ -200,11 +200,7 @@ describe('erasure certificates', () => {
     ).certificates;
 
   const publishedKeys = async () =>
-    parseKeySet(
-      JSON.stringify({
-        keys: (await client.certificates.listAgentKeys({ host: HOST })).keys.map((k) => JSON.parse(k.jwk)),
-      }),
-    );
+    parseKeySet(publishedKeySet((await client.certificates.listAgentKeys({ host: HOST })).keys));
 
   const agentKey = (): KeyObject =>
     createPrivateKey(readFileSync(join(agent!.config.stateDir, SIGNING_KEY_FILE)));
@@ -271,15 +267,7 @@ describe('erasure certificates', () => {
     const first = (await certificatesOf({ instanceUuid: 'vm-cert-nvme0' }))[0]!;
     const second = (await certificatesOf({ instanceUuid: 'vm-cert-nvme0-second' }))[0]!;
     const keys = join(dir.path, 'keys.json');
-    writeFileSync(
-      keys,
-      JSON.stringify({
-        keys: (await client.certificates.listAgentKeys({ host: HOST })).keys.map((k) => ({
-          ...JSON.parse(k.jwk),
-          kid: k.keyId,
-        })),
-      }),
-    );
+    writeFileSync(keys, publishedKeySet((await client.certificates.listAgentKeys({ host: HOST })).keys));
     const certFile = join(dir.path, 'second.jws');
     const prevFile = join(dir.path, 'first.jws');
     writeFileSync(certFile, `${second.jws}\n`);

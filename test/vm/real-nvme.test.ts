@@ -299,7 +299,8 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     for (const role of ['write-zeroes', 'subsystem'] as const) {
       const last = terminal(role);
       expect(last.certificate, `${role}: ${run.diagnostics()}`).toBeTruthy();
-      const c = verifyOffline(last.certificate!, keys).certificate.claims;
+      // The key as the host's own agent prints it (no host named): trusted for this host explicitly.
+      const c = verifyOffline(last.certificate!, keys, { allowKeysWithoutHost: true }).certificate.claims;
       expect(c).toMatchObject({
         job_id: `vm-${role}`,
         address: cleanAddressOf(role),

@@ -8,8 +8,8 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { CertificateError, decodeCertificate } from '../../erasure/certificate.js';
-import { parseKeySet, verifyOffline } from '../../erasure/verify.js';
+import { CertificateError } from '../../erasure/certificate.js';
+import { parseKeySet, type Verification, type VerifyOptions, verifyOffline } from '../../erasure/verify.js';
 import type { ErasureCertificate } from '../../gen/berth/scheduler/v1/certificate.js';
 import { UsageError } from '../usage-error.js';
 import {
@@ -96,7 +96,7 @@ export function registerCleanupCommands(program: Command): void {
   const verify = cleanup
     .command('verify')
     .description(
-      "verify an erasure certificate offline: its signature against a key file (or the scheduler's published keys), its chain (--previous), its identity",
+      "verify an erasure certificate offline: its signature against a key file (or the scheduler's published keys), that the key is the claimed host's, its chain (--previous), its identity",
     )
     .argument('<file>', 'the certificate (compact JWS)')
     .option('--keys <file>', 'trusted public keys: a JWK or a JWK Set (berth host keys --save FILE)')
@@ -107,28 +107,33 @@ export function registerCleanupCommands(program: Command): void {
       '--from-scheduler',
       "take the keys from the scheduler's published list (ListAgentKeys) instead of --keys",
     )
+    .option(
+      '--allow-keys-without-host',
+      'trust a key the key file names no host for (a bare JWK, an old key set) for the host the certificate claims',
+    )
     .option('-o, --output <format>', 'table, json or yaml', 'table');
   connectionOptions(verify).action(
     async (file: string, flags: Record<string, string | boolean | undefined>, cmd: Command) => {
       try {
         const jws = (await readFile(file, 'utf8')).trim();
-        let keysText: string;
-        if (flags['fromScheduler']) {
-          keysText = await schedulerKeys(cmd, decodeCertificate(jws).claims.host);
-        } else if (typeof flags['keys'] === 'string') {
-          keysText = await readFile(flags['keys'], 'utf8');
-        } else {
-          throw new UsageError('give --keys FILE or --from-scheduler');
-        }
         const previous =
           typeof flags['previous'] === 'string'
             ? (await readFile(flags['previous'], 'utf8')).trim()
             : undefined;
-        const v = verifyOffline(jws, parseKeySet(keysText), {
+        const opts: VerifyOptions = {
           ...(previous !== undefined ? { previous } : {}),
           ...(typeof flags['mediaKey'] === 'string' ? { mediaKey: flags['mediaKey'] } : {}),
           ...(typeof flags['host'] === 'string' ? { host: flags['host'] } : {}),
-        });
+          allowKeysWithoutHost: flags['allowKeysWithoutHost'] === true,
+        };
+        let v: Verification;
+        if (flags['fromScheduler']) {
+          v = await verifyWithScheduler(cmd, jws, opts);
+        } else if (typeof flags['keys'] === 'string') {
+          v = verifyOffline(jws, parseKeySet(await readFile(flags['keys'], 'utf8')), opts);
+        } else {
+          throw new UsageError('give --keys FILE or --from-scheduler');
+        }
         const c = v.certificate.claims;
         const out = {
           valid: true,
@@ -166,13 +171,12 @@ export function registerCleanupCommands(program: Command): void {
   );
 }
 
-/** The scheduler's published keys of a host, as a JWK Set (text). */
-async function schedulerKeys(cmd: Command, host: string): Promise<string> {
+/** Verifies against the scheduler's published keys of every host (ListAgentKeys), each bound to its host. */
+async function verifyWithScheduler(cmd: Command, jws: string, opts: VerifyOptions): Promise<Verification> {
   const { SchedulerClient } = await import('../sdk.js');
   const client = await SchedulerClient.fromClientConfig(connectionFlags(cmd.opts()));
   try {
-    const { keys } = await client.certificates.listAgentKeys({ host });
-    return JSON.stringify({ keys: keys.map((k) => JSON.parse(k.jwk)) });
+    return await client.verifyErasureCertificate(jws, opts);
   } finally {
     client.close();
   }

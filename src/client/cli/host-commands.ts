@@ -62,8 +62,8 @@ export function registerHostCommands(program: Command): void {
       }));
       if (o.save) {
         const { writeFile } = await import('node:fs/promises');
-        const set = { keys: keys.map((k) => ({ ...JSON.parse(k.jwk), kid: k.keyId, host: k.host })) };
-        await writeFile(o.save, `${JSON.stringify(set, null, 2)}\n`);
+        const { publishedKeySet } = await import('../../erasure/verify.js');
+        await writeFile(o.save, publishedKeySet(keys));
       }
       printList(format, rows, 'keys', (wide) =>
         renderTable(
