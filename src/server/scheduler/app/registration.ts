@@ -24,6 +24,7 @@ import {
   principalFor,
 } from '../domain/host.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
+import type { MediaReportsTaken, RefusedMediaReport } from '../usecases/media-reports.js';
 import type { UseCases } from '../usecases/use-cases.js';
 
 /** What a Register request says, decoded. */
@@ -55,6 +56,8 @@ export interface RegistrationDeps {
   schedulerId: string;
   /** Seconds between agent re-registrations asked for. */
   heartbeatSeconds: number;
+  /** Counts media records refused (berth_media_records_refused_total). */
+  mediaRecordsRefused?: (host: string, reason: string, count: number) => void;
   logger: Logger;
 }
 
@@ -69,6 +72,7 @@ export class Registration {
     heartbeatSeconds: number;
     storedCertificates: string[];
     sendCertificates: boolean;
+    refusedMedia: RefusedMediaReport[];
   }> {
     const { useCases, links, logger } = this.deps;
     const name = reg.host.name;
@@ -115,6 +119,8 @@ export class Registration {
       }
       throw err;
     }
+    // Before the link opens: a registration refused at a bound is not followed.
+    const refusedMedia = await this.reconcileMedia(name, reg.media);
     if (r.change === 'heartbeat') {
       const link = links.get(name);
       if (link && !link.isConnected) link.poke();
@@ -131,7 +137,6 @@ export class Registration {
       logger.info({ host: name, keyId: r.pinnedKey.kid }, "agent's certificate signing key pinned");
     }
     await this.reconcileHeld(name, reg.held);
-    await this.reconcileMedia(name, reg.media);
     const supplied = await useCases.importCertificates(name, reg.certificates);
     if (supplied.refused.length > 0) {
       logger.error(
@@ -151,6 +156,7 @@ export class Registration {
       storedCertificates: supplied.stored,
       // This scheduler started to follow the agent (or lost what it knew): all its certificates, please.
       sendCertificates: r.change !== 'heartbeat',
+      refusedMedia,
     };
   }
 
@@ -197,17 +203,49 @@ export class Registration {
   }
 
   /**
-   * Invariants 11 and 13: the agent's journal records of media (present on the
-   * host or not) add their dirt and burns to the scheduler's records, so a
-   * media shows up dirty or burned wherever it is seen next, even after this
-   * database was lost or restored.
+   * Invariants 11, 13 and 15: the agent's journal records of media (present
+   * on the host or not) add their dirt and burns to the scheduler's records,
+   * so a media shows up dirty or burned wherever it is seen next, even after
+   * this database was lost or restored — but only for media this host holds
+   * (domain/media-reports.ts): a record of another host's media is refused,
+   * logged, counted and returned. Past a bound the registration is refused.
    */
-  private async reconcileMedia(host: HostName, records: MediaRecord[]): Promise<void> {
-    const changed = await this.deps.useCases.reconcileMediaRecords(host, records);
-    if (changed.length === 0) return;
-    this.deps.logger.warn(
-      { host, media: changed },
-      "its agent's journal records media as holding tenant data or burned that this scheduler's database did not (a lost or restored database, or media moved from elsewhere); they are cleaned or kept burned wherever they show up",
-    );
+  private async reconcileMedia(host: HostName, records: MediaRecord[]): Promise<RefusedMediaReport[]> {
+    const { logger } = this.deps;
+    let taken: MediaReportsTaken;
+    try {
+      taken = await this.deps.useCases.reconcileMediaRecords(host, records);
+    } catch (err) {
+      if (isBerthError(err) && err.reason === 'MEDIA_RECORDS_OVER_LIMIT') {
+        this.deps.mediaRecordsRefused?.(host, `${err.metadata['bound']}_limit`, records.length);
+        logger.warn(
+          { host, count: err.metadata['count'], limit: err.metadata['limit'], bound: err.metadata['bound'] },
+          'registration refused: its media records go beyond a bound; none of them was stored',
+        );
+      }
+      throw err;
+    }
+    if (taken.refused.length > 0) {
+      const byReason = new Map<string, number>();
+      for (const f of taken.refused) byReason.set(f.reason, (byReason.get(f.reason) ?? 0) + 1);
+      for (const [reason, n] of byReason) this.deps.mediaRecordsRefused?.(host, reason, n);
+      logger.warn(
+        {
+          host,
+          count: taken.refused.length,
+          refused: taken.refused
+            .slice(0, 20)
+            .map((f) => ({ key: f.key, reason: f.reason, holder: f.holder })),
+        },
+        "its agent reported dirt or burns of media another host holds (or an operator forgot): refused, the scheduler's records of them unchanged",
+      );
+    }
+    if (taken.changed.length > 0) {
+      logger.warn(
+        { host, media: taken.changed },
+        "its agent's journal records media as holding tenant data or burned that this scheduler's database did not (a lost or restored database, or media moved from elsewhere); they are cleaned or kept burned wherever they show up",
+      );
+    }
+    return taken.refused;
   }
 }

@@ -240,7 +240,11 @@ export function runMediaContract(name: string, open: OpenStore): void {
           instanceUuid: '',
         },
       ]);
-      expect(changed.sort()).toEqual(['nvme:nqn.test:pulled', 'pci-dsn:10de:00-11-22-33-44-55-66-77']);
+      expect(changed.changed.sort()).toEqual([
+        'nvme:nqn.test:pulled',
+        'pci-dsn:10de:00-11-22-33-44-55-66-77',
+      ]);
+      expect(changed.refused).toEqual([]);
       // Both come back, on another host, whose agent knows nothing of them.
       const gpu = pciFacts({
         index: 5,
