@@ -128,16 +128,14 @@ export interface MediaForgotten {
  * forgotten with `note` (who, when, why), so the agents' journal records of it
  * are refused and no longer count against their host's bound. Its record of
  * dirt and burns stays, should it come back after all. Refused while a host
- * presents it or a device of it is in use (MEDIA_PRESENT).
+ * presents it or a device of it is allocated or being cleaned (MEDIA_PRESENT).
  */
 export async function forgetMedia(deps: UseCaseDeps, key: string, note: string): Promise<MediaForgotten> {
   return write(deps, async (tx) => {
     const m = await tx.uow.media(key, FOR_UPDATE);
     if (!m) throw notFound('media', key);
     const devices = await tx.uow.devices({ mediaKey: key }, FOR_UPDATE);
-    const busy = devices.filter(
-      (d) => d.present || holdsMedia(d) || d.reserved > 0 || IN_USE.has(d.deviceState),
-    );
+    const busy = devices.filter((d) => d.present || holdsMedia(d) || IN_USE.has(d.deviceState));
     if (busy.length > 0 || m.holder) {
       const named = busy.map(
         (d) => `${d.host} ${d.address} (${d.present ? 'present, ' : ''}${d.deviceState})`,
@@ -159,5 +157,5 @@ export async function forgetMedia(deps: UseCaseDeps, key: string, note: string):
   });
 }
 
-/** Device states in which a device is in use or being cleaned. */
+/** Device states in which a device is in use or being cleaned (`reserved` only says it is not offered). */
 const IN_USE = new Set(['allocated', 'pending_cleaning', 'cleaning']);
