@@ -13,7 +13,7 @@
  */
 import type { Logger } from 'pino';
 import type { PublicJwk } from '../../../erasure/certificate.js';
-import { isBerthError } from '../../../errors.js';
+import { type BerthError, isBerthError } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import {
@@ -23,6 +23,7 @@ import {
   type HostRegistration,
   principalFor,
 } from '../domain/host.js';
+import { registrationRecordsBoundBroken } from '../domain/media-reports.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import type { MediaReportsTaken, RefusedMediaReport } from '../usecases/media-reports.js';
 import type { UseCases } from '../usecases/use-cases.js';
@@ -76,6 +77,9 @@ export class Registration {
   }> {
     const { useCases, links, logger } = this.deps;
     const name = reg.host.name;
+    // Past the bound on media records the registration is refused whole, before anything is written.
+    const tooMany = registrationRecordsBoundBroken(name, reg.media.length);
+    if (tooMany) throw this.refusedAtBound(name, tooMany, reg.media.length);
     const linked = links.has(name);
     // A host known here but not followed here is followed only under its lease;
     // a new host's lease is taken once the host is stored (below). A plain
@@ -202,6 +206,16 @@ export class Registration {
     );
   }
 
+  /** A registration refused at a bound on media records: logged and counted; returns the error. */
+  private refusedAtBound(host: HostName, err: BerthError, records: number): BerthError {
+    this.deps.mediaRecordsRefused?.(host, `${err.metadata['bound']}_limit`, records);
+    this.deps.logger.warn(
+      { host, count: err.metadata['count'], limit: err.metadata['limit'], bound: err.metadata['bound'] },
+      'registration refused: its media records go beyond a bound; none of them was stored',
+    );
+    return err;
+  }
+
   /**
    * Invariants 11, 13 and 15: the agent's journal records of media (present
    * on the host or not) add their dirt and burns to the scheduler's records,
@@ -216,14 +230,9 @@ export class Registration {
     try {
       taken = await this.deps.useCases.reconcileMediaRecords(host, records);
     } catch (err) {
-      if (isBerthError(err) && err.reason === 'MEDIA_RECORDS_OVER_LIMIT') {
-        this.deps.mediaRecordsRefused?.(host, `${err.metadata['bound']}_limit`, records.length);
-        logger.warn(
-          { host, count: err.metadata['count'], limit: err.metadata['limit'], bound: err.metadata['bound'] },
-          'registration refused: its media records go beyond a bound; none of them was stored',
-        );
-      }
-      throw err;
+      throw isBerthError(err) && err.reason === 'MEDIA_RECORDS_OVER_LIMIT'
+        ? this.refusedAtBound(host, err, records.length)
+        : err;
     }
     if (taken.refused.length > 0) {
       const byReason = new Map<string, number>();

@@ -19,7 +19,7 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import { mediaRecordFromProto } from '../../media-proto.js';
 import type { AgentRegistration, Registration } from '../app/registration.js';
-import { MEDIA_RECORD_LIMITS, registrationRecordsBoundBroken } from '../domain/media-reports.js';
+import { MEDIA_RECORD_LIMITS } from '../domain/media-reports.js';
 import type { RefusedMediaReport } from '../usecases/media-reports.js';
 import { maxItems, requireHost, requireMediaKey } from './validate.js';
 
@@ -62,9 +62,7 @@ function checkRequest(req: RegisterRequest): { host: HostName; held: PciAddress[
     throw invalidArgument('epoch', `${JSON.stringify(req.epoch)} is not an agent epoch`);
   maxItems('held_devices', req.heldDevices, MEDIA_RECORD_LIMITS.perRegistration);
   const held = req.heldDevices.map((h, i) => parsePciAddress(`held_devices[${i}].address`, h.address));
-  // Past the bound a registration is refused whole (RESOURCE_EXHAUSTED), before anything is written.
-  const tooMany = registrationRecordsBoundBroken(host, req.mediaRecords.length);
-  if (tooMany) throw tooMany;
+  // Their number is bounded by the registration (app/registration.ts), before anything is written.
   req.mediaRecords.forEach((m, i) => {
     requireMediaKey(`media_records[${i}].key`, m.key);
   });
