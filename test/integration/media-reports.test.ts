@@ -200,6 +200,14 @@ describe("one host's credential cannot write the scheduler's media records", () 
       { what: 'the refusal logged' },
     );
     expect(JSON.stringify(line!['refused'])).toContain('"holder":"host-b"');
+    // Sent again (a journal keeps its record): refused and counted again, logged once (the log is
+    // written before the answer, so the answer is the signal that no second line came).
+    const again = await registerAsA([burned(victimKey)]);
+    expect(again.refusedMediaRecords).toEqual(res.refusedMediaRecords);
+    expect(await refusedMetric('host-a', 'other_host_presents')).toBe(2);
+    expect(
+      logs.matching((l) => l['host'] === 'host-a' && JSON.stringify(l['refused'] ?? '').includes(victimKey)),
+    ).toHaveLength(1);
     expect(stored().burnedKeys.has(victimKey)).toBe(false);
     const gpu = await getDevice(admin, 'host-b', GPU);
     expect([gpu.burned, gpu.allocatable, gpu.unallocatableReason]).toEqual([false, true, '']);

@@ -23,7 +23,7 @@ import {
   type HostRegistration,
   principalFor,
 } from '../domain/host.js';
-import { registrationRecordsBoundBroken } from '../domain/media-reports.js';
+import { MEDIA_RECORD_LIMITS, registrationRecordsBoundBroken } from '../domain/media-reports.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import type { MediaReportsTaken, RefusedMediaReport } from '../usecases/media-reports.js';
 import type { UseCases } from '../usecases/use-cases.js';
@@ -63,6 +63,9 @@ export interface RegistrationDeps {
 }
 
 export class Registration {
+  /** The refused media records already logged, per host (by reason and key). */
+  private readonly refusalsLogged = new Map<string, Set<string>>();
+
   constructor(private readonly deps: RegistrationDeps) {}
 
   async register(
@@ -234,17 +237,21 @@ export class Registration {
         ? this.refusedAtBound(host, err, records.length)
         : err;
     }
-    if (taken.refused.length > 0) {
-      const byReason = new Map<string, number>();
-      for (const f of taken.refused) byReason.set(f.reason, (byReason.get(f.reason) ?? 0) + 1);
-      for (const [reason, n] of byReason) this.deps.mediaRecordsRefused?.(host, reason, n);
+    const byReason = new Map<string, number>();
+    for (const f of taken.refused) byReason.set(f.reason, (byReason.get(f.reason) ?? 0) + 1);
+    for (const [reason, n] of byReason) this.deps.mediaRecordsRefused?.(host, reason, n);
+    // A journal that keeps a refused record sends it at every heartbeat: logged once, counted every time.
+    const logged = this.refusalsLogged.get(host) ?? new Set<string>();
+    const fresh = taken.refused.filter((f) => !logged.has(`${f.reason} ${f.key}`));
+    if (logged.size + fresh.length > MEDIA_RECORD_LIMITS.perRegistration) logged.clear();
+    for (const f of fresh) logged.add(`${f.reason} ${f.key}`);
+    this.refusalsLogged.set(host, logged);
+    if (fresh.length > 0) {
       logger.warn(
         {
           host,
-          count: taken.refused.length,
-          refused: taken.refused
-            .slice(0, 20)
-            .map((f) => ({ key: f.key, reason: f.reason, holder: f.holder })),
+          count: fresh.length,
+          refused: fresh.slice(0, 20).map((f) => ({ key: f.key, reason: f.reason, holder: f.holder })),
         },
         "its agent reported dirt or burns of media another host holds (or an operator forgot): refused, the scheduler's records of them unchanged",
       );
