@@ -133,6 +133,19 @@ export const ERROR_REASONS = {
     codes: ['FAILED_PRECONDITION'],
     meaning: 'The media at that address is not the media the request names (a drive moved or was swapped).',
   },
+  MEDIA_NOT_FOUND: {
+    codes: ['NOT_FOUND'],
+    meaning: 'The scheduler has no record of a media with that key.',
+  },
+  MEDIA_PRESENT: {
+    codes: ['FAILED_PRECONDITION'],
+    meaning: 'A host presents the media now (or a device of it is in use): it is not forgotten.',
+  },
+  MEDIA_RECORDS_OVER_LIMIT: {
+    codes: ['RESOURCE_EXHAUSTED'],
+    meaning:
+      "A registration carries more media records than one may, or would make the scheduler keep more of the host's reported media than its bound; none was stored.",
+  },
   MEDIA_NOT_CLEAN: {
     codes: ['FAILED_PRECONDITION'],
     meaning:

@@ -52,6 +52,7 @@ const NOT_FOUND_REASONS = {
   instance: 'INSTANCE_NOT_FOUND',
   'cleanup job': 'CLEANUP_JOB_NOT_FOUND',
   migration: 'MIGRATION_NOT_FOUND',
+  media: 'MEDIA_NOT_FOUND',
 } as const satisfies Record<string, ReasonFor<'NOT_FOUND'>>;
 
 export type RecordKind = keyof typeof NOT_FOUND_REASONS;

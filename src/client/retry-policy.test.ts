@@ -57,6 +57,7 @@ const EXPECTED = {
   '/berth.scheduler.v1.DeviceService/CleanDevice': 'IDEMPOTENCY_UNKNOWN',
   '/berth.scheduler.v1.DeviceService/ReleaseDevice': 'IDEMPOTENT',
   '/berth.scheduler.v1.DeviceService/SetDeviceStatus': 'IDEMPOTENT',
+  '/berth.scheduler.v1.DeviceService/ForgetMedia': 'IDEMPOTENT',
   '/berth.scheduler.v1.DeviceService/WatchDevices': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.DeviceService/WatchCleanup': 'NO_SIDE_EFFECTS',
   '/berth.scheduler.v1.HostService/ListHosts': 'NO_SIDE_EFFECTS',

@@ -203,6 +203,22 @@ export class Metrics {
     this.refused.inc({ host, reason }, count);
   }
 
+  private mediaRefused: Counter<'host' | 'reason'> | null = null;
+
+  /**
+   * berth_media_records_refused_total: media records of a registration the
+   * scheduler refused (domain/media-reports.ts), by host and reason.
+   */
+  mediaRecordsRefused(host: string, reason: string, count: number): void {
+    this.mediaRefused ??= new Counter({
+      name: 'berth_media_records_refused_total',
+      help: "Media records of agents' registrations the scheduler refused: another host's media, a forgotten one, or past a bound (docs/media-identity.md), by host and reason",
+      labelNames: ['host', 'reason'],
+      registers: [this.registry],
+    });
+    this.mediaRefused.inc({ host, reason }, count);
+  }
+
   observeCleanup(action: string, outcome: string, seconds: number): void {
     this.cleanups.inc({ action, outcome });
     this.cleanupDuration.observe({ action, outcome }, seconds);

@@ -34,6 +34,7 @@ export async function startRecordingScheduler(): Promise<RecordingScheduler> {
         heartbeatIntervalSeconds: 1,
         storedCertificates: [],
         sendCertificates: false,
+        refusedMediaRecords: [],
       };
     }),
   };

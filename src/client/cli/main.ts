@@ -29,6 +29,7 @@ const COMMANDS: Record<string, () => Promise<Register>> = {
   up: async () => (await import('./up-commands.js')).registerUpCommands,
   device: async () => (await import('./device-commands.js')).registerDeviceCommands,
   host: async () => (await import('./host-commands.js')).registerHostCommands,
+  media: async () => (await import('./media-commands.js')).registerMediaCommands,
   cleanup: async () => (await import('./cleanup-commands.js')).registerCleanupCommands,
   profile: async () => (await import('./profile-commands.js')).registerProfileCommands,
   arq: async () => (await import('./arq-commands.js')).registerArqCommands,

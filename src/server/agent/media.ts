@@ -3,11 +3,12 @@
  * tells the ledger of each device, and the record each device carries.
  */
 import type { DiscoveredDevice, MediaRecord } from '../../plugins/types.js';
+import { MEDIA_RECORD_LIMITS } from '../scheduler/domain/media-reports.js';
 import type { MediaLedger, SeenMedia, StoredMedia } from './media-ledger.js';
 import { isInformative } from './media-ledger.js';
 
 /** At most this many media records go with a registration (the newest first): the scheduler's bound. */
-export const MAX_REPORTED_MEDIA = 4096;
+export const MAX_REPORTED_MEDIA = MEDIA_RECORD_LIMITS.perRegistration;
 
 /** What the ledger needs of the devices of a discovery pass (those with a media identity). */
 export function seenMedia(devices: readonly DiscoveredDevice[], host: string): SeenMedia[] {

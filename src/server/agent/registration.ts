@@ -9,6 +9,7 @@
 import { type ChannelCredentials, credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
+  mediaRecordRefusalToJSON,
   type RegisterRequest,
   type RegisterResponse,
   RegistrationServiceClient,
@@ -78,6 +79,18 @@ export class RegistrationLoop {
         (err: ServiceError | null, r?: RegisterResponse) => (err || !r ? reject(err) : resolve(r)),
       );
     });
+    if (res.refusedMediaRecords.length > 0) {
+      // Judged another host's media (or forgotten): the scheduler's record of them stays as it was.
+      this.options.logger.warn(
+        {
+          count: res.refusedMediaRecords.length,
+          refused: res.refusedMediaRecords
+            .slice(0, 20)
+            .map((f) => ({ key: f.mediaKey, reason: mediaRecordRefusalToJSON(f.reason) })),
+        },
+        "the scheduler refused the journal's records of media another host holds",
+      );
+    }
     // Again at once while the agent has more to send (its certificates, in shares), a bounded number of times.
     if (this.options.onResponse?.(res, req) && depth < 64) await this.registerNow(depth + 1);
   }

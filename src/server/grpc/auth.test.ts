@@ -77,6 +77,7 @@ describe('the method → roles table', () => {
       'DeviceService/CleanDevice',
       'DeviceService/ReleaseDevice',
       'DeviceService/SetDeviceStatus',
+      'DeviceService/ForgetMedia',
       'ProfileService/CreateProfile',
       'ProfileService/DeleteProfile',
     ]) {

@@ -73,6 +73,7 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${S}.DeviceService/CleanDevice`]: [A],
   [`${S}.DeviceService/ReleaseDevice`]: [A],
   [`${S}.DeviceService/SetDeviceStatus`]: [A],
+  [`${S}.DeviceService/ForgetMedia`]: [A],
 
   [`${S}.ProfileService/CreateProfile`]: [A],
   [`${S}.ProfileService/DeleteProfile`]: [A],

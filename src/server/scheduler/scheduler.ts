@@ -286,6 +286,7 @@ export class Scheduler {
       hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
       schedulerId: id,
       heartbeatSeconds: options.heartbeatSeconds ?? 15,
+      mediaRecordsRefused: (host, reason, count) => metrics.mediaRecordsRefused(host, reason, count),
       logger,
     });
     const services = [

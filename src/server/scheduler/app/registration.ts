@@ -13,7 +13,7 @@
  */
 import type { Logger } from 'pino';
 import type { PublicJwk } from '../../../erasure/certificate.js';
-import { isBerthError } from '../../../errors.js';
+import { type BerthError, isBerthError } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import {
@@ -23,7 +23,9 @@ import {
   type HostRegistration,
   principalFor,
 } from '../domain/host.js';
+import { MEDIA_RECORD_LIMITS, registrationRecordsBoundBroken } from '../domain/media-reports.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
+import type { MediaReportsTaken, RefusedMediaReport } from '../usecases/media-reports.js';
 import type { UseCases } from '../usecases/use-cases.js';
 
 /** What a Register request says, decoded. */
@@ -55,10 +57,15 @@ export interface RegistrationDeps {
   schedulerId: string;
   /** Seconds between agent re-registrations asked for. */
   heartbeatSeconds: number;
+  /** Counts media records refused (berth_media_records_refused_total). */
+  mediaRecordsRefused?: (host: string, reason: string, count: number) => void;
   logger: Logger;
 }
 
 export class Registration {
+  /** The refused media records already logged, per host (by reason and key). */
+  private readonly refusalsLogged = new Map<string, Set<string>>();
+
   constructor(private readonly deps: RegistrationDeps) {}
 
   async register(
@@ -69,9 +76,13 @@ export class Registration {
     heartbeatSeconds: number;
     storedCertificates: string[];
     sendCertificates: boolean;
+    refusedMedia: RefusedMediaReport[];
   }> {
     const { useCases, links, logger } = this.deps;
     const name = reg.host.name;
+    // Past the bound on media records the registration is refused whole, before anything is written.
+    const tooMany = registrationRecordsBoundBroken(name, reg.media.length);
+    if (tooMany) throw this.refusedAtBound(name, tooMany, reg.media.length);
     const linked = links.has(name);
     // A host known here but not followed here is followed only under its lease;
     // a new host's lease is taken once the host is stored (below). A plain
@@ -115,6 +126,8 @@ export class Registration {
       }
       throw err;
     }
+    // Before the link opens: a registration refused at a bound is not followed.
+    const refusedMedia = await this.reconcileMedia(name, reg.media);
     if (r.change === 'heartbeat') {
       const link = links.get(name);
       if (link && !link.isConnected) link.poke();
@@ -131,7 +144,6 @@ export class Registration {
       logger.info({ host: name, keyId: r.pinnedKey.kid }, "agent's certificate signing key pinned");
     }
     await this.reconcileHeld(name, reg.held);
-    await this.reconcileMedia(name, reg.media);
     const supplied = await useCases.importCertificates(name, reg.certificates);
     if (supplied.refused.length > 0) {
       logger.error(
@@ -151,6 +163,7 @@ export class Registration {
       storedCertificates: supplied.stored,
       // This scheduler started to follow the agent (or lost what it knew): all its certificates, please.
       sendCertificates: r.change !== 'heartbeat',
+      refusedMedia,
     };
   }
 
@@ -196,18 +209,59 @@ export class Registration {
     );
   }
 
-  /**
-   * Invariants 11 and 13: the agent's journal records of media (present on the
-   * host or not) add their dirt and burns to the scheduler's records, so a
-   * media shows up dirty or burned wherever it is seen next, even after this
-   * database was lost or restored.
-   */
-  private async reconcileMedia(host: HostName, records: MediaRecord[]): Promise<void> {
-    const changed = await this.deps.useCases.reconcileMediaRecords(host, records);
-    if (changed.length === 0) return;
+  /** A registration refused at a bound on media records: logged and counted; returns the error. */
+  private refusedAtBound(host: HostName, err: BerthError, records: number): BerthError {
+    this.deps.mediaRecordsRefused?.(host, `${err.metadata['bound']}_limit`, records);
     this.deps.logger.warn(
-      { host, media: changed },
-      "its agent's journal records media as holding tenant data or burned that this scheduler's database did not (a lost or restored database, or media moved from elsewhere); they are cleaned or kept burned wherever they show up",
+      { host, count: err.metadata['count'], limit: err.metadata['limit'], bound: err.metadata['bound'] },
+      'registration refused: its media records go beyond a bound; none of them was stored',
     );
+    return err;
+  }
+
+  /**
+   * Invariants 11, 13 and 15: the agent's journal records of media (present
+   * on the host or not) add their dirt and burns to the scheduler's records,
+   * so a media shows up dirty or burned wherever it is seen next, even after
+   * this database was lost or restored — but only for media this host holds
+   * (domain/media-reports.ts): a record of another host's media is refused,
+   * logged, counted and returned. Past a bound the registration is refused.
+   */
+  private async reconcileMedia(host: HostName, records: MediaRecord[]): Promise<RefusedMediaReport[]> {
+    const { logger } = this.deps;
+    let taken: MediaReportsTaken;
+    try {
+      taken = await this.deps.useCases.reconcileMediaRecords(host, records);
+    } catch (err) {
+      throw isBerthError(err) && err.reason === 'MEDIA_RECORDS_OVER_LIMIT'
+        ? this.refusedAtBound(host, err, records.length)
+        : err;
+    }
+    const byReason = new Map<string, number>();
+    for (const f of taken.refused) byReason.set(f.reason, (byReason.get(f.reason) ?? 0) + 1);
+    for (const [reason, n] of byReason) this.deps.mediaRecordsRefused?.(host, reason, n);
+    // A journal that keeps a refused record sends it at every heartbeat: logged once, counted every time.
+    const logged = this.refusalsLogged.get(host) ?? new Set<string>();
+    const fresh = taken.refused.filter((f) => !logged.has(`${f.reason} ${f.key}`));
+    if (logged.size + fresh.length > MEDIA_RECORD_LIMITS.perRegistration) logged.clear();
+    for (const f of fresh) logged.add(`${f.reason} ${f.key}`);
+    this.refusalsLogged.set(host, logged);
+    if (fresh.length > 0) {
+      logger.warn(
+        {
+          host,
+          count: fresh.length,
+          refused: fresh.slice(0, 20).map((f) => ({ key: f.key, reason: f.reason, holder: f.holder })),
+        },
+        "its agent reported dirt or burns of media another host holds (or an operator forgot): refused, the scheduler's records of them unchanged",
+      );
+    }
+    if (taken.changed.length > 0) {
+      logger.warn(
+        { host, media: taken.changed },
+        "its agent's journal records media as holding tenant data or burned that this scheduler's database did not (a lost or restored database, or media moved from elsewhere); they are cleaned or kept burned wherever they show up",
+      );
+    }
+    return taken.refused;
   }
 }

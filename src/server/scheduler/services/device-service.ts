@@ -1,6 +1,6 @@
 /**
  * DeviceService: listing and watching devices, and the operator's actions
- * (clean, release, enable/disable). Role checks live in the auth interceptor;
+ * (clean, release, enable/disable, forget a media). Role checks live in the auth interceptor;
  * here requests are decoded, one application call made (app/devices.ts,
  * app/cleaning.ts, or a use case), and the answer encoded.
  */
@@ -13,6 +13,7 @@ import {
   type DeviceFilter as DeviceFilterPb,
   type DeviceServiceServer,
   DeviceServiceService,
+  type ForgetMediaRequest,
   type GetDeviceRequest,
   type ListDevicesRequest,
   type ReleaseDeviceRequest,
@@ -24,6 +25,7 @@ import {
 } from '../../../gen/berth/scheduler/v1/device_service.js';
 import { parseResourceClass } from '../../../identifiers.js';
 import { cleanupEventToProto } from '../../cleanup-event-proto.js';
+import { callerOf } from '../../grpc/caller.js';
 import { type Encoded, encodeOnce } from '../../grpc/encoded.js';
 import { serverStream, unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
@@ -41,7 +43,7 @@ import type { DeviceProviderInfo } from '../placement/port.js';
 import type { FeedEvent } from '../runtime/device-feed.js';
 import { pageTokenAfter } from '../usecases/devices.js';
 import type { UseCases } from '../usecases/use-cases.js';
-import { deviceRef, optionalHost, optionalRequestId } from './validate.js';
+import { deviceRef, optionalHost, optionalRequestId, requireMediaKey } from './validate.js';
 
 export function filterFromProto(f: DeviceFilterPb | undefined): DeviceFilter {
   if (!f) return {};
@@ -148,6 +150,37 @@ export function deviceServiceBinding(
     releaseDevice: unary('ReleaseDevice', logger, async (req: ReleaseDeviceRequest) => ({
       device: deviceToProto(await cleaning.release(deviceRef('device', req.device), req.generation)),
     })),
+
+    forgetMedia: unary('ForgetMedia', logger, async (req: ForgetMediaRequest, ctx) => {
+      const key = requireMediaKey('media_key', req.mediaKey);
+      if (req.reason.length > 1024) {
+        throw invalidArgument('reason', `${req.reason.length} characters; at most 1024`);
+      }
+      const by = callerOf(ctx.metadata).subject;
+      const note = JSON.stringify({ by, reason: req.reason, at: new Date().toISOString() });
+      const f = await useCases.forgetMedia(key, note);
+      logger.warn(
+        {
+          media: key,
+          by,
+          reason: req.reason,
+          burned: f.media.burned,
+          condition: f.media.condition,
+          removedDevices: f.removed.map((d) => `${d.host} ${d.address}`),
+          alreadyForgotten: f.alreadyForgotten,
+        },
+        f.alreadyForgotten
+          ? 'media forgotten again by an operator (it was already)'
+          : 'media forgotten by an operator: it will never come back; agents reporting it are refused',
+      );
+      return {
+        mediaKey: key,
+        removedDevices: f.removed.map(deviceToProto),
+        burned: f.media.burned,
+        dirty: f.media.condition !== 'clean',
+        alreadyForgotten: f.alreadyForgotten,
+      };
+    }),
 
     setDeviceStatus: unary('SetDeviceStatus', logger, async (req: SetDeviceStatusRequest) => {
       const device = await useCases.setDeviceStatus(

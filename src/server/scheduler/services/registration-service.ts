@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { type PublicJwk, parsePublicJwk } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import {
+  MediaRecordRefusal,
   type RegisterRequest,
   type RegisterResponse,
   type RegistrationServiceServer,
@@ -18,17 +19,19 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import { mediaRecordFromProto } from '../../media-proto.js';
 import type { AgentRegistration, Registration } from '../app/registration.js';
-import { MAX_MEDIA_RECORDS } from '../usecases/hosts.js';
-import { maxItems, requireHost } from './validate.js';
+import { MEDIA_RECORD_LIMITS } from '../domain/media-reports.js';
+import type { RefusedMediaReport } from '../usecases/media-reports.js';
+import { maxItems, requireHost, requireMediaKey } from './validate.js';
 
 const ENDPOINT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9a-fA-F:]{2,39}\]):(\d{1,5})$/;
 const TOKEN = /^[A-Za-z0-9._:/@+-]{1,128}$/;
-/**
- * A media key (docs/media-identity.md): a kind prefix, then printable ASCII, spaces included (the
- * kernel's fallback NQN holds the space-padded serial and model), at most 512 characters in all,
- * as the agent accepts from its drivers (src/plugins/pci/media-identity.ts).
- */
-const MEDIA_KEY = /^(?=[\x20-\x7e]{1,512}$)[a-z][a-z0-9-]*:[\x21-\x7e][\x20-\x7e]*$/;
+
+/** The wire form of each reason a media record is refused for. */
+const REFUSALS: Record<RefusedMediaReport['reason'], MediaRecordRefusal> = {
+  other_host_presents: MediaRecordRefusal.MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS,
+  other_host_last_saw: MediaRecordRefusal.MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW,
+  forgotten: MediaRecordRefusal.MEDIA_RECORD_REFUSAL_FORGOTTEN,
+};
 
 /** At most this many certificates in one registration (an agent re-supplying more sends them over several). */
 const MAX_CERTIFICATES = 8192;
@@ -57,16 +60,11 @@ function checkRequest(req: RegisterRequest): { host: HostName; held: PciAddress[
     throw invalidArgument('boot_id', `${JSON.stringify(req.bootId)} is not a boot id`);
   if (!TOKEN.test(req.epoch))
     throw invalidArgument('epoch', `${JSON.stringify(req.epoch)} is not an agent epoch`);
-  maxItems('held_devices', req.heldDevices, 4096);
+  maxItems('held_devices', req.heldDevices, MEDIA_RECORD_LIMITS.perRegistration);
   const held = req.heldDevices.map((h, i) => parsePciAddress(`held_devices[${i}].address`, h.address));
-  maxItems('media_records', req.mediaRecords, MAX_MEDIA_RECORDS);
+  // Their number is bounded by the registration (app/registration.ts), before anything is written.
   req.mediaRecords.forEach((m, i) => {
-    if (!MEDIA_KEY.test(m.key)) {
-      throw invalidArgument(
-        `media_records[${i}].key`,
-        `${JSON.stringify(m.key.slice(0, 300))} is not a media key (a kind prefix, then 1-512 printable ASCII characters in all)`,
-      );
-    }
+    requireMediaKey(`media_records[${i}].key`, m.key);
   });
   maxItems('certificates', req.certificates, MAX_CERTIFICATES);
   maxItems('retired_signing_keys', req.retiredSigningKeys, 64);
@@ -133,6 +131,10 @@ export function registrationServiceBinding(registration: Registration, logger: L
         heartbeatIntervalSeconds: r.heartbeatSeconds,
         storedCertificates: r.storedCertificates,
         sendCertificates: r.sendCertificates,
+        refusedMediaRecords: r.refusedMedia.map((f) => ({
+          mediaKey: f.key,
+          reason: REFUSALS[f.reason],
+        })),
       };
     }),
   };

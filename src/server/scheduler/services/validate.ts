@@ -46,3 +46,20 @@ export function maxItems<T>(field: string, items: readonly T[], max: number): re
   if (items.length > max) throw invalidArgument(field, `${items.length} items; at most ${max}`);
   return items;
 }
+
+/**
+ * A media key (docs/media-identity.md): a kind prefix, then printable ASCII, spaces included (the
+ * kernel's fallback NQN holds the space-padded serial and model), at most 512 characters in all,
+ * as the agent accepts from its drivers (src/plugins/pci/media-identity.ts).
+ */
+const MEDIA_KEY = /^(?=[\x20-\x7e]{1,512}$)[a-z][a-z0-9-]*:[\x21-\x7e][\x20-\x7e]*$/;
+
+export function requireMediaKey(field: string, v: string): string {
+  if (!MEDIA_KEY.test(v)) {
+    throw invalidArgument(
+      field,
+      `${JSON.stringify(v.slice(0, 300))} is not a media key (a kind prefix, then 1-512 printable ASCII characters in all)`,
+    );
+  }
+  return v;
+}

@@ -240,7 +240,11 @@ export function runMediaContract(name: string, open: OpenStore): void {
           instanceUuid: '',
         },
       ]);
-      expect(changed.sort()).toEqual(['nvme:nqn.test:pulled', 'pci-dsn:10de:00-11-22-33-44-55-66-77']);
+      expect(changed.changed.sort()).toEqual([
+        'nvme:nqn.test:pulled',
+        'pci-dsn:10de:00-11-22-33-44-55-66-77',
+      ]);
+      expect(changed.refused).toEqual([]);
       // Both come back, on another host, whose agent knows nothing of them.
       const gpu = pciFacts({
         index: 5,
@@ -290,6 +294,58 @@ export function runMediaContract(name: string, open: OpenStore): void {
       // And it stays released across another snapshot.
       await snapshot('h1', [pciFacts({ index: 7, oneTimeUse: true, media, agentMedia: null })]);
       expect((await device('h1', '0000:17:00.0')).burned).toBe(false);
+    });
+
+    it("a host's records of media another host holds are refused; a forgotten media is nobody's until it comes back", async () => {
+      const key = 'pci-dsn:10de:0f-0f-0f-0f-0f-0f-0f-0f';
+      const media = { ...nvmeMedia('x').media!, key, kind: 'PCI_DSN' as const };
+      const gpu = (index: number) => pciFacts({ index, oneTimeUse: true, media, agentMedia: null });
+      const burnedRecord = (since: number) => ({
+        key,
+        condition: 'not_cleanable' as const,
+        burned: true,
+        since,
+        lastAddress: '0000:30:00.0',
+        arqUuid: '',
+        instanceUuid: '',
+      });
+      await snapshot('h1', [gpu(0)]);
+      await store.registerHost(reg('h2'));
+      // h1 presents it: h2's burn of it is refused.
+      const presented = await store.reconcileMediaRecords(hostName('h2'), [burnedRecord(Date.now())]);
+      expect(presented).toEqual({
+        changed: [],
+        refused: [{ key, reason: 'other_host_presents', holder: 'h1' }],
+      });
+      expect(allocatable(await device('h1', '0000:10:00.0'))).toBe(true);
+      await expect(store.forgetMedia(key, 'note')).rejects.toMatchObject({ reason: 'MEDIA_PRESENT' });
+      // Pulled from h1: last seen there, still not h2's.
+      await snapshot('h1', []);
+      const lastSaw = await store.reconcileMediaRecords(hostName('h2'), [burnedRecord(Date.now())]);
+      expect(lastSaw.refused).toEqual([{ key, reason: 'other_host_last_saw', holder: 'h1' }]);
+      // h1's own journal record of it counts.
+      const own = await store.reconcileMediaRecords(hostName('h1'), [burnedRecord(Date.now())]);
+      expect(own).toEqual({ changed: [key], refused: [] });
+      // Forgotten: its vanished device goes, and no journal's record of it counts any more…
+      const forgotten = await store.forgetMedia(key, '{"by":"ops"}');
+      expect([
+        forgotten.removed.map((d) => d.address),
+        forgotten.media.burned,
+        forgotten.alreadyForgotten,
+      ]).toEqual([['0000:10:00.0'], true, false]);
+      expect((await store.forgetMedia(key, 'again')).alreadyForgotten).toBe(true);
+      await expect(store.forgetMedia('pci-dsn:10de:unknown', 'x')).rejects.toMatchObject({
+        reason: 'MEDIA_NOT_FOUND',
+      });
+      const dirt = { ...burnedRecord(Date.now() + 1000), condition: 'held' as const, burned: false };
+      expect((await store.reconcileMediaRecords(hostName('h1'), [dirt])).refused).toEqual([
+        { key, reason: 'forgotten', holder: '' },
+      ]);
+      // …until a device of it comes back: burned still (forgetting is not releasing), and no longer forgotten.
+      await snapshot('h2', [gpu(5)]);
+      const back = await device('h2', '0000:15:00.0');
+      expect([back.burned, allocatable(back)]).toEqual([true, false]);
+      expect((await store.reconcileMediaRecords(hostName('h2'), [dirt])).refused).toEqual([]);
     });
   });
 }

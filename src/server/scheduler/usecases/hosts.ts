@@ -4,7 +4,6 @@ import { randomUUID } from 'node:crypto';
 import type { PublicJwk } from '../../../erasure/certificate.js';
 import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import type { HostName, PciAddress } from '../../../identifiers.js';
-import type { MediaRecord } from '../../../plugins/types.js';
 import { agentRestarted, type DeviceRecord, reportedHeldByAgent } from '../domain/device-state.js';
 import {
   checkPin,
@@ -15,7 +14,6 @@ import {
   registrationChange,
 } from '../domain/host.js';
 import type { PageRequest } from '../domain/inventory.js';
-import { agentReportsDirt, type MediaState, mediaReported } from '../domain/media.js';
 import { pinAgentKey } from './certificates.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import { pageKeyOf, pageSizeOf, pageTokenOf } from './pages.js';
@@ -156,63 +154,6 @@ export async function reconcileHeldDevices(
     return moved;
   });
 }
-
-/** How many media records one registration may carry. */
-export const MAX_MEDIA_RECORDS = 8192;
-
-/**
- * An agent's registration reports its journal's media records, seen on the
- * host now or not (a drive pulled out is still recorded): dirt and burns are
- * added to the scheduler's own records (never removed by a report), so they
- * reach the media wherever it shows up. Returns the keys that changed.
- */
-export async function reconcileMediaRecords(
-  deps: UseCaseDeps,
-  host: HostName,
-  records: readonly MediaRecord[],
-): Promise<string[]> {
-  if (records.length > MAX_MEDIA_RECORDS) {
-    throw invalidArgument('media_records', `${records.length} records; at most ${MAX_MEDIA_RECORDS}`);
-  }
-  const relevant = records.filter((r) => r.burned || agentReportsDirt(r, 0));
-  if (relevant.length === 0) return [];
-  // Most heartbeats change nothing: look before taking locks.
-  const news = await read(deps, async (r) => {
-    const out: MediaRecord[] = [];
-    for (const rec of relevant) {
-      const stored = await r.media(rec.key);
-      if (!stored || mediaReported(stored, rec, host, '') !== stored) out.push(rec);
-    }
-    return out;
-  });
-  if (news.length === 0) return [];
-  return write(deps, async (tx) => {
-    const now = tx.now();
-    const out: string[] = [];
-    for (const r of news) {
-      const stored = await tx.uow.media(r.key, FOR_UPDATE);
-      const next = mediaReported(stored ?? reportedMedia(r, host, now), r, host, now);
-      if (stored && next === stored) continue;
-      await tx.uow.putMedia(next);
-      tx.touchedMedia.add(r.key);
-      out.push(r.key);
-    }
-    return out;
-  });
-}
-
-/** A media the scheduler first hears of from an agent's report (not seen as a device yet). */
-const reportedMedia = (r: MediaRecord, host: string, now: string): MediaState => ({
-  key: r.key,
-  condition: 'clean',
-  burned: false,
-  holder: null,
-  reason: '',
-  host,
-  address: r.lastAddress,
-  cleanedAt: 0,
-  updatedAt: now,
-});
 
 /** Whether this scheduler's link to the host's agent is up (stamps lastSeen too). */
 export async function setHostConnected(

@@ -114,6 +114,14 @@ export interface ReadUnit {
   // media (docs/media-identity.md)
   /** The scheduler's record of a media, by key. */
   media(key: string, opts?: ReadOptions): Promise<MediaState | null>;
+  /**
+   * How many media records the scheduler keeps that only `host` reported: its
+   * rows last seen or reported on that host, not forgotten, of which no device
+   * is known on any host (domain/media-reports.ts, the per-host bound).
+   */
+  reportedMediaCount(host: string): Promise<number>;
+  /** The operator's note on a forgotten media (berth media forget), or null when it is not forgotten. */
+  mediaForgotten(key: string): Promise<string | null>;
 
   // cleanup
   cleanupJob(jobId: string, opts?: ReadOptions): Promise<CleanupJob | null>;
@@ -225,8 +233,10 @@ export interface UnitOfWork extends ReadUnit {
   putDevice(device: DeviceRecord, previousGeneration: number | null): Promise<void>;
   /** Log the device as it now is (or, `removed`, that it is gone); the backend numbers it in commit order. */
   appendDeviceEvent(device: DeviceRecord, removed?: boolean): Promise<void>;
-  /** Insert or replace the record of a media. */
+  /** Insert or replace the record of a media (a forgotten one is remembered again). */
   putMedia(media: MediaState): Promise<void>;
+  /** Mark a media forgotten, with the operator's note (its record stays: what it knew of dirt and burns). */
+  forgetMedia(key: string, note: string): Promise<void>;
   /** Remove a device row (a deleted host's); its events and cleanup jobs stay until retention. */
   deleteDevice(uuid: string): Promise<void>;
   /** Remove a host row. */

@@ -22,6 +22,7 @@ import * as externalUse from './external-use.js';
 import * as hosts from './hosts.js';
 import * as instances from './instances.js';
 import * as migrations from './live-migrations.js';
+import * as mediaReports from './media-reports.js';
 import * as profiles from './profiles.js';
 import * as retention from './retention.js';
 import type { LinkLeases, TransactionRunner } from './unit-of-work.js';
@@ -33,7 +34,8 @@ const USE_CASES = {
   // hosts
   registerHost: hosts.registerHost,
   reconcileHeldDevices: hosts.reconcileHeldDevices,
-  reconcileMediaRecords: hosts.reconcileMediaRecords,
+  reconcileMediaRecords: mediaReports.reconcileMediaRecords,
+  forgetMedia: mediaReports.forgetMedia,
   setHostConnected: hosts.setHostConnected,
   getHost: hosts.getHost,
   listHosts: hosts.listHosts,

@@ -105,6 +105,24 @@ export interface ReleaseDeviceResponse {
   device: Device | undefined;
 }
 
+export interface ForgetMediaRequest {
+  /** The media's key (MediaIdentity.key, e.g. "nvme:nqn.2014-08.org.example:ssd-1"). */
+  mediaKey: string;
+  /** Why, in the operator's words (logged with the caller's identity); at most 1,024 characters. */
+  reason: string;
+}
+
+export interface ForgetMediaResponse {
+  mediaKey: string;
+  /** The devices of the media that no host saw any more, removed with it. */
+  removedDevices: Device[];
+  /** Whether the scheduler's record said it was burned, or held tenant data, when it was forgotten. */
+  burned: boolean;
+  dirty: boolean;
+  /** It was forgotten already: nothing changed. */
+  alreadyForgotten: boolean;
+}
+
 export interface SetDeviceStatusRequest {
   device: DeviceRef | undefined;
   status: DeviceStatus;
@@ -1137,6 +1155,240 @@ export const ReleaseDeviceResponse: MessageFns<ReleaseDeviceResponse> = {
   },
 };
 
+function createBaseForgetMediaRequest(): ForgetMediaRequest {
+  return { mediaKey: "", reason: "" };
+}
+
+export const ForgetMediaRequest: MessageFns<ForgetMediaRequest> = {
+  encode(message: ForgetMediaRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaKey !== "") {
+      writer.uint32(10).string(message.mediaKey);
+    }
+    if (message.reason !== "") {
+      writer.uint32(18).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForgetMediaRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForgetMediaRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaKey = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForgetMediaRequest {
+    return {
+      mediaKey: isSet(object.mediaKey)
+        ? globalThis.String(object.mediaKey)
+        : isSet(object.media_key)
+        ? globalThis.String(object.media_key)
+        : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+    };
+  },
+
+  toJSON(message: ForgetMediaRequest): unknown {
+    const obj: any = {};
+    if (message.mediaKey !== "") {
+      obj.mediaKey = message.mediaKey;
+    }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ForgetMediaRequest>, I>>(base?: I): ForgetMediaRequest {
+    return ForgetMediaRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ForgetMediaRequest>, I>>(object: I): ForgetMediaRequest {
+    const message = createBaseForgetMediaRequest();
+    message.mediaKey = object.mediaKey ?? "";
+    message.reason = object.reason ?? "";
+    return message;
+  },
+};
+
+function createBaseForgetMediaResponse(): ForgetMediaResponse {
+  return { mediaKey: "", removedDevices: [], burned: false, dirty: false, alreadyForgotten: false };
+}
+
+export const ForgetMediaResponse: MessageFns<ForgetMediaResponse> = {
+  encode(message: ForgetMediaResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaKey !== "") {
+      writer.uint32(10).string(message.mediaKey);
+    }
+    for (const v of message.removedDevices) {
+      Device.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.burned !== false) {
+      writer.uint32(24).bool(message.burned);
+    }
+    if (message.dirty !== false) {
+      writer.uint32(32).bool(message.dirty);
+    }
+    if (message.alreadyForgotten !== false) {
+      writer.uint32(40).bool(message.alreadyForgotten);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): ForgetMediaResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseForgetMediaResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaKey = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.removedDevices.push(Device.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.burned = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.dirty = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.alreadyForgotten = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): ForgetMediaResponse {
+    return {
+      mediaKey: isSet(object.mediaKey)
+        ? globalThis.String(object.mediaKey)
+        : isSet(object.media_key)
+        ? globalThis.String(object.media_key)
+        : "",
+      removedDevices: globalThis.Array.isArray(object?.removedDevices)
+        ? object.removedDevices.map((e: any) => Device.fromJSON(e))
+        : globalThis.Array.isArray(object?.removed_devices)
+        ? object.removed_devices.map((e: any) => Device.fromJSON(e))
+        : [],
+      burned: isSet(object.burned) ? globalThis.Boolean(object.burned) : false,
+      dirty: isSet(object.dirty) ? globalThis.Boolean(object.dirty) : false,
+      alreadyForgotten: isSet(object.alreadyForgotten)
+        ? globalThis.Boolean(object.alreadyForgotten)
+        : isSet(object.already_forgotten)
+        ? globalThis.Boolean(object.already_forgotten)
+        : false,
+    };
+  },
+
+  toJSON(message: ForgetMediaResponse): unknown {
+    const obj: any = {};
+    if (message.mediaKey !== "") {
+      obj.mediaKey = message.mediaKey;
+    }
+    if (message.removedDevices?.length) {
+      obj.removedDevices = message.removedDevices.map((e) => Device.toJSON(e));
+    }
+    if (message.burned !== false) {
+      obj.burned = message.burned;
+    }
+    if (message.dirty !== false) {
+      obj.dirty = message.dirty;
+    }
+    if (message.alreadyForgotten !== false) {
+      obj.alreadyForgotten = message.alreadyForgotten;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<ForgetMediaResponse>, I>>(base?: I): ForgetMediaResponse {
+    return ForgetMediaResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<ForgetMediaResponse>, I>>(object: I): ForgetMediaResponse {
+    const message = createBaseForgetMediaResponse();
+    message.mediaKey = object.mediaKey ?? "";
+    message.removedDevices = object.removedDevices?.map((e) => Device.fromPartial(e)) || [];
+    message.burned = object.burned ?? false;
+    message.dirty = object.dirty ?? false;
+    message.alreadyForgotten = object.alreadyForgotten ?? false;
+    return message;
+  },
+};
+
 function createBaseSetDeviceStatusRequest(): SetDeviceStatusRequest {
   return { device: undefined, status: 0, generation: undefined };
 }
@@ -1795,6 +2047,26 @@ export const DeviceServiceService = {
       Buffer.from(SetDeviceStatusResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): SetDeviceStatusResponse => SetDeviceStatusResponse.decode(value),
   },
+  /**
+   * ForgetMedia (admin) forgets a media that will never come back (destroyed,
+   * returned to its vendor): its devices no host sees any more are removed,
+   * and its journal records that agents still report are refused from then
+   * on (MEDIA_RECORD_REFUSAL_FORGOTTEN) and no longer count against their
+   * host's bound. What the scheduler knew of its dirt and burn stays, should
+   * a device of it come back after all. FAILED_PRECONDITION (MEDIA_PRESENT)
+   * while a host presents it or a device of it is in use; NOT_FOUND
+   * (MEDIA_NOT_FOUND) for a key the scheduler has no record of. Forgetting a
+   * forgotten media again changes nothing.
+   */
+  forgetMedia: {
+    path: "/berth.scheduler.v1.DeviceService/ForgetMedia" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: ForgetMediaRequest): Buffer => Buffer.from(ForgetMediaRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ForgetMediaRequest => ForgetMediaRequest.decode(value),
+    responseSerialize: (value: ForgetMediaResponse): Buffer => Buffer.from(ForgetMediaResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): ForgetMediaResponse => ForgetMediaResponse.decode(value),
+  },
   /** WatchDevices streams every device matching the filter, then changes. */
   watchDevices: {
     path: "/berth.scheduler.v1.DeviceService/WatchDevices" as const,
@@ -1835,6 +2107,18 @@ export interface DeviceServiceServer extends UntypedServiceImplementation {
   releaseDevice: handleUnaryCall<ReleaseDeviceRequest, ReleaseDeviceResponse>;
   /** SetDeviceStatus (admin) switches a device between enabled and maintaining. */
   setDeviceStatus: handleUnaryCall<SetDeviceStatusRequest, SetDeviceStatusResponse>;
+  /**
+   * ForgetMedia (admin) forgets a media that will never come back (destroyed,
+   * returned to its vendor): its devices no host sees any more are removed,
+   * and its journal records that agents still report are refused from then
+   * on (MEDIA_RECORD_REFUSAL_FORGOTTEN) and no longer count against their
+   * host's bound. What the scheduler knew of its dirt and burn stays, should
+   * a device of it come back after all. FAILED_PRECONDITION (MEDIA_PRESENT)
+   * while a host presents it or a device of it is in use; NOT_FOUND
+   * (MEDIA_NOT_FOUND) for a key the scheduler has no record of. Forgetting a
+   * forgotten media again changes nothing.
+   */
+  forgetMedia: handleUnaryCall<ForgetMediaRequest, ForgetMediaResponse>;
   /** WatchDevices streams every device matching the filter, then changes. */
   watchDevices: handleServerStreamingCall<WatchDevicesRequest, WatchDevicesResponse>;
   /**
@@ -1926,6 +2210,32 @@ export interface DeviceServiceClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: SetDeviceStatusResponse) => void,
+  ): ClientUnaryCall;
+  /**
+   * ForgetMedia (admin) forgets a media that will never come back (destroyed,
+   * returned to its vendor): its devices no host sees any more are removed,
+   * and its journal records that agents still report are refused from then
+   * on (MEDIA_RECORD_REFUSAL_FORGOTTEN) and no longer count against their
+   * host's bound. What the scheduler knew of its dirt and burn stays, should
+   * a device of it come back after all. FAILED_PRECONDITION (MEDIA_PRESENT)
+   * while a host presents it or a device of it is in use; NOT_FOUND
+   * (MEDIA_NOT_FOUND) for a key the scheduler has no record of. Forgetting a
+   * forgotten media again changes nothing.
+   */
+  forgetMedia(
+    request: ForgetMediaRequest,
+    callback: (error: ServiceError | null, response: ForgetMediaResponse) => void,
+  ): ClientUnaryCall;
+  forgetMedia(
+    request: ForgetMediaRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: ForgetMediaResponse) => void,
+  ): ClientUnaryCall;
+  forgetMedia(
+    request: ForgetMediaRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: ForgetMediaResponse) => void,
   ): ClientUnaryCall;
   /** WatchDevices streams every device matching the filter, then changes. */
   watchDevices(

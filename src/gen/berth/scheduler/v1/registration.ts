@@ -25,6 +25,61 @@ export const protobufPackage = "berth.scheduler.v1";
 
 export const protobufFileName = "berth/scheduler/v1/registration.proto";
 
+/** Why the scheduler refused a host's record of a media. */
+export enum MediaRecordRefusal {
+  MEDIA_RECORD_REFUSAL_UNSPECIFIED = 0,
+  /**
+   * MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS - Another host presents the media now (a device of it is in that host's
+   * inventory), and this host does not.
+   */
+  MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS = 1,
+  /** MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW - No host presents it now, and the scheduler last saw it on another host. */
+  MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW = 2,
+  /**
+   * MEDIA_RECORD_REFUSAL_FORGOTTEN - An operator forgot the media (DeviceService.ForgetMedia), and no device
+   * of it has come back since.
+   */
+  MEDIA_RECORD_REFUSAL_FORGOTTEN = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function mediaRecordRefusalFromJSON(object: any): MediaRecordRefusal {
+  switch (object) {
+    case 0:
+    case "MEDIA_RECORD_REFUSAL_UNSPECIFIED":
+      return MediaRecordRefusal.MEDIA_RECORD_REFUSAL_UNSPECIFIED;
+    case 1:
+    case "MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS":
+      return MediaRecordRefusal.MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS;
+    case 2:
+    case "MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW":
+      return MediaRecordRefusal.MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW;
+    case 3:
+    case "MEDIA_RECORD_REFUSAL_FORGOTTEN":
+      return MediaRecordRefusal.MEDIA_RECORD_REFUSAL_FORGOTTEN;
+    case -1:
+    case "UNRECOGNIZED":
+    default:
+      return MediaRecordRefusal.UNRECOGNIZED;
+  }
+}
+
+export function mediaRecordRefusalToJSON(object: MediaRecordRefusal): string {
+  switch (object) {
+    case MediaRecordRefusal.MEDIA_RECORD_REFUSAL_UNSPECIFIED:
+      return "MEDIA_RECORD_REFUSAL_UNSPECIFIED";
+    case MediaRecordRefusal.MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS:
+      return "MEDIA_RECORD_REFUSAL_OTHER_HOST_PRESENTS";
+    case MediaRecordRefusal.MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW:
+      return "MEDIA_RECORD_REFUSAL_OTHER_HOST_LAST_SAW";
+    case MediaRecordRefusal.MEDIA_RECORD_REFUSAL_FORGOTTEN:
+      return "MEDIA_RECORD_REFUSAL_FORGOTTEN";
+    case MediaRecordRefusal.UNRECOGNIZED:
+    default:
+      return "UNRECOGNIZED";
+  }
+}
+
 export interface RegisterRequest {
   host: string;
   /** host:port the scheduler dials to reach the agent. */
@@ -106,6 +161,23 @@ export interface RegisterResponse {
    * chains continue.
    */
   sendCertificates: boolean;
+  /**
+   * The request's media records the scheduler did not take, because the
+   * media is another host's (DESIGN invariant 15: a host reports dirt and
+   * burns only for media it holds now or that its own journal holds;
+   * docs/media-identity.md, "Reports bound to their host"). The rest of the
+   * registration proceeded. Only records that would have changed the
+   * scheduler's record are judged, so a heartbeat lists a refusal once per
+   * change, not forever. Empty from older schedulers.
+   */
+  refusedMediaRecords: RefusedMediaRecord[];
+}
+
+/** A media record of a registration that the scheduler refused. */
+export interface RefusedMediaRecord {
+  /** MediaRecord.key as the agent sent it. */
+  mediaKey: string;
+  reason: MediaRecordRefusal;
 }
 
 function createBaseRegisterRequest(): RegisterRequest {
@@ -538,7 +610,13 @@ export const HeldDevice: MessageFns<HeldDevice> = {
 };
 
 function createBaseRegisterResponse(): RegisterResponse {
-  return { schedulerId: "", heartbeatIntervalSeconds: 0, storedCertificates: [], sendCertificates: false };
+  return {
+    schedulerId: "",
+    heartbeatIntervalSeconds: 0,
+    storedCertificates: [],
+    sendCertificates: false,
+    refusedMediaRecords: [],
+  };
 }
 
 export const RegisterResponse: MessageFns<RegisterResponse> = {
@@ -554,6 +632,9 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
     }
     if (message.sendCertificates !== false) {
       writer.uint32(32).bool(message.sendCertificates);
+    }
+    for (const v of message.refusedMediaRecords) {
+      RefusedMediaRecord.encode(v!, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -603,6 +684,14 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
             message.sendCertificates = reader.bool();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.refusedMediaRecords.push(RefusedMediaRecord.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -637,6 +726,11 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
         : isSet(object.send_certificates)
         ? globalThis.Boolean(object.send_certificates)
         : false,
+      refusedMediaRecords: globalThis.Array.isArray(object?.refusedMediaRecords)
+        ? object.refusedMediaRecords.map((e: any) => RefusedMediaRecord.fromJSON(e))
+        : globalThis.Array.isArray(object?.refused_media_records)
+        ? object.refused_media_records.map((e: any) => RefusedMediaRecord.fromJSON(e))
+        : [],
     };
   },
 
@@ -654,6 +748,9 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
     if (message.sendCertificates !== false) {
       obj.sendCertificates = message.sendCertificates;
     }
+    if (message.refusedMediaRecords?.length) {
+      obj.refusedMediaRecords = message.refusedMediaRecords.map((e) => RefusedMediaRecord.toJSON(e));
+    }
     return obj;
   },
 
@@ -666,6 +763,96 @@ export const RegisterResponse: MessageFns<RegisterResponse> = {
     message.heartbeatIntervalSeconds = object.heartbeatIntervalSeconds ?? 0;
     message.storedCertificates = object.storedCertificates?.map((e) => e) || [];
     message.sendCertificates = object.sendCertificates ?? false;
+    message.refusedMediaRecords = object.refusedMediaRecords?.map((e) => RefusedMediaRecord.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseRefusedMediaRecord(): RefusedMediaRecord {
+  return { mediaKey: "", reason: 0 };
+}
+
+export const RefusedMediaRecord: MessageFns<RefusedMediaRecord> = {
+  encode(message: RefusedMediaRecord, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaKey !== "") {
+      writer.uint32(10).string(message.mediaKey);
+    }
+    if (message.reason !== 0) {
+      writer.uint32(16).int32(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): RefusedMediaRecord {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseRefusedMediaRecord();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaKey = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.reason = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): RefusedMediaRecord {
+    return {
+      mediaKey: isSet(object.mediaKey)
+        ? globalThis.String(object.mediaKey)
+        : isSet(object.media_key)
+        ? globalThis.String(object.media_key)
+        : "",
+      reason: isSet(object.reason) ? mediaRecordRefusalFromJSON(object.reason) : 0,
+    };
+  },
+
+  toJSON(message: RefusedMediaRecord): unknown {
+    const obj: any = {};
+    if (message.mediaKey !== "") {
+      obj.mediaKey = message.mediaKey;
+    }
+    if (message.reason !== 0) {
+      obj.reason = mediaRecordRefusalToJSON(message.reason);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<RefusedMediaRecord>, I>>(base?: I): RefusedMediaRecord {
+    return RefusedMediaRecord.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<RefusedMediaRecord>, I>>(object: I): RefusedMediaRecord {
+    const message = createBaseRefusedMediaRecord();
+    message.mediaKey = object.mediaKey ?? "";
+    message.reason = object.reason ?? 0;
     return message;
   },
 };

@@ -223,6 +223,21 @@ CREATE TABLE instance_owners (
 );
 `,
   },
+  {
+    version: 7,
+    name: 'media_reporters',
+    // Reports bound to their host (docs/media-identity.md, decision 65): the
+    // host a media was last seen or reported on, beside its record, so the
+    // rows one host alone reported are counted against its bound; and the
+    // operator's note on a media forgotten (berth media forget), while no
+    // device of it comes back.
+    sql: (d) => `
+ALTER TABLE media ADD COLUMN host TEXT;
+ALTER TABLE media ADD COLUMN forgotten TEXT;
+UPDATE media SET host = ${d.recordField('host')};
+CREATE INDEX media_host ON media (host);
+`,
+  },
 ];
 
 /** The table that records which migrations a database has. */

@@ -309,9 +309,31 @@ export class SqlUnit implements UnitOfWork {
 
   async putMedia(m: MediaState): Promise<void> {
     await this.put(
-      'INSERT INTO media (key, record) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET record = excluded.record',
-      [m.key, JSON.stringify(m)],
+      `INSERT INTO media (key, record, host) VALUES (?, ?, ?)
+       ON CONFLICT (key) DO UPDATE SET record = excluded.record, host = excluded.host, forgotten = NULL`,
+      [m.key, JSON.stringify(m), m.host],
     );
+  }
+
+  async reportedMediaCount(host: string): Promise<number> {
+    const n = await this.count(
+      `SELECT COUNT(*) AS n FROM media m WHERE m.host = ? AND m.forgotten IS NULL
+         AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.media_key = m.key)`,
+      [host],
+    );
+    return Number(n);
+  }
+
+  async mediaForgotten(key: string): Promise<string | null> {
+    const row = await this.r().get<{ forgotten: string | null }>(
+      'SELECT forgotten FROM media WHERE key = ?',
+      [key],
+    );
+    return row?.forgotten ?? null;
+  }
+
+  async forgetMedia(key: string, note: string): Promise<void> {
+    await this.put('UPDATE media SET forgotten = ? WHERE key = ?', [note, key]);
   }
 
   // --- erasure certificates --------------------------------------------------
