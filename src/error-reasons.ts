@@ -336,9 +336,22 @@ export function relayedReason<C extends ErrorCode>(
   code: C,
   sent: string | undefined,
   fallback: ReasonFor<C>,
-): ReasonFor<C> {
+): ReasonFor<C>;
+/** Without a fallback: undefined when the catalogue does not list `sent` for `code`. */
+export function relayedReason<C extends ErrorCode>(
+  code: C,
+  sent: string | undefined,
+): ReasonFor<C> | undefined;
+export function relayedReason<C extends ErrorCode>(
+  code: C,
+  sent: string | undefined,
+  fallback?: ReasonFor<C>,
+): ReasonFor<C> | undefined {
   if (sent && isErrorReason(sent) && (ERROR_REASONS[sent].codes as readonly ErrorCode[]).includes(code)) {
     return sent as ReasonFor<C>;
   }
   return fallback;
 }
+
+/** The trailer that repeats a Berth error's ErrorInfo reason in plain text (src/transport/status.ts). */
+export const REASON_TRAILER = 'berth-error-reason';
