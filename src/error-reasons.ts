@@ -244,11 +244,8 @@ export const ERROR_REASONS = {
   },
   AGENT_UNAVAILABLE: {
     codes: ['UNAVAILABLE'],
-    meaning: "The host's agent could not be reached to confirm the step; nothing was left half-done.",
-  },
-  AGENT_UNREACHABLE: {
-    codes: ['UNAVAILABLE'],
-    meaning: "The destination host's agent could not be reached; the migration's claims were released.",
+    meaning:
+      "The host's agent could not be reached for the step; nothing was left half-done (a bind undone, a migration's claims released): retry.",
   },
   AGENT_FAILURE: {
     codes: ['INTERNAL'],
