@@ -257,11 +257,8 @@ export const ERROR_REASONS = {
   },
   AGENT_UNAVAILABLE: {
     codes: ['UNAVAILABLE'],
-    meaning: "The host's agent could not be reached to confirm the step; nothing was left half-done.",
-  },
-  AGENT_UNREACHABLE: {
-    codes: ['UNAVAILABLE'],
-    meaning: "The destination host's agent could not be reached; the migration's claims were released.",
+    meaning:
+      "The host's agent could not be reached for the step; nothing was left half-done (a bind undone, a migration's claims released): retry.",
   },
   AGENT_FAILURE: {
     codes: ['INTERNAL'],
@@ -349,9 +346,22 @@ export function relayedReason<C extends ErrorCode>(
   code: C,
   sent: string | undefined,
   fallback: ReasonFor<C>,
-): ReasonFor<C> {
+): ReasonFor<C>;
+/** Without a fallback: undefined when the catalogue does not list `sent` for `code`. */
+export function relayedReason<C extends ErrorCode>(
+  code: C,
+  sent: string | undefined,
+): ReasonFor<C> | undefined;
+export function relayedReason<C extends ErrorCode>(
+  code: C,
+  sent: string | undefined,
+  fallback?: ReasonFor<C>,
+): ReasonFor<C> | undefined {
   if (sent && isErrorReason(sent) && (ERROR_REASONS[sent].codes as readonly ErrorCode[]).includes(code)) {
     return sent as ReasonFor<C>;
   }
   return fallback;
 }
+
+/** The trailer that repeats a Berth error's ErrorInfo reason in plain text (src/transport/status.ts). */
+export const REASON_TRAILER = 'berth-error-reason';

@@ -4,7 +4,13 @@
  * gRPC status with google.rpc details. Domain code never imports grpc-js.
  */
 
-import type { ErrorCode, ErrorReason, ReasonFor } from './error-reasons.js';
+import {
+  type ErrorCode,
+  type ErrorReason,
+  REASON_TRAILER,
+  type ReasonFor,
+  relayedReason,
+} from './error-reasons.js';
 
 export type { ErrorCode, ErrorReason } from './error-reasons.js';
 
@@ -36,6 +42,98 @@ export class BerthError<C extends ErrorCode = ErrorCode> extends Error {
     this.metadata = options.metadata ?? {};
     this.fieldViolations = options.fieldViolations ?? [];
   }
+
+  /**
+   * Any thrown value as a BerthError, its reason one the catalogue lists for
+   * its code (src/error-reasons.ts), the value kept as `cause`: a BerthError
+   * as it is; a gRPC status from another process (an agent's, a grpc-js
+   * ServiceError or any `{code, details, metadata}`) with its code — INTERNAL
+   * for a code Berth does not use — its message, and the reason it relayed
+   * only where the catalogue lists it for that code; anything else INTERNAL.
+   */
+  static from(e: unknown): BerthError {
+    if (e instanceof BerthError) return e;
+    if (isForeignStatus(e)) {
+      const name = STATUS_NAMES[e.code] ?? `status ${e.code}`;
+      const code = BERTH_CODES.has(name) ? (name as ErrorCode) : 'INTERNAL';
+      const reason = relayedReason(code, sentReason(e.metadata));
+      const message = !e.details
+        ? `${name} with no message`
+        : code === name
+          ? e.details
+          : `${name}: ${e.details}`;
+      return new BerthError(code, message, {
+        ...(reason ? { reason } : {}),
+        cause: e,
+      });
+    }
+    const what =
+      e instanceof Error ? e.message : typeof e === 'string' ? e : (JSON.stringify(e) ?? String(e));
+    return new BerthError('INTERNAL', `unexpected error: ${what}`, { cause: e });
+  }
+}
+
+/** A gRPC status as grpc-js (or any other process's client) hands it over: a numeric code and a message. */
+export interface ForeignStatus {
+  code: number;
+  details: string;
+  /** The status's trailers: grpc-js Metadata (`get(key)`) or a plain record. */
+  metadata?: unknown;
+}
+
+/** Whether `e` is a gRPC status that is not a BerthError (another process's, decoded by grpc-js). */
+export function isForeignStatus(e: unknown): e is ForeignStatus {
+  if (typeof e !== 'object' || e === null || e instanceof BerthError) return false;
+  const { code, details } = e as { code?: unknown; details?: unknown };
+  return typeof code === 'number' && typeof details === 'string';
+}
+
+/** gRPC's status codes by number (the wire's; grpc-js is not imported here). */
+const STATUS_NAMES: Readonly<Record<number, string>> = [
+  'OK',
+  'CANCELLED',
+  'UNKNOWN',
+  'INVALID_ARGUMENT',
+  'DEADLINE_EXCEEDED',
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'PERMISSION_DENIED',
+  'RESOURCE_EXHAUSTED',
+  'FAILED_PRECONDITION',
+  'ABORTED',
+  'OUT_OF_RANGE',
+  'UNIMPLEMENTED',
+  'INTERNAL',
+  'UNAVAILABLE',
+  'DATA_LOSS',
+  'UNAUTHENTICATED',
+];
+
+/** The codes of Berth's taxonomy (ErrorCode); a foreign status with another is INTERNAL. */
+const BERTH_CODES: ReadonlySet<string> = new Set<ErrorCode>([
+  'INVALID_ARGUMENT',
+  'NOT_FOUND',
+  'ALREADY_EXISTS',
+  'FAILED_PRECONDITION',
+  'ABORTED',
+  'RESOURCE_EXHAUSTED',
+  'PERMISSION_DENIED',
+  'UNAUTHENTICATED',
+  'UNAVAILABLE',
+  'DEADLINE_EXCEEDED',
+  'CANCELLED',
+  'INTERNAL',
+]);
+
+/** The reason trailer of a status's metadata (grpc-js Metadata or a plain record), if it has one. */
+function sentReason(metadata: unknown): string | undefined {
+  if (typeof metadata !== 'object' || metadata === null) return undefined;
+  const get = (metadata as { get?: unknown }).get;
+  const value =
+    typeof get === 'function'
+      ? (get.call(metadata, REASON_TRAILER) as unknown[] | undefined)?.[0]
+      : (metadata as Record<string, unknown>)[REASON_TRAILER];
+  return typeof value === 'string' ? value : undefined;
 }
 
 export const invalidArgument = (field: string, description: string, more: FieldViolation[] = []) =>
@@ -79,6 +177,15 @@ export const permissionDenied = (
 ) => new BerthError('PERMISSION_DENIED', message, { reason, metadata });
 
 export const isBerthError = (e: unknown): e is BerthError => e instanceof BerthError;
+
+/**
+ * For `.catch` on a lookup: NOT_FOUND is an answer (null); anything else (a
+ * database that does not answer) is not, and propagates.
+ */
+export function unlessNotFound(e: unknown): null {
+  if (isBerthError(e) && e.code === 'NOT_FOUND') return null;
+  throw e;
+}
 
 /**
  * A configuration error (agent config, device_spec entries, driver loading).

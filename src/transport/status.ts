@@ -15,8 +15,8 @@ import { Status } from '../gen/google/rpc/status.js';
 /** The ErrorInfo domain of every Berth error. */
 export const ERROR_DOMAIN = 'berth.dev';
 
-/** The trailer that repeats the ErrorInfo reason in plain text. */
-export const REASON_TRAILER = 'berth-error-reason';
+/** The trailer that repeats the ErrorInfo reason in plain text (named in the catalogue, which errors.ts reads it by). */
+export { REASON_TRAILER } from '../error-reasons.js';
 
 /** The type URL of a google.protobuf.Any holding message `name`. */
 export const typeUrl = (name: string) => `type.googleapis.com/${name}`;

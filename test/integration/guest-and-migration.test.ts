@@ -681,7 +681,7 @@ describe('guest XML, metadata and live migration over gRPC', () => {
 
     // The destination agent down: UNAVAILABLE, and again nothing stays claimed.
     await c.host(DST).stop();
-    await expectCode(plan('vm-gone', DST, 'plan-down'), 'UNAVAILABLE', 'AGENT_UNREACHABLE');
+    await expectCode(plan('vm-gone', DST, 'plan-down'), 'UNAVAILABLE', 'AGENT_UNAVAILABLE');
     expect((await available(DST)).map((d) => d.address)).toEqual(free);
     await drop('vm-gone');
   });

@@ -40,3 +40,37 @@ describe('gRPC status details', () => {
     expect(d.codeName).toBe('UNIMPLEMENTED');
   });
 });
+
+describe('a foreign status (an agent’s, relayed raw) goes through the catalogue', () => {
+  /** What grpc-js hands the scheduler when an agent answered with `err`. */
+  const fromAgent = (err: BerthError, trailer?: string) => {
+    const sent = toServiceError(err) as ServiceError;
+    if (trailer) sent.metadata.set(REASON_TRAILER, trailer);
+    return Object.assign(new Error(sent.details), sent);
+  };
+
+  it('keeps its code and message; a reason the catalogue does not list for the code becomes the code’s name', () => {
+    const raw = fromAgent(new BerthError('UNAVAILABLE', 'journal gone'), 'AGENT_JOURNAL_PRIVATE');
+    const d = roundTrip(raw);
+    expect([d.codeName, d.message, d.reason]).toEqual(['UNAVAILABLE', 'journal gone', 'UNAVAILABLE']);
+    expect(toServiceError(raw).metadata!.get(REASON_TRAILER)).toEqual(['UNAVAILABLE']);
+    // The agent's own ErrorInfo metadata does not reach the client either.
+    const listedElsewhere = roundTrip(
+      fromAgent(new BerthError('UNAVAILABLE', 'x', { reason: 'STORE_IO_ERROR', metadata: { path: '/j' } })),
+    );
+    expect([listedElsewhere.reason, listedElsewhere.metadata]).toEqual(['STORE_IO_ERROR', {}]);
+  });
+
+  it('a code Berth does not use is INTERNAL; a reason listed for the code is relayed', () => {
+    const d = roundTrip(
+      Object.assign(new Error('x'), { code: 12, details: 'no such method', metadata: undefined }),
+    );
+    expect([d.codeName, d.reason, d.message]).toEqual([
+      'INTERNAL',
+      'INTERNAL',
+      'UNIMPLEMENTED: no such method',
+    ]);
+    const kept = roundTrip(fromAgent(failedPrecondition('MEDIA_NOT_CLEAN', 'holds data')));
+    expect([kept.codeName, kept.reason]).toEqual(['FAILED_PRECONDITION', 'MEDIA_NOT_CLEAN']);
+  });
+});

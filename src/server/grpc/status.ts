@@ -8,14 +8,17 @@
  * a BadRequest naming each field of an INVALID_ARGUMENT. The reason is also
  * sent as the `berth-error-reason` trailer, which `buf curl -v` prints (buf
  * curl shows details of types it was not compiled with as base64 only).
- * Anything that is not a BerthError is a bug: the client gets a generic
+ * Another process's gRPC status (an agent's, relayed as grpc-js handed it
+ * over) is decoded into a BerthError first (BerthError.from: its reason only
+ * where the catalogue lists it for its code), so nothing reaches a client
+ * without going through the catalogue. Anything else is a bug: the client gets a generic
  * INTERNAL with an id, the operator's log gets the whole error under that id.
  * The decoding side, which clients share, is src/transport/status.ts.
  */
 import { randomUUID } from 'node:crypto';
 import { Metadata, type ServiceError, status } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { BerthError, type ErrorCode, isBerthError } from '../../errors.js';
+import { BerthError, type ErrorCode, isBerthError, isForeignStatus } from '../../errors.js';
 import type { Any } from '../../gen/google/protobuf/any.js';
 import { BadRequest, ErrorInfo } from '../../gen/google/rpc/error_details.js';
 import { Status } from '../../gen/google/rpc/status.js';
@@ -41,47 +44,37 @@ const CODES: Record<ErrorCode, status> = {
 
 /** Builds the ServiceError grpc-js sends for `err`. */
 export function toServiceError(err: unknown, logger?: Logger): Partial<ServiceError> {
-  if (isBerthError(err)) {
-    const reason = err.reason ?? err.code;
+  if (isBerthError(err) || isForeignStatus(err)) {
+    // Another process's status (an agent's) goes through the catalogue too: its
+    // code, its message, and its reason only where the catalogue lists it.
+    const e = BerthError.from(err);
+    const reason = e.reason ?? e.code;
     const details: Any[] = [
       {
         typeUrl: typeUrl('google.rpc.ErrorInfo'),
-        value: Buffer.from(
-          ErrorInfo.encode({ reason, domain: ERROR_DOMAIN, metadata: err.metadata }).finish(),
-        ),
+        value: Buffer.from(ErrorInfo.encode({ reason, domain: ERROR_DOMAIN, metadata: e.metadata }).finish()),
       },
     ];
-    if (err.fieldViolations.length > 0) {
+    if (e.fieldViolations.length > 0) {
       details.push({
         typeUrl: typeUrl('google.rpc.BadRequest'),
-        value: Buffer.from(BadRequest.encode({ fieldViolations: err.fieldViolations }).finish()),
+        value: Buffer.from(BadRequest.encode({ fieldViolations: e.fieldViolations }).finish()),
       });
     }
-    const code = CODES[err.code];
+    const code = CODES[e.code];
     const metadata = new Metadata();
     metadata.set(
       'grpc-status-details-bin',
-      Buffer.from(Status.encode({ code, message: err.message, details }).finish()),
+      Buffer.from(Status.encode({ code, message: e.message, details }).finish()),
     );
     metadata.set(REASON_TRAILER, reason);
-    return { code, details: err.message, metadata };
+    return { code, details: e.message, metadata };
   }
-  if (isServiceErrorLike(err)) return err;
   const id = randomUUID();
   logger?.error({ err, errorId: id }, 'unexpected error in handler');
   return toServiceError(
     new BerthError('INTERNAL', `internal error (id ${id}); see the server log`, {
       metadata: { errorId: id },
     }),
-  );
-}
-
-function isServiceErrorLike(err: unknown): err is Partial<ServiceError> {
-  return (
-    typeof err === 'object' &&
-    err !== null &&
-    'code' in err &&
-    typeof (err as { code: unknown }).code === 'number' &&
-    'details' in err
   );
 }

@@ -5,9 +5,15 @@
  * durable journal (RecordBinding) — the second record of the media's dirt, and
  * of its burn (docs/decisions.md 30).
  *
- * - Before anything is allocated, the bind's gate refuses a device that is
- *   cleaned on a host whose agent is not connected (UNAVAILABLE) or too old to
- *   record bindings (FAILED_PRECONDITION).
+ * - Before the bind's unit, the gate is decided for each host of the request
+ *   from the agents as this scheduler sees them (a host followed elsewhere is
+ *   read from the database first); in the unit, before anything is allocated,
+ *   it refuses a device that is cleaned on a host whose agent is not connected
+ *   (UNAVAILABLE) or too old to record bindings (FAILED_PRECONDITION). The
+ *   unit gets the verdicts as data: it may run again, and has no effect
+ *   outside the store (docs/decisions.md 67).
+ * - A bind that fails is recorded on its ARQs (bind_failed, and Nova's event
+ *   when it waits for one) by a unit of its own, after the bind's.
  * - After the bind committed, each agent is asked. If one does not answer or
  *   refuses (the device still holds another tenant's data, or is being
  *   cleaned), what this request bound is undone: nothing stays bound and the
@@ -39,11 +45,17 @@ export class Binding {
   constructor(private readonly deps: BindingDeps) {}
 
   /**
-   * Refuses, before allocation, a host whose agent cannot record a binding now:
-   * the host's record is the one the bind just read under its lock (on a shared
-   * database, another scheduler's agent is judged by what its follower wrote).
+   * The gate of a bind over `bindings`, decided before its unit: for each host,
+   * whether its agent can record a binding now (on a shared database, another
+   * scheduler's agent is judged by what its follower wrote, read at most a
+   * second ago: a stale word is safe, RecordBinding after the commit is what
+   * proves the agent is there). A database that does not answer fails the bind.
    */
-  private readonly gate: BindGate = (host) => agentRefusal(this.deps.agents.observe(host), host.name);
+  private async gate(bindings: ArqBinding[]): Promise<BindGate> {
+    const hosts = new Set(bindings.map((b) => b.host));
+    await this.deps.agents.refresh(hosts);
+    return new Map([...hosts].map((h) => [h, agentRefusal(this.deps.agents.get(h), h)]));
+  }
 
   /**
    * BindAcceleratorRequests: binds every ARQ (all or nothing), then has each
@@ -57,7 +69,13 @@ export class Binding {
         await this.deps.useCases.recordInstanceOwner(instance, subject);
       }
     }
-    const result = await this.deps.useCases.bindArqs(bindings, undefined, this.gate);
+    let result: BindResult;
+    try {
+      result = await this.deps.useCases.bindArqs(bindings, undefined, await this.gate(bindings));
+    } catch (err) {
+      await this.deps.useCases.recordBindFailure(bindings, err);
+      throw err;
+    }
     await this.confirm(bindings, result);
     return result.arqs;
   }
@@ -103,10 +121,13 @@ export class Binding {
   ): Promise<BerthError | null> {
     const where = `device ${d.address} on host ${d.host}`;
     const { agents } = this.deps;
-    // Seen by the bind's gate a moment ago, or read now (a retried bind, a migration's destination).
-    await agents.refresh([d.host]);
+    // Seen by the bind's gate a moment ago, or read now (a migration's destination).
+    const unread = await agents.refresh([d.host]).then(
+      () => null,
+      (err: unknown) => BerthError.from(err),
+    );
     const agent = agents.get(d.host);
-    const refusal = agentRefusal(agent, d.host);
+    const refusal = unread ?? agentRefusal(agent, d.host);
     if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
     try {
       await agent!.recordBinding(d.address, arqUuid, instanceUuid);

@@ -164,7 +164,7 @@ export class Migrations {
       throw new BerthError(
         'UNAVAILABLE',
         `migration ${m.uuid}: ${reason}; the destination claims were released, plan again with a new request_id`,
-        { reason: 'AGENT_UNREACHABLE', metadata: { host: m.destinationHost, migration_uuid: m.uuid } },
+        { reason: 'AGENT_UNAVAILABLE', metadata: { host: m.destinationHost, migration_uuid: m.uuid } },
       );
     };
     const link = agents.get(m.destinationHost);

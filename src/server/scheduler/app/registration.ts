@@ -13,7 +13,7 @@
  */
 import type { Logger } from 'pino';
 import type { PublicJwk } from '../../../erasure/certificate.js';
-import { type BerthError, isBerthError } from '../../../errors.js';
+import { type BerthError, isBerthError, unlessNotFound } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
 import {
@@ -88,7 +88,8 @@ export class Registration {
     // a new host's lease is taken once the host is stored (below). A plain
     // heartbeat to the follower costs no lease write: its keeper renews the
     // lease, and drops the link at its next look if another scheduler took it.
-    const known = !linked && (await useCases.getHost(name).catch(() => null)) !== null;
+    // A database that does not answer fails the registration (UNAVAILABLE): it is not a new host.
+    const known = !linked && (await useCases.getHost(name).catch(unlessNotFound)) !== null;
     const claimedBefore = known ? await this.deps.claimLink(name) : null;
     let r: HostRegistered;
     try {

@@ -4,10 +4,9 @@
  * every change goes through `transitionArq`, so an ARQ cannot skip a state.
  */
 
-import { type BerthError, failedPrecondition } from '../../../errors.js';
+import { BerthError, failedPrecondition } from '../../../errors.js';
 import { type HostName, type PciAddress, pciAddressParts, type Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
-import type { HostRecord } from './host.js';
 import type { RequestGroup } from './profile.js';
 
 export const ARQ_STATES = ['initial', 'bind_started', 'bound', 'bind_failed', 'deleting'] as const;
@@ -178,11 +177,27 @@ export interface ArqBinding {
 }
 
 /**
- * Whether a device that is cleaned may be bound on `host` now (its agent is
- * connected and records bindings): null, or the error to refuse with before
- * anything is allocated.
+ * Whether a device that is cleaned may be bound on each host of a bind (its
+ * agent is connected and records bindings), decided before the bind's unit
+ * from the agents as the scheduler sees them: by host name, null, or the error
+ * to refuse with before anything is allocated. A value, not a callback: a unit
+ * may run again and has no effect outside the store (usecases/unit-of-work.ts).
  */
-export type BindGate = (host: HostRecord) => BerthError | null;
+export type BindGate = ReadonlyMap<string, BerthError | null>;
+
+/**
+ * The gate's word on `host`: a host it did not decide is refused (retryable),
+ * never let through unjudged.
+ */
+export function gateRefusal(gate: BindGate, host: HostName): BerthError | null {
+  const verdict = gate.get(host);
+  if (verdict !== undefined) return verdict;
+  return new BerthError(
+    'UNAVAILABLE',
+    `whether the agent of host ${host} can record a binding was not decided before the bind; retry`,
+    { reason: 'AGENT_UNAVAILABLE', metadata: { host } },
+  );
+}
 
 export interface BindResult {
   arqs: Arq[];

@@ -7,6 +7,7 @@
  * database, read again (at most once a second per host) before a request
  * that needs it (`refresh`).
  */
+import { unlessNotFound } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
 import type { HostRecord } from '../domain/host.js';
 import type { UseCases } from '../usecases/use-cases.js';
@@ -40,14 +41,16 @@ export class AgentDirectory {
   /**
    * Reads from the database the hosts among `hosts` that this scheduler does
    * not follow (only where schedulers share the database): their endpoint,
-   * features and whether their follower is connected to them.
+   * features and whether their follower is connected to them. A host the
+   * database no longer has loses its client; a database that does not answer
+   * changes nothing here and rejects (it says nothing of the host).
    */
   async refresh(hosts: Iterable<HostName>): Promise<void> {
     if (!this.useCases.leases) return;
     const now = Date.now();
     for (const name of new Set(hosts)) {
       if (this.links.has(name) || now - (this.checkedAt.get(name) ?? -Infinity) < FRESH_MS) continue;
-      const h = await this.useCases.getHost(name).catch(() => null);
+      const h = await this.useCases.getHost(name).catch(unlessNotFound);
       if (h) {
         this.observe(h);
       } else {

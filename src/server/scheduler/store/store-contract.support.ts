@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
+import type { ArqBinding } from '../domain/arq.js';
 import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts } from '../domain/device-state.js';
 import type { HostRegistration } from '../domain/host.js';
@@ -96,9 +97,19 @@ export function runStoreContract(name: string, open: OpenStore): void {
       return store.upsertInventory(hostName(name), { kind: 'snapshot', revision: 1, devices });
     }
 
+    /** A bind as its workflow runs it (app/binding.ts): the bind's unit, then the unit that records a failure. */
+    async function bindRecordingFailure(bindings: ArqBinding[]) {
+      try {
+        return await store.bindArqs(bindings);
+      } catch (e) {
+        await store.recordBindFailure(bindings, e);
+        throw e;
+      }
+    }
+
     async function bindOne(instance: string, name: string, profile = 'nvme') {
       const [arq] = await store.createArqs({ profileName: profile });
-      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName(name) }]);
+      return bindRecordingFailure([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName(name) }]);
     }
 
     it('applies schema migrations once and keeps data across a reopen', async () => {
@@ -200,6 +211,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
       });
       const e = await rejection(store.bindArqs([{ ...b, instanceUuid: 'i2' }]));
       expect(e.reason).toBe('ARQ_ALREADY_BOUND');
+      // Its failure is not recorded on the ARQ: it stays bound as it was.
+      await store.recordBindFailure([{ ...b, instanceUuid: 'i2', notifyNova: true }], e);
+      expect(await store.getArq(arq!.uuid)).toMatchObject({ state: 'bound', instanceUuid: 'i1', error: '' });
       expect((await store.listDevices({ state: 'allocated' })).devices).toHaveLength(1);
     });
 
@@ -212,7 +226,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(two);
       const arqs = await store.createArqs({ profileName: 'two' });
       const e = await rejection(
-        store.bindArqs(arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: 'i1', host: hostName('h1') }))),
+        bindRecordingFailure(
+          arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: 'i1', host: hostName('h1') })),
+        ),
       );
       expect(e.code).toBe('FAILED_PRECONDITION');
       const [d] = (await store.listDevices({ host: hostName('h1') })).devices;

@@ -4,7 +4,15 @@ import { BerthError, failedPrecondition, invalidArgument } from '../../../errors
 import { newUuid, type Uuid } from '../../../identifiers.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
-import { type Arq, arqBound, arqUnbound, arqUnconfirmed, sameBinding, transitionArq } from '../domain/arq.js';
+import {
+  type Arq,
+  arqBound,
+  arqUnbound,
+  arqUnconfirmed,
+  gateRefusal,
+  sameBinding,
+  transitionArq,
+} from '../domain/arq.js';
 import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
@@ -98,9 +106,9 @@ export async function listArqs(deps: UseCaseDeps, instanceUuid?: string): Promis
  * Bind every ARQ to an allocatable device on its host, all or nothing, in one
  * unit: lock the host, pick among its candidates, bind, update the ARQ. A
  * retried identical binding returns the same devices. A device that is cleaned
- * is bound only when `gate` lets its host (its agent can record the binding).
- * On failure nothing is bound and the ARQs are marked bind_failed with the
- * error (a second unit).
+ * is bound only when `gate` (decided before the unit) lets its host: its agent
+ * can record the binding. On failure nothing is bound; recording the failure
+ * on the ARQs is the caller's next unit (`recordBindFailure`).
  */
 export async function bindArqs(
   deps: UseCaseDeps,
@@ -119,98 +127,86 @@ export async function bindArqs(
     seenUuids.add(b.arqUuid);
     validateTag(`bindings[${i}].tag`, b.tag ?? '');
   });
-  try {
-    return await write(deps, async (tx) => {
-      const arqs: Arq[] = [];
-      const devices: DeviceRecord[] = [];
-      const newlyBound: string[] = [];
-      for (const [i, b] of bindings.entries()) {
-        await tx.uow.lockInstance(b.instanceUuid);
-        const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
-        if (sameBinding(arq, b)) {
-          arqs.push(arq);
-          devices.push(await mustDevice(tx.uow, { uuid: arq.deviceUuid! }));
-          continue;
-        }
-        if (arq.state === 'bound') {
-          throw failedPrecondition(
-            'ARQ_ALREADY_BOUND',
-            `ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid} on host ${arq.host}`,
-            { arq_uuid: arq.uuid },
-          );
-        }
-        const host = await mustHost(tx.uow, b.host, FOR_UPDATE);
-        const started = transitionArq(arq, 'bind_started');
-        const only = b.devices ? new Set(b.devices) : null;
-        const { result, candidates } = await pickOnHost(
-          tx.uow,
-          b.host,
-          arq.group,
-          only
-            ? (g, c, ctx) =>
-                pick(
-                  g,
-                  c.filter((d) => only.has(d.uuid)),
-                  ctx,
-                )
-            : pick,
-        );
-        if (!result.device) {
-          throw failedPrecondition(
-            'NO_ALLOCATABLE_DEVICE',
-            `no allocatable device on host ${b.host}${only ? ` among ${[...only].join(', ')}` : ''} for ARQ ${arq.uuid} (${describeGroup(arq.group)}): ${
-              (only ? candidates.filter((d) => only.has(d.uuid)) : candidates).length === 0
-                ? 'no available candidates'
-                : describeRejections(result.rejected)
-            }`,
-            { arq_uuid: arq.uuid, host: b.host },
-          );
-        }
-        // A device that is cleaned or one-time-use needs its agent to record the
-        // binding (invariants 9 and 13): refuse before anything is allocated when it cannot.
-        const refusal = recordedByAgent(result.device) ? (gate?.(host) ?? null) : null;
-        if (refusal) throw refusal;
-        const device = await writeDevice(
-          tx,
-          result.device,
-          bind(result.device, { arqUuid: arq.uuid, instanceUuid: b.instanceUuid }),
-        );
-        const bound = {
-          ...arqBound(started, device, b.instanceUuid, b.tag || arq.tag),
-          ...(b.notifyNova
-            ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'completed' as const } }
-            : {}),
-        };
-        const others = (await tx.uow.arqs({ instanceUuid: b.instanceUuid })).filter(
-          (a) => a.uuid !== arq.uuid && a.state === 'bound',
-        );
-        const dups = duplicateTags(
-          [...others, bound].map((a) => ({
-            field: a.uuid === arq.uuid ? `bindings[${i}].tag` : `ARQ ${a.uuid}`,
-            // PCI and NVMe alike are `passthrough` entries in the guest's metadata: one tag scope.
-            deviceType: 'passthrough',
-            tag: a.tag,
-          })),
-        );
-        if (dups[0]) throw invalidArgument(dups[0].field, dups[0].description);
-        arqs.push(await writeArq(tx, bound));
-        devices.push(device);
-        newlyBound.push(arq.uuid);
+  return write(deps, async (tx) => {
+    const arqs: Arq[] = [];
+    const devices: DeviceRecord[] = [];
+    const newlyBound: string[] = [];
+    for (const [i, b] of bindings.entries()) {
+      await tx.uow.lockInstance(b.instanceUuid);
+      const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
+      if (sameBinding(arq, b)) {
+        arqs.push(arq);
+        devices.push(await mustDevice(tx.uow, { uuid: arq.deviceUuid! }));
+        continue;
       }
-      return { arqs, devices, newlyBound };
-    });
-  } catch (e) {
-    // A bind Nova waits for ends in an event whatever stopped it (an agent away, a bad tag too).
-    const owed = bindings.some((b) => b.notifyNova);
-    if (
-      e instanceof BerthError &&
-      (e.code === 'FAILED_PRECONDITION' || owed) &&
-      e.reason !== 'ARQ_ALREADY_BOUND'
-    ) {
-      await markBindFailed(deps, bindings, e.message);
+      if (arq.state === 'bound') {
+        throw failedPrecondition(
+          'ARQ_ALREADY_BOUND',
+          `ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid} on host ${arq.host}`,
+          { arq_uuid: arq.uuid },
+        );
+      }
+      // Allocation reads the host's devices and IOMMU groups: lock it first.
+      await mustHost(tx.uow, b.host, FOR_UPDATE);
+      const started = transitionArq(arq, 'bind_started');
+      const only = b.devices ? new Set(b.devices) : null;
+      const { result, candidates } = await pickOnHost(
+        tx.uow,
+        b.host,
+        arq.group,
+        only
+          ? (g, c, ctx) =>
+              pick(
+                g,
+                c.filter((d) => only.has(d.uuid)),
+                ctx,
+              )
+          : pick,
+      );
+      if (!result.device) {
+        throw failedPrecondition(
+          'NO_ALLOCATABLE_DEVICE',
+          `no allocatable device on host ${b.host}${only ? ` among ${[...only].join(', ')}` : ''} for ARQ ${arq.uuid} (${describeGroup(arq.group)}): ${
+            (only ? candidates.filter((d) => only.has(d.uuid)) : candidates).length === 0
+              ? 'no available candidates'
+              : describeRejections(result.rejected)
+          }`,
+          { arq_uuid: arq.uuid, host: b.host },
+        );
+      }
+      // A device that is cleaned or one-time-use needs its agent to record the
+      // binding (invariants 9 and 13): refuse before anything is allocated when it cannot.
+      const refusal = gate && recordedByAgent(result.device) ? gateRefusal(gate, b.host) : null;
+      if (refusal) throw refusal;
+      const device = await writeDevice(
+        tx,
+        result.device,
+        bind(result.device, { arqUuid: arq.uuid, instanceUuid: b.instanceUuid }),
+      );
+      const bound = {
+        ...arqBound(started, device, b.instanceUuid, b.tag || arq.tag),
+        ...(b.notifyNova
+          ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'completed' as const } }
+          : {}),
+      };
+      const others = (await tx.uow.arqs({ instanceUuid: b.instanceUuid })).filter(
+        (a) => a.uuid !== arq.uuid && a.state === 'bound',
+      );
+      const dups = duplicateTags(
+        [...others, bound].map((a) => ({
+          field: a.uuid === arq.uuid ? `bindings[${i}].tag` : `ARQ ${a.uuid}`,
+          // PCI and NVMe alike are `passthrough` entries in the guest's metadata: one tag scope.
+          deviceType: 'passthrough',
+          tag: a.tag,
+        })),
+      );
+      if (dups[0]) throw invalidArgument(dups[0].field, dups[0].description);
+      arqs.push(await writeArq(tx, bound));
+      devices.push(device);
+      newlyBound.push(arq.uuid);
     }
-    throw e;
-  }
+    return { arqs, devices, newlyBound };
+  });
 }
 
 /**
@@ -242,8 +238,22 @@ export async function revertUnconfirmedBind(
   });
 }
 
-/** After a rolled-back bind, record why on the ARQs that could have been bound. */
-async function markBindFailed(deps: UseCaseDeps, bindings: ArqBinding[], message: string): Promise<void> {
+/**
+ * After a bind that failed (`bindArqs` threw `err`, nothing bound), record why
+ * on the ARQs that could have been bound: a refusal (FAILED_PRECONDITION), or
+ * anything that stopped a bind Nova waits for — it ends in an event whatever
+ * stopped it (an agent away, a bad tag too). Not for an ARQ bound elsewhere
+ * (ARQ_ALREADY_BOUND): that one stays bound. Its own unit, after the bind's.
+ */
+export async function recordBindFailure(
+  deps: UseCaseDeps,
+  bindings: ArqBinding[],
+  err: unknown,
+): Promise<void> {
+  const owed = bindings.some((b) => b.notifyNova);
+  if (!(err instanceof BerthError) || err.reason === 'ARQ_ALREADY_BOUND') return;
+  if (err.code !== 'FAILED_PRECONDITION' && !owed) return;
+  const message = err.message;
   await write(deps, async (tx) => {
     for (const b of bindings) {
       const arq = await tx.uow.arq(b.arqUuid, FOR_UPDATE);

@@ -74,6 +74,7 @@ const USE_CASES = {
   getArq: arqs.getArq,
   listArqs: arqs.listArqs,
   bindArqs: arqs.bindArqs,
+  recordBindFailure: arqs.recordBindFailure,
   revertUnconfirmedBind: arqs.revertUnconfirmedBind,
   deleteArqs: arqs.deleteArqs,
   unbindArqs: arqs.unbindArqs,

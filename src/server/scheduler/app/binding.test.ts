@@ -1,0 +1,129 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pino } from 'pino';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { validateProfile } from '../domain/profile.js';
+import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
+import { AgentDirectory } from '../runtime/agent-directory.js';
+import { RemoteAgent } from '../runtime/agent-link.js';
+import type { AgentLinks } from '../runtime/agent-links.js';
+import { rejection } from '../store/store-contract.support.js';
+import { UnitWatch } from '../store/unit-watch.support.js';
+import { type UseCases, useCasesOver } from '../usecases/use-cases.js';
+import { BINDING_FEATURE, Binding } from './binding.js';
+
+const H1 = hostName('h1');
+
+describe('a bind decides its gate before its unit, and each of its use cases is one unit', () => {
+  let dir: string;
+  let db: UnitWatch;
+  let useCases: UseCases;
+  let agents: AgentDirectory;
+  let binding: Binding;
+  /** What the agent directory did, and whether a unit was running then. */
+  let effects: { what: string; inUnit: boolean }[];
+
+  beforeEach(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'berth-binding-'));
+    db = new UnitWatch(join(dir, 's.db'));
+    useCases = useCasesOver(db);
+    effects = [];
+    const seen = (what: string) => effects.push({ what, inUnit: db.inUnit });
+    // No agent is followed here: h1's is another scheduler's, as on a shared database.
+    const links = { get: () => undefined, has: () => false } as unknown as AgentLinks;
+    agents = new AgentDirectory(links, useCases, () => {
+      seen('create');
+      return {};
+    });
+    for (const method of ['observe', 'refresh', 'get'] as const) {
+      const original = agents[method].bind(agents) as (...args: unknown[]) => unknown;
+      vi.spyOn(agents, method).mockImplementation(((...args: unknown[]) => {
+        seen(method);
+        return original(...args);
+      }) as never);
+    }
+    vi.spyOn(RemoteAgent.prototype, 'close').mockImplementation(() => void seen('close'));
+    // RecordBinding answers: this test is about what happens around the units, not on the wire.
+    vi.spyOn(RemoteAgent.prototype, 'recordBinding').mockImplementation(
+      async () => void seen('recordBinding'),
+    );
+    binding = new Binding({ useCases, agents, logger: pino({ level: 'silent' }) });
+
+    await useCases.registerHost({ ...hostRegistration('h1'), features: ['cleanup.v1', BINDING_FEATURE] });
+    await useCases.setHostConnected(H1, true);
+    await useCases.upsertInventory(H1, { kind: 'snapshot', revision: 1, devices: [facts({ index: 0 })] });
+    await useCases.createProfile(
+      validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] }),
+    );
+  });
+  afterEach(async () => {
+    vi.restoreAllMocks();
+    agents.close();
+    await useCases.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('the bind unit, run twice by the backend, has no effect on the agent directory', async () => {
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    const before = { ...db.writes };
+    effects.length = 0;
+    const [bound] = await binding.bind([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: H1 }]);
+    expect(bound!.state).toBe('bound');
+    // The backend ran the bind's unit (a cleaned device: the gate was consulted) twice.
+    expect(db.writes.units - before.units).toBe(1);
+    expect(db.writes.attempts - before.attempts).toBe(2);
+    expect(effects.filter((e) => e.inUnit)).toEqual([]);
+    // Outside the unit: h1 was read once, its one client made, never closed, and it recorded the binding.
+    expect(effects.filter((e) => e.what === 'create' || e.what === 'close')).toEqual([
+      { what: 'create', inUnit: false },
+    ]);
+    expect(effects.some((e) => e.what === 'recordBinding')).toBe(true);
+  });
+
+  it('a host the gate refuses: UNAVAILABLE before anything is allocated, nothing done inside a unit', async () => {
+    await useCases.setHostConnected(H1, false);
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    const e = await rejection(binding.bind([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: H1 }]));
+    expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'AGENT_UNAVAILABLE']);
+    expect(e.message).toMatch(/agent of host h1 is not connected/);
+    expect(effects.filter((x) => x.inUnit)).toEqual([]);
+    expect((await useCases.getArq(arq!.uuid)).state).toBe('initial');
+    expect((await useCases.listDevices({ host: H1 })).devices[0]!.deviceState).toBe('available');
+  });
+
+  it('a gate that did not decide the host refuses it (retryable), never lets it through', async () => {
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    const e = await rejection(
+      useCases.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: H1 }], undefined, new Map()),
+    );
+    expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'AGENT_UNAVAILABLE']);
+    expect(e.message).toMatch(/was not decided before the bind/);
+  });
+
+  it('a failed bind is one unit; the workflow records the failure in a unit of its own (Nova told)', async () => {
+    const [a, b] = [
+      (await useCases.createArqs({ profileName: 'nvme' }))[0]!,
+      (await useCases.createArqs({ profileName: 'nvme' }))[0]!,
+    ];
+    await binding.bind([{ arqUuid: a.uuid, instanceUuid: 'i1', host: H1 }]);
+    // The use case alone: one unit, and the ARQ left as it was.
+    const units = db.writes.units;
+    const alone = await rejection(useCases.bindArqs([{ arqUuid: b.uuid, instanceUuid: 'i2', host: H1 }]));
+    expect(alone.reason).toBe('NO_ALLOCATABLE_DEVICE');
+    expect(db.writes.units - units).toBe(1);
+    expect((await useCases.getArq(b.uuid)).state).toBe('initial');
+    // The workflow: the bind's unit, then the failure's.
+    const failed = await rejection(
+      binding.bind([{ arqUuid: b.uuid, instanceUuid: 'i2', host: H1, notifyNova: true }]),
+    );
+    expect(failed.reason).toBe('NO_ALLOCATABLE_DEVICE');
+    expect(db.writes.units - units).toBe(3);
+    expect(await useCases.getArq(b.uuid)).toMatchObject({
+      state: 'bind_failed',
+      error: failed.message,
+      novaEvent: { instanceUuid: 'i2', status: 'failed' },
+    });
+    expect(effects.filter((x) => x.inUnit)).toEqual([]);
+  });
+});
