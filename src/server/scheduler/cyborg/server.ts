@@ -236,7 +236,8 @@ export class CyborgApi {
         const arq = await this.visibleArq(r.caller!, requireUuid('uuid', id));
         return { status: 200, body: await this.view(arq, r.baseUrl) };
       }
-      if (r.method === 'PATCH' && id === undefined) return this.patch(r);
+      // The collection (Nova) or one ARQ's own URL (openstacksdk, `openstack accelerator arq bind`).
+      if (r.method === 'PATCH') return this.patch(r, id === undefined ? undefined : requireUuid('uuid', id));
       if (r.method === 'DELETE') return this.deleteArqs(r, id);
       return notAllowed();
     }
@@ -280,9 +281,12 @@ export class CyborgApi {
     return { status: 200, body: { arqs: await Promise.all(arqs.map((a) => this.view(a, r.baseUrl))) } };
   }
 
-  /** Cyborg's bind: everything checked now, 202, then the bind runs and Nova is told. */
-  private async patch(r: Req): Promise<Answer> {
-    const patches = parsePatchList(await r.body(), r.version);
+  /**
+   * Cyborg's bind: everything checked now, 202, then the bind runs and Nova is told.
+   * `only`: sent to that ARQ's own URL, whose body is keyed by it alone.
+   */
+  private async patch(r: Req, only?: Uuid): Promise<Answer> {
+    const patches = parsePatchList(await r.body(), r.version, only);
     if (patches[0]!.op === 'remove') {
       // Unbind: the ARQs go back to Initial (Cyborg's Unbound, shown as Berth keeps it), their
       // devices through release — scrubbed with proof before they are offered again.
