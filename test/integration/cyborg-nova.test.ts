@@ -569,7 +569,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     expect((await nova.event(arq)).event).toMatchObject({ server_uuid: instance, status: 'completed' });
     // The ARQ's record no longer owes it once Nova's answer is read.
     await eventually(
-      async () => c.scheduler.cyborg!.events.delivered,
+      async () => c.scheduler.cyborg!.events!.delivered,
       (n) => n >= 1,
       10_000,
     );
@@ -620,7 +620,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
       .body.arqs[0]!.uuid;
     const instance = randomUUID();
     nova.mode = 'not-on-host';
-    const delivered = c.scheduler.cyborg!.events.delivered;
+    const delivered = c.scheduler.cyborg!.events!.delivered;
     const r = await http('PATCH', '/v2/accelerator_requests', {
       service: true,
       body: {
@@ -634,7 +634,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     expect(r.status).toBe(202);
     // Settled once the answer is read: the ARQ owes nothing more, and it was sent once.
     await eventually(
-      async () => c.scheduler.cyborg!.events.delivered,
+      async () => c.scheduler.cyborg!.events!.delivered,
       (n) => n > delivered,
       30_000,
     );

@@ -339,16 +339,18 @@ export class Scheduler {
                   timeoutMs: c.timeoutSeconds * 1000,
                   ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
                 }),
-        nova: {
-          url: c.nova.url,
-          credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
-          timeoutMs: c.timeoutSeconds * 1000,
-          retryMaxMs: c.retryMaxSeconds * 1000,
-        },
+        nova: c.nova
+          ? {
+              url: c.nova.url,
+              credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
+              timeoutMs: c.timeoutSeconds * 1000,
+              retryMaxMs: c.retryMaxSeconds * 1000,
+            }
+          : null,
         nodename: (host) => options.placement?.computeNodes[host] ?? host,
         logger: logger.child({ component: 'cyborg' }),
       });
-      cyborg.events.register(metrics.registry);
+      cyborg.events?.register(metrics.registry);
       try {
         await cyborg.listen(c.listen);
       } catch (err) {

@@ -45,7 +45,8 @@ export interface CyborgApiDeps {
   /** Placement (report mode): device_rp_uuid → devices, a device → its provider. */
   placement: PlacementPort;
   identity: IdentitySource;
-  nova: NovaEventsOptions;
+  /** Where events go; null: no Nova (a lab), none is owed or sent. */
+  nova: NovaEventsOptions | null;
   /** Berth host → the name Nova knows its compute node by (Placement's compute_nodes). */
   nodename: (host: string) => string;
   logger: Logger;
@@ -71,16 +72,19 @@ export class CyborgApi {
   /** ARQs whose bind runs now (their event is not final yet). */
   private readonly binding = new Set<string>();
   private readonly running = new Set<Promise<void>>();
-  readonly events: NovaEvents;
+  /** Nova's outbox; null without a Nova. */
+  readonly events: NovaEvents | null;
   address = '';
 
   constructor(private readonly deps: CyborgApiDeps) {
-    this.events = new NovaEvents(
-      deps.useCases,
-      deps.nova,
-      (arq) => this.binding.has(arq),
-      deps.logger.child({ component: 'nova-events' }),
-    );
+    this.events = deps.nova
+      ? new NovaEvents(
+          deps.useCases,
+          deps.nova,
+          (arq) => this.binding.has(arq),
+          deps.logger.child({ component: 'nova-events' }),
+        )
+      : null;
   }
 
   async listen(listen: string): Promise<string> {
@@ -93,10 +97,13 @@ export class CyborgApi {
     this.server = server;
     const addr = server.address();
     this.address = `${host}:${typeof addr === 'object' && addr ? addr.port : 0}`;
-    this.events.start();
+    this.events?.start();
+    const nova = this.deps.nova?.url ?? null;
     this.deps.logger.info(
-      { cyborg: `http://${this.address}/v2`, auth: this.deps.identity.describe, nova: this.deps.nova.url },
-      "serving Cyborg's v2 API for Nova",
+      { cyborg: `http://${this.address}/v2`, auth: this.deps.identity.describe, nova },
+      nova
+        ? "serving Cyborg's v2 API for Nova"
+        : "serving Cyborg's v2 API with no Nova (no --nova-url): binds run, no accelerator-request-bound event is sent",
     );
     return this.address;
   }
@@ -110,7 +117,7 @@ export class CyborgApi {
     this.server?.closeAllConnections();
     await closed;
     await Promise.allSettled([...this.running]);
-    await this.events.stop();
+    await this.events?.stop();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -339,7 +346,7 @@ export class CyborgApi {
         instanceUuid: p.instanceUuid,
         host,
         devices: devices.map((d) => d.deviceUuid),
-        notifyNova: true,
+        notifyNova: this.events !== null,
       });
     }
     // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
@@ -370,7 +377,7 @@ export class CyborgApi {
       .finally(() => {
         for (const b of bindings) this.binding.delete(b.arqUuid);
         this.running.delete(run);
-        this.events.poke();
+        this.events?.poke();
       });
     this.running.add(run);
     return { status: 202 };
