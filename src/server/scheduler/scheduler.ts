@@ -277,6 +277,7 @@ export class Scheduler {
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
     const binding = new Binding({ useCases, agents, logger });
+    const certificates = new Certificates({ useCases, logger });
     const instances = new Instances(useCases);
     const registration = new Registration({
       useCases,
@@ -303,7 +304,7 @@ export class Scheduler {
       instanceServiceBinding(instances, logger),
       migrationServiceBinding(new Migrations({ useCases, agents, binding, instances }), logger),
       placementServiceBinding(placement, logger),
-      certificateServiceBinding(new Certificates({ useCases, logger }), logger),
+      certificateServiceBinding(certificates, logger),
       ...(options.extraServices?.() ?? []),
     ];
     const server = new GrpcServer({
@@ -327,6 +328,7 @@ export class Scheduler {
       cyborg = new CyborgApi({
         useCases,
         binding,
+        certificates,
         placement,
         identity:
           c.auth.type === 'noauth'

@@ -13,6 +13,7 @@ import { BerthError, isBerthError } from '../../../errors.js';
 import type { Uuid } from '../../../identifiers.js';
 import { listenError, parseListenAddress } from '../../listen-address.js';
 import type { Binding } from '../app/binding.js';
+import type { Certificates } from '../app/certificates.js';
 import type { Arq, ArqBinding } from '../domain/arq.js';
 import { validateProfile } from '../domain/profile.js';
 import type { PlacementPort } from '../placement/port.js';
@@ -42,6 +43,8 @@ import {
 export interface CyborgApiDeps {
   useCases: UseCases;
   binding: Binding;
+  /** Erasure certificates, read by a project for its instances (the gRPC CertificateService's rules). */
+  certificates: Certificates;
   /** Placement (report mode): device_rp_uuid → devices, a device → its provider. */
   placement: PlacementPort;
   identity: IdentitySource;
@@ -248,7 +251,45 @@ export class CyborgApi {
       if (r.method === 'DELETE') return this.deleteArqs(r, id);
       return notAllowed();
     }
+    if (collection === 'erasure_certificates' && id === undefined) {
+      if (r.method !== 'GET') return notAllowed();
+      return this.listCertificates(r);
+    }
     throw new CyborgHttpError(404, `no such resource: /v2/${collection}`);
+  }
+
+  /**
+   * Berth's addition: `GET /v2/erasure_certificates?instance=` — a project reads the
+   * certificates of its instances (those Nova bound for it) with the credential it
+   * calls this API with (a Keystone token); an admin reads any. Same rules as the
+   * gRPC CertificateService: the caller is the project, with the service role.
+   */
+  private async listCertificates(r: Req): Promise<Answer> {
+    authorize('certificate:get', r.caller);
+    const instance = r.query.get('instance');
+    if (!instance) throw badRequest('instance', 'required: the instance whose certificates to read');
+    const caller = r.caller!;
+    const list = await this.deps.certificates.list(
+      { instanceUuid: requireUuid('instance', instance) },
+      { subject: caller.project, roles: caller.admin ? ['admin'] : ['service'] },
+    );
+    return {
+      status: 200,
+      body: {
+        erasure_certificates: list.map((c) => ({
+          jws: c.jws,
+          job_id: c.jobId,
+          instance_uuid: c.instanceUuid,
+          arq_uuid: c.arqUuid,
+          device_uuid: c.deviceUuid,
+          host: c.host,
+          kid: c.kid,
+          media_key: c.mediaKey,
+          seq: c.seq,
+          issued_at: c.issuedAt,
+        })),
+      },
+    };
   }
 
   // --- ARQs -----------------------------------------------------------------
@@ -313,6 +354,7 @@ export class CyborgApi {
     const bindings: ArqBinding[] = [];
     const instance = patches[0]!.op === 'add' ? patches[0]!.instanceUuid : '';
     const asked = new Set(patches.map((p) => p.arqUuid));
+    let owner: string | null = null;
     for (const p of patches) {
       if (p.op !== 'add') continue;
       if (p.projectId !== null && !caller.admin) {
@@ -341,6 +383,14 @@ export class CyborgApi {
           `${p.hostname} is not the host of provider ${p.deviceRpUuid} (${host})`,
         );
       }
+      const project = p.projectId ?? arq.project ?? null;
+      if (bindings.length > 0 && project !== owner) {
+        throw badRequest(
+          `${p.arqUuid}/project_id`,
+          `ARQ ${arq.uuid} is of project ${project ?? '(none)'}, the others of ${owner ?? '(none)'}: one instance's ARQs are one project's`,
+        );
+      }
+      owner = project;
       bindings.push({
         arqUuid: arq.uuid,
         instanceUuid: p.instanceUuid,
@@ -352,9 +402,11 @@ export class CyborgApi {
     // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
     const others = (await this.deps.useCases.listArqs(instance)).filter((a) => !asked.has(a.uuid));
     if (others.length > 0) {
+      // Named only when the caller may see them: another project's ARQ uuids are not told.
+      const shown = others.filter((a) => visible(caller, a)).map((a) => a.uuid);
       throw badRequest(
         'instance_uuid',
-        `Instance ${instance} already has accelerator requests (${others.map((a) => a.uuid).join(', ')}). Cannot bind additional ARQs.`,
+        `Instance ${instance} already has accelerator requests${shown.length > 0 ? ` (${shown.join(', ')})` : ''}. Cannot bind additional ARQs.`,
       );
     }
     // Checked again with no await before the claim: two patches of one ARQ never both run.
@@ -362,8 +414,9 @@ export class CyborgApi {
     if (running)
       throw new CyborgHttpError(409, `${running.arqUuid}: a bind of ARQ ${running.arqUuid} is running`);
     for (const b of bindings) this.binding.add(b.arqUuid);
+    // The instance is the ARQs' project's: it reads the instance's erasure certificates.
     const run = this.deps.binding
-      .bind(bindings)
+      .bind(bindings, owner ?? undefined)
       .then(
         () => undefined,
         (err: unknown) => {
@@ -410,7 +463,7 @@ export class CyborgApi {
     const uuids = raw.map((u, i) => requireUuid(`arqs[${i}]`, u));
     for (const u of uuids) {
       const arq = await this.visibleArq(r.caller!, u);
-      if (arq.instanceUuid && !r.caller!.service) {
+      if (arq.instanceUuid && !r.caller!.service && !r.caller!.admin) {
         throw new CyborgHttpError(
           403,
           `ARQ ${arq.uuid} is bound to instance ${arq.instanceUuid}. Use the Compute API to manage instance accelerators.`,
