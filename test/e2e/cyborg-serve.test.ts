@@ -68,6 +68,19 @@ describe('berth scheduler serve --cyborg-listen', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('openstack-api-version')).toBe('accelerator 2.1');
     expect(((await res.json()) as { max_version: string }).max_version).toBe('2.3');
+    // The CLI pointed at the Cyborg port (HTTP/1.1, not gRPC) says what it reached, and what to give.
+    const cyborgPort = new URL(line.cyborg).host;
+    const wrong = await berth(['device', 'list', '--endpoint', cyborgPort], env);
+    expect(wrong.code).toBe(3);
+    expect(wrong.stderr.trim()).toBe(
+      `berth: UNAVAILABLE: ${cyborgPort} (--endpoint) is Berth's Cyborg API (for Nova), not the scheduler's gRPC endpoint: give the scheduler's --listen address (berth scheduler serve prints it as "endpoint")`,
+    );
+    // Nothing there: the same hint as $BERTH_ENDPOINT gets.
+    const nothing = await berth(['device', 'list', '--endpoint', '127.0.0.1:1'], env);
+    expect(nothing.code).toBe(3);
+    expect(nothing.stderr.trim()).toMatch(
+      /^berth: UNAVAILABLE: .*ECONNREFUSED.*; nothing answers at 127\.0\.0\.1:1 \(--endpoint\): is berth up \(or the scheduler\) running, and is that its address\?$/,
+    );
   }, 90_000);
 
   it('refuses to start without Placement in report mode, and a Cyborg flag without --cyborg-listen', async () => {

@@ -421,11 +421,16 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
     const failed = await nova.event(other.uuid);
     expect(failed.event).toMatchObject({ server_uuid: otherInstance, tag: other.uuid, status: 'failed' });
     const otherArq = await conductor.call<{ arq: ArqDoc }>({ op: 'arq', uuid: other.uuid });
-    expect(otherArq.arq).toMatchObject({ state: 'BindFailed', attach_handle_info: null });
+    // BindFailed keeps its instance (as Cyborg's does): deleting the instance's ARQs removes it.
+    expect(otherArq.arq).toMatchObject({
+      state: 'BindFailed',
+      attach_handle_info: null,
+      instance_uuid: otherInstance,
+    });
     expect(
       (await http('DELETE', `/v2/accelerator_requests?instance=${otherInstance}`, { service: true })).status,
     ).toBe(204);
-    expect((await http('DELETE', `/v2/accelerator_requests/${other.uuid}`)).status).toBe(204);
+    expect((await http('GET', `/v2/accelerator_requests/${other.uuid}`)).status).toBe(404);
 
     // The scrub goes on; Placement offers the device again only once the media is clean.
     gate.open();

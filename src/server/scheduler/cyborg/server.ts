@@ -463,7 +463,8 @@ export class CyborgApi {
     const uuids = raw.map((u, i) => requireUuid(`arqs[${i}]`, u));
     for (const u of uuids) {
       const arq = await this.visibleArq(r.caller!, u);
-      if (arq.instanceUuid && !r.caller!.service && !r.caller!.admin) {
+      // A bound ARQ (or one binding) is Nova's to delete; a failed bind is the owner's too.
+      if (arq.instanceUuid && arq.state !== 'bind_failed' && !r.caller!.service && !r.caller!.admin) {
         throw new CyborgHttpError(
           403,
           `ARQ ${arq.uuid} is bound to instance ${arq.instanceUuid}. Use the Compute API to manage instance accelerators.`,

@@ -242,7 +242,11 @@ export async function revertUnconfirmedBind(
   });
 }
 
-/** After a rolled-back bind, record why on the ARQs that could have been bound. */
+/**
+ * After a rolled-back bind, record why on the ARQs that could have been bound; each
+ * keeps the instance it was asked for (Cyborg's BindFailed), so the instance's
+ * deletion (`DELETE ?instance=`) finds it.
+ */
 async function markBindFailed(deps: UseCaseDeps, bindings: ArqBinding[], message: string): Promise<void> {
   await write(deps, async (tx) => {
     for (const b of bindings) {
@@ -253,6 +257,7 @@ async function markBindFailed(deps: UseCaseDeps, bindings: ArqBinding[], message
         tx,
         transitionArq(started, 'bind_failed', {
           error: message,
+          instanceUuid: b.instanceUuid,
           ...(b.notifyNova ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'failed' as const } } : {}),
         }),
       );
