@@ -728,6 +728,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
         404,
       );
     },
-    60_000,
+    // Seven runs of the openstack CLI (a second or more each; more on a loaded machine).
+    180_000,
   );
 });
