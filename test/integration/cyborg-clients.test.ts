@@ -42,6 +42,7 @@ const NVME1 = '0000:3e:00.0';
 const RC = 'CUSTOM_PCI_144D_A824';
 const PROFILE = 'nvme-one';
 const run = promisify(execFile);
+// Each run of the openstack CLI or openstacksdk is a Python start (seconds on a loaded machine).
 const quiet = () => createLogger({ level: process.env.BERTH_LOG_LEVEL ?? 'silent' });
 const have =
   available(placementApi(), "every client's bind") &&
@@ -233,7 +234,7 @@ describe.skipIf(!have)("every client's bind through one ARQ's URL; the tenant's 
     expect(fault(theirs.body)).toContain('own instances only');
     expect((await http('GET', '/v2/erasure_certificates')).status).toBe(400);
     expect((await http('DELETE', `/v2/accelerator_requests/${uuid}`)).status).toBe(204);
-  }, 120_000);
+  }, 240_000);
 
   it("one ARQ's URL takes a body keyed by that uuid alone: another uuid, several keys → 400 naming it", async () => {
     const uuid = await newArq();
@@ -279,7 +280,7 @@ describe.skipIf(!have)("every client's bind through one ARQ's URL; the tenant's 
       404,
     );
     await available_(NVME1);
-  }, 120_000);
+  }, 240_000);
 
   it("binding a project's ARQ to another project's instance is refused without naming that project's ARQs", async () => {
     const theirs = await newArq(token.projB);
@@ -326,5 +327,5 @@ describe.skipIf(!have)("every client's bind through one ARQ's URL; the tenant's 
       (await http('DELETE', `/v2/accelerator_requests?arqs=${more}`, { token: token.projB })).status,
     ).toBe(204);
     await available_(NVME1);
-  }, 120_000);
+  }, 240_000);
 });
