@@ -191,6 +191,25 @@ export async function speaksTls(endpoint: string, timeoutMs = 3_000): Promise<bo
 }
 
 /**
+ * The answer of a plain HTTP/1.1 server at `endpoint` (one `host:port`) to
+ * `GET /` — its status and the start of its body — or undefined when what
+ * answers is not HTTP/1.1 (a gRPC server) or nothing answers. For explaining
+ * a failed connection (grpc-js says only "Protocol error"), never for trusting one.
+ */
+export async function http1Answer(
+  endpoint: string,
+  timeoutMs = 3_000,
+): Promise<{ status: number; body: string } | undefined> {
+  const first = endpoint.split(',')[0]!.trim();
+  try {
+    const res = await fetch(`http://${first}/`, { signal: AbortSignal.timeout(timeoutMs) });
+    return { status: res.status, body: (await res.text()).slice(0, 2048) };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * What goes wrong in a TLS handshake with `tls` at `endpoint`, as Node words
  * it, or undefined when the server accepts it: the handshake, then the
  * server's first HTTP/2 frame (a server refusing the client certificate says

@@ -127,4 +127,32 @@ describe('berth up (quick start)', () => {
       await new Promise<void>((r) => busy.close(() => r()));
     }
   }, 120_000);
+
+  it('the banner names the Placement it reports to, and says when it does not answer', async () => {
+    const port = await freePort();
+    const dead = await freePort();
+    const env = cliEnv(join(dir.path, 'placement-config.yaml'));
+    const stateDir = join(dir.path, 'placement-state');
+    const r = start(
+      [
+        'up',
+        '--listen',
+        `127.0.0.1:${port}`,
+        '--state-dir',
+        stateDir,
+        '--placement-url',
+        `http://127.0.0.1:${dead}`,
+      ],
+      env,
+    );
+    try {
+      await r.waitFor(/Stop with Ctrl-C/, 90_000);
+      expect(r.stdout()).toContain(`  placement  http://127.0.0.1:${dead}   (report, noauth`);
+      expect(r.stdout()).toMatch(
+        /^ {13}UNREACHABLE \(ECONNREFUSED\): Berth runs and reports once it answers; follow it with \S+ placement status$/m,
+      );
+    } finally {
+      await stop(r);
+    }
+  }, 120_000);
 });

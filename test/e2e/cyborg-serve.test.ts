@@ -2,8 +2,11 @@
  * `berth scheduler serve --cyborg-listen …`: the Cyborg API is opt-in, on its
  * own address, printed in the `listening` line; without Placement in report
  * mode the scheduler refuses to start, saying why (the API's behaviour is
- * test/integration/cyborg-nova.test.ts's).
+ * test/integration/cyborg-nova.test.ts's). `--cyborg-config` reads the same
+ * settings from a YAML file; without a Nova (no `--nova-url`) the API is
+ * served, and one log line says no event is sent.
  */
+import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/agent.js';
@@ -65,6 +68,19 @@ describe('berth scheduler serve --cyborg-listen', () => {
     expect(res.status).toBe(200);
     expect(res.headers.get('openstack-api-version')).toBe('accelerator 2.1');
     expect(((await res.json()) as { max_version: string }).max_version).toBe('2.3');
+    // The CLI pointed at the Cyborg port (HTTP/1.1, not gRPC) says what it reached, and what to give.
+    const cyborgPort = new URL(line.cyborg).host;
+    const wrong = await berth(['device', 'list', '--endpoint', cyborgPort], env);
+    expect(wrong.code).toBe(3);
+    expect(wrong.stderr.trim()).toBe(
+      `berth: UNAVAILABLE: ${cyborgPort} (--endpoint) is Berth's Cyborg API (for Nova), not the scheduler's gRPC endpoint: give the scheduler's --listen address (berth scheduler serve prints it as "endpoint")`,
+    );
+    // Nothing there: the same hint as $BERTH_ENDPOINT gets.
+    const nothing = await berth(['device', 'list', '--endpoint', '127.0.0.1:1'], env);
+    expect(nothing.code).toBe(3);
+    expect(nothing.stderr.trim()).toMatch(
+      /^berth: UNAVAILABLE: .*ECONNREFUSED.*; nothing answers at 127\.0\.0\.1:1 \(--endpoint\): is berth up \(or the scheduler\) running, and is that its address\?$/,
+    );
   }, 90_000);
 
   it('refuses to start without Placement in report mode, and a Cyborg flag without --cyborg-listen', async () => {
@@ -99,5 +115,49 @@ describe('berth scheduler serve --cyborg-listen', () => {
     );
     expect(stray.code).toBe(2);
     expect(stray.stderr).toContain('cyborg.listen: required to serve the Cyborg API (--cyborg-listen)');
+  }, 90_000);
+
+  it('--cyborg-config: the settings from a YAML file (the flags override it); no Nova: served, one line says so', async () => {
+    await writeFile(join(dir.path, 'cyborg.yaml'), 'listen: 127.0.0.1:1\nauth: {type: noauth}\n');
+    const lab = start(
+      [
+        'scheduler',
+        'serve',
+        '--db',
+        join(dir.path, 'd.db'),
+        '--listen',
+        '127.0.0.1:0',
+        '--insecure-no-auth',
+        '--placement-url',
+        'http://127.0.0.1:9',
+        '--placement-auth',
+        'noauth',
+        '--cyborg-config',
+        join(dir.path, 'cyborg.yaml'),
+        '--cyborg-listen',
+        '127.0.0.1:0',
+      ],
+      { ...env, BERTH_LOG_LEVEL: 'info' },
+    );
+    try {
+      await lab.waitFor(/"event":"listening"/, 60_000);
+      const line = JSON.parse(
+        lab
+          .stdout()
+          .split('\n')
+          .find((l) => l.includes('"listening"'))!,
+      );
+      // The flag's port 0, not the file's 1.
+      expect(line.cyborg).toMatch(/^http:\/\/127\.0\.0\.1:\d{4,5}\/v2$/);
+      // The file's noauth: a user name is a caller.
+      const res = await fetch(`${line.cyborg}/device_profiles`, { headers: { 'X-Auth-Token': 'alice' } });
+      expect(res.status).toBe(200);
+      const log = `${lab.stdout()}\n${lab.stderr()}`;
+      const said = log.split('\n').filter((l) => l.includes('no accelerator-request-bound event is sent'));
+      expect(said, log).toHaveLength(1);
+      expect(said[0]).toContain('no --nova-url');
+    } finally {
+      await stop(lab);
+    }
   }, 90_000);
 });

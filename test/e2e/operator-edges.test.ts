@@ -155,15 +155,23 @@ describe('the edges of the CLI', () => {
     );
   }, 60_000);
 
-  it('the dry run fails on a configuration agent serve refuses, after printing what it found', async () => {
+  it('the dry run checks discovery (exit 0 without the auth only serve needs, with a note); --serve checks what serve needs too', async () => {
     const sim = up.sims[0]!;
     const { auth: _off, ...noAuth } = sim.agentConfig as Record<string, unknown>;
     const file = join(dir.path, 'no-auth.yaml');
     await writeFile(file, JSON.stringify({ ...noAuth, state_dir: join(dir.path, 'dry-state') }));
-    const [dry, withFlag] = await Promise.all([
+    const [plain, dry, withFlag] = await Promise.all([
       berth(['agent', 'discover', '-c', file, '-o', 'json'], env),
-      berth(['agent', 'discover', '-c', file, '-o', 'json', '--insecure-no-auth'], env),
+      berth(['agent', 'discover', '-c', file, '-o', 'json', '--serve'], env),
+      berth(['agent', 'discover', '-c', file, '-o', 'json', '--serve', '--insecure-no-auth'], env),
     ]);
+    expect(plain.code, plain.stderr).toBe(0);
+    expect(JSON.parse(plain.stdout).devices).toHaveLength(9);
+    expect(errorLine(plain)).toMatch(
+      new RegExp(
+        `^berth: note: agent serve would refuse ${file}: auth: no authentication configured: .* \\(discovery works; --serve makes this an error\\)$`,
+      ),
+    );
     expect(dry.code).toBe(2);
     expect(JSON.parse(dry.stdout).devices).toHaveLength(9);
     expect(errorLine(dry)).toMatch(

@@ -42,7 +42,7 @@ import type { Hostdev, PciAddress } from '../../gen/berth/scheduler/v1/instance.
 import { type Migration, migrationStateToJSON } from '../../gen/berth/scheduler/v1/migration.js';
 import { liveMigratableToJSON, type Profile } from '../../gen/berth/scheduler/v1/profile.js';
 import { isUuid } from '../../identifiers.js';
-import { type ClientTls, speaksTls, tlsProblem } from '../../transport/channel.js';
+import { type ClientTls, http1Answer, speaksTls, tlsProblem } from '../../transport/channel.js';
 import {
   type ClientFlagValues,
   loadClientTls,
@@ -222,6 +222,18 @@ export async function explainConnection(
     }
     return undefined;
   }
+  if (/Protocol error/.test(m)) {
+    // An HTTP/1.1 server: Berth's Cyborg API, a Placement, anything but the scheduler's gRPC port.
+    const http = await http1Answer(ep);
+    if (http) {
+      const what = /OpenStack Cyborg API/.test(http.body)
+        ? "Berth's Cyborg API (for Nova)"
+        : /placement/i.test(http.body)
+          ? 'an OpenStack Placement'
+          : `an HTTP/1.1 server (it answered ${http.status})`;
+      return `${ep} (${where}) is ${what}, not the scheduler's gRPC endpoint: give the scheduler's --listen address (berth scheduler serve prints it as "endpoint")`;
+    }
+  }
   if (!/ECONNREFUSED|EHOSTUNREACH|ENETUNREACH|ETIMEDOUT/.test(m) && (await speaksTls(ep)) === true) {
     return `${ep} speaks TLS, and this client connected in plaintext: give the CA with --tls-ca ($BERTH_TLS_CA, or tls.ca in ${cfg}), or https://${ep.split(',')[0]} for a certificate from a public CA`;
   }
@@ -255,8 +267,10 @@ export async function hintFor(
   if (err.codeName === 'UNAUTHENTICATED' && client.tokenSource === 'default') {
     return `no token: give --token, set $BERTH_TOKEN, or run berth up (it writes one into ${client.configPath})`;
   }
-  if (err.codeName === 'UNAVAILABLE' && client.endpointSource !== 'flag') {
-    return `nothing answers at ${client.endpoint} (${where}): is berth up (or the scheduler) running?`;
+  if (err.codeName === 'UNAVAILABLE') {
+    return `nothing answers at ${client.endpoint} (${where}): is berth up (or the scheduler) running${
+      client.endpointSource === 'flag' ? ', and is that its address' : ''
+    }?`;
   }
   return undefined;
 }

@@ -131,14 +131,36 @@ function deviceFlags(d: DeviceView): string {
 
 /** The `show` view: every field, nested ones as compact JSON. */
 export function deviceRecord(d: DeviceView): string {
+  const placement =
+    'placement_provider' in d
+      ? {
+          placement_provider: `${d.placement_provider} (its provider in OpenStack Placement, as Nova names it; uuid ${d.placement_provider_uuid})`,
+        }
+      : {};
   return renderRecord({
     ...d,
+    // Two names of one device: Berth's own, and (when reporting) Placement's.
+    resource_provider: d.resource_provider ? `${d.resource_provider} (Berth's own name for it)` : '',
+    ...placement,
     traits: d.traits.join(', '),
     attributes: Object.entries(d.attributes)
       .map(([k, v]) => `${k}=${v}`)
       .join(', '),
     media: d.media ? mediaLine(d.media) : '-',
+    last_cleanup: d.last_cleanup ? cleanupLine(d.last_cleanup) : '-',
   });
+}
+
+/** The last cleanup in one wrappable line: outcome, action, job, when, message, how it was proven. */
+function cleanupLine(c: NonNullable<DeviceView['last_cleanup']>): string {
+  const when = c.finished_at ? `${c.started_at} → ${c.finished_at}` : `started ${c.started_at}, running`;
+  const p = c.proof;
+  const proof = p
+    ? `; proof: ${p.method}, read-back ${p.read_back.toLowerCase()}, ${p.bytes_written} bytes written, ${p.bytes_read} read of ${p.bytes_total}${
+        p.findings.length > 0 ? `, findings: ${p.findings.join('; ')}` : ''
+      }`
+    : '';
+  return `${c.outcome.toLowerCase()}, ${c.action} (job ${c.job_id}), ${when}${c.message ? `: ${c.message}` : ''}${proof}`;
 }
 
 /** A media identity in one wrappable line: `key=…, kind=…, serial=…, namespace 1 nguid=…`. */

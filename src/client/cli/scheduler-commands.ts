@@ -251,12 +251,16 @@ export function registerSchedulerCommands(program: Command): void {
       '--cyborg-keystone-token-file <file>',
       "with --cyborg-auth keystone: a file holding the scheduler's own Keystone token",
     )
-    .option('--nova-url <url>', "Nova's compute endpoint: where accelerator-request-bound events go")
+    .option(
+      '--nova-url <url>',
+      "Nova's compute endpoint: where accelerator-request-bound events go (none: no events are sent, a lab)",
+    )
     .option('--nova-auth <type>', "Nova's credentials: token (default) or noauth")
     .option(
       '--nova-token-file <file>',
       'with --nova-auth token: a file holding the Keystone token sent to Nova',
     )
+    .option('--cyborg-config <file>', 'Cyborg API settings in a YAML file (the flags override it)')
     .action(async (flags: ServeFlags) => {
       const o = tlsFromFlags(flags);
       const retention = retentionFromFlags(o);

@@ -8,6 +8,7 @@ import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
 import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
+import type { PlacementStatus } from '../../server/scheduler/placement/port.js';
 import { buildSimHost, demoHostDefinition, type SimHostDefinition } from '../../sim/host.js';
 import type { SimFault } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
@@ -159,6 +160,7 @@ export function registerUpCommands(program: Command): void {
             (a) => `  agent      ${a.address}   host ${a.config.host}, ${a.inventory.list().length} devices`,
           ),
           ...(up.metricsAddress ? [`  metrics    http://${up.metricsAddress}/metrics`] : []),
+          ...(await placementLines(up.schedulers[0]?.placement?.status() ?? null, cli)),
           `  client configuration (endpoint, admin token) written to ${configPath}`,
           `  tokens     ${up.tokens.file} (${up.tokens.created ? 'new' : 'the same as last time'}; delete it to rotate them)`,
           `  logs       ${logFile}`,
@@ -260,3 +262,26 @@ export function registerUpCommands(program: Command): void {
 }
 
 export { clientConfigPath };
+
+/**
+ * The banner's Placement lines: where Berth reports, and whether it answers now
+ * (its root document, no credentials needed); when not, that Berth goes on and
+ * reports once it does. None when Berth does not report to a Placement.
+ */
+async function placementLines(st: PlacementStatus | null, cli: string): Promise<string[]> {
+  if (!st) return [];
+  const line = `  placement  ${st.url}   (${st.mode}, ${st.credentials})`;
+  let why = '';
+  try {
+    const res = await fetch(st.url, { signal: AbortSignal.timeout(3_000) });
+    if (res.status >= 500) why = `it answered ${res.status}`;
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string } }).cause?.code;
+    why = cause ?? (err as Error).message;
+  }
+  if (!why) return [line];
+  return [
+    line,
+    `             UNREACHABLE (${why}): Berth runs and reports once it answers; follow it with ${cli} placement status`,
+  ];
+}

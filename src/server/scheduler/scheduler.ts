@@ -278,6 +278,7 @@ export class Scheduler {
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
     const binding = new Binding({ useCases, agents, logger });
+    const certificates = new Certificates({ useCases, logger });
     const instances = new Instances(useCases);
     const registration = new Registration({
       useCases,
@@ -305,7 +306,7 @@ export class Scheduler {
       instanceServiceBinding(instances, logger),
       migrationServiceBinding(new Migrations({ useCases, agents, binding, instances }), logger),
       placementServiceBinding(placement, logger),
-      certificateServiceBinding(new Certificates({ useCases, logger }), logger),
+      certificateServiceBinding(certificates, logger),
       ...(options.extraServices?.() ?? []),
     ];
     const server = new GrpcServer({
@@ -329,6 +330,7 @@ export class Scheduler {
       cyborg = new CyborgApi({
         useCases,
         binding,
+        certificates,
         placement,
         identity:
           c.auth.type === 'noauth'
@@ -341,16 +343,18 @@ export class Scheduler {
                   timeoutMs: c.timeoutSeconds * 1000,
                   ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
                 }),
-        nova: {
-          url: c.nova.url,
-          credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
-          timeoutMs: c.timeoutSeconds * 1000,
-          retryMaxMs: c.retryMaxSeconds * 1000,
-        },
+        nova: c.nova
+          ? {
+              url: c.nova.url,
+              credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
+              timeoutMs: c.timeoutSeconds * 1000,
+              retryMaxMs: c.retryMaxSeconds * 1000,
+            }
+          : null,
         nodename: (host) => options.placement?.computeNodes[host] ?? host,
         logger: logger.child({ component: 'cyborg' }),
       });
-      cyborg.events.register(metrics.registry);
+      cyborg.events?.register(metrics.registry);
       try {
         await cyborg.listen(c.listen);
       } catch (err) {

@@ -57,11 +57,15 @@ describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
     expect((await cyborgOptionsFromFlags({ ...base, cyborgAuth: 'noauth' }))?.auth).toEqual({
       type: 'noauth',
     });
+    // No Nova (a lab): no events, the API is served all the same.
+    expect(
+      (await cyborgOptionsFromFlags({ cyborgListen: '127.0.0.1:6666', cyborgAuth: 'noauth' }))?.nova,
+    ).toBeNull();
     const refused: Array<[object, string]> = [
       [{ ...base }, 'cyborg.auth.auth_url: required with auth type keystone (--cyborg-keystone-url)'],
       [{ ...base, cyborgKeystoneUrl: 'https://k/v3' }, 'cyborg.auth.token_file: required'],
       [{ ...base, cyborgAuth: 'ldap' }, 'cyborg: auth.type: expected keystone, berth or noauth, got "ldap"'],
-      [{ ...base, cyborgAuth: 'noauth', novaUrl: undefined }, 'cyborg.nova.url: required'],
+      [{ ...base, cyborgAuth: 'noauth', novaUrl: undefined }, 'cyborg.nova.url: required with nova.auth'],
       [{ ...base, cyborgAuth: 'noauth', novaUrl: 'nova:8774' }, 'expected an http(s) URL'],
       [{ ...base, cyborgAuth: 'noauth', novaTokenFile: join(dir, 'empty') }, 'is empty'],
       [{ ...base, cyborgAuth: 'noauth', novaTokenFile: join(dir, 'missing') }, 'cannot read'],

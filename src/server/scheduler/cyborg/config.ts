@@ -22,11 +22,12 @@ export interface CyborgOptions {
     | { type: 'noauth' }
     | { type: 'berth' }
     | { type: 'keystone'; authUrl: string; credentials: PlacementAuth };
+  /** Where accelerator-request-bound events go; null: no Nova (a lab), no event is sent. */
   nova: {
     /** Nova's compute endpoint (…/v2.1). */
     url: string;
     auth: PlacementAuth;
-  };
+  } | null;
   timeoutSeconds: number;
   retryMaxSeconds: number;
 }
@@ -109,6 +110,18 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
   if (!c.listen)
     throw new ConfigError(`${where}cyborg.listen: required to serve the Cyborg API (--cyborg-listen)`);
   const file = (p: string) => resolve(base, p);
+  const novaAuthOf = async (na: {
+    type?: 'token' | 'noauth';
+    token_file?: string;
+  }): Promise<PlacementAuth> => {
+    if (na.type === 'noauth') return { type: 'noauth', user: 'admin' };
+    if (!na.token_file) {
+      throw new ConfigError(
+        `${where}cyborg.nova.auth.token_file: required with auth type token (--nova-token-file)`,
+      );
+    }
+    return { type: 'token', token: await readSecretFile(file(na.token_file), 'cyborg.nova.auth.token_file') };
+  };
   const a: { type?: 'keystone' | 'berth' | 'noauth'; auth_url?: string; token_file?: string } = c.auth ?? {};
   let resolvedAuth: CyborgOptions['auth'];
   if ((a.type ?? 'keystone') === 'keystone') {
@@ -131,29 +144,17 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
       },
     };
   } else resolvedAuth = { type: a.type === 'berth' ? 'berth' : 'noauth' };
-  if (!c.nova?.url) {
+  let events: CyborgOptions['nova'] = null;
+  if (c.nova?.url) events = { url: c.nova.url, auth: await novaAuthOf(c.nova.auth ?? {}) };
+  else if (c.nova?.auth) {
     throw new ConfigError(
-      `${where}cyborg.nova.url: required, where accelerator-request-bound events go (--nova-url)`,
+      `${where}cyborg.nova.url: required with nova.auth (--nova-url): where accelerator-request-bound events go`,
     );
-  }
-  const na: { type?: 'token' | 'noauth'; token_file?: string } = c.nova.auth ?? {};
-  let novaAuth: PlacementAuth;
-  if (na.type === 'noauth') novaAuth = { type: 'noauth', user: 'admin' };
-  else {
-    if (!na.token_file) {
-      throw new ConfigError(
-        `${where}cyborg.nova.auth.token_file: required with auth type token (--nova-token-file)`,
-      );
-    }
-    novaAuth = {
-      type: 'token',
-      token: await readSecretFile(file(na.token_file), 'cyborg.nova.auth.token_file'),
-    };
   }
   return {
     listen: c.listen,
     auth: resolvedAuth,
-    nova: { url: c.nova.url, auth: novaAuth },
+    nova: events,
     timeoutSeconds: c.timeout ?? 10,
     retryMaxSeconds: c.retry_max ?? 30,
   };

@@ -35,7 +35,7 @@ export interface CyborgCaller {
 
 /**
  * THE table: what each action needs. `service` = a service token (Cyborg's
- * _require_service_token); ownership of ARQs (a project sees and deletes
+ * _require_service_token), or an admin's own token; ownership of ARQs (a project sees and deletes
  * only its own; a bound ARQ only with a service token) is checked where the
  * ARQ is read (./server.ts).
  */
@@ -50,6 +50,8 @@ export const ACTIONS = {
   'arq:unbind': 'service',
   'arq:delete': 'caller',
   'arq:delete_by_instance': 'service',
+  // Berth's addition: a project's erasure certificates (its own instances'; an admin's: any).
+  'certificate:get': 'reader',
 } as const;
 export type Action = keyof typeof ACTIONS;
 
@@ -66,7 +68,8 @@ export function authorize(action: Action, caller: CyborgCaller | null): void {
   if (need === 'admin' && !caller.admin) {
     throw new CyborgHttpError(403, `Policy doesn't allow cyborg:${action} to be performed.`);
   }
-  if (need === 'service' && !caller.service) {
+  // An admin (the operator's `openstack accelerator arq bind|unbind`, which sends no service token) may too.
+  if (need === 'service' && !caller.service && !caller.admin) {
     throw new CyborgHttpError(
       403,
       'This operation requires a service token. Use the Compute API to manage instance accelerators.',

@@ -13,6 +13,7 @@ import { BerthError, isBerthError } from '../../../errors.js';
 import type { Uuid } from '../../../identifiers.js';
 import { listenError, parseListenAddress } from '../../listen-address.js';
 import type { Binding } from '../app/binding.js';
+import type { Certificates } from '../app/certificates.js';
 import type { Arq, ArqBinding } from '../domain/arq.js';
 import { validateProfile } from '../domain/profile.js';
 import type { PlacementPort } from '../placement/port.js';
@@ -42,10 +43,13 @@ import {
 export interface CyborgApiDeps {
   useCases: UseCases;
   binding: Binding;
+  /** Erasure certificates, read by a project for its instances (the gRPC CertificateService's rules). */
+  certificates: Certificates;
   /** Placement (report mode): device_rp_uuid → devices, a device → its provider. */
   placement: PlacementPort;
   identity: IdentitySource;
-  nova: NovaEventsOptions;
+  /** Where events go; null: no Nova (a lab), none is owed or sent. */
+  nova: NovaEventsOptions | null;
   /** Berth host → the name Nova knows its compute node by (Placement's compute_nodes). */
   nodename: (host: string) => string;
   logger: Logger;
@@ -71,16 +75,19 @@ export class CyborgApi {
   /** ARQs whose bind runs now (their event is not final yet). */
   private readonly binding = new Set<string>();
   private readonly running = new Set<Promise<void>>();
-  readonly events: NovaEvents;
+  /** Nova's outbox; null without a Nova. */
+  readonly events: NovaEvents | null;
   address = '';
 
   constructor(private readonly deps: CyborgApiDeps) {
-    this.events = new NovaEvents(
-      deps.useCases,
-      deps.nova,
-      (arq) => this.binding.has(arq),
-      deps.logger.child({ component: 'nova-events' }),
-    );
+    this.events = deps.nova
+      ? new NovaEvents(
+          deps.useCases,
+          deps.nova,
+          (arq) => this.binding.has(arq),
+          deps.logger.child({ component: 'nova-events' }),
+        )
+      : null;
   }
 
   async listen(listen: string): Promise<string> {
@@ -93,10 +100,13 @@ export class CyborgApi {
     this.server = server;
     const addr = server.address();
     this.address = `${host}:${typeof addr === 'object' && addr ? addr.port : 0}`;
-    this.events.start();
+    this.events?.start();
+    const nova = this.deps.nova?.url ?? null;
     this.deps.logger.info(
-      { cyborg: `http://${this.address}/v2`, auth: this.deps.identity.describe, nova: this.deps.nova.url },
-      "serving Cyborg's v2 API for Nova",
+      { cyborg: `http://${this.address}/v2`, auth: this.deps.identity.describe, nova },
+      nova
+        ? "serving Cyborg's v2 API for Nova"
+        : "serving Cyborg's v2 API with no Nova (no --nova-url): binds run, no accelerator-request-bound event is sent",
     );
     return this.address;
   }
@@ -110,7 +120,7 @@ export class CyborgApi {
     this.server?.closeAllConnections();
     await closed;
     await Promise.allSettled([...this.running]);
-    await this.events.stop();
+    await this.events?.stop();
   }
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
@@ -236,11 +246,50 @@ export class CyborgApi {
         const arq = await this.visibleArq(r.caller!, requireUuid('uuid', id));
         return { status: 200, body: await this.view(arq, r.baseUrl) };
       }
-      if (r.method === 'PATCH' && id === undefined) return this.patch(r);
+      // The collection (Nova) or one ARQ's own URL (openstacksdk, `openstack accelerator arq bind`).
+      if (r.method === 'PATCH') return this.patch(r, id === undefined ? undefined : requireUuid('uuid', id));
       if (r.method === 'DELETE') return this.deleteArqs(r, id);
       return notAllowed();
     }
+    if (collection === 'erasure_certificates' && id === undefined) {
+      if (r.method !== 'GET') return notAllowed();
+      return this.listCertificates(r);
+    }
     throw new CyborgHttpError(404, `no such resource: /v2/${collection}`);
+  }
+
+  /**
+   * Berth's addition: `GET /v2/erasure_certificates?instance=` — a project reads the
+   * certificates of its instances (those Nova bound for it) with the credential it
+   * calls this API with (a Keystone token); an admin reads any. Same rules as the
+   * gRPC CertificateService: the caller is the project, with the service role.
+   */
+  private async listCertificates(r: Req): Promise<Answer> {
+    authorize('certificate:get', r.caller);
+    const instance = r.query.get('instance');
+    if (!instance) throw badRequest('instance', 'required: the instance whose certificates to read');
+    const caller = r.caller!;
+    const list = await this.deps.certificates.list(
+      { instanceUuid: requireUuid('instance', instance) },
+      { subject: caller.project, roles: caller.admin ? ['admin'] : ['service'] },
+    );
+    return {
+      status: 200,
+      body: {
+        erasure_certificates: list.map((c) => ({
+          jws: c.jws,
+          job_id: c.jobId,
+          instance_uuid: c.instanceUuid,
+          arq_uuid: c.arqUuid,
+          device_uuid: c.deviceUuid,
+          host: c.host,
+          kid: c.kid,
+          media_key: c.mediaKey,
+          seq: c.seq,
+          issued_at: c.issuedAt,
+        })),
+      },
+    };
   }
 
   // --- ARQs -----------------------------------------------------------------
@@ -280,9 +329,12 @@ export class CyborgApi {
     return { status: 200, body: { arqs: await Promise.all(arqs.map((a) => this.view(a, r.baseUrl))) } };
   }
 
-  /** Cyborg's bind: everything checked now, 202, then the bind runs and Nova is told. */
-  private async patch(r: Req): Promise<Answer> {
-    const patches = parsePatchList(await r.body(), r.version);
+  /**
+   * Cyborg's bind: everything checked now, 202, then the bind runs and Nova is told.
+   * `only`: sent to that ARQ's own URL, whose body is keyed by it alone.
+   */
+  private async patch(r: Req, only?: Uuid): Promise<Answer> {
+    const patches = parsePatchList(await r.body(), r.version, only);
     if (patches[0]!.op === 'remove') {
       // Unbind: the ARQs go back to Initial (Cyborg's Unbound, shown as Berth keeps it), their
       // devices through release — scrubbed with proof before they are offered again.
@@ -302,6 +354,7 @@ export class CyborgApi {
     const bindings: ArqBinding[] = [];
     const instance = patches[0]!.op === 'add' ? patches[0]!.instanceUuid : '';
     const asked = new Set(patches.map((p) => p.arqUuid));
+    let owner: string | null = null;
     for (const p of patches) {
       if (p.op !== 'add') continue;
       if (p.projectId !== null && !caller.admin) {
@@ -330,20 +383,30 @@ export class CyborgApi {
           `${p.hostname} is not the host of provider ${p.deviceRpUuid} (${host})`,
         );
       }
+      const project = p.projectId ?? arq.project ?? null;
+      if (bindings.length > 0 && project !== owner) {
+        throw badRequest(
+          `${p.arqUuid}/project_id`,
+          `ARQ ${arq.uuid} is of project ${project ?? '(none)'}, the others of ${owner ?? '(none)'}: one instance's ARQs are one project's`,
+        );
+      }
+      owner = project;
       bindings.push({
         arqUuid: arq.uuid,
         instanceUuid: p.instanceUuid,
         host,
         devices: devices.map((d) => d.deviceUuid),
-        notifyNova: true,
+        notifyNova: this.events !== null,
       });
     }
     // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
     const others = (await this.deps.useCases.listArqs(instance)).filter((a) => !asked.has(a.uuid));
     if (others.length > 0) {
+      // Named only when the caller may see them: another project's ARQ uuids are not told.
+      const shown = others.filter((a) => visible(caller, a)).map((a) => a.uuid);
       throw badRequest(
         'instance_uuid',
-        `Instance ${instance} already has accelerator requests (${others.map((a) => a.uuid).join(', ')}). Cannot bind additional ARQs.`,
+        `Instance ${instance} already has accelerator requests${shown.length > 0 ? ` (${shown.join(', ')})` : ''}. Cannot bind additional ARQs.`,
       );
     }
     // Checked again with no await before the claim: two patches of one ARQ never both run.
@@ -351,8 +414,9 @@ export class CyborgApi {
     if (running)
       throw new CyborgHttpError(409, `${running.arqUuid}: a bind of ARQ ${running.arqUuid} is running`);
     for (const b of bindings) this.binding.add(b.arqUuid);
+    // The instance is the ARQs' project's: it reads the instance's erasure certificates.
     const run = this.deps.binding
-      .bind(bindings)
+      .bind(bindings, owner ?? undefined)
       .then(
         () => undefined,
         (err: unknown) => {
@@ -366,7 +430,7 @@ export class CyborgApi {
       .finally(() => {
         for (const b of bindings) this.binding.delete(b.arqUuid);
         this.running.delete(run);
-        this.events.poke();
+        this.events?.poke();
       });
     this.running.add(run);
     return { status: 202 };
@@ -399,7 +463,8 @@ export class CyborgApi {
     const uuids = raw.map((u, i) => requireUuid(`arqs[${i}]`, u));
     for (const u of uuids) {
       const arq = await this.visibleArq(r.caller!, u);
-      if (arq.instanceUuid && !r.caller!.service) {
+      // A bound ARQ (or one binding) is Nova's to delete; a failed bind is the owner's too.
+      if (arq.instanceUuid && arq.state !== 'bind_failed' && !r.caller!.service && !r.caller!.admin) {
         throw new CyborgHttpError(
           403,
           `ARQ ${arq.uuid} is bound to instance ${arq.instanceUuid}. Use the Compute API to manage instance accelerators.`,

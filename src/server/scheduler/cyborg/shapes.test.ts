@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { parseUuid } from '../../../identifiers.js';
 import { CyborgHttpError, parsePatchList, profileInputFromCyborg, requestedVersion } from './shapes.js';
 
 const status = (f: () => unknown): number => {
@@ -82,6 +83,35 @@ describe('PATCH /v2/accelerator_requests', () => {
     ).toMatchObject({
       projectId: 'p',
     });
+  });
+
+  it("one ARQ's own URL: the body keyed by that uuid alone, as openstacksdk sends it", () => {
+    const own = parseUuid('arq', arq);
+    const unbind = [{ path: '/hostname', op: 'remove' }];
+    expect(parsePatchList({ [arq.toUpperCase()]: unbind }, { minor: 0 }, own)).toEqual([
+      { op: 'remove', arqUuid: arq },
+    ]);
+    expect(parsePatchList({ [arq]: bind() }, { minor: 0 }, own)[0]).toMatchObject({
+      op: 'add',
+      arqUuid: arq,
+    });
+    const other = '5b2a1b1c-0000-4000-8000-000000000009';
+    const cases: Array<[unknown, string]> = [
+      [{ [other]: unbind }, `not by "${other}"`],
+      [{ hostname: unbind }, 'not by "hostname"'],
+      [{ [arq]: unbind, [other]: unbind }, `2 keys ("${arq}", "${other}")`],
+    ];
+    for (const [body, says] of cases) {
+      let err: CyborgHttpError | null = null;
+      try {
+        parsePatchList(body, { minor: 0 }, own);
+      } catch (e) {
+        err = e as CyborgHttpError;
+      }
+      expect(err?.status, JSON.stringify(body)).toBe(400);
+      expect(err?.message).toContain(says);
+      expect(err?.message).toContain(arq);
+    }
   });
 });
 

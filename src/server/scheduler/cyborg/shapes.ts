@@ -209,13 +209,33 @@ const BIND_PATHS = ['hostname', 'device_rp_uuid', 'instance_uuid'] as const;
  * one ARQ `add` or every one `remove`, paths among hostname, device_rp_uuid,
  * instance_uuid (and project_id from 2.1), a bind giving all three. One
  * request binds or unbinds, not both.
+ *
+ * `only`: the patch came to one ARQ's own URL (`PATCH /accelerator_requests/{uuid}`,
+ * as openstacksdk's `update_accelerator_request` and `openstack accelerator arq
+ * bind|unbind` send it): the body is `{uuid: [ops]}`, keyed by that ARQ alone.
  */
-export function parsePatchList(body: unknown, version: { minor: number }): ArqPatch[] {
+export function parsePatchList(body: unknown, version: { minor: number }, only?: Uuid): ArqPatch[] {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw badRequest('body', 'expected {"<ARQ uuid>": [JSON patch operations], ...}');
   }
   const entries = Object.entries(body as Record<string, unknown>);
   if (entries.length === 0) throw badRequest('body', 'no ARQ to patch');
+  if (only !== undefined) {
+    const keys = entries.map(([k]) => JSON.stringify(k.slice(0, 80)));
+    if (entries.length > 1) {
+      throw badRequest(
+        'body',
+        `a PATCH of ARQ ${only} patches that ARQ only; the body has ${entries.length} keys (${keys.join(', ')}): PATCH /accelerator_requests to patch several`,
+      );
+    }
+    const key = entries[0]![0];
+    if (!isUuidLike(key) || requireUuid('ARQ', key) !== only) {
+      throw badRequest(
+        'body',
+        `a PATCH of ARQ ${only} is keyed by that uuid ({"${only}": [operations]}), not by ${keys[0]}`,
+      );
+    }
+  }
   if (entries.length > 64) throw badRequest('body', `${entries.length} ARQs in one patch is more than 64`);
   const out: ArqPatch[] = entries.map(([key, ops]) => {
     const arqUuid = requireUuid(`ARQ ${JSON.stringify(key.slice(0, 80))}`, key);

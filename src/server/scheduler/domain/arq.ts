@@ -113,13 +113,16 @@ export function arqBound(arq: Arq, device: DeviceRecord, instanceUuid: string, t
   });
 }
 
-/** A bind the device's agent did not confirm: bound → bind_failed, holding nothing. */
+/**
+ * A bind the device's agent did not confirm: bound → bind_failed, holding nothing.
+ * It keeps its instance (as Cyborg's BindFailed does), so deleting the instance's
+ * ARQs (`DELETE ?instance=`) removes it.
+ */
 export function arqUnconfirmed(arq: Arq, error: string): Arq {
   return transitionArq(arq, 'bind_failed', {
     ...(arq.novaEvent && arq.instanceUuid
       ? { novaEvent: { instanceUuid: arq.instanceUuid, status: 'failed' as const } }
       : {}),
-    instanceUuid: null,
     host: null,
     deviceUuid: null,
     deviceAddress: null,

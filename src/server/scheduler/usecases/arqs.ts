@@ -244,6 +244,8 @@ export async function revertUnconfirmedBind(
  * anything that stopped a bind Nova waits for — it ends in an event whatever
  * stopped it (an agent away, a bad tag too). Not for an ARQ bound elsewhere
  * (ARQ_ALREADY_BOUND): that one stays bound. Its own unit, after the bind's.
+ * Each keeps the instance it was asked for (Cyborg's BindFailed), so the
+ * instance's deletion (`DELETE ?instance=`) finds it.
  */
 export async function recordBindFailure(
   deps: UseCaseDeps,
@@ -263,6 +265,7 @@ export async function recordBindFailure(
         tx,
         transitionArq(started, 'bind_failed', {
           error: message,
+          instanceUuid: b.instanceUuid,
           ...(b.notifyNova ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'failed' as const } } : {}),
         }),
       );
