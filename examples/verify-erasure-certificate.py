@@ -53,6 +53,7 @@ def main(cert_file, keys_file, previous_file=None):
         public_key.verify(b64url(signature_b64), f"{header_b64}.{payload_b64}".encode("ascii"))
     except InvalidSignature:
         fail("the signature does not verify")
+    handover = None
     if previous_file:
         previous = open(previous_file).read().strip()
         previous_claims = json.loads(b64url(previous.split(".")[1]))
@@ -61,6 +62,8 @@ def main(cert_file, keys_file, previous_file=None):
             fail("the previous certificate is of another media")
         if claims["prev"] != previous_hash or claims["seq"] != previous_claims["seq"] + 1:
             fail("it does not follow the previous certificate (chain broken)")
+        if previous_claims["host"] != claims["host"]:
+            handover = f"{previous_claims['host']} -> {claims['host']}"
     print(json.dumps({
         "valid": True,
         "hash": "sha256:" + hashlib.sha256(jws.encode("ascii")).hexdigest(),
@@ -74,6 +77,10 @@ def main(cert_file, keys_file, previous_file=None):
         "ended_at": claims["ended_at"],
         "seq": claims["seq"],
         "prev": claims["prev"],
+        # The chain across hosts (decision 63): the host before this link, and
+        # whether nothing is known of the media before it (no prev).
+        "handover": handover,
+        "gap": claims["prev"] is None,
     }, indent=2))
 
 

@@ -245,12 +245,13 @@ export class CleanupJournal {
     return this.db.transaction(fn)();
   }
 
-  /** The newest certificate of a media's chain, or null. */
-  lastCertificate(mediaKey: string): StoredCertificate | null {
-    const row = this.db
-      .prepare(`SELECT * FROM erasure_certificates WHERE media_key = ? ORDER BY seq DESC LIMIT 1`)
-      .get(mediaKey) as CertificateRow | undefined;
-    return row ? certificateFromRow(row) : null;
+  /** The certificates of a media this agent signed (and kept), by seq: what it knows of the media's chain. */
+  mediaCertificates(mediaKey: string): StoredCertificate[] {
+    return (
+      this.db
+        .prepare(`SELECT * FROM erasure_certificates WHERE media_key = ? ORDER BY seq`)
+        .all(mediaKey) as CertificateRow[]
+    ).map(certificateFromRow);
   }
 
   /** Adds a certificate; never replaces one (a certificate is never re-signed or edited). */
