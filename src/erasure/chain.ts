@@ -47,7 +47,8 @@ export function chainPosition(
   stated: ChainLink | null,
   own: readonly OwnLink[],
 ): ChainPosition & { continues: 'scheduler' | 'agent' | 'nothing' } {
-  const newest = own.reduce<OwnLink | null>((a, l) => (!a || l.seq > a.seq ? l : a), null);
+  // The last of the highest seq: the journal lists links by seq, then by when they were signed.
+  const newest = own.reduce<OwnLink | null>((a, l) => (!a || l.seq >= a.seq ? l : a), null);
   const link = stated && stated.mediaKey === mediaKey ? stated : null;
   if (link && !(newest && newest.hash !== link.hash && descends(newest, link.hash, own))) {
     return { seq: link.seq + 1, prev: link.hash, continues: 'scheduler' };
