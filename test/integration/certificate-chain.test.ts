@@ -20,7 +20,7 @@
  *   re-supplied when it returns, are refused, not stored.
  */
 import { execFileSync } from 'node:child_process';
-import { rm, writeFile } from 'node:fs/promises';
+import { copyFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { decodeCertificate } from '../../src/erasure/certificate.js';
@@ -28,7 +28,12 @@ import type { ErasureCertificate } from '../../src/gen/berth/scheduler/v1/certif
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { CleanupRunner } from '../../src/server/agent/cleanup-runner.js';
 import type { SimHostDefinition } from '../../src/sim/host.js';
-import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
+import {
+  plantTenantData,
+  readableTenantData,
+  spreadTenantWrites,
+  withStateLock,
+} from '../../src/sim/nvme-cli/index.js';
 import { berth, cliEnv } from '../helpers/berth-cli.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import {
@@ -263,5 +268,62 @@ describe('one certificate chain per media, across hosts', () => {
       );
       expect(stored[0]!.hash).toBe(link.hash);
     }
+  }, 180_000);
+
+  it('a restored database states an older link than the agent holds: the agent continues its own later links, which it re-supplies, and the chain stays one', async () => {
+    const before = await getDevice(c.client, 'hostb', ARRIVED);
+    const key = before.media!.key;
+    // A copy of the database while SER-A's chain is hostb's link 1 (a clean stop checkpoints it).
+    await c.restartScheduler();
+    for (const f of ['', '-wal', '-shm'])
+      await copyFile(`${c.dbPath}${f}`, `${c.dbPath}${f}.saved`).catch(() => {});
+    await c.client.devices.cleanDevice({ device: uuidRef(before.uuid), requestId: '' });
+    const cleaned = await eventually(
+      () => getDevice(c.client, 'hostb', ARRIVED),
+      (d) =>
+        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE &&
+        d.lastCleanup?.jobId !== before.lastCleanup?.jobId,
+      60_000,
+    );
+    const [, second] = await certificatesOf(cleaned.uuid);
+    expect(Number(second!.seq)).toBe(2);
+    // The agent is down while the copy is restored; a cleanup waits for it, and its sanitize is slow
+    // enough that the agent's re-supply (at the registration after its first) lands before it ends.
+    await c.host('hostb').stop();
+    await c.scheduler.stop();
+    for (const f of ['', '-wal', '-shm']) {
+      await rm(`${c.dbPath}${f}`, { force: true });
+      await copyFile(`${c.dbPath}${f}.saved`, `${c.dbPath}${f}`).catch(() => {});
+    }
+    await c.restartScheduler();
+    const restored = await getDevice(c.client, 'hostb', ARRIVED);
+    expect((await certificatesOf(restored.uuid)).map((x) => Number(x.seq))).toEqual([1]);
+    await withStateLock(c.host('hostb').sim.nvmeStatePath, (state) => {
+      state.controllers.find((x) => x.name === 'nvme1')!.sanitize.durationMs = 4_000;
+      return { changed: true, result: undefined };
+    });
+    await c.client.devices.cleanDevice({ device: uuidRef(restored.uuid), requestId: '' });
+    await c.host('hostb').start();
+    const after = await eventually(
+      () => getDevice(c.client, 'hostb', ARRIVED),
+      (d) =>
+        d.lastCleanup?.jobId !== restored.lastCleanup?.jobId &&
+        (d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+          d.deviceState === DeviceState.DEVICE_STATE_ERROR),
+      60_000,
+    );
+    expect(stateName(after.deviceState), after.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+    const third = await c.client.certificates.listErasureCertificates({
+      of: { $case: 'jobId', value: after.lastCleanup!.jobId },
+    });
+    const claims = decodeCertificate(third.certificates[0]!.jws).claims;
+    // Not a fork after link 1: it follows the agent's link 2, which the restored scheduler now holds too.
+    expect([claims.media.key, claims.seq, claims.prev]).toEqual([key, 3, second!.hash]);
+    expect(
+      logs.matching(
+        (l) =>
+          l.msg.startsWith('erasure certificates the agent supplied were refused') && l['host'] === 'hostb',
+      ),
+    ).toEqual([]);
   }, 180_000);
 });
