@@ -273,22 +273,27 @@ describe('one certificate chain per media, across hosts', () => {
   it('a restored database states an older link than the agent holds: the agent continues its own later links, which it re-supplies, and the chain stays one', async () => {
     const before = await getDevice(c.client, 'hostb', ARRIVED);
     const key = before.media!.key;
+    // SER-A (block erase, no crypto erase) is the only drive this profile picks.
+    const profile = await createNvmeProfile(c.client, 'nvme1');
     // A copy of the database while SER-A's chain is hostb's link 1 (a clean stop checkpoints it).
     await c.restartScheduler();
     for (const f of ['', '-wal', '-shm'])
       await copyFile(`${c.dbPath}${f}`, `${c.dbPath}${f}.saved`).catch(() => {});
-    await c.client.devices.cleanDevice({ device: uuidRef(before.uuid), requestId: '' });
-    const cleaned = await eventually(
-      () => getDevice(c.client, 'hostb', ARRIVED),
-      (d) =>
-        d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE &&
-        d.lastCleanup?.jobId !== before.lastCleanup?.jobId,
-      60_000,
-    );
-    const [, second] = await certificatesOf(cleaned.uuid);
-    expect(Number(second!.seq)).toBe(2);
-    // The agent is down while the copy is restored; a cleanup waits for it, and its sanitize is slow
-    // enough that the agent's re-supply (at the registration after its first) lands before it ends.
+    const first = await createAndBind(c.client, profile, 'vm-before-restore', 'hostb');
+    expect(first.deviceAddress).toBe(ARRIVED);
+    await c.client.arqs.deleteAcceleratorRequests({ uuids: [first.uuid], instanceUuid: '' });
+    const cleaned = await settledDevice(c.client, 'hostb', ARRIVED, 60_000);
+    expect(stateName(cleaned.deviceState), cleaned.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+    const second = (await certificatesOf(cleaned.uuid)).find((x) => Number(x.seq) === 2);
+    expect(second).toBeDefined();
+    // A next tenant writes to it; then the copy is restored (it knows neither tenant nor link 2)
+    // while the agent is down. The agent's record brings the device to a cleanup at its first
+    // registration, dispatched with link 1; its sanitize is slow enough that the agent's
+    // re-supply of link 2 (at the registration right after) lands before the cleanup ends.
+    const next = await createAndBind(c.client, profile, 'vm-lost-by-restore', 'hostb');
+    expect(next.deviceAddress).toBe(ARRIVED);
+    const sim = c.host('hostb').sim;
+    expect(await plantTenantData(sim.nvmeStatePath, 'nvme1', spreadTenantWrites(1))).not.toEqual([]);
     await c.host('hostb').stop();
     await c.scheduler.stop();
     for (const f of ['', '-wal', '-shm']) {
@@ -298,27 +303,33 @@ describe('one certificate chain per media, across hosts', () => {
     await c.restartScheduler();
     const restored = await getDevice(c.client, 'hostb', ARRIVED);
     expect((await certificatesOf(restored.uuid)).map((x) => Number(x.seq))).toEqual([1]);
-    await withStateLock(c.host('hostb').sim.nvmeStatePath, (state) => {
+    await withStateLock(sim.nvmeStatePath, (state) => {
       state.controllers.find((x) => x.name === 'nvme1')!.sanitize.durationMs = 4_000;
       return { changed: true, result: undefined };
     });
-    await c.client.devices.cleanDevice({ device: uuidRef(restored.uuid), requestId: '' });
     await c.host('hostb').start();
     const after = await eventually(
       () => getDevice(c.client, 'hostb', ARRIVED),
       (d) =>
-        d.lastCleanup?.jobId !== restored.lastCleanup?.jobId &&
+        d.lastCleanup !== undefined &&
+        d.lastCleanup.jobId !== restored.lastCleanup?.jobId &&
         (d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
           d.deviceState === DeviceState.DEVICE_STATE_ERROR),
       60_000,
     );
     expect(stateName(after.deviceState), after.errorReason).toBe('DEVICE_STATE_AVAILABLE');
+    expect(await readableTenantData(sim.nvmeStatePath, 'nvme1')).toEqual([]);
     const third = await c.client.certificates.listErasureCertificates({
       of: { $case: 'jobId', value: after.lastCleanup!.jobId },
     });
     const claims = decodeCertificate(third.certificates[0]!.jws).claims;
     // Not a fork after link 1: it follows the agent's link 2, which the restored scheduler now holds too.
-    expect([claims.media.key, claims.seq, claims.prev]).toEqual([key, 3, second!.hash]);
+    expect([claims.media.key, claims.seq, claims.prev, claims.tenant?.instance_uuid]).toEqual([
+      key,
+      3,
+      second!.hash,
+      'vm-lost-by-restore',
+    ]);
     expect(
       logs.matching(
         (l) =>
