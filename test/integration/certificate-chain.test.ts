@@ -17,7 +17,10 @@
  * - the database lost while hosta (the last holder of its own drive) is
  *   down, the drive carried to hostb: hostb's certificate is an
  *   unknown-history link, shown as a gap; hosta's older links of that media,
- *   re-supplied when it returns, are refused, not stored.
+ *   re-supplied when it returns, are refused, not stored;
+ * - a database restored from an older copy while the media's agent holds a
+ *   later link: the next cleanup's certificate follows that later link
+ *   (src/erasure/chain.test.ts pins the agent's side of it deterministically).
  */
 import { execFileSync } from 'node:child_process';
 import { copyFile, rm, writeFile } from 'node:fs/promises';
@@ -270,7 +273,7 @@ describe('one certificate chain per media, across hosts', () => {
     }
   }, 180_000);
 
-  it('a restored database states an older link than the agent holds: the agent continues its own later links, which it re-supplies, and the chain stays one', async () => {
+  it("a restored database holds an older link than the agent: the next certificate follows the agent's later link (re-supplied first, or continued by the agent from its journal); one chain, no refusal", async () => {
     const before = await getDevice(c.client, 'hostb', ARRIVED);
     const key = before.media!.key;
     // SER-A (block erase, no crypto erase) is the only drive this profile picks.
@@ -307,7 +310,8 @@ describe('one certificate chain per media, across hosts', () => {
       state.controllers.find((x) => x.name === 'nvme1')!.sanitize.durationMs = 4_000;
       return { changed: true, result: undefined };
     });
-    await c.host('hostb').start();
+    const agentLogs = captureLogs('info');
+    await c.host('hostb').start({ logger: agentLogs.logger });
     const after = await eventually(
       () => getDevice(c.client, 'hostb', ARRIVED),
       (d) =>
@@ -330,6 +334,12 @@ describe('one certificate chain per media, across hosts', () => {
       second!.hash,
       'vm-lost-by-restore',
     ]);
+    // Whichever came first — the dispatch (stating link 1: the agent goes on from its own link 2
+    // and says so) or the re-supply (the dispatch states link 2) — the chain is one, with no refusal.
+    const said = agentLogs.matching((l) =>
+      l.msg.startsWith('the scheduler stated an older link of this media'),
+    );
+    for (const l of said) expect([(l['stated'] as { seq: number }).seq, l['seq']]).toEqual([1, 3]);
     expect(
       logs.matching(
         (l) =>
