@@ -282,6 +282,7 @@ describe('one certificate chain per media, across hosts', () => {
     await c.restartScheduler();
     for (const f of ['', '-wal', '-shm'])
       await copyFile(`${c.dbPath}${f}`, `${c.dbPath}${f}.saved`).catch(() => {});
+    await c.waitForDevices('hostb', 1);
     const first = await createAndBind(c.client, profile, 'vm-before-restore', 'hostb');
     expect(first.deviceAddress).toBe(ARRIVED);
     await c.client.arqs.deleteAcceleratorRequests({ uuids: [first.uuid], instanceUuid: '' });
@@ -304,8 +305,12 @@ describe('one certificate chain per media, across hosts', () => {
       await copyFile(`${c.dbPath}${f}.saved`, `${c.dbPath}${f}`).catch(() => {});
     }
     await c.restartScheduler();
-    const restored = await getDevice(c.client, 'hostb', ARRIVED);
-    expect((await certificatesOf(restored.uuid)).map((x) => Number(x.seq))).toEqual([1]);
+    const restored = await eventually(
+      () => getDevice(c.client, 'hostb', ARRIVED).catch(() => null),
+      (d) => d !== null,
+      15_000,
+    );
+    expect((await certificatesOf(restored!.uuid)).map((x) => Number(x.seq))).toEqual([1]);
     await withStateLock(sim.nvmeStatePath, (state) => {
       state.controllers.find((x) => x.name === 'nvme1')!.sanitize.durationMs = 4_000;
       return { changed: true, result: undefined };
@@ -316,7 +321,7 @@ describe('one certificate chain per media, across hosts', () => {
       () => getDevice(c.client, 'hostb', ARRIVED),
       (d) =>
         d.lastCleanup !== undefined &&
-        d.lastCleanup.jobId !== restored.lastCleanup?.jobId &&
+        d.lastCleanup.jobId !== restored!.lastCleanup?.jobId &&
         (d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
           d.deviceState === DeviceState.DEVICE_STATE_ERROR),
       60_000,
