@@ -133,6 +133,7 @@ def verify(cert_file, keys_file, previous_file=None, allow_keys_without_host=Fal
         public_key.verify(b64url(signature_b64, "the signature"), f"{header_b64}.{payload_b64}".encode("ascii"))
     except InvalidSignature:
         raise Invalid("the signature does not verify") from None
+    handover = None
     if previous_file:
         previous = read(previous_file, "previous certificate")
         _, _, previous_claims = decode(previous, "previous certificate")
@@ -141,6 +142,8 @@ def verify(cert_file, keys_file, previous_file=None, allow_keys_without_host=Fal
             raise Invalid("the previous certificate is of another media")
         if claims["prev"] != previous_hash or claims["seq"] != previous_claims["seq"] + 1:
             raise Invalid("it does not follow the previous certificate (chain broken)")
+        if previous_claims["host"] != claimed:
+            handover = f"{previous_claims['host']} -> {claimed}"
     return {
         "valid": True,
         "hash": "sha256:" + hashlib.sha256(jws.encode("ascii")).hexdigest(),
@@ -155,6 +158,10 @@ def verify(cert_file, keys_file, previous_file=None, allow_keys_without_host=Fal
         "ended_at": claims["ended_at"],
         "seq": claims["seq"],
         "prev": claims["prev"],
+        # The chain across hosts (decision 63): the host before this link, and
+        # whether nothing is known of the media before it (no prev).
+        "handover": handover,
+        "gap": claims["prev"] is None,
     }
 
 

@@ -118,7 +118,7 @@ describe('erasure certificates', () => {
     const d = (j: string) => decodeCertificate(j);
     expect(chainBreak(d(second), d(first))).toBeNull();
     expect(chainBreak(d(skipped), d(first))).toMatch(/out of order/);
-    expect(chainBreak(d(first), d(second))).toMatch(/out of order/);
+    expect(chainBreak(d(first), d(second))).toMatch(/a link claiming no history cannot follow it/);
     expect(
       verifyOffline(second, [{ kid, jwk, host: 'h1' }], { previous: first }).checks.join('\n'),
     ).toContain('chain: link 2');
@@ -182,6 +182,58 @@ describe('erasure certificates', () => {
         `key 0 of the key file has host ${JSON.stringify(host)}, not a host name`,
       );
     }
+  });
+
+  it('across hosts: a handover verifies and is shown; an unknown-history link is a gap and cannot follow a held link', () => {
+    const b = key();
+    const a = key();
+    const onB = signCertificate(
+      claims({ kid: b.kid, host: 'hostb', iss: 'berth-agent:hostb', history: 'unknown' }),
+      b.k,
+      b.kid,
+    );
+    const onA = signCertificate(
+      claims({
+        kid: a.kid,
+        host: 'hosta',
+        iss: 'berth-agent:hosta',
+        job_id: 'job-2',
+        seq: 2,
+        prev: certificateHash(onB),
+      }),
+      a.k,
+      a.kid,
+    );
+    const keys = [
+      { kid: a.kid, jwk: a.jwk, host: 'hosta' },
+      { kid: b.kid, jwk: b.jwk, host: 'hostb' },
+    ];
+    const v = verifyOffline(onA, keys, { previous: onB });
+    expect(v.handover).toEqual({ from: 'hostb', to: 'hosta' });
+    expect(v.gap).toBe(false);
+    expect(v.checks).toContain('handover: hostb -> hosta');
+    const first = verifyOffline(onB, keys);
+    expect(first.gap).toBe(true);
+    expect(first.checks).toContain('gap: unknown history before this link');
+    expect(chainBreak(decodeCertificate(onA), decodeCertificate(onB))).toBeNull();
+    // A host claiming unknown history where a link is held: refused, naming the held link.
+    const forked = signCertificate(
+      claims({ kid: a.kid, host: 'hosta', iss: 'berth-agent:hosta', job_id: 'job-3', history: 'unknown' }),
+      a.k,
+      a.kid,
+    );
+    expect(chainBreak(decodeCertificate(forked), decodeCertificate(onA))).toMatch(
+      /unknown-history link .* holds link 2 .*signed by host hosta/,
+    );
+    // history is "unknown" only, and only with no prev.
+    const bad = (over: Partial<ErasureClaims>) =>
+      signCertificate(claims({ kid: a.kid, ...over }), a.k, a.kid);
+    expect(() => decodeCertificate(bad({ history: 'complete' as 'unknown' }))).toThrow(
+      /has history "complete"/,
+    );
+    expect(() => decodeCertificate(bad({ history: 'unknown', seq: 2, prev: certificateHash(onB) }))).toThrow(
+      /has history "unknown" with prev sha256:/,
+    );
   });
 
   it('docs/erasure-certificates.md prints the NIST SP 800-88 table as the code has it', () => {

@@ -143,6 +143,14 @@ export interface ErasureClaims {
   seq: number;
   /** sha256:<hex> of the previous certificate of this media (compact form), null for the first. */
   prev: string | null;
+  /**
+   * "unknown" on a link that continues no link (prev null, seq 1): nothing is
+   * known of the media's history before it (a media never seen, a lost
+   * database); a verifier shows a gap there (src/erasure/chain.ts). Absent on
+   * a link that continues one. Certificates signed before decision 63 lack
+   * it; their first link is read the same way.
+   */
+  history?: 'unknown';
 }
 
 export interface SanitizeLogClaim {
@@ -245,6 +253,11 @@ export function decodeCertificate(jws: string): DecodedCertificate {
       `has seq ${claims.seq} with prev ${claims.prev ?? 'null'} (only the first of a chain has none)`,
     );
   }
+  if (claims.history !== undefined && (claims.history !== 'unknown' || claims.prev !== null)) {
+    throw new CertificateError(
+      `has history ${JSON.stringify(claims.history)} with prev ${claims.prev ?? 'null'} (only "unknown", on a link with no prev)`,
+    );
+  }
   if (claims.kid !== header.kid)
     throw new CertificateError(`names key ${header.kid} in its header and ${claims.kid} in its claims`);
   return { header, claims, hash: certificateHash(text) };
@@ -293,6 +306,9 @@ export function chainBreak(next: DecodedCertificate, last: DecodedCertificate | 
   }
   if (last.claims.media.key !== c.media.key) {
     return `continues media ${last.claims.media.key}, not ${c.media.key}`;
+  }
+  if (c.prev === null) {
+    return `is an unknown-history link (no previous link), but the chain of media ${c.media.key} holds link ${last.claims.seq} (${last.hash}, signed by host ${last.claims.host}): a link claiming no history cannot follow it; it must continue that link`;
   }
   if (c.seq !== last.claims.seq + 1 || c.prev !== last.hash) {
     return `is link ${c.seq} (after ${c.prev ?? 'nothing'}), but the last certificate of media ${c.media.key} is link ${last.claims.seq} (${last.hash}): out of order, or a link is missing`;

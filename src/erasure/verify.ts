@@ -17,6 +17,7 @@ import {
   parsePublicJwk,
   verifyCertificate,
 } from './certificate.js';
+import { type LinkView, linkView, linkViewLines } from './chain.js';
 
 /**
  * The published key set as `berth host keys --save` writes it (and `berth
@@ -90,6 +91,9 @@ export interface Verification {
   certificate: DecodedCertificate;
   /** What was checked, one line each. */
   checks: string[];
+  /** The host handover from the previous certificate (given with `previous`), and whether nothing is known before this link (src/erasure/chain.ts). */
+  handover: LinkView['handover'];
+  gap: boolean;
 }
 
 export interface VerifyOptions {
@@ -140,9 +144,11 @@ export function verifyOffline(jws: string, keys: readonly HostKey[], opts: Verif
     checks.push(`chain: link ${c.seq}, after ${prev.hash}`);
   } else {
     checks.push(
-      `chain: link ${c.seq}${c.prev ? `, after ${c.prev} (not given: unchecked)` : ' (the first of its media)'}`,
+      `chain: link ${c.seq}${c.prev ? `, after ${c.prev} (not given: unchecked)` : ' (the first known of its media)'}`,
     );
   }
+  const view = linkView(c, opts.previous !== undefined ? decodeCertificate(opts.previous).claims : null);
+  checks.push(...linkViewLines(view));
   checks.push(`hash: ${certificateHash(jws.trim())}`);
-  return { certificate: cert, checks };
+  return { certificate: cert, checks, ...view };
 }

@@ -56,7 +56,11 @@ describe('agent CleanupDevice', () => {
   });
 
   const run = (address: string, jobId: string) =>
-    collect<CleanupDeviceResponse>(client.cleanupDevice({ address, jobId }), () => false, 60_000);
+    collect<CleanupDeviceResponse>(
+      client.cleanupDevice({ address, jobId, previousCertificate: undefined }),
+      () => false,
+      60_000,
+    );
 
   /** A cleanup stream: `attached` once its first message arrived, `done` with all of them. */
   const follow = (address: string, jobId: string) => {
@@ -65,7 +69,7 @@ describe('agent CleanupDevice', () => {
       attach = r;
     });
     const done = collect<CleanupDeviceResponse>(
-      client.cleanupDevice({ address, jobId }),
+      client.cleanupDevice({ address, jobId, previousCertificate: undefined }),
       (msgs) => {
         if (msgs.length === 1) attach();
         return false;
@@ -145,7 +149,7 @@ describe('agent CleanupDevice', () => {
   it('reports a job cut by a restart as interrupted, from the journal, to whoever re-attaches', async () => {
     // The sanitize path starts by reading the sanitize log: hanging it holds the job running.
     await sim.setFault('nvme0', 'sanitize-log', { mode: 'hang' });
-    const stream = client.cleanupDevice({ address: NVME0, jobId: 'job-h' });
+    const stream = client.cleanupDevice({ address: NVME0, jobId: 'job-h', previousCertificate: undefined });
     const partial = collect<CleanupDeviceResponse>(stream, (m) => m.length >= 1, 30_000);
     await partial;
     client.close();

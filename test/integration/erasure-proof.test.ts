@@ -92,7 +92,7 @@ describe('a cleanup succeeds only on proof of erasure', () => {
 
   async function clean(client: AgentServiceClient, address: string, jobId: string): Promise<CleanupEvent> {
     const msgs = await collect<CleanupDeviceResponse>(
-      client.cleanupDevice({ address, jobId }),
+      client.cleanupDevice({ address, jobId, previousCertificate: undefined }),
       () => false,
       120_000,
     );

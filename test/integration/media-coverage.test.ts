@@ -104,7 +104,7 @@ describe("a cleanup is judged against the agent's census of the media", () => {
 
   async function clean(client: AgentServiceClient, address: string, jobId: string): Promise<CleanupEvent> {
     const msgs = await collect<CleanupDeviceResponse>(
-      client.cleanupDevice({ address, jobId }),
+      client.cleanupDevice({ address, jobId, previousCertificate: undefined }),
       () => false,
       120_000,
     );

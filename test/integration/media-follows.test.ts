@@ -147,7 +147,7 @@ describe('tenant data follows the media', () => {
     callError(r.client, r.client.recordBinding, { address, arqUuid: arq, instanceUuid: `vm-${arq}` });
   async function clean(r: Running, address: string, jobId: string): Promise<CleanupDeviceResponse[]> {
     return collect<CleanupDeviceResponse>(
-      r.client.cleanupDevice({ address, jobId }),
+      r.client.cleanupDevice({ address, jobId, previousCertificate: undefined }),
       (msgs) => {
         const p = msgs.at(-1)?.event?.phase;
         return p === CleanupPhase.CLEANUP_PHASE_SUCCEEDED || p === CleanupPhase.CLEANUP_PHASE_FAILED;
@@ -400,7 +400,7 @@ describe('tenant data follows the media', () => {
       10_000,
     );
     const second = await collect<CleanupDeviceResponse>(
-      a.client.cleanupDevice({ address: NVME_C, jobId: 'job-y' }),
+      a.client.cleanupDevice({ address: NVME_C, jobId: 'job-y', previousCertificate: undefined }),
       () => false,
     ).then(
       () => null,

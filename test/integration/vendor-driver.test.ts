@@ -82,7 +82,7 @@ describe('the vendor example driver, loaded by name', () => {
     await writeTenantData(ns, 16 * 1024 * 1024);
     expect(await holdsTenantData(ns)).toBe(true);
     const msgs = await collect<CleanupDeviceResponse>(
-      client.cleanupDevice({ address: NVME0, jobId: 'vendor-1' }),
+      client.cleanupDevice({ address: NVME0, jobId: 'vendor-1', previousCertificate: undefined }),
       () => false,
       60_000,
     );

@@ -8,7 +8,8 @@
  */
 import { readFile, writeFile } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { CertificateError } from '../../erasure/certificate.js';
+import { CertificateError, decodeCertificate } from '../../erasure/certificate.js';
+import { chainViews, linkViewLines } from '../../erasure/chain.js';
 import { parseKeySet, type Verification, type VerifyOptions, verifyOffline } from '../../erasure/verify.js';
 import type { ErasureCertificate } from '../../gen/berth/scheduler/v1/certificate.js';
 import { UsageError } from '../usage-error.js';
@@ -66,7 +67,14 @@ export function registerCleanupCommands(program: Command): void {
           ? { $case: 'jobId' as const, value: flags.job }
           : { $case: 'instanceUuid' as const, value: flags.instance! };
       const { certificates } = await client.certificates.listErasureCertificates({ of });
-      const rows = certificates.map(certView);
+      // Each link's handover and gap, as a verifier reading the chain sees them (decision 63).
+      const views = chainViews(
+        certificates.map((c) => ({ hash: c.hash, claims: decodeCertificate(c.jws).claims })),
+      );
+      const rows = certificates.map((c, i) => ({
+        ...certView(c),
+        chain: linkViewLines(views[i]!).join('; '),
+      }));
       if (flags.save) {
         const newest = certificates.at(-1);
         if (!newest) throw new UsageError('no certificate to save');
@@ -86,6 +94,7 @@ export function registerCleanupCommands(program: Command): void {
                   { header: 'job', get: (r) => r.job_id },
                   { header: 'instance', get: (r) => r.instance_uuid },
                   { header: 'issued', get: (r) => r.issued_at },
+                  { header: 'chain', get: (r) => r.chain },
                   { header: 'hash', get: (r) => r.hash, shrink: true },
                 ]),
         ),
@@ -147,6 +156,9 @@ export function registerCleanupCommands(program: Command): void {
           started_at: c.started_at,
           ended_at: c.ended_at,
           seq: c.seq,
+          prev: c.prev,
+          handover: v.handover,
+          gap: v.gap,
         };
         const format = String(flags['output'] ?? 'table');
         console.log(

@@ -182,7 +182,12 @@ export function agentServiceBinding(agent: ServedAgent, logger: Logger): Service
     cleanupDevice: serverStream('CleanupDevice', logger, async function* (req: CleanupDeviceRequest, ctx) {
       let job: ReturnType<typeof agent.cleanups.startOrAttach>;
       try {
-        job = agent.cleanups.startOrAttach(req.address, req.jobId);
+        const p = req.previousCertificate;
+        job = agent.cleanups.startOrAttach(
+          req.address,
+          req.jobId,
+          p ? { mediaKey: p.mediaKey, hash: p.hash, seq: Number(p.seq), host: p.host } : null,
+        );
       } catch (err) {
         throw agentFailure(agent, err);
       }

@@ -51,6 +51,23 @@ const MIGRATIONS = [
      delivered INTEGER NOT NULL DEFAULT 0,
      UNIQUE (media_key, seq)
    );`,
+  // One chain per media across hosts (decision 63): the agent signs after the
+  // scheduler's link, so its journal may hold two links of one seq of a media
+  // (its own older one, and one after another host's link since). Rebuilt
+  // without UNIQUE (media_key, seq); the hash stays the key.
+  `CREATE TABLE erasure_certificates_63 (
+     hash TEXT PRIMARY KEY,
+     media_key TEXT NOT NULL,
+     seq INTEGER NOT NULL,
+     job_id TEXT NOT NULL,
+     issued_at INTEGER NOT NULL,
+     jws TEXT NOT NULL,
+     delivered INTEGER NOT NULL DEFAULT 0
+   );
+   INSERT INTO erasure_certificates_63 SELECT hash, media_key, seq, job_id, issued_at, jws, delivered FROM erasure_certificates;
+   DROP TABLE erasure_certificates;
+   ALTER TABLE erasure_certificates_63 RENAME TO erasure_certificates;
+   CREATE INDEX erasure_certificates_media ON erasure_certificates (media_key, seq);`,
 ];
 
 /** One certificate the agent signed, as its journal keeps it. */
@@ -245,12 +262,13 @@ export class CleanupJournal {
     return this.db.transaction(fn)();
   }
 
-  /** The newest certificate of a media's chain, or null. */
-  lastCertificate(mediaKey: string): StoredCertificate | null {
-    const row = this.db
-      .prepare(`SELECT * FROM erasure_certificates WHERE media_key = ? ORDER BY seq DESC LIMIT 1`)
-      .get(mediaKey) as CertificateRow | undefined;
-    return row ? certificateFromRow(row) : null;
+  /** The certificates of a media this agent signed (and kept), by seq: what it knows of the media's chain. */
+  mediaCertificates(mediaKey: string): StoredCertificate[] {
+    return (
+      this.db
+        .prepare(`SELECT * FROM erasure_certificates WHERE media_key = ? ORDER BY seq, issued_at`)
+        .all(mediaKey) as CertificateRow[]
+    ).map(certificateFromRow);
   }
 
   /** Adds a certificate; never replaces one (a certificate is never re-signed or edited). */
@@ -267,7 +285,7 @@ export class CleanupJournal {
     return (
       this.db
         .prepare(
-          `SELECT * FROM erasure_certificates ${opts.undeliveredOnly ? 'WHERE delivered = 0' : ''} ORDER BY media_key, seq`,
+          `SELECT * FROM erasure_certificates ${opts.undeliveredOnly ? 'WHERE delivered = 0' : ''} ORDER BY media_key, seq, issued_at`,
         )
         .all() as CertificateRow[]
     ).map(certificateFromRow);

@@ -11,11 +11,13 @@
 import type { Logger } from 'pino';
 import {
   certificateHash,
+  decodeCertificate,
   type ErasureClaims,
   nistMapping,
   type SanitizeLogClaim,
   signCertificate,
 } from '../../erasure/certificate.js';
+import { type ChainLink, chainPosition } from '../../erasure/chain.js';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import { parsePciAddress } from '../../identifiers.js';
 import type { CleanupEvidence, CleanupProof, SanitizeLogSnapshot } from '../../plugins/cleanup-evidence.js';
@@ -237,7 +239,7 @@ export class CleanupRunner {
    * or finished, from the journal); a device already being cleaned re-attaches
    * to its running job; otherwise a new job starts.
    */
-  startOrAttach(address: string, jobId: string): CleanupJob {
+  startOrAttach(address: string, jobId: string, previous: ChainLink | null = null): CleanupJob {
     parsePciAddress('address', address);
     if (!JOB_ID.test(jobId)) {
       throw invalidArgument('job_id', `${JSON.stringify(jobId)} must be 1-128 characters of [A-Za-z0-9._:-]`);
@@ -281,7 +283,7 @@ export class CleanupRunner {
     this.running.set(address, { job, abort, mediaKey });
     const timeoutMs =
       (driver as { cleanupTimeoutMs?: number }).cleanupTimeoutMs ?? this.options.defaultTimeoutMs;
-    void this.run(job, device, mediaKey, abort, timeoutMs);
+    void this.run(job, device, mediaKey, abort, timeoutMs, previous);
     return job;
   }
 
@@ -308,6 +310,7 @@ export class CleanupRunner {
     mediaKey: string,
     abort: AbortController,
     timeoutMs: number,
+    previous: ChainLink | null,
   ) {
     const log = this.logger.child({ jobId: job.jobId, address: job.address, action: job.action });
     const driver = this.host.driver(device.driver)!;
@@ -371,7 +374,7 @@ export class CleanupRunner {
       // the job says so (a crash in between leaves the job interrupted: dirty),
       // and the certificate that says so is kept in the same transaction.
       const { cleaned, certificate } = this.journal.transaction(() => ({
-        certificate: mediaKey ? this.certify(job, device, mediaKey, evidence, proof) : null,
+        certificate: mediaKey ? this.certify(job, device, mediaKey, evidence, proof, previous) : null,
         cleaned: mediaKey ? this.journal.media.markClean(mediaKey, job.address) : null,
       }));
       this.record(
@@ -413,8 +416,11 @@ export class CleanupRunner {
 
   /**
    * Signs the erasure certificate of an accepted cleanup and keeps it in the
-   * journal, chained to the media's previous one (called inside the
-   * transaction that marks the media clean). Null without a signer.
+   * journal, chained after the link the dispatch stated (`previous`, the
+   * scheduler's last of the media, any host's), or after the agent's own
+   * when none was stated, or as an unknown-history link (chainPosition,
+   * decision 63). Called inside the transaction that marks the media clean.
+   * Null without a signer.
    */
   private certify(
     job: CleanupJob,
@@ -422,12 +428,24 @@ export class CleanupRunner {
     mediaKey: string,
     evidence: CleanupEvidence,
     proof: CleanupProof,
+    previous: ChainLink | null,
   ): string | null {
     const signer = this.options.signer;
     if (!signer) return null;
     const key = signer.key();
     const held = this.journal.media.get(mediaKey);
-    const last = this.journal.lastCertificate(mediaKey);
+    const own = this.journal.mediaCertificates(mediaKey).map((c) => ({
+      hash: c.hash,
+      seq: c.seq,
+      prev: decodeCertificate(c.jws).claims.prev,
+    }));
+    const { continues, ...position } = chainPosition(mediaKey, previous, own);
+    if (continues !== 'scheduler' && previous?.mediaKey === mediaKey) {
+      this.logger.warn(
+        { jobId: job.jobId, media: mediaKey, stated: previous, seq: position.seq },
+        "the scheduler stated an older link of this media's chain than the agent holds (a restored database): the certificate continues the agent's later links, which it re-supplies",
+      );
+    }
     const now = Date.now();
     const media = device.media;
     const san = evidence.sanitize;
@@ -479,8 +497,7 @@ export class CleanupRunner {
       nist_800_88: nistMapping(job.action),
       started_at: new Date(job.events[0]?.time ?? now).toISOString(),
       ended_at: new Date(now).toISOString(),
-      seq: (last?.seq ?? 0) + 1,
-      prev: last?.hash ?? null,
+      ...position,
     };
     const jws = signCertificate(claims, key.privateKey, key.kid);
     const hash = certificateHash(jws);

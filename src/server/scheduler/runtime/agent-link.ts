@@ -17,6 +17,7 @@ import {
 import type { Logger } from 'pino';
 import {
   AgentServiceClient,
+  type CertificateLink,
   type CleanupDeviceResponse,
   type MigrationDevice,
   type PrepareMigrationResponse,
@@ -119,12 +120,20 @@ export class AgentCalls {
     return this.endpoint === endpoint && this.features.join() === features.join();
   }
 
-  cleanupDevice(address: string, jobId: string): ClientReadableStream<CleanupDeviceResponse> {
+  /** CleanupDevice, stating the last link of the media's certificate chain the scheduler holds (null: none). */
+  cleanupDevice(
+    address: string,
+    jobId: string,
+    previous: CertificateLink | null = null,
+  ): ClientReadableStream<CleanupDeviceResponse> {
     // No deadline: a cleanup can run for hours (shred) and the dispatcher
     // re-attaches only when the link reconnects, so a deadline would strand the
     // job. A dead agent is detected by keepalive (20 s ping, 10 s timeout),
     // which ends the stream with UNAVAILABLE.
-    return this.client.cleanupDevice({ address, jobId }, this.metadata());
+    return this.client.cleanupDevice(
+      { address, jobId, previousCertificate: previous ?? undefined },
+      this.metadata(),
+    );
   }
 
   /** RecordBinding: the agent records, durably, that the device is handed to a guest (bounded by a deadline). */

@@ -20,6 +20,7 @@ import { cleanupPhaseFromProto, proofFromProto } from '../../cleanup-event-proto
 import type { Metrics } from '../../metrics.js';
 import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import { mediaKeyOf } from '../domain/media.js';
 import type { Change, UseCases } from '../usecases/use-cases.js';
 import { isUnreachable } from './agent-link.js';
 import type { AgentLinks } from './agent-links.js';
@@ -185,7 +186,14 @@ export class CleanupDispatcher {
     this.following.add(job.jobId);
     try {
       if (job.state === 'queued') await this.useCases.markCleanupDispatched(job.jobId);
-      const stream = link.cleanupDevice(device.address, job.jobId);
+      // The cleanup's certificate continues the media's chain from the last link held here, any host's.
+      const mediaKey = mediaKeyOf(device);
+      const last = mediaKey ? await this.useCases.lastCertificate(mediaKey) : null;
+      const stream = link.cleanupDevice(
+        device.address,
+        job.jobId,
+        last ? { mediaKey: last.mediaKey, hash: last.hash, seq: last.seq, host: last.host } : null,
+      );
       let terminal = false;
       let adopted = false;
       for await (const msg of stream as AsyncIterable<CleanupDeviceResponse>) {

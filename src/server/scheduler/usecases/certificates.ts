@@ -164,6 +164,17 @@ export async function importCertificates(
   });
 }
 
+/**
+ * The last certificate of a media's chain this scheduler accepted, whichever
+ * host signed it: what a cleanup of the media continues (decision 63), or null.
+ */
+export async function lastCertificate(
+  deps: UseCaseDeps,
+  mediaKey: string,
+): Promise<CertificateRecord | null> {
+  return read(deps, (r) => r.lastCertificate(mediaKey));
+}
+
 /** The certificates of a device, a job or an instance. */
 export async function listCertificates(
   deps: UseCaseDeps,

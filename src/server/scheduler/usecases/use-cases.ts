@@ -61,6 +61,7 @@ const USE_CASES = {
   rotateAgentKey: certificates.rotateAgentKey,
   agentKeys: certificates.agentKeys,
   importCertificates: certificates.importCertificates,
+  lastCertificate: certificates.lastCertificate,
   listCertificates: certificates.listCertificates,
   instanceOwner: certificates.instanceOwner,
   recordInstanceOwner: certificates.recordInstanceOwner,

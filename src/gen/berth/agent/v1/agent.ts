@@ -322,6 +322,29 @@ export interface CleanupDeviceRequest {
   address: string;
   /** Caller-chosen id; the same id re-attaches to the same job. */
   jobId: string;
+  /**
+   * The last link of the media's erasure-certificate chain that the scheduler
+   * accepted, whichever host signed it (docs/erasure-certificates.md, decision
+   * 63): the agent's certificate for this cleanup continues it (prev = its
+   * hash, seq = its seq + 1), or continues the agent's own later links of that
+   * same chain (a restored database holds an older link). Unset when the
+   * scheduler holds no link of the media (or is older than decision 63): the
+   * agent continues its own journal's last link of the media, and with none
+   * signs an unknown-history link.
+   */
+  previousCertificate: CertificateLink | undefined;
+}
+
+/** One link of a media's erasure-certificate chain. */
+export interface CertificateLink {
+  /** The media key the chain is of (docs/media-identity.md). */
+  mediaKey: string;
+  /** sha256:<hex> of the certificate's compact form. */
+  hash: string;
+  /** Its position in the chain. */
+  seq: number;
+  /** The host that signed it. */
+  host: string;
 }
 
 export interface CleanupEvent {
@@ -2068,7 +2091,7 @@ export const RediscoverResponse: MessageFns<RediscoverResponse> = {
 };
 
 function createBaseCleanupDeviceRequest(): CleanupDeviceRequest {
-  return { address: "", jobId: "" };
+  return { address: "", jobId: "", previousCertificate: undefined };
 }
 
 export const CleanupDeviceRequest: MessageFns<CleanupDeviceRequest> = {
@@ -2078,6 +2101,9 @@ export const CleanupDeviceRequest: MessageFns<CleanupDeviceRequest> = {
     }
     if (message.jobId !== "") {
       writer.uint32(18).string(message.jobId);
+    }
+    if (message.previousCertificate !== undefined) {
+      CertificateLink.encode(message.previousCertificate, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -2111,6 +2137,14 @@ export const CleanupDeviceRequest: MessageFns<CleanupDeviceRequest> = {
             message.jobId = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.previousCertificate = CertificateLink.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2131,6 +2165,11 @@ export const CleanupDeviceRequest: MessageFns<CleanupDeviceRequest> = {
         : isSet(object.job_id)
         ? globalThis.String(object.job_id)
         : "",
+      previousCertificate: isSet(object.previousCertificate)
+        ? CertificateLink.fromJSON(object.previousCertificate)
+        : isSet(object.previous_certificate)
+        ? CertificateLink.fromJSON(object.previous_certificate)
+        : undefined,
     };
   },
 
@@ -2142,6 +2181,9 @@ export const CleanupDeviceRequest: MessageFns<CleanupDeviceRequest> = {
     if (message.jobId !== "") {
       obj.jobId = message.jobId;
     }
+    if (message.previousCertificate !== undefined) {
+      obj.previousCertificate = CertificateLink.toJSON(message.previousCertificate);
+    }
     return obj;
   },
 
@@ -2152,6 +2194,130 @@ export const CleanupDeviceRequest: MessageFns<CleanupDeviceRequest> = {
     const message = createBaseCleanupDeviceRequest();
     message.address = object.address ?? "";
     message.jobId = object.jobId ?? "";
+    message.previousCertificate = (object.previousCertificate !== undefined && object.previousCertificate !== null)
+      ? CertificateLink.fromPartial(object.previousCertificate)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseCertificateLink(): CertificateLink {
+  return { mediaKey: "", hash: "", seq: 0, host: "" };
+}
+
+export const CertificateLink: MessageFns<CertificateLink> = {
+  encode(message: CertificateLink, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mediaKey !== "") {
+      writer.uint32(10).string(message.mediaKey);
+    }
+    if (message.hash !== "") {
+      writer.uint32(18).string(message.hash);
+    }
+    if (message.seq !== 0) {
+      writer.uint32(24).uint64(message.seq);
+    }
+    if (message.host !== "") {
+      writer.uint32(34).string(message.host);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CertificateLink {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCertificateLink();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mediaKey = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.hash = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.seq = longToNumber(reader.uint64());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.host = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): CertificateLink {
+    return {
+      mediaKey: isSet(object.mediaKey)
+        ? globalThis.String(object.mediaKey)
+        : isSet(object.media_key)
+        ? globalThis.String(object.media_key)
+        : "",
+      hash: isSet(object.hash) ? globalThis.String(object.hash) : "",
+      seq: isSet(object.seq) ? globalThis.Number(object.seq) : 0,
+      host: isSet(object.host) ? globalThis.String(object.host) : "",
+    };
+  },
+
+  toJSON(message: CertificateLink): unknown {
+    const obj: any = {};
+    if (message.mediaKey !== "") {
+      obj.mediaKey = message.mediaKey;
+    }
+    if (message.hash !== "") {
+      obj.hash = message.hash;
+    }
+    if (message.seq !== 0) {
+      obj.seq = Math.round(message.seq);
+    }
+    if (message.host !== "") {
+      obj.host = message.host;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<CertificateLink>, I>>(base?: I): CertificateLink {
+    return CertificateLink.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CertificateLink>, I>>(object: I): CertificateLink {
+    const message = createBaseCertificateLink();
+    message.mediaKey = object.mediaKey ?? "";
+    message.hash = object.hash ?? "";
+    message.seq = object.seq ?? 0;
+    message.host = object.host ?? "";
     return message;
   },
 };
