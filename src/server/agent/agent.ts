@@ -293,6 +293,13 @@ export class Agent {
     }
     cleanups.recover();
     try {
+      const custody = journal.media.startCustody(bootId);
+      if (custody.broken > 0) {
+        logger.warn(
+          { previousBootId: custody.previous, bootId, media: custody.broken },
+          `the host booted since the agent last ran: the custody of ${custody.broken} media records broke; each is scrubbed (cleaned media) or held for an operator (one-time use) when seen`,
+        );
+      }
       agent.applyDiscovery(first.devices, [], true);
     } catch (err) {
       journal.close();
@@ -516,9 +523,17 @@ export class Agent {
       ...result.devices,
       ...this.inventory.list().filter((d) => !scope.has(d.address) && d.media && keys.has(d.media.key)),
     ];
+    // The media this pass's functions reached: one it no longer sees anywhere here left custody.
+    const except = new Set<string>();
+    for (const d of this.inventory.list()) {
+      if (d.media && scope.has(d.address) && result.failedDrivers.includes(d.driver)) except.add(d.media.key);
+    }
     try {
       this.logObserved(
-        this.journal.media.observe(seenMedia(seen, this.config.host), this.journal.legacyHolds()),
+        this.journal.media.observe(seenMedia(seen, this.config.host), this.journal.legacyHolds(), undefined, {
+          keys,
+          except,
+        }),
         seen,
       );
     } catch (err) {
@@ -692,9 +707,21 @@ export class Agent {
     failedDrivers: readonly string[],
     strict: boolean,
   ): InventoryDiff {
+    // Media of a driver that failed is not looked for: its devices keep their last state.
+    const except = new Set<string>();
+    for (const d of this.inventory.list())
+      if (d.media && failedDrivers.includes(d.driver)) except.add(d.media.key);
     try {
       this.logObserved(
-        this.journal.media.observe(seenMedia(devices, this.config.host), this.journal.legacyHolds()),
+        this.journal.media.observe(
+          seenMedia(devices, this.config.host),
+          this.journal.legacyHolds(),
+          undefined,
+          {
+            keys: 'all',
+            except,
+          },
+        ),
         devices,
       );
     } catch (err) {
@@ -733,6 +760,24 @@ export class Agent {
       this.logger.warn(
         { media: m.key, from: m.from, to: m.to, condition: m.condition },
         `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
+      );
+    }
+    for (const l of o.lost) {
+      this.logger.warn(
+        { media: l.key, lastAddress: l.lastAddress },
+        `media ${l.key}, last seen at ${l.lastAddress}, is gone: its custody broke, it is of unknown history if it comes back`,
+      );
+    }
+    for (const g of o.regained) {
+      this.logger.warn(
+        { media: g.key, address: g.address, custodyBrokeAt: new Date(g.brokeAt).toISOString(), why: g.why },
+        `media ${g.key} is back at ${g.address} after its custody broke (${g.why}): ${g.burned ? 'held for an operator’s release' : 'scrubbed before it is offered'}`,
+      );
+    }
+    for (const u of o.unrecorded) {
+      this.logger[u.held ? 'warn' : 'info'](
+        { media: u.key, address: u.address, held: u.held },
+        `one-time-use media ${u.key} at ${u.address} has no record: ${u.held ? `held for an operator’s release (${u.why})` : `taken as unused (${u.why})`}`,
       );
     }
     for (const h of o.migrated) {

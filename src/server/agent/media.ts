@@ -19,6 +19,7 @@ export function seenMedia(devices: readonly DiscoveredDevice[], host: string): S
       key: d.media.key,
       cleanable: d.supportsCleaning,
       assumeClean: d.assumeClean === true,
+      oneTimeUse: d.oneTimeUse,
       slotPrefix: `pci-slot:${host}:${d.address}:${d.vendorId}:${d.productId}:`,
     });
   }
@@ -34,6 +35,7 @@ export function publicRecord(r: StoredMedia): MediaRecord {
     lastAddress: r.lastAddress,
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
+    reason: r.reason,
   };
 }
 
@@ -55,6 +57,7 @@ export function recordFor(d: DiscoveredDevice, ledger: MediaLedger): MediaRecord
     lastAddress: d.address,
     arqUuid: '',
     instanceUuid: '',
+    reason: '',
   };
 }
 

@@ -220,6 +220,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           lastAddress: '0000:20:00.0',
           arqUuid: 'a1',
           instanceUuid: 'i1',
+          reason: '',
         },
         {
           key: 'pci-dsn:10de:00-11-22-33-44-55-66-77',
@@ -229,6 +230,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           lastAddress: '0000:21:00.0',
           arqUuid: '',
           instanceUuid: '',
+          reason: '',
         },
         {
           key: 'nvme:nqn.test:fine',
@@ -238,6 +240,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           lastAddress: '0000:22:00.0',
           arqUuid: '',
           instanceUuid: '',
+          reason: '',
         },
       ]);
       expect(changed.sort()).toEqual(['nvme:nqn.test:pulled', 'pci-dsn:10de:00-11-22-33-44-55-66-77']);
