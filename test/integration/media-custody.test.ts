@@ -160,6 +160,9 @@ describe('custody of media across hosts', { timeout: 120_000 }, () => {
     for (const suffix of ['', '-wal', '-shm']) await rm(`${c.dbPath}${suffix}`, { force: true });
     if (snapshot) await copyFile(snapshot, c.dbPath);
     await c.restartScheduler();
+    // A deleted database lost the profiles too (a restored one has them).
+    await createClassProfile(c.client, 'nvme', NVME_CLASS).catch(() => {});
+    await createClassProfile(c.client, 'gpu', GPU_CLASS).catch(() => {});
   }
 
   /**
