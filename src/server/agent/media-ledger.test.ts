@@ -376,6 +376,9 @@ describe('MediaLedger custody (decision 62)', () => {
     vouched.media.startCustody('b', T + 1);
     vouched.media.observe([gpuSeen({ assumeClean: true })], [], T + 10, all);
     expect(vouched.media.get(GPU)).toMatchObject({ burned: false });
+    // A one-time-use media Berth cleans (Nova's clean-one-time-use) is scrubbed, not held.
+    vouched.media.observe([seen(A, NQN, { oneTimeUse: true })], [], T + 20, all);
+    expect(vouched.media.get(NQN)).toMatchObject({ condition: 'dirty', burned: false });
 
     // A journal of the agent before custody (schema version 4): no record of its unused GPU.
     const dir = await stateDir();

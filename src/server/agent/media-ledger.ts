@@ -337,7 +337,9 @@ export class MediaLedger {
       const addresses = list.map((s) => s.address);
       const cleanable = list.some((s) => s.cleanable);
       const declared = list.filter((s) => s.cleanable).every((s) => s.assumeClean);
-      const oneTimeUse = list.some((s) => s.oneTimeUse);
+      // A one-time-use media Berth does not clean is held when its use is unknown; one it cleans is
+      // scrubbed with proof instead (Nova's clean-one-time-use: a scrub is what returns it).
+      const oneTimeUse = !cleanable && list.some((s) => s.oneTimeUse);
       // assume_clean vouches "unused" for a one-time-use media with no record (decision 62).
       const vouchedUnused = list.filter((s) => s.oneTimeUse).every((s) => s.assumeClean);
       const rec = current(key);

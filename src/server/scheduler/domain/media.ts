@@ -261,9 +261,11 @@ export function settleMedia(m: MediaState, devices: readonly DeviceRecord[], now
   const clone = clonedKey(devices);
   if (clone) unknown = clone;
   if (unknown) {
+    // Cleaned media is scrubbed with proof; a one-time-use device Berth does not clean is held.
     if (cleanable && next.condition === 'clean') next = { ...next, condition: 'dirty', reason: unknown };
-    if (devices.some((d) => d.oneTimeUse) && !next.burned)
+    else if (!cleanable && devices.some((d) => d.oneTimeUse) && !next.burned) {
       next = { ...next, burned: true, burnReason: unknown };
+    }
   }
   if (next.condition === 'dirty' && devices.length > 0 && !cleanable) {
     next = { ...next, condition: 'clean', reason: '' };
