@@ -110,6 +110,7 @@ describe('custody in settleMedia', () => {
     const withNguid = (nguid: string) => ({ ...a, namespaces: [{ nsid: 1, nguid, eui64: '', uuid: '' }] });
     expect(identityDifference(withNguid('aa'), withNguid(''))).toBe('');
     expect(identityDifference(withNguid('aa'), withNguid('bb'))).toBe("namespace 1's nguid aa and bb");
+    expect(identityDifference(withNguid('aa'), withNguid('bb'), false)).toBe('');
     // Namespaces one controller does not see (dual-port drives attach them per controller) are no difference.
     expect(identityDifference(a, { ...a, namespaces: [] })).toBe('');
   });

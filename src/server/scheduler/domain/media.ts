@@ -157,12 +157,13 @@ export const mediaUnburned = (m: MediaState, now: string): MediaState =>
  * What tells two media that claim one key apart ('' when nothing does): a
  * cloned NQN or serial puts two drives under one key (docs/media-identity.md).
  * The controllers of one subsystem agree on its serial and model, and on the
- * identifiers of each namespace both of them see.
+ * identifiers of each namespace both of them see (compared when `namespaces`).
  */
-export function identityDifference(a: MediaIdentity, b: MediaIdentity): string {
+export function identityDifference(a: MediaIdentity, b: MediaIdentity, namespaces = true): string {
   if (a.kind !== b.kind) return `kind ${a.kind} and ${b.kind}`;
   if (a.serial !== b.serial) return `serial ${a.serial || '(none)'} and ${b.serial || '(none)'}`;
   if (a.model !== b.model) return `model ${a.model || '(none)'} and ${b.model || '(none)'}`;
+  if (!namespaces) return '';
   for (const x of a.namespaces) {
     const y = b.namespaces.find((n) => n.nsid === x.nsid);
     if (!y) continue;
@@ -179,7 +180,9 @@ function clonedKey(devices: readonly DeviceRecord[]): string {
   for (let i = 0; i < present.length; i++) {
     for (let j = i + 1; j < present.length; j++) {
       const [a, b] = [present[i]!, present[j]!];
-      const differ = identityDifference(a.media!, b.media!);
+      // Namespace identifiers only within one host: its controllers are re-read together, while
+      // another host's record of a namespace a cleanup re-created may lag a discovery behind.
+      const differ = identityDifference(a.media!, b.media!, a.host === b.host);
       if (differ) {
         return `two different media claim key ${a.media!.key}: ${where(a)} and ${where(b)} differ in ${differ} (a cloned NQN or serial); neither is offered or cleaned until one of them is removed (pulled, or left out of device_spec), and the one left is scrubbed (or held for an operator's release) before its offer`;
       }
