@@ -39,8 +39,7 @@ import { CleanupRunner } from './cleanup-runner.js';
 import { type AgentConfig, agentAuthOptions } from './config.js';
 import { Coalescer, type SourceStatus, UdevadmSource } from './hotplug.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
-import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
-import type { ObserveResult } from './media-ledger.js';
+import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
 import { loadOrCreateSigningKey, retiredPublicKeys, type SigningKey } from './signing-key.js';
@@ -529,7 +528,8 @@ export class Agent {
       if (d.media && scope.has(d.address) && result.failedDrivers.includes(d.driver)) except.add(d.media.key);
     }
     try {
-      this.logObserved(
+      logObserved(
+        this.logger,
         this.journal.media.observe(seenMedia(seen, this.config.host), this.journal.legacyHolds(), undefined, {
           keys,
           except,
@@ -712,7 +712,8 @@ export class Agent {
     for (const d of this.inventory.list())
       if (d.media && failedDrivers.includes(d.driver)) except.add(d.media.key);
     try {
-      this.logObserved(
+      logObserved(
+        this.logger,
         this.journal.media.observe(
           seenMedia(devices, this.config.host),
           this.journal.legacyHolds(),
@@ -729,63 +730,6 @@ export class Agent {
       this.logger.error({ err }, 'cannot record what this discovery saw of media in the journal');
     }
     return this.inventory.apply(withRecords(devices, this.journal.media), failedDrivers);
-  }
-
-  private logObserved(o: ObserveResult, devices: DiscoveredDevice[]): void {
-    const at = (address: string) => devices.find((d) => d.address === address);
-    for (const c of o.created) {
-      const d = at(c.address);
-      this.logger.info(
-        {
-          media: c.key,
-          kind: d?.media?.kind,
-          address: c.address,
-          condition: c.condition,
-          ...(d?.media?.serial ? { serial: d.media.serial } : {}),
-          ...(c.inheritedFrom ? { inheritedFrom: c.inheritedFrom } : {}),
-        },
-        c.condition === 'dirty'
-          ? `media ${c.key} seen for the first time at ${c.address}: never cleaned by Berth, it is cleaned before its first offer`
-          : `media ${c.key} seen for the first time at ${c.address}`,
-      );
-    }
-    for (const x of o.declared) {
-      const entry = at(x.address)?.attributes.device_spec ?? 'its device_spec entry';
-      this.logger.info(
-        { media: x.key, address: x.address, deviceSpec: entry },
-        `media ${x.key} at ${x.address} declared clean by device_spec entry ${entry} (assume_clean), not cleaned before its first offer`,
-      );
-    }
-    for (const m of o.moved) {
-      this.logger.warn(
-        { media: m.key, from: m.from, to: m.to, condition: m.condition },
-        `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
-      );
-    }
-    for (const l of o.lost) {
-      this.logger.warn(
-        { media: l.key, lastAddress: l.lastAddress },
-        `media ${l.key}, last seen at ${l.lastAddress}, is gone: its custody broke, it is of unknown history if it comes back`,
-      );
-    }
-    for (const g of o.regained) {
-      this.logger.warn(
-        { media: g.key, address: g.address, custodyBrokeAt: new Date(g.brokeAt).toISOString(), why: g.why },
-        `media ${g.key} is back at ${g.address} after its custody broke (${g.why}): ${g.burned ? 'held for an operator’s release' : 'scrubbed before it is offered'}`,
-      );
-    }
-    for (const u of o.unrecorded) {
-      this.logger[u.held ? 'warn' : 'info'](
-        { media: u.key, address: u.address, held: u.held },
-        `one-time-use media ${u.key} at ${u.address} has no record: ${u.held ? `held for an operator’s release (${u.why})` : `taken as unused (${u.why})`}`,
-      );
-    }
-    for (const h of o.migrated) {
-      this.logger.info(
-        { address: h.address, media: h.key, arqUuid: h.arqUuid },
-        `the hold of ${h.address} for ARQ ${h.arqUuid}, recorded by address, now follows its media ${h.key}`,
-      );
-    }
   }
 
   /** The journal changed its record of `key`: the devices that reach it say so (a `changed` event each). */
