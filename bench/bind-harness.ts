@@ -83,6 +83,7 @@ export function benchDevice(i: number, host = 'bench'): DeviceFacts {
       burned: false,
       since: 0,
       lastAddress: address,
+      reason: '',
       arqUuid: '',
       instanceUuid: '',
     },

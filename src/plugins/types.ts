@@ -133,6 +133,12 @@ export interface MediaRecord {
   /** While held: the binding it is held for ('' otherwise). */
   arqUuid: string;
   instanceUuid: string;
+  /**
+   * Why it is dirty, or burned without a binding (its custody broke, or a
+   * one-time-use media was seen with no record); '' otherwise (and from an
+   * agent before custody). Decision 62.
+   */
+  reason: string;
 }
 
 /** A function a driver's device_spec matched but that it will not offer. */

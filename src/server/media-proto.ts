@@ -66,6 +66,7 @@ export function mediaRecordToProto(r: MediaRecord): MediaRecordMessage {
     lastAddress: r.lastAddress,
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
+    reason: r.reason,
   };
 }
 
@@ -84,5 +85,7 @@ export function mediaRecordFromProto(r: MediaRecordMessage | undefined): MediaRe
     lastAddress: r.lastAddress,
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
+    // At most what a reason in a device's answer may say.
+    reason: r.reason.slice(0, 1024),
   };
 }

@@ -426,7 +426,7 @@ export function demoHostDefinition(host = 'sim-host-1', busBase = 0x3b): SimHost
     })),
     pciDeviceSpec: [
       { vendor_id: '8086', product_id: '154c', live_migratable: true },
-      { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true },
+      { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true, assume_clean: true },
     ],
     // The simulated drives start from fresh, empty backing files, so the demo (and
     // the tests that bind at once) declare them clean: without assume_clean a

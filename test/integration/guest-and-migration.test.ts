@@ -617,7 +617,7 @@ describe('guest XML, metadata and live migration over gRPC', () => {
         pci: {
           device_spec: [
             { vendor_id: '8086', product_id: '154c', live_migratable: true, managed: vfManaged },
-            { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true },
+            { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true, assume_clean: true },
           ],
         },
       };

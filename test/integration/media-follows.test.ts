@@ -83,7 +83,7 @@ function hostDef(name: string, opts: { assumeClean?: boolean; dualPort?: boolean
     },
     nvme: [ctrl('nvme0', NVME_A, 'SER-A'), ...(opts.dualPort ? [ctrl('nvme1', NVME_C, 'SER-A')] : [])],
     pciDeviceSpec: [
-      { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true },
+      { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true, assume_clean: true },
       { vendor_id: '8086', product_id: '10fb' },
     ],
     nvmeDeviceSpec: [{ vendor_id: '144d', ...(opts.assumeClean ? { assume_clean: true } : {}) }],

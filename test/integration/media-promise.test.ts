@@ -78,7 +78,10 @@ function definition(opts: { dualPort?: boolean } = {}): SimHostDefinition {
             namespaces: [{ nsid: 1, sizeBytes: MIB }],
           },
         ],
-    pciDeviceSpec: [{ vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true }],
+    // The GPU is unused at first sight: without assume_clean, a one-time-use device with no record is held.
+    pciDeviceSpec: [
+      { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true, assume_clean: true },
+    ],
     // Declared clean at first sight, so the test's first tenant can be bound at once.
     nvmeDeviceSpec: [{ vendor_id: '144d', assume_clean: true }],
   };

@@ -189,6 +189,13 @@ describe('parseDeviceSpecs: values', () => {
     expect(one(raw, NVME).assumeClean).toBe(expected);
   });
 
+  it('assume_clean in pci vouches a one-time-use device unused (decision 62); without one_time_use it is refused', () => {
+    expect(one({ one_time_use: true, assume_clean: 'yes' }).assumeClean).toBe(true);
+    expect(() => one({ assume_clean: true, one_time_use: false })).toThrow(
+      /pci\.device_spec\[0\]\.assume_clean: true vouches for nothing in pci without one_time_use: true/,
+    );
+  });
+
   it.each([
     [{ clear_action: 'sanitize' }, 'sanitize', 'auto'],
     [{ clear_action: 'zero', clear_strategy: 'block' }, 'zero', 'block'],

@@ -11,7 +11,7 @@ import { hexValue, parseAddressGlob, parseAddressRegex, singleAddressOf } from '
 import { closest, keyPath, show } from './messages.js';
 import { normalizeResourceClass, normalizeTrait } from './placement-names.js';
 import { JsonFloat, parsePythonJson, pyStrip } from './python-values.js';
-import { CLEANUP_KEYS, HOST_KEYS, NOVA_KEYS } from './schema.js';
+import { ASSUME_CLEAN_KEYS, CLEANUP_KEYS, HOST_KEYS, NOVA_KEYS } from './schema.js';
 import type { ClearAction, ClearStrategy, DeviceSpecEntry, ParseOptions } from './types.js';
 
 const CLEAR_ACTIONS: readonly ClearAction[] = ['auto', 'sanitize', 'zero'];
@@ -108,8 +108,8 @@ function parseTraits(value: unknown, where: string): string[] {
 
 function parseEntry(raw: Record<string, unknown>, index: number, source: string, options: ParseOptions) {
   const known: readonly string[] = options.cleanupKeys
-    ? [...NOVA_KEYS, ...HOST_KEYS, ...CLEANUP_KEYS]
-    : [...NOVA_KEYS, ...HOST_KEYS];
+    ? [...NOVA_KEYS, ...HOST_KEYS, ...CLEANUP_KEYS, ...ASSUME_CLEAN_KEYS]
+    : [...NOVA_KEYS, ...HOST_KEYS, ...ASSUME_CLEAN_KEYS];
   for (const key of Object.keys(raw)) {
     if (known.includes(key)) continue;
     let hint = '';
@@ -182,6 +182,13 @@ function parseEntry(raw: Record<string, unknown>, index: number, source: string,
   if (options.cleanupKeys && !entry.managed) {
     throw new ConfigError(
       `${at('managed')}: false is not accepted in ${options.section}: cleanup needs the host's nvme driver to own the controller once the guest is gone, which libvirt's managed mode gives (nvme-secure-cleanup.txt)`,
+    );
+  }
+
+  // In a driver that cleans nothing, assume_clean vouches only that a one-time-use device is unused.
+  if (!options.cleanupKeys && entry.assumeClean && !entry.oneTimeUse) {
+    throw new ConfigError(
+      `${at('assume_clean')}: true vouches for nothing in ${options.section} without one_time_use: true: it declares media Berth has no record of clean in drivers that clean devices (nvme), and a one-time-use device unused`,
     );
   }
 

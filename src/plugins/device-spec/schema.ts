@@ -59,22 +59,32 @@ export const hostEntryShape = {
 export const cleanupEntryShape = {
   clear_action: z.enum(['auto', 'sanitize', 'zero']).describe('NVMe: what scrubs the device (default auto)'),
   clear_strategy: z.enum(['auto', 'crypto', 'block']).describe('NVMe: how a sanitize erases (default auto)'),
+};
+
+/**
+ * The operator's word for media Berth has no record of, in every driver: a
+ * cleaned device is offered without a first cleanup; a one-time-use device
+ * is taken as unused instead of held for a release (decision 62). Elsewhere
+ * it vouches for nothing, so it is refused.
+ */
+export const assumeCleanShape = {
   assume_clean: bool.describe(
-    'a device Berth never cleaned is offered without a first cleanup, and the agent logs it (default false: cleaned before its first offer)',
+    'media Berth has no record of is taken as clean: a device that is cleaned is offered without a first cleanup, a one-time-use device as unused; the agent logs it (default false: cleaned first, or held for an operator)',
   ),
 };
 
 export const NOVA_KEYS: readonly string[] = Object.keys(novaEntryShape);
 export const HOST_KEYS: readonly string[] = Object.keys(hostEntryShape);
 export const CLEANUP_KEYS: readonly string[] = Object.keys(cleanupEntryShape);
+export const ASSUME_CLEAN_KEYS: readonly string[] = Object.keys(assumeCleanShape);
 
 /** One entry's input shape (for the JSON Schema). */
 export function deviceSpecEntrySchema(cleanupKeys: boolean) {
   return z
     .strictObject(
       cleanupKeys
-        ? { ...novaEntryShape, ...hostEntryShape, ...cleanupEntryShape }
-        : { ...novaEntryShape, ...hostEntryShape },
+        ? { ...novaEntryShape, ...hostEntryShape, ...cleanupEntryShape, ...assumeCleanShape }
+        : { ...novaEntryShape, ...hostEntryShape, ...assumeCleanShape },
     )
     .partial();
 }

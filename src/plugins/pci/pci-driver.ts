@@ -223,6 +223,8 @@ export function deviceFromFunction(
     healthReason: fn.kernelDriver ? '' : 'no kernel driver is bound to the function',
     unallocatableReason: '',
     attributes,
+    // One-time use only (the parser refuses it elsewhere): vouched unused when Berth has no record of it.
+    ...(entry.assumeClean ? { assumeClean: true as const } : {}),
   };
 }
 

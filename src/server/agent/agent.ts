@@ -39,8 +39,7 @@ import { CleanupRunner } from './cleanup-runner.js';
 import { type AgentConfig, agentAuthOptions } from './config.js';
 import { Coalescer, type SourceStatus, UdevadmSource } from './hotplug.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
-import { publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
-import type { ObserveResult } from './media-ledger.js';
+import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
 import { loadOrCreateSigningKey, retiredPublicKeys, type SigningKey } from './signing-key.js';
@@ -298,6 +297,13 @@ export class Agent {
     }
     cleanups.recover();
     try {
+      const custody = journal.media.startCustody(bootId);
+      if (custody.broken > 0) {
+        logger.warn(
+          { previousBootId: custody.previous, bootId, media: custody.broken },
+          `the host booted since the agent last ran: the custody of ${custody.broken} media records broke; each is scrubbed (cleaned media) or held for an operator (one-time use) when seen`,
+        );
+      }
       agent.applyDiscovery(first.devices, [], true);
     } catch (err) {
       journal.close();
@@ -521,9 +527,18 @@ export class Agent {
       ...result.devices,
       ...this.inventory.list().filter((d) => !scope.has(d.address) && d.media && keys.has(d.media.key)),
     ];
+    // The media this pass's functions reached: one it no longer sees anywhere here left custody.
+    const except = new Set<string>();
+    for (const d of this.inventory.list()) {
+      if (d.media && scope.has(d.address) && result.failedDrivers.includes(d.driver)) except.add(d.media.key);
+    }
     try {
-      this.logObserved(
-        this.journal.media.observe(seenMedia(seen, this.config.host), this.journal.legacyHolds()),
+      logObserved(
+        this.logger,
+        this.journal.media.observe(seenMedia(seen, this.config.host), this.journal.legacyHolds(), undefined, {
+          keys,
+          except,
+        }),
         seen,
       );
     } catch (err) {
@@ -697,9 +712,22 @@ export class Agent {
     failedDrivers: readonly string[],
     strict: boolean,
   ): InventoryDiff {
+    // Media of a driver that failed is not looked for: its devices keep their last state.
+    const except = new Set<string>();
+    for (const d of this.inventory.list())
+      if (d.media && failedDrivers.includes(d.driver)) except.add(d.media.key);
     try {
-      this.logObserved(
-        this.journal.media.observe(seenMedia(devices, this.config.host), this.journal.legacyHolds()),
+      logObserved(
+        this.logger,
+        this.journal.media.observe(
+          seenMedia(devices, this.config.host),
+          this.journal.legacyHolds(),
+          undefined,
+          {
+            keys: 'all',
+            except,
+          },
+        ),
         devices,
       );
     } catch (err) {
@@ -707,45 +735,6 @@ export class Agent {
       this.logger.error({ err }, 'cannot record what this discovery saw of media in the journal');
     }
     return this.inventory.apply(withRecords(devices, this.journal.media), failedDrivers);
-  }
-
-  private logObserved(o: ObserveResult, devices: DiscoveredDevice[]): void {
-    const at = (address: string) => devices.find((d) => d.address === address);
-    for (const c of o.created) {
-      const d = at(c.address);
-      this.logger.info(
-        {
-          media: c.key,
-          kind: d?.media?.kind,
-          address: c.address,
-          condition: c.condition,
-          ...(d?.media?.serial ? { serial: d.media.serial } : {}),
-          ...(c.inheritedFrom ? { inheritedFrom: c.inheritedFrom } : {}),
-        },
-        c.condition === 'dirty'
-          ? `media ${c.key} seen for the first time at ${c.address}: never cleaned by Berth, it is cleaned before its first offer`
-          : `media ${c.key} seen for the first time at ${c.address}`,
-      );
-    }
-    for (const x of o.declared) {
-      const entry = at(x.address)?.attributes.device_spec ?? 'its device_spec entry';
-      this.logger.info(
-        { media: x.key, address: x.address, deviceSpec: entry },
-        `media ${x.key} at ${x.address} declared clean by device_spec entry ${entry} (assume_clean), not cleaned before its first offer`,
-      );
-    }
-    for (const m of o.moved) {
-      this.logger.warn(
-        { media: m.key, from: m.from, to: m.to, condition: m.condition },
-        `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
-      );
-    }
-    for (const h of o.migrated) {
-      this.logger.info(
-        { address: h.address, media: h.key, arqUuid: h.arqUuid },
-        `the hold of ${h.address} for ARQ ${h.arqUuid}, recorded by address, now follows its media ${h.key}`,
-      );
-    }
   }
 
   /** The journal changed its record of `key`: the devices that reach it say so (a `changed` event each). */

@@ -10,7 +10,13 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
-import { type LegacyHold, MEDIA_MIGRATION, MediaLedger, type StoredMedia } from './media-ledger.js';
+import {
+  CUSTODY_MIGRATION,
+  type LegacyHold,
+  MEDIA_MIGRATION,
+  MediaLedger,
+  type StoredMedia,
+} from './media-ledger.js';
 
 const MIGRATIONS = [
   `CREATE TABLE cleanup_jobs (
@@ -51,6 +57,9 @@ const MIGRATIONS = [
      delivered INTEGER NOT NULL DEFAULT 0,
      UNIQUE (media_key, seq)
    );`,
+  // Custody of media (decision 62): when each record's custody broke and why,
+  // and the boot id the journal last ran under.
+  CUSTODY_MIGRATION,
   // One chain per media across hosts (decision 63): the agent signs after the
   // scheduler's link, so its journal may hold two links of one seq of a media
   // (its own older one, and one after another host's link since). Rebuilt
@@ -148,6 +157,11 @@ export class CleanupJournal {
     for (let i = version; i < MIGRATIONS.length; i++) {
       this.db.transaction(() => {
         this.db.exec(MIGRATIONS[i]!);
+        // A new journal (a new host, or a lost one) adopts nothing: only an upgraded one
+        // may take the one-time-use media it finds as unused.
+        if (MIGRATIONS[i] === CUSTODY_MIGRATION && version === 0) {
+          this.db.exec(`UPDATE custody SET adopt_unrecorded = 0`);
+        }
         this.db.pragma(`user_version = ${i + 1}`);
       })();
     }

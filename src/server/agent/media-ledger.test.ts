@@ -41,6 +41,7 @@ const seen = (address: string, key: string, extra: Partial<SeenMedia> = {}): See
   key,
   cleanable: true,
   assumeClean: false,
+  oneTimeUse: false,
   slotPrefix: `pci-slot:h:${address}:144d:a824:`,
   ...extra,
 });
@@ -143,7 +144,7 @@ describe('MediaLedger', () => {
     expect(reopen(j, dir).media.get(NQN)).toMatchObject({ burned: false, since: 99 });
   });
 
-  it('a one-time-use device that is not cleaned: the burn is its record; a release leaves nothing to keep', async () => {
+  it('a one-time-use device that is not cleaned: the burn is its record; released, it keeps a record of being unused', async () => {
     const dir = await stateDir();
     let j = open(dir);
     const gpu = 'pci-dsn:10de:a0-b1-c2-d3-e4-f5-06-17:00.0';
@@ -151,10 +152,14 @@ describe('MediaLedger', () => {
     j = reopen(j, dir);
     expect(j.media.get(gpu)).toMatchObject({ condition: 'not_cleanable', burned: true, arqUuid: 'arq-1' });
     // Seen as a device that is not cleaned: the burn is kept.
-    j.media.observe([seen('0000:65:00.0', gpu, { cleanable: false })], []);
+    j.media.observe([seen('0000:65:00.0', gpu, { cleanable: false, oneTimeUse: true })], []);
     expect(j.media.get(gpu)?.burned).toBe(true);
     expect(j.media.release(gpu)).toMatchObject({ condition: 'not_cleanable', burned: false });
-    expect(reopen(j, dir).media.get(gpu)).toBeUndefined();
+    // Kept: without a record, a one-time-use media is of unknown use at its next sight.
+    j = reopen(j, dir);
+    expect(j.media.get(gpu)).toMatchObject({ condition: 'not_cleanable', burned: false });
+    j.media.observe([seen('0000:65:00.0', gpu, { cleanable: false, oneTimeUse: true })], []);
+    expect(j.media.get(gpu)).toMatchObject({ burned: false });
   });
 
   it('media no longer cleaned here is never "clean" again without a cleanup; cleaned again, it is dirty', async () => {
@@ -283,5 +288,130 @@ describe('an agent killed while it cleaned', () => {
       reason: 'its cleanup was interrupted by an agent restart',
     });
     expect(changed).toEqual([`${NQN} dirty`]);
+  });
+});
+
+describe('MediaLedger custody (decision 62)', () => {
+  const GPU = 'pci-dsn:10de:a0-b1-c2-d3-e4-f5-06-17:00.0';
+  const gpuSeen = (extra: Partial<SeenMedia> = {}) =>
+    seen('0000:65:00.0', GPU, { cleanable: false, oneTimeUse: true, ...extra });
+  const all = { keys: 'all' as const, except: new Set<string>() };
+  const T = Date.now();
+
+  it('a media a full pass no longer sees breaks custody, durably; seen again it is dirty (cleaned) with the gap as reason', async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    j.media.startCustody('boot-1', T + 1);
+    j.media.observe([seen(A, NQN, { assumeClean: true })], [], T + 10, all);
+    j.media.markClean(NQN, A, T + 20);
+    // A partial pass that did not look for it changes nothing.
+    expect(j.media.observe([], [], T + 30, { keys: new Set(['other']), except: new Set() }).lost).toEqual([]);
+    // A failed driver's media is not looked for.
+    expect(j.media.observe([], [], T + 35, { keys: 'all', except: new Set([NQN]) }).lost).toEqual([]);
+    const gone = j.media.observe([], [], T + 40, all);
+    expect(gone.lost).toEqual([{ key: NQN, lastAddress: A }]);
+    // Recorded before anything else happens: a restart of the agent with the same boot id keeps the break.
+    j = reopen(j, dir);
+    expect(j.media.startCustody('boot-1', T + 45)).toEqual({ previous: 'boot-1', broken: 0 });
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'clean', custodyBrokenAt: T + 40 });
+    // Looked for again while gone: the first break stays.
+    j.media.observe([], [], T + 50, all);
+    expect(j.media.get(NQN)?.custodyBrokenAt).toBe(T + 40);
+    const back = j.media.observe([seen(B, NQN, { assumeClean: true })], [], T + 60, all);
+    expect(back.regained).toMatchObject([
+      { key: NQN, address: B, brokeAt: T + 40, condition: 'dirty', burned: false },
+    ]);
+    const r = j.media.get(NQN)!;
+    expect(r).toMatchObject({ condition: 'dirty', since: T + 60, custodyBrokenAt: 0, lastAddress: B });
+    expect(r.reason).toContain(`custody broke at ${new Date(T + 40).toISOString()}`);
+    expect(r.reason).toContain('no longer saw it at 0000:01:00.0');
+    // A proven cleanup restores it.
+    expect(j.media.markClean(NQN, B, T + 70)).toMatchObject({ condition: 'clean', custodyBrokenAt: 0 });
+  });
+
+  it('a new boot id breaks the custody of every record; a one-time-use media seen again is held (burned) with the gap as reason', async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    expect(j.media.startCustody('boot-1', T + 1)).toEqual({ previous: '', broken: 0 });
+    j.media.observe([seen(A, NQN, { assumeClean: true }), gpuSeen({ assumeClean: true })], [], T + 10, all);
+    j.media.markClean(NQN, A, T + 20);
+    expect(j.media.get(GPU)).toMatchObject({ condition: 'not_cleanable', burned: false });
+    j = reopen(j, dir);
+    expect(j.media.startCustody('boot-2', T + 30)).toEqual({ previous: 'boot-1', broken: 2 });
+    expect(j.media.get(GPU)?.custodyBreak).toContain('boot id boot-1, now boot-2');
+    const o = j.media.observe(
+      [seen(A, NQN, { assumeClean: true }), gpuSeen({ assumeClean: true })],
+      [],
+      T + 40,
+      all,
+    );
+    expect(o.regained.map((g) => [g.key, g.condition, g.burned])).toEqual([
+      [NQN, 'dirty', false],
+      [GPU, 'not_cleanable', true],
+    ]);
+    expect(j.media.get(GPU)).toMatchObject({ burned: true, since: T + 40, arqUuid: '' });
+    expect(j.media.get(GPU)?.reason).toContain('what happened to it since is unknown');
+    // Only an operator's release clears it; the record stays, unused.
+    expect(j.media.release(GPU, T + 50)).toMatchObject({ burned: false, reason: '' });
+  });
+
+  it('a held record seen again after a break stays held, newer than any cleanup elsewhere', async () => {
+    const j = open(await stateDir());
+    j.media.startCustody('b', T + 1);
+    j.media.observe([seen(A, NQN, { assumeClean: true })], [], T + 10, all);
+    j.media.hold(NQN, A, binding, { cleanable: true, oneTimeUse: false }, T + 20);
+    j.media.observe([], [], T + 30, all);
+    j.media.observe([seen(A, NQN)], [], T + 40, all);
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'held', since: T + 40, arqUuid: 'arq-1' });
+  });
+
+  it('a one-time-use media with no record is held unless assume_clean vouches it unused; an upgraded journal takes what it finds as unused once', async () => {
+    const fresh = open(await stateDir());
+    fresh.media.startCustody('b', T + 1);
+    const o = fresh.media.observe([gpuSeen()], [], T + 10, all);
+    expect(o.unrecorded).toMatchObject([{ key: GPU, held: true }]);
+    expect(fresh.media.get(GPU)).toMatchObject({ condition: 'not_cleanable', burned: true });
+    expect(fresh.media.get(GPU)?.reason).toContain('whether it was used is unknown');
+    const vouched = open(await stateDir());
+    vouched.media.startCustody('b', T + 1);
+    vouched.media.observe([gpuSeen({ assumeClean: true })], [], T + 10, all);
+    expect(vouched.media.get(GPU)).toMatchObject({ burned: false });
+    // A one-time-use media Berth cleans (Nova's clean-one-time-use) is scrubbed, not held.
+    vouched.media.observe([seen(A, NQN, { oneTimeUse: true })], [], T + 20, all);
+    expect(vouched.media.get(NQN)).toMatchObject({ condition: 'dirty', burned: false });
+
+    // A journal of the agent before custody (schema version 4): no record of its unused GPU.
+    const dir = await stateDir();
+    const old = open(dir);
+    old.close();
+    journals.splice(journals.indexOf(old), 1);
+    const db = new Database(join(dir, 'agent-journal.db'));
+    db.exec(
+      `DROP TABLE custody; ALTER TABLE media DROP COLUMN custody_broken_at; ALTER TABLE media DROP COLUMN custody_break;`,
+    );
+    db.pragma('user_version = 4');
+    db.close();
+    const up = open(dir);
+    expect(up.media.startCustody('b', T + 1)).toEqual({ previous: '', broken: 0 });
+    const first = up.media.observe([gpuSeen()], [], T + 10, all);
+    expect(first.unrecorded).toMatchObject([{ key: GPU, held: false }]);
+    expect(up.media.get(GPU)).toMatchObject({ burned: false });
+    // Once: another one-time-use media seen later, with no record, is held.
+    const other = 'pci-dsn:10de:00-00-00-00-00-00-00-02:00.0';
+    up.media.observe(
+      [gpuSeen(), seen('0000:66:00.0', other, { cleanable: false, oneTimeUse: true })],
+      [],
+      T + 20,
+      all,
+    );
+    expect(up.media.get(other)).toMatchObject({ burned: true });
+    expect(reopen(up, dir).media.startCustody('b', T + 30)).toEqual({ previous: 'b', broken: 0 });
+  });
+
+  it('a device neither cleaned nor one-time-use keeps no record, custody or not', async () => {
+    const j = open(await stateDir());
+    j.media.startCustody('b', T + 1);
+    j.media.observe([seen('0000:66:00.0', 'pci-dsn:8086:x:00.0', { cleanable: false })], [], T + 10, all);
+    expect(j.media.size).toBe(0);
   });
 });

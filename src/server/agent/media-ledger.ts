@@ -41,12 +41,33 @@ export const MEDIA_MIGRATION = `
   );
   ALTER TABLE cleanup_jobs ADD COLUMN media_key TEXT NOT NULL DEFAULT '';`;
 
+/**
+ * Custody (DESIGN invariant 15, decision 62): when each record's custody
+ * broke (0 = unbroken) and why, and the boot id the journal last ran under.
+ * `adopt_unrecorded` is 1 on a journal that predates custody: its agent kept
+ * no record of unused one-time-use media, so the first discovery after the
+ * upgrade takes those it finds as unused (cleared with that discovery).
+ */
+export const CUSTODY_MIGRATION = `
+  ALTER TABLE media ADD COLUMN custody_broken_at INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE media ADD COLUMN custody_break TEXT NOT NULL DEFAULT '';
+  CREATE TABLE custody (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    boot_id TEXT NOT NULL,
+    adopt_unrecorded INTEGER NOT NULL CHECK (adopt_unrecorded IN (0, 1))
+  );
+  INSERT INTO custody (id, boot_id, adopt_unrecorded) VALUES (1, '', 1);`;
+
 /** A journal record with why it is in its condition (for messages and logs). */
 export interface StoredMedia extends MediaRecord {
   /** ms since the epoch: when a discovery last saw it (to a day). */
   lastSeen: number;
-  /** Why it is dirty ('' otherwise). */
+  /** Why it is dirty, or burned without a binding (custody unknown); '' otherwise. */
   reason: string;
+  /** ms since the epoch: when its custody broke (absent from a discovery, or the host restarted); 0 = unbroken. */
+  custodyBrokenAt: number;
+  /** Why its custody broke ('' while unbroken). */
+  custodyBreak: string;
 }
 
 /** A device as a discovery pass reports it, for the ledger. */
@@ -57,6 +78,8 @@ export interface SeenMedia {
   cleanable: boolean;
   /** Its device_spec entry says assume_clean. */
   assumeClean: boolean;
+  /** Its device_spec entry says one_time_use. */
+  oneTimeUse: boolean;
   /**
    * `pci-slot:<host>:<address>:<vendor>:<product>:`: a record under this
    * prefix is what this function was known by before it was identified (an
@@ -79,6 +102,27 @@ export interface ObserveResult {
   consumedLegacy: string[];
   /** Keys whose record changed (the inventory shows the new one). */
   changed: string[];
+  /** Media a discovery looked for and no longer sees: their custody broke now. */
+  lost: { key: string; lastAddress: string }[];
+  /** Media seen again after their custody broke: of unknown history, now dirty (cleaned) or burned (one-time use). */
+  regained: {
+    key: string;
+    address: string;
+    brokeAt: number;
+    why: string;
+    condition: MediaCondition;
+    burned: boolean;
+  }[];
+  /** One-time-use media seen with no record: held for an operator (burned), or taken as unused (assume_clean, or an upgrade). */
+  unrecorded: { key: string; address: string; held: boolean; why: string }[];
+}
+
+/** Which records a discovery pass looked for: their media, not seen, left custody. */
+export interface Lookout {
+  /** Every record (a full pass), or those of these keys (a partial one). */
+  keys: ReadonlySet<string> | 'all';
+  /** Keys a failed driver's devices reach: not looked for (their devices keep their last state). */
+  except: ReadonlySet<string>;
 }
 
 /** A hold the journal recorded by address, before media identities. */
@@ -99,6 +143,9 @@ interface Row {
   instance_uuid: string;
   last_seen: number;
   reason: string;
+  /** Absent from a journal read before its custody migration (the operator's dry run). */
+  custody_broken_at?: number;
+  custody_break?: string;
 }
 
 const fromRow = (r: Row): StoredMedia => ({
@@ -111,7 +158,11 @@ const fromRow = (r: Row): StoredMedia => ({
   instanceUuid: r.instance_uuid,
   lastSeen: r.last_seen,
   reason: r.reason,
+  custodyBrokenAt: r.custody_broken_at ?? 0,
+  custodyBreak: r.custody_break ?? '',
 });
+
+const iso = (ms: number) => new Date(ms).toISOString();
 
 /** What a next tenant could be hurt by: the record must never be lost. */
 export function isInformative(r: MediaRecord): boolean {
@@ -129,6 +180,8 @@ const SEVERITY: Record<MediaCondition, number> = {
 
 export class MediaLedger {
   private readonly records = new Map<string, StoredMedia>();
+  /** The journal predates custody: the first full discovery takes unrecorded one-time-use media as unused. */
+  private adopting = false;
 
   constructor(private readonly db: Database.Database) {}
 
@@ -162,14 +215,50 @@ export class MediaLedger {
     return this.records.size;
   }
 
+  /**
+   * At the agent's start, before its first discovery: a boot id other than
+   * the one the journal last ran under means the host was off (or the
+   * journal was carried to another machine), and what happened to its
+   * hardware meanwhile is unknown, so the custody of every record whose
+   * custody is unbroken breaks now, durably. A journal with no boot id yet
+   * (new, or from before custody) takes this one. Returns the previous boot
+   * id and how many records broke.
+   */
+  startCustody(bootId: string, now = Date.now()): { previous: string; broken: number } {
+    const row = this.db.prepare(`SELECT boot_id, adopt_unrecorded FROM custody WHERE id = 1`).get() as
+      | { boot_id: string; adopt_unrecorded: number }
+      | undefined;
+    const previous = row?.boot_id ?? '';
+    this.adopting = row?.adopt_unrecorded === 1;
+    if (previous === bootId) return { previous, broken: 0 };
+    const why = `the host started again (boot id ${previous}, now ${bootId}): it was off, and its hardware may have been moved or used elsewhere meanwhile`;
+    const broken = this.db
+      .transaction(() => {
+        this.db
+          .prepare(`INSERT INTO custody (id, boot_id, adopt_unrecorded) VALUES (1, ?, 0)
+                    ON CONFLICT (id) DO UPDATE SET boot_id = excluded.boot_id`)
+          .run(bootId);
+        if (previous === '') return 0;
+        return this.db
+          .prepare(`UPDATE media SET custody_broken_at = ?, custody_break = ? WHERE custody_broken_at = 0`)
+          .run(now, why).changes;
+      })
+      .immediate();
+    if (broken > 0) this.read();
+    return { previous, broken };
+  }
+
   private write(r: StoredMedia): void {
     this.db
       .prepare(
-        `INSERT INTO media (key, condition, burned, since, last_address, arq_uuid, instance_uuid, last_seen, reason)
-         VALUES (@key, @condition, @burned, @since, @lastAddress, @arqUuid, @instanceUuid, @lastSeen, @reason)
+        `INSERT INTO media (key, condition, burned, since, last_address, arq_uuid, instance_uuid, last_seen, reason,
+           custody_broken_at, custody_break)
+         VALUES (@key, @condition, @burned, @since, @lastAddress, @arqUuid, @instanceUuid, @lastSeen, @reason,
+           @custodyBrokenAt, @custodyBreak)
          ON CONFLICT (key) DO UPDATE SET condition = excluded.condition, burned = excluded.burned,
            since = excluded.since, last_address = excluded.last_address, arq_uuid = excluded.arq_uuid,
-           instance_uuid = excluded.instance_uuid, last_seen = excluded.last_seen, reason = excluded.reason`,
+           instance_uuid = excluded.instance_uuid, last_seen = excluded.last_seen, reason = excluded.reason,
+           custody_broken_at = excluded.custody_broken_at, custody_break = excluded.custody_break`,
       )
       .run({ ...r, burned: r.burned ? 1 : 0 });
   }
@@ -209,13 +298,17 @@ export class MediaLedger {
   /**
    * A discovery pass: media seen for the first time gets its condition
    * (unknown provenance: dirty, unless every device_spec entry that reaches it
-   * says assume_clean; not cleaned: no record), a record seen at another
+   * says assume_clean; not cleaned: no record, unless one-time use: burned,
+   * of unknown use, unless assume_clean vouches it unused), media whose
+   * custody broke is of unknown history when seen again (dirty if cleaned,
+   * burned if one-time use), media the pass looked for (`lookout`) and did not
+   * see leaves custody (the break is recorded), a record seen at another
    * address follows it there, and holds recorded by address before media
    * identities move onto the media found at that address. Media a
    * function was known by before it was identified (its slot's record) passes
    * its held, dirty or burned state on to the identity found now.
    */
-  observe(seen: SeenMedia[], legacy: LegacyHold[], now = Date.now()): ObserveResult {
+  observe(seen: SeenMedia[], legacy: LegacyHold[], now = Date.now(), lookout?: Lookout): ObserveResult {
     const result: ObserveResult = {
       created: [],
       declared: [],
@@ -223,6 +316,9 @@ export class MediaLedger {
       migrated: [],
       changed: [],
       consumedLegacy: [],
+      lost: [],
+      regained: [],
+      unrecorded: [],
     };
     const byKey = new Map<string, SeenMedia[]>();
     for (const s of seen) {
@@ -235,11 +331,17 @@ export class MediaLedger {
     // Slot records (usually none) are looked through only for media seen for the first time.
     const slots = [...this.records.values()].filter((r) => r.key.startsWith('pci-slot:'));
     const current = (key: string) => (next.has(key) ? (next.get(key) ?? undefined) : this.records.get(key));
+    const adopting = this.adopting && lookout?.keys === 'all';
     for (const [key, list] of byKey) {
       list.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
       const addresses = list.map((s) => s.address);
       const cleanable = list.some((s) => s.cleanable);
       const declared = list.filter((s) => s.cleanable).every((s) => s.assumeClean);
+      // A one-time-use media Berth does not clean is held when its use is unknown; one it cleans is
+      // scrubbed with proof instead (Nova's clean-one-time-use: a scrub is what returns it).
+      const oneTimeUse = !cleanable && list.some((s) => s.oneTimeUse);
+      // assume_clean vouches "unused" for a one-time-use media with no record (decision 62).
+      const vouchedUnused = list.filter((s) => s.oneTimeUse).every((s) => s.assumeClean);
       const rec = current(key);
       if (!rec) {
         // What this function was known by before it was identified.
@@ -250,17 +352,23 @@ export class MediaLedger {
                 (r) =>
                   list.some((s) => r.key.startsWith(s.slotPrefix)) && (!next.has(r.key) || next.get(r.key)),
               );
-        if (!cleanable && !slot) continue;
+        if (!cleanable && !oneTimeUse && !slot) continue;
+        const unknownUse = oneTimeUse && !vouchedUnused && !adopting;
+        const useWhy = unknownUse
+          ? 'one-time-use media seen with no record of it (a lost journal, or a device from elsewhere): whether it was used is unknown'
+          : '';
         let created: StoredMedia = {
           key,
           condition: cleanable ? (declared ? 'declared_clean' : 'dirty') : 'not_cleanable',
-          burned: false,
+          burned: unknownUse,
           since: now,
           lastAddress: addresses[0]!,
           arqUuid: '',
           instanceUuid: '',
           lastSeen: now,
-          reason: cleanable && !declared ? 'never cleaned by Berth (unknown provenance)' : '',
+          reason: cleanable && !declared ? 'never cleaned by Berth (unknown provenance)' : useWhy,
+          custodyBrokenAt: 0,
+          custodyBreak: '',
         };
         if (slot) {
           created = merge(created, slot, now);
@@ -268,6 +376,18 @@ export class MediaLedger {
         }
         next.set(key, created);
         if (created.condition === 'declared_clean') result.declared.push({ key, address: addresses[0]! });
+        if (oneTimeUse) {
+          result.unrecorded.push({
+            key,
+            address: addresses[0]!,
+            held: created.burned,
+            why: unknownUse
+              ? useWhy
+              : adopting
+                ? 'the journal predates custody and kept no record of unused one-time-use media'
+                : 'assume_clean in its device_spec entry vouches that it is unused',
+          });
+        }
         result.created.push({
           key,
           address: addresses[0]!,
@@ -277,6 +397,29 @@ export class MediaLedger {
         continue;
       }
       let r = rec;
+      if (r.custodyBrokenAt > 0) {
+        // Seen again after a gap in custody: what happened to it meanwhile is unknown.
+        const gap = `its custody broke at ${iso(r.custodyBrokenAt)} (${r.custodyBreak}); what happened to it since is unknown`;
+        r = {
+          ...r,
+          condition: cleanable && r.condition !== 'held' ? 'dirty' : r.condition,
+          burned: r.burned || oneTimeUse,
+          since: now,
+          reason: cleanable || oneTimeUse ? gap : r.reason,
+          custodyBrokenAt: 0,
+          custodyBreak: '',
+        };
+        if (cleanable || oneTimeUse) {
+          result.regained.push({
+            key,
+            address: addresses[0]!,
+            brokeAt: rec.custodyBrokenAt,
+            why: rec.custodyBreak,
+            condition: r.condition,
+            burned: r.burned,
+          });
+        }
+      }
       if (cleanable && r.condition === 'not_cleanable') {
         r = {
           ...r,
@@ -294,8 +437,27 @@ export class MediaLedger {
         r = { ...r, lastAddress: addresses[0]! };
       }
       if (now - r.lastSeen >= SEEN_RESOLUTION_MS) r = { ...r, lastSeen: now };
+      // A one-time-use media keeps its record (unused, once released): without one it is of unknown use.
       if (r !== rec)
-        next.set(key, !cleanable && !isInformative(r) && r.condition === 'not_cleanable' ? null : r);
+        next.set(
+          key,
+          !cleanable && !oneTimeUse && !isInformative(r) && r.condition === 'not_cleanable' ? null : r,
+        );
+    }
+    // Media this pass looked for and did not see: pulled, moved, or its host rebuilt.
+    if (lookout) {
+      const keys = lookout.keys === 'all' ? [...this.records.keys()] : [...lookout.keys];
+      for (const key of keys) {
+        if (byKey.has(key) || lookout.except.has(key)) continue;
+        const rec = current(key);
+        if (!rec || rec.custodyBrokenAt > 0) continue;
+        next.set(key, {
+          ...rec,
+          custodyBrokenAt: now,
+          custodyBreak: `a discovery no longer saw it at ${rec.lastAddress} (pulled, moved, or its host rebuilt)`,
+        });
+        result.lost.push({ key, lastAddress: rec.lastAddress });
+      }
     }
     // Holds recorded by address: onto the media found at that address now; never lost.
     for (const h of legacy) {
@@ -312,13 +474,17 @@ export class MediaLedger {
         instanceUuid: h.instanceUuid,
         lastSeen: now,
         reason: '',
+        custodyBrokenAt: 0,
+        custodyBreak: '',
       };
       next.set(s.key, rec?.condition === 'held' ? rec : held);
       result.migrated.push({ address: h.address, key: s.key, arqUuid: h.arqUuid });
       result.consumedLegacy.push(h.address);
     }
-    if (next.size === 0 && result.consumedLegacy.length === 0) return result;
+    const adopted = adopting;
+    if (next.size === 0 && result.consumedLegacy.length === 0 && !adopted) return result;
     this.transact((put, del) => {
+      if (adopted) this.db.prepare(`UPDATE custody SET adopt_unrecorded = 0 WHERE id = 1`).run();
       for (const [key, r] of next) {
         if (r) put(r);
         else if (this.records.has(key)) del(key);
@@ -327,6 +493,7 @@ export class MediaLedger {
         this.db.prepare(`DELETE FROM held_devices WHERE address = ?`).run(address);
       }
     });
+    if (adopted) this.adopting = false;
     result.changed = [...next.keys()];
     return result;
   }
@@ -359,6 +526,8 @@ export class MediaLedger {
       instanceUuid: binding.instanceUuid,
       lastSeen: now,
       reason: '',
+      custodyBrokenAt: 0,
+      custodyBreak: '',
     };
     this.transact((put) => put(r));
     return r;
@@ -377,6 +546,9 @@ export class MediaLedger {
       instanceUuid: '',
       lastSeen: now,
       reason: '',
+      // A proven cleanup of the media, here: what it held before no longer matters.
+      custodyBrokenAt: 0,
+      custodyBreak: '',
     };
     this.transact((put) => put(r));
     return r;
@@ -395,20 +567,29 @@ export class MediaLedger {
       instanceUuid: '',
       lastSeen: now,
       reason,
+      custodyBrokenAt: rec?.custodyBrokenAt ?? 0,
+      custodyBreak: rec?.custodyBreak ?? '',
     };
     this.transact((put) => put(r));
     return r;
   }
 
-  /** ReleaseDevice: the operator clears the burn. Unchanged (no write) when not burned. */
+  /**
+   * ReleaseDevice: the operator clears the burn. Unchanged (no write) when not
+   * burned. The record stays (unused now): a one-time-use media without one
+   * is of unknown use at its next sight.
+   */
   release(key: string, now = Date.now()): StoredMedia | undefined {
     const rec = this.records.get(key);
     if (!rec?.burned) return rec;
-    const r: StoredMedia = { ...rec, burned: false, since: now };
-    // A released one-time-use device that is not cleaned keeps no record: nothing is left to follow.
-    const keep = isInformative(r) || r.condition === 'clean' || r.condition === 'declared_clean';
-    this.transact((put, del) => (keep ? put(r) : del(key)));
-    return keep ? r : { ...r, condition: 'not_cleanable', arqUuid: '', instanceUuid: '' };
+    const r: StoredMedia = {
+      ...rec,
+      burned: false,
+      since: now,
+      reason: rec.condition === 'dirty' ? rec.reason : '',
+    };
+    this.transact((put) => put(r));
+    return r;
   }
 }
 

@@ -1,10 +1,12 @@
 /**
  * Between the inventory and the journal's record of media: what a discovery
- * tells the ledger of each device, and the record each device carries.
+ * tells the ledger of each device, the record each device carries, and what
+ * a pass changed, in the log.
  */
+import type { Logger } from 'pino';
 import type { DiscoveredDevice, MediaRecord } from '../../plugins/types.js';
 import { MEDIA_RECORD_LIMITS } from '../scheduler/domain/media-reports.js';
-import type { MediaLedger, SeenMedia, StoredMedia } from './media-ledger.js';
+import type { MediaLedger, ObserveResult, SeenMedia, StoredMedia } from './media-ledger.js';
 import { isInformative } from './media-ledger.js';
 
 /** At most this many media records go with a registration (the newest first): the scheduler's bound. */
@@ -20,6 +22,7 @@ export function seenMedia(devices: readonly DiscoveredDevice[], host: string): S
       key: d.media.key,
       cleanable: d.supportsCleaning,
       assumeClean: d.assumeClean === true,
+      oneTimeUse: d.oneTimeUse,
       slotPrefix: `pci-slot:${host}:${d.address}:${d.vendorId}:${d.productId}:`,
     });
   }
@@ -35,6 +38,7 @@ export function publicRecord(r: StoredMedia): MediaRecord {
     lastAddress: r.lastAddress,
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
+    reason: r.reason,
   };
 }
 
@@ -56,6 +60,7 @@ export function recordFor(d: DiscoveredDevice, ledger: MediaLedger): MediaRecord
     lastAddress: d.address,
     arqUuid: '',
     instanceUuid: '',
+    reason: '',
   };
 }
 
@@ -85,4 +90,62 @@ export function reportedMedia(ledger: MediaLedger): { records: MediaRecord[]; le
     records: all.slice(0, MAX_REPORTED_MEDIA).map(publicRecord),
     leftOut: Math.max(0, all.length - MAX_REPORTED_MEDIA),
   };
+}
+
+/** What a discovery pass changed in the journal's record of media, in the agent's log. */
+export function logObserved(logger: Logger, o: ObserveResult, devices: readonly DiscoveredDevice[]): void {
+  const at = (address: string) => devices.find((d) => d.address === address);
+  for (const c of o.created) {
+    const d = at(c.address);
+    logger.info(
+      {
+        media: c.key,
+        kind: d?.media?.kind,
+        address: c.address,
+        condition: c.condition,
+        ...(d?.media?.serial ? { serial: d.media.serial } : {}),
+        ...(c.inheritedFrom ? { inheritedFrom: c.inheritedFrom } : {}),
+      },
+      c.condition === 'dirty'
+        ? `media ${c.key} seen for the first time at ${c.address}: never cleaned by Berth, it is cleaned before its first offer`
+        : `media ${c.key} seen for the first time at ${c.address}`,
+    );
+  }
+  for (const x of o.declared) {
+    const entry = at(x.address)?.attributes.device_spec ?? 'its device_spec entry';
+    logger.info(
+      { media: x.key, address: x.address, deviceSpec: entry },
+      `media ${x.key} at ${x.address} declared clean by device_spec entry ${entry} (assume_clean), not cleaned before its first offer`,
+    );
+  }
+  for (const m of o.moved) {
+    logger.warn(
+      { media: m.key, from: m.from, to: m.to, condition: m.condition },
+      `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
+    );
+  }
+  for (const l of o.lost) {
+    logger.warn(
+      { media: l.key, lastAddress: l.lastAddress },
+      `media ${l.key}, last seen at ${l.lastAddress}, is gone: its custody broke, it is of unknown history if it comes back`,
+    );
+  }
+  for (const g of o.regained) {
+    logger.warn(
+      { media: g.key, address: g.address, custodyBrokeAt: new Date(g.brokeAt).toISOString(), why: g.why },
+      `media ${g.key} is back at ${g.address} after its custody broke (${g.why}): ${g.burned ? 'held for an operator’s release' : 'scrubbed before it is offered'}`,
+    );
+  }
+  for (const u of o.unrecorded) {
+    logger[u.held ? 'warn' : 'info'](
+      { media: u.key, address: u.address, held: u.held },
+      `one-time-use media ${u.key} at ${u.address} has no record: ${u.held ? `held for an operator’s release (${u.why})` : `taken as unused (${u.why})`}`,
+    );
+  }
+  for (const h of o.migrated) {
+    logger.info(
+      { address: h.address, media: h.key, arqUuid: h.arqUuid },
+      `the hold of ${h.address} for ARQ ${h.arqUuid}, recorded by address, now follows its media ${h.key}`,
+    );
+  }
 }

@@ -14,7 +14,7 @@
  */
 
 import { BerthError } from '../../../errors.js';
-import type { MediaRecord } from '../../../plugins/types.js';
+import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
 import { type DeviceRecord, mediaSettled } from './device-state.js';
 
 /** What the scheduler knows of the data on a media. */
@@ -34,8 +34,19 @@ export interface MediaHolder {
 export interface MediaState {
   key: string;
   condition: MediaCondition;
-  /** A one-time-use device of this media was handed out; only an operator's release clears it. */
+  /**
+   * A one-time-use device of this media was handed out, or its history is
+   * unknown (custody); only an operator's release clears it.
+   */
   burned: boolean;
+  /** Why it is burned when no binding burned it (custody unknown, decision 62); '' otherwise. */
+  burnReason: string;
+  /**
+   * Custody (DESIGN invariant 15): the hosts that last reported a device of
+   * it present, sorted. A host that reports it while none of these does any
+   * more took it over: what happened between is unknown. [] = none known.
+   */
+  custodians: string[];
   /** While held: the allocated device. */
   holder: MediaHolder | null;
   /** While dirty: why, in words (shown in reasons and logs). */
@@ -86,10 +97,14 @@ export function firstSight(d: DeviceRecord, agent: MediaRecord | null, now: stri
     key,
     condition: dirty ? 'dirty' : 'clean',
     burned: d.burned || (agent?.burned ?? false),
+    burnReason: agent?.burned && agent.reason ? `the agent of host ${d.host}: ${agent.reason}` : '',
+    custodians: [],
     holder: null,
     reason: dirty
       ? agent
-        ? `its agent's journal says it is ${agent.condition.replace('_', ' ')}`
+        ? agent.reason
+          ? `the agent of host ${d.host}: ${agent.reason}`
+          : `its agent's journal says it is ${agent.condition.replace('_', ' ')}`
         : 'Berth never cleaned it (unknown provenance)'
       : '',
     host: d.host,
@@ -119,13 +134,15 @@ export function mediaCleaned(m: MediaState, at: number, now: string): MediaState
 export function mediaReported(m: MediaState, r: MediaRecord, host: string, now: string): MediaState {
   const dirt = agentReportsDirt(r, m.cleanedAt) && m.condition === 'clean';
   if (!dirt && (m.burned || !r.burned)) return m;
+  const burns = r.burned && !m.burned;
   return {
     ...m,
     burned: m.burned || r.burned,
+    ...(burns && r.reason ? { burnReason: `the agent of host ${host}: ${r.reason}` } : {}),
     ...(dirt
       ? {
           condition: 'dirty' as const,
-          reason: `the agent of host ${host} records it ${r.condition} since ${new Date(r.since).toISOString()}`,
+          reason: `the agent of host ${host} records it ${r.condition} since ${new Date(r.since).toISOString()}${r.reason ? `: ${r.reason}` : ''}`,
         }
       : {}),
     updatedAt: now,
@@ -134,7 +151,45 @@ export function mediaReported(m: MediaState, r: MediaRecord, host: string, now: 
 
 /** An operator released the media's burn (ReleaseDevice). */
 export const mediaUnburned = (m: MediaState, now: string): MediaState =>
-  m.burned ? { ...m, burned: false, updatedAt: now } : m;
+  m.burned ? { ...m, burned: false, burnReason: '', updatedAt: now } : m;
+
+/**
+ * What tells two media that claim one key apart ('' when nothing does): a
+ * cloned NQN or serial puts two drives under one key (docs/media-identity.md).
+ * The controllers of one subsystem agree on its serial and model, and on the
+ * identifiers of each namespace both of them see (compared when `namespaces`).
+ */
+export function identityDifference(a: MediaIdentity, b: MediaIdentity, namespaces = true): string {
+  if (a.kind !== b.kind) return `kind ${a.kind} and ${b.kind}`;
+  if (a.serial !== b.serial) return `serial ${a.serial || '(none)'} and ${b.serial || '(none)'}`;
+  if (a.model !== b.model) return `model ${a.model || '(none)'} and ${b.model || '(none)'}`;
+  if (!namespaces) return '';
+  for (const x of a.namespaces) {
+    const y = b.namespaces.find((n) => n.nsid === x.nsid);
+    if (!y) continue;
+    for (const f of ['nguid', 'eui64', 'uuid'] as const) {
+      if (x[f] && y[f] && x[f] !== y[f]) return `namespace ${x.nsid}'s ${f} ${x[f]} and ${y[f]}`;
+    }
+  }
+  return '';
+}
+
+/** Two present devices of one key whose identities differ: two media claiming one key, and why. */
+function clonedKey(devices: readonly DeviceRecord[]): string {
+  const present = devices.filter((d) => d.present && d.media);
+  for (let i = 0; i < present.length; i++) {
+    for (let j = i + 1; j < present.length; j++) {
+      const [a, b] = [present[i]!, present[j]!];
+      // Namespace identifiers only within one host: its controllers are re-read together, while
+      // another host's record of a namespace a cleanup re-created may lag a discovery behind.
+      const differ = identityDifference(a.media!, b.media!, a.host === b.host);
+      if (differ) {
+        return `two different media claim key ${a.media!.key}: ${where(a)} and ${where(b)} differ in ${differ} (a cloned NQN or serial); neither is offered or cleaned until one of them is removed (pulled, or left out of device_spec), and the one left is scrubbed (or held for an operator's release) before its offer`;
+      }
+    }
+  }
+  return '';
+}
 
 const where = (d: { host: string; address: string }) => `${d.host} ${d.address}`;
 
@@ -195,6 +250,26 @@ export function settleMedia(m: MediaState, devices: readonly DeviceRecord[], now
           reason: was ? `held through ${where(was)} until its release` : 'held until its release',
         };
   }
+  // Custody (DESIGN invariant 15): hosts that present it now, none of which
+  // did last time, took it over; two media under one key are never guessed.
+  const presentHosts = [...new Set(devices.filter((d) => d.present).map((d) => d.host))].sort();
+  const prior = next.custodians;
+  let unknown = '';
+  if (presentHosts.length > 0) {
+    if (prior.length > 0 && !presentHosts.some((h) => prior.includes(h))) {
+      unknown = `custody changed: ${presentHosts.join(' and ')} reports it after ${prior.join(' and ')} did, and what happened to it between is unknown`;
+    }
+    next = { ...next, custodians: presentHosts };
+  }
+  const clone = clonedKey(devices);
+  if (clone) unknown = clone;
+  if (unknown) {
+    // Cleaned media is scrubbed with proof; a one-time-use device Berth does not clean is held.
+    if (cleanable && next.condition === 'clean') next = { ...next, condition: 'dirty', reason: unknown };
+    else if (!cleanable && devices.some((d) => d.oneTimeUse) && !next.burned) {
+      next = { ...next, burned: true, burnReason: unknown };
+    }
+  }
   if (next.condition === 'dirty' && devices.length > 0 && !cleanable) {
     next = { ...next, condition: 'clean', reason: '' };
   }
@@ -210,7 +285,7 @@ export function settleMedia(m: MediaState, devices: readonly DeviceRecord[], now
   // reported by an agent or remembered from another address): the first
   // present, healthy device that can clean it does.
   let toClean: DeviceRecord | null = null;
-  if (next.condition === 'dirty' && busy.length === 0) {
+  if (next.condition === 'dirty' && busy.length === 0 && !clone) {
     toClean =
       devices.find(
         (d) =>
@@ -223,7 +298,7 @@ export function settleMedia(m: MediaState, devices: readonly DeviceRecord[], now
   }
   const out: DeviceRecord[] = [];
   for (const d of devices) {
-    const reason = d.uuid === toClean?.uuid ? '' : mediaReasonFor(d, next, busy);
+    const reason = d.uuid === toClean?.uuid ? '' : mediaReasonFor(d, next, busy, clone);
     const settled = mediaSettled(d, reason, d.burned || next.burned);
     if (settled !== d) out.push(settled);
   }
@@ -232,12 +307,21 @@ export function settleMedia(m: MediaState, devices: readonly DeviceRecord[], now
 }
 
 /** Why `d`'s media keeps it out of the pool, '' when it does not. */
-function mediaReasonFor(d: DeviceRecord, m: MediaState, busy: readonly DeviceRecord[]): string {
+function mediaReasonFor(
+  d: DeviceRecord,
+  m: MediaState,
+  busy: readonly DeviceRecord[],
+  clone: string,
+): string {
   const other = busy.find((b) => b.uuid !== d.uuid);
   if (other) {
     return `its media ${m.key} is ${other.deviceState === 'allocated' ? 'held' : other.deviceState.replace('_', ' ')} through ${where(other)}`;
   }
   if (holdsMedia(d)) return '';
+  if (clone) return clone;
+  if (m.burned && m.burnReason) {
+    return `its media ${m.key} is held for an operator's release (berth device release): ${m.burnReason}`;
+  }
   if (m.condition === 'dirty')
     return `its media ${m.key} may hold tenant data (${m.reason}) and is cleaned first`;
   return '';

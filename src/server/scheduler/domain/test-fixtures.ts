@@ -121,6 +121,7 @@ export function nvmeMedia(
             lastAddress: '',
             arqUuid: '',
             instanceUuid: '',
+            reason: '',
             ...record,
           },
   };

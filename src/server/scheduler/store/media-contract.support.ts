@@ -220,6 +220,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           lastAddress: '0000:20:00.0',
           arqUuid: 'a1',
           instanceUuid: 'i1',
+          reason: '',
         },
         {
           key: 'pci-dsn:10de:00-11-22-33-44-55-66-77',
@@ -229,6 +230,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           lastAddress: '0000:21:00.0',
           arqUuid: '',
           instanceUuid: '',
+          reason: '',
         },
         {
           key: 'nvme:nqn.test:fine',
@@ -238,6 +240,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           lastAddress: '0000:22:00.0',
           arqUuid: '',
           instanceUuid: '',
+          reason: '',
         },
       ]);
       expect(changed.changed.sort()).toEqual([
@@ -308,6 +311,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
         lastAddress: '0000:30:00.0',
         arqUuid: '',
         instanceUuid: '',
+        reason: '',
       });
       await snapshot('h1', [gpu(0)]);
       await store.registerHost(reg('h2'));
@@ -346,6 +350,61 @@ export function runMediaContract(name: string, open: OpenStore): void {
       const back = await device('h2', '0000:15:00.0');
       expect([back.burned, allocatable(back)]).toEqual([true, false]);
       expect((await store.reconcileMediaRecords(hostName('h2'), [dirt])).refused).toEqual([]);
+    });
+
+    it('custody: media a host presents after another host did is cleaned first (a drive) or held for an operator (a GPU), whatever its agent says; a host joining while another still presents it is not a break', async () => {
+      const gpuMedia = {
+        ...nvmeMedia('x').media!,
+        key: 'pci-dsn:10de:aa-bb-cc-dd-ee-ff-00-22',
+        kind: 'PCI_DSN' as const,
+      };
+      const gpuAt = (index: number) =>
+        pciFacts({
+          index,
+          oneTimeUse: true,
+          media: gpuMedia,
+          agentMedia: { ...nvmeMedia('x', { condition: 'not_cleanable' }).agentMedia!, key: gpuMedia.key },
+        });
+      const clean = { condition: 'clean' as const, since: 1 };
+      await snapshot('h1', [ctrl(0, 'nqn.test:moves', clean), gpuAt(1), ctrl(2, 'nqn.test:dual', clean)]);
+      // h2 sees the dual-port drive too while h1 still does: one drive, two hosts, no break.
+      await snapshot('h2', [ctrl(5, 'nqn.test:dual', clean)]);
+      expect(allocatable(await device('h2', '0000:15:00.0'))).toBe(true);
+      // The drive and the GPU leave h1 and show up in h2, whose agent says they are clean and unused.
+      await snapshot('h1', [ctrl(2, 'nqn.test:dual', clean)]);
+      await snapshot('h2', [ctrl(5, 'nqn.test:dual', clean), ctrl(3, 'nqn.test:moves', clean), gpuAt(4)]);
+      const moved = await device('h2', '0000:13:00.0');
+      expect(moved.deviceState).toBe('pending_cleaning');
+      expect((await store.latestCleanupJob(moved.uuid))?.origin).toBe('media');
+      const gpu = await device('h2', '0000:14:00.0');
+      expect([gpu.burned, allocatable(gpu)]).toEqual([true, false]);
+      expect(gpu.mediaReason).toContain("held for an operator's release");
+      expect(gpu.mediaReason).toContain('custody changed: h2 reports it after h1 did');
+      expect((await rejection(bind('tenant-2', 'h2', 'gpu'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
+      await store.releaseDevice({ uuid: gpu.uuid });
+      const freed = await device('h2', '0000:14:00.0');
+      expect([freed.burned, allocatable(freed), freed.mediaReason]).toEqual([false, true, '']);
+      expect(allocatable(await device('h2', '0000:15:00.0'))).toBe(true);
+    });
+
+    it('two media claiming one key at once (a cloned NQN, another serial): both held with a reason naming both, neither cleaned; the one left is cleaned', async () => {
+      const nqn = 'nqn.test:cloned';
+      await snapshot('h1', [ctrl(0, nqn, { condition: 'clean', since: 1 })]);
+      const twin = ctrl(1, nqn, { condition: 'clean', since: 1 });
+      await snapshot('h2', [{ ...twin, media: { ...twin.media!, serial: 'OTHER' } }]);
+      for (const [host, address] of [
+        ['h1', '0000:10:00.0'],
+        ['h2', '0000:11:00.0'],
+      ] as const) {
+        const d = await device(host, address);
+        expect([d.deviceState, allocatable(d)]).toEqual(['available', false]);
+        expect(d.mediaReason).toContain(
+          'h1 0000:10:00.0 and h2 0000:11:00.0 differ in serial cloned and OTHER',
+        );
+      }
+      expect(await store.cleanupBacklog(hostName('h1'))).toEqual([]);
+      await snapshot('h2', []);
+      expect((await device('h1', '0000:10:00.0')).deviceState).toBe('pending_cleaning');
     });
   });
 }

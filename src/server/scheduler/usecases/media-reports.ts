@@ -106,6 +106,9 @@ const reportedMedia = (r: MediaRecord, host: string, now: string): MediaState =>
   key: r.key,
   condition: 'clean',
   burned: false,
+  burnReason: '',
+  // Reported, not presented: a host presents a media by a device of it.
+  custodians: [],
   holder: null,
   reason: '',
   host,

@@ -14,6 +14,7 @@ import type { Arq } from '../domain/arq.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { InstanceDevices } from '../domain/instance.js';
 import type { DeviceEvent } from '../domain/inventory.js';
+import type { MediaState } from '../domain/media.js';
 import type { ReadUnit, UnitOfWork } from './unit-of-work.js';
 
 /**
@@ -29,6 +30,16 @@ export function upgradeDevice(d: DeviceRecord): DeviceRecord {
   delete (d as { agentMedia?: unknown }).agentMedia;
   if (d.lastCleanup) d.lastCleanup.proof ??= null;
   return d;
+}
+
+/**
+ * Media recorded before custody (decision 62) name no custodian: the host
+ * where a device of it was last seen is the one that held it.
+ */
+export function upgradeMedia(m: MediaState): MediaState {
+  m.burnReason ??= '';
+  m.custodians ??= m.host ? [m.host] : [];
+  return m;
 }
 
 /** ARQs written before guest addresses were kept (store migration 2) have none yet. */
@@ -67,7 +78,7 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   allocationCandidates: each(upgradeDevice),
   busyIommuGroups: null,
   deviceCounts: null,
-  media: null,
+  media: (m) => m && upgradeMedia(m),
   reportedMediaCount: null,
   mediaForgotten: null,
   agentKeys: null,

@@ -392,6 +392,12 @@ export interface MediaRecord {
   /** While HELD: the accelerator request and instance it is held for. */
   arqUuid: string;
   instanceUuid: string;
+  /**
+   * Why it is DIRTY, or burned without a binding (its custody broke, or a
+   * one-time-use media was seen with no record: held for an operator's
+   * release); '' otherwise. Decision 62.
+   */
+  reason: string;
 }
 
 function createBaseDevice(): Device {
@@ -1351,7 +1357,16 @@ export const MediaIdentity: MessageFns<MediaIdentity> = {
 };
 
 function createBaseMediaRecord(): MediaRecord {
-  return { key: "", condition: 0, burned: false, since: undefined, lastAddress: "", arqUuid: "", instanceUuid: "" };
+  return {
+    key: "",
+    condition: 0,
+    burned: false,
+    since: undefined,
+    lastAddress: "",
+    arqUuid: "",
+    instanceUuid: "",
+    reason: "",
+  };
 }
 
 export const MediaRecord: MessageFns<MediaRecord> = {
@@ -1376,6 +1391,9 @@ export const MediaRecord: MessageFns<MediaRecord> = {
     }
     if (message.instanceUuid !== "") {
       writer.uint32(58).string(message.instanceUuid);
+    }
+    if (message.reason !== "") {
+      writer.uint32(66).string(message.reason);
     }
     return writer;
   },
@@ -1449,6 +1467,14 @@ export const MediaRecord: MessageFns<MediaRecord> = {
             message.instanceUuid = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1482,6 +1508,7 @@ export const MediaRecord: MessageFns<MediaRecord> = {
         : isSet(object.instance_uuid)
         ? globalThis.String(object.instance_uuid)
         : "",
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
     };
   },
 
@@ -1508,6 +1535,9 @@ export const MediaRecord: MessageFns<MediaRecord> = {
     if (message.instanceUuid !== "") {
       obj.instanceUuid = message.instanceUuid;
     }
+    if (message.reason !== "") {
+      obj.reason = message.reason;
+    }
     return obj;
   },
 
@@ -1523,6 +1553,7 @@ export const MediaRecord: MessageFns<MediaRecord> = {
     message.lastAddress = object.lastAddress ?? "";
     message.arqUuid = object.arqUuid ?? "";
     message.instanceUuid = object.instanceUuid ?? "";
+    message.reason = object.reason ?? "";
     return message;
   },
 };
