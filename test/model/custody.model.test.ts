@@ -67,7 +67,10 @@ function definition(host: HostId): SimHostDefinition {
       ],
     },
     nvme: home ? [{ ...DRIVE, address: '0000:01:00.0', controller: 'nvme0' }] : [],
-    pciDeviceSpec: [{ vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true }],
+    // Unused when the test starts: say so (a one-time-use device first seen with no record is held).
+    pciDeviceSpec: [
+      { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true, assume_clean: true },
+    ],
     // The drive is clean when the test starts: say so, so the first tenant can have it.
     nvmeDeviceSpec: [{ vendor_id: '144d', assume_clean: true }],
   };
