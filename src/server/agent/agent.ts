@@ -735,6 +735,12 @@ export class Agent {
         `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
       );
     }
+    for (const c of o.countersMoved) {
+      this.logger.warn(
+        { media: c.key, address: c.address, reason: c.reason },
+        `media ${c.key} at ${c.address}, recorded clean, is dirty now: ${c.reason}; it is cleaned before it is offered`,
+      );
+    }
     for (const h of o.migrated) {
       this.logger.info(
         { address: h.address, media: h.key, arqUuid: h.arqUuid },

@@ -10,7 +10,13 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
-import { type LegacyHold, MEDIA_MIGRATION, MediaLedger, type StoredMedia } from './media-ledger.js';
+import {
+  type LegacyHold,
+  MEDIA_COUNTERS_MIGRATION,
+  MEDIA_MIGRATION,
+  MediaLedger,
+  type StoredMedia,
+} from './media-ledger.js';
 
 const MIGRATIONS = [
   `CREATE TABLE cleanup_jobs (
@@ -51,6 +57,7 @@ const MIGRATIONS = [
      delivered INTEGER NOT NULL DEFAULT 0,
      UNIQUE (media_key, seq)
    );`,
+  MEDIA_COUNTERS_MIGRATION,
 ];
 
 /** One certificate the agent signed, as its journal keeps it. */

@@ -20,6 +20,7 @@ export function seenMedia(devices: readonly DiscoveredDevice[], host: string): S
       cleanable: d.supportsCleaning,
       assumeClean: d.assumeClean === true,
       slotPrefix: `pci-slot:${host}:${d.address}:${d.vendorId}:${d.productId}:`,
+      ...(d.writeCounters ? { counters: d.writeCounters } : {}),
     });
   }
   return out;
@@ -34,6 +35,7 @@ export function publicRecord(r: StoredMedia): MediaRecord {
     lastAddress: r.lastAddress,
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
+    ...(r.writeCounters ? { writeCounters: r.writeCounters } : {}),
   };
 }
 
@@ -60,7 +62,8 @@ export function recordFor(d: DiscoveredDevice, ledger: MediaLedger): MediaRecord
 
 /** The devices with their records: copies, a driver's records are never changed. */
 export function withRecords(devices: readonly DiscoveredDevice[], ledger: MediaLedger): DiscoveredDevice[] {
-  return devices.map((d) => {
+  return devices.map(({ writeCounters: _, ...d }) => {
+    // The counters read now were judged (observe); the inventory does not keep them: they change with every write.
     const mediaRecord = recordFor(d, ledger);
     return mediaRecord ? { ...d, mediaRecord } : d;
   });
