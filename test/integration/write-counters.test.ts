@@ -25,13 +25,7 @@ import {
   spreadTenantWrites,
 } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import {
-  createAndBind,
-  createClassProfile,
-  getDevice,
-  settledDevice,
-  stateName,
-} from '../helpers/invariants.js';
+import { createAndBind, createClassProfile, getDevice, stateName } from '../helpers/invariants.js';
 import { eventually } from '../helpers/wait.js';
 
 const HOST = 'counters-host';
