@@ -139,7 +139,7 @@ const HOTPLUG_TIMEOUT_MS = 120_000;
 
 /** The slot the moved drive comes back at, on the second boot. */
 export const MOVED_SLOT = 12;
-/** The second cleanup of the write-zeroes drive, after the guest wrote to it outside Berth (decision 64). */
+/** The second cleanup of the vendor-format drive (8 MiB: quick under TCG), after the guest wrote to it outside Berth (decision 64). */
 export const REWRITE_JOB = 'vm-write-after-clean';
 
 /** The binding the first boot records for the moved drive, and the one the second boot tries. */
@@ -354,7 +354,7 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       bindings: [{ address: addressOf('moved'), ...MOVED_BINDING }],
       saveState: `${GUEST_DIR}/persist/agent-state`,
       hotplug: { address: HOT_ADDRESS, timeoutMs: HOTPLUG_TIMEOUT_MS },
-      writeAfterClean: { address: cleanAddressOf('write-zeroes'), jobId: REWRITE_JOB },
+      writeAfterClean: { address: cleanAddressOf('vendor-format'), jobId: REWRITE_JOB },
     },
     agentConfig(`${GUEST_DIR}/tokens.yaml`, ROLES, {}, true),
     ROLES.flatMap((r) => controllersOf(r)),

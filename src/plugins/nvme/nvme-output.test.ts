@@ -201,6 +201,19 @@ describe('parseSmartLog (nvme smart-log -o json)', () => {
     '  "thm_temp1_trans_count":0,\n  "thm_temp2_trans_count":0,\n  "thm_temp1_total_time":0,\n' +
     '  "thm_temp2_total_time":0\n}\n';
 
+  /** Captured: nvme-cli 2.3 in the VM suite's guest (Debian 12), QEMU 7.2's controller, after a 64 KiB write. */
+  const QEMU =
+    '{\n  "critical_warning":0,\n  "temperature":323,\n  "avail_spare":0,\n  "spare_thresh":0,\n  "percent_used":0,\n  "endurance_grp_critical_warning_summary":0,\n  "data_units_read":"82",\n  "data_units_written":"1",\n  "host_read_commands":"84",\n  "host_write_commands":"1",\n  "controller_busy_time":"0",\n  "power_cycles":"0",\n  "power_on_hours":"0",\n  "unsafe_shutdowns":"0",\n  "media_errors":"0",\n  "num_err_log_entries":"0",\n  "warning_temp_time":0,\n  "critical_comp_time":0,\n  "thm_temp1_trans_count":0,\n  "thm_temp2_trans_count":0,\n  "thm_temp1_total_time":0,\n  "thm_temp2_total_time":0\n}\n';
+
+  it('reads what nvme-cli 2.3 printed for QEMU 7.2’s controller', () => {
+    expect(parseSmartLog(QEMU)).toEqual({
+      dataUnitsWritten: 1n,
+      hostWriteCommands: 1n,
+      powerCycles: 0n,
+      powerOnHours: 0n,
+    });
+  });
+
   it("reads 2.3's 128-bit counters (strings) exactly, past 2^64 and up to 2^128 - 1", () => {
     expect(parseSmartLog(V23)).toEqual({
       dataUnitsWritten: 2n ** 64n + 5n,

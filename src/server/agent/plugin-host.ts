@@ -9,7 +9,7 @@ import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
 import { isPciAddress } from '../../identifiers.js';
-import type { CleanupPolicy, MediaCensus } from '../../plugins/cleanup-evidence.js';
+import type { CleanupPolicy } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
