@@ -151,6 +151,25 @@ export interface ErasureClaims {
    * it; their first link is read the same way.
    */
   history?: 'unknown';
+  /**
+   * NVMe: the controller's write counters (SMART / Health log) read right
+   * after the proven scrub; absent where none were read (decision 64). A
+   * media whose counters are higher now was written since this certificate.
+   */
+  write_counters?: WriteCountersClaim;
+}
+
+/** A controller's SMART / Health log counters; 128-bit counters as decimal strings. */
+export interface WriteCountersClaim {
+  /** The controller they were read through (nvmeX) and its cntlid: counters are per controller. */
+  controller: string;
+  cntlid: number;
+  data_units_written: string;
+  host_write_commands: string;
+  power_cycles: string;
+  power_on_hours: string;
+  /** When they were read (ISO 8601, the agent's clock). */
+  at: string;
 }
 
 export interface SanitizeLogClaim {

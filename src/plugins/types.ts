@@ -89,6 +89,31 @@ export interface DiscoveredDevice {
    * that clean devices, only when true.
    */
   assumeClean?: boolean;
+  /**
+   * NVMe: the write counters of the controller's SMART / Health log as
+   * discovery read them (absent when it could not ask: no controller, or the
+   * log could not be read). The agent judges them against its journal and
+   * does not keep them in its inventory (they change with every write).
+   */
+  writeCounters?: WriteCounters;
+}
+
+/**
+ * What a media counts of the writes it served (NVMe SMART / Health log, log
+ * page 02h), as read through one controller: the counters are the
+ * controller's, so they compare only with counters of the same one (its
+ * cntlid). 128-bit counters as decimal strings: exact, and JSON-safe.
+ */
+export interface WriteCounters {
+  /** The controller they were read through (nvmeX) and its id (cntlid). */
+  controller: string;
+  cntlid: number;
+  dataUnitsWritten: string;
+  hostWriteCommands: string;
+  powerCycles: string;
+  powerOnHours: string;
+  /** ms since the epoch, the agent's clock: when they were read. */
+  at: number;
 }
 
 /** What a media identity is read from (proto MediaIdentityKind). */
@@ -139,6 +164,12 @@ export interface MediaRecord {
    * agent before custody). Decision 62.
    */
   reason: string;
+  /**
+   * While clean or declared clean: the write counters the record was made
+   * with (read right after the proven cleanup, or at the first look); a
+   * media whose counters moved since is dirty (docs/media-identity.md).
+   */
+  writeCounters?: WriteCounters;
 }
 
 /** A function a driver's device_spec matched but that it will not offer. */

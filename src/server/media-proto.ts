@@ -8,8 +8,15 @@ import {
   MediaIdentityKind as MediaIdentityKindProto,
   type MediaIdentity as MediaIdentityMessage,
   type MediaRecord as MediaRecordMessage,
+  type WriteCounters as WriteCountersMessage,
 } from '../gen/berth/agent/v1/device.js';
-import type { MediaCondition, MediaIdentity, MediaIdentityKind, MediaRecord } from '../plugins/types.js';
+import type {
+  MediaCondition,
+  MediaIdentity,
+  MediaIdentityKind,
+  MediaRecord,
+  WriteCounters,
+} from '../plugins/types.js';
 
 const KIND_TO_PROTO: Record<MediaIdentityKind, MediaIdentityKindProto> = {
   NVME_SUBSYSTEM: MediaIdentityKindProto.MEDIA_IDENTITY_KIND_NVME_SUBSYSTEM,
@@ -67,6 +74,34 @@ export function mediaRecordToProto(r: MediaRecord): MediaRecordMessage {
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
     reason: r.reason,
+    writeCounters: r.writeCounters ? writeCountersToProto(r.writeCounters) : undefined,
+  };
+}
+
+function writeCountersToProto(c: WriteCounters): WriteCountersMessage {
+  return {
+    controller: c.controller,
+    cntlid: c.cntlid,
+    dataUnitsWritten: c.dataUnitsWritten,
+    hostWriteCommands: c.hostWriteCommands,
+    powerCycles: c.powerCycles,
+    powerOnHours: c.powerOnHours,
+    readAt: new Date(c.at),
+  };
+}
+
+/** null for counters that are not decimal digits: a record never carries counters it cannot compare. */
+function writeCountersFromProto(c: WriteCountersMessage): WriteCounters | null {
+  const counters = [c.dataUnitsWritten, c.hostWriteCommands, c.powerCycles, c.powerOnHours];
+  if (!counters.every((v) => /^\d{1,39}$/.test(v))) return null;
+  return {
+    controller: c.controller,
+    cntlid: c.cntlid,
+    dataUnitsWritten: c.dataUnitsWritten,
+    hostWriteCommands: c.hostWriteCommands,
+    powerCycles: c.powerCycles,
+    powerOnHours: c.powerOnHours,
+    at: c.readAt ? c.readAt.getTime() : 0,
   };
 }
 
@@ -77,7 +112,7 @@ export function mediaRecordToProto(r: MediaRecord): MediaRecordMessage {
  */
 export function mediaRecordFromProto(r: MediaRecordMessage | undefined): MediaRecord | null {
   if (!r?.key) return null;
-  return {
+  const record: MediaRecord = {
     key: r.key,
     condition: CONDITION_FROM_PROTO.get(r.condition) ?? 'dirty',
     burned: r.burned,
@@ -88,4 +123,6 @@ export function mediaRecordFromProto(r: MediaRecordMessage | undefined): MediaRe
     // At most what a reason in a device's answer may say.
     reason: r.reason.slice(0, 1024),
   };
+  const counters = r.writeCounters ? writeCountersFromProto(r.writeCounters) : null;
+  return counters ? { ...record, writeCounters: counters } : record;
 }

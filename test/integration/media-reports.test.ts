@@ -144,6 +144,7 @@ describe("one host's credential cannot write the scheduler's media records", () 
     arqUuid: '',
     instanceUuid: '',
     reason: '',
+    writeCounters: undefined,
   });
   const fake = (batch: number, i: number) =>
     `pci-dsn:10de:fa-ce-${batch.toString(16).padStart(2, '0')}-00-00-${(i >> 8).toString(16).padStart(2, '0')}-${(i & 0xff).toString(16).padStart(2, '0')}-00:00.0`;

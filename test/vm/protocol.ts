@@ -50,6 +50,14 @@ export interface GuestPlan {
    * it is removed, or `timeoutMs` passed.
    */
   hotplug?: { address: string; timeoutMs: number };
+  /**
+   * After the cleanups (before the hotplug): the guest writes to the first
+   * namespace of `address` outside Berth (dd, 64 KiB) after Berth recorded it
+   * clean, with the controller's SMART log read by nvme-cli before and after;
+   * then Rediscover and ListDevices (the agent must call the media dirty),
+   * CleanupDevice again (`jobId`) and ListDevices (clean again).
+   */
+  writeAfterClean?: { address: string; jobId: string };
 }
 
 /** How a process ended, with everything it printed. */

@@ -13,8 +13,9 @@ import { fileURLToPath } from 'node:url';
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseKeySet, verifyOffline } from '../../src/erasure/verify.js';
+import { parseSmartLog } from '../../src/plugins/nvme/nvme-output.js';
 import { probeVmHost } from './host-check.js';
-import type { CommandRecord } from './protocol.js';
+import type { CleanupRecord, CommandRecord, RpcRecord } from './protocol.js';
 import { pciAddress } from './qemu.js';
 import {
   addressOf,
@@ -29,6 +30,7 @@ import {
   MOVED_SLOT,
   NEXT_BINDING,
   peerAddressOf,
+  REWRITE_JOB,
   type Role,
   type ScenarioRun,
   tenantOf,
@@ -477,6 +479,50 @@ describe.skipIf(!probe.ok)('Berth on a real kernel and real NVMe controllers (QE
     expect(refused.request).toMatchObject(NEXT_BINDING);
     // Judged from the media: every block of the first tenant is still there.
     await expectUntouched('moved');
+  });
+
+  it('10. write counters: a write from the guest after Berth recorded the drive clean moves QEMU’s SMART counters; the agent calls it dirty and scrubs it again', async () => {
+    const address = cleanAddressOf('vendor-format');
+    // The controller's own counters, read by the real nvme-cli 2.3, parse with Berth's parser.
+    const read = (when: string) => {
+      const r = run.command(`smart-log ${when} ${address}`);
+      expect(r.exitCode, `${r.stderr}\n${run.diagnostics()}`).toBe(0);
+      return parseSmartLog(r.stdout);
+    };
+    const before = read('before');
+    const write = run.command(`outside write ${address}`);
+    expect(write.exitCode, write.stderr).toBe(0);
+    const after = read('after');
+    // 64 KiB from the guest: at least one more write command; data units (1,000 × 512 bytes, rounded up) never fewer.
+    expect(after.hostWriteCommands).toBeGreaterThan(before.hostWriteCommands);
+    expect(after.dataUnitsWritten).toBeGreaterThanOrEqual(before.dataUnitsWritten);
+    // The first cleanup's certificate holds the counters read right after its scrub: nothing wrote between.
+    const key = parseKeySet(run.command('signing-key').stdout);
+    const first = verifyOffline(terminal('vendor-format').certificate!, key).certificate.claims;
+    expect(first.write_counters).toMatchObject({
+      data_units_written: before.dataUnitsWritten.toString(),
+      host_write_commands: before.hostWriteCommands.toString(),
+    });
+    // After a rediscovery the agent's journal says dirty, and why.
+    const lists = run.records.filter((r): r is RpcRecord => r.type === 'rpc' && r.method === 'ListDevices');
+    const recordOf = (r: RpcRecord | undefined) =>
+      (r?.response as { devices: AgentDevice[] } | undefined)?.devices.find((d) => d.address === address)
+        ?.mediaRecord;
+    expect(recordOf(lists[0])?.condition, run.diagnostics()).toBe('MEDIA_CONDITION_DIRTY');
+    const log = run.records.find((r) => r.type === 'agent-log') as { lines: string[] } | undefined;
+    expect(log?.lines.some((l) => /recorded clean, is dirty now: it was written since/.test(l))).toBe(true);
+    // Scrubbed again, clean again with the counters read after that scrub.
+    const again = run.records.find(
+      (r): r is CleanupRecord => r.type === 'cleanup' && r.jobId === REWRITE_JOB,
+    );
+    const last = (again?.responses.at(-1) as { event: Event } | undefined)?.event;
+    expect(last?.phase, run.diagnostics()).toBe('CLEANUP_PHASE_SUCCEEDED');
+    const second = verifyOffline(last!.certificate!, key).certificate.claims;
+    expect(second.seq).toBe(2);
+    expect(BigInt(second.write_counters!.data_units_written)).toBeGreaterThanOrEqual(after.dataUnitsWritten);
+    expect(recordOf(lists[1])?.condition).toBe('MEDIA_CONDITION_CLEAN');
+    // Judged from the backing file: not a byte of the outside write, nor of the tenant, is left.
+    await expectScrubbed('vendor-format');
   });
 
   it('9. hotplug: an NVMe controller plugged from QEMU’s monitor reaches the inventory through the kernel’s uevents, identified; pulled, it leaves; each within a second of its own work', () => {

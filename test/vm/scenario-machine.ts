@@ -139,6 +139,9 @@ const HOTPLUG_TIMEOUT_MS = 120_000;
 
 /** The slot the moved drive comes back at, on the second boot. */
 export const MOVED_SLOT = 12;
+/** The second cleanup of the vendor-format drive (8 MiB: quick under TCG), after the guest wrote to it outside Berth (decision 64). */
+export const REWRITE_JOB = 'vm-write-after-clean';
+
 /** The binding the first boot records for the moved drive, and the one the second boot tries. */
 export const MOVED_BINDING = { arqUuid: 'vm-arq-moved', instanceUuid: 'vm-tenant-moved' };
 export const NEXT_BINDING = { arqUuid: 'vm-arq-next', instanceUuid: 'vm-tenant-next' };
@@ -224,7 +227,13 @@ export interface ScenarioRun {
 
 /** Bound on each step inside the guest; the guest as a whole gets twice that. */
 const STEP_TIMEOUT_MS = 240_000;
-export const GUEST_TIMEOUT_MS = 2 * STEP_TIMEOUT_MS;
+/**
+ * The first boot runs the dry run, five cleanups, a write after a clean
+ * record with its second cleanup (decision 64) and the hotplug: on the shared
+ * build machine at a load average of 15-20 the dry run alone took 118-185 s
+ * and the cleanups 120 s, and 480 s no longer covered it.
+ */
+export const GUEST_TIMEOUT_MS = 3 * STEP_TIMEOUT_MS;
 
 const shellQuote = (a: string) => `'${a.replaceAll("'", `'\\''`)}'`;
 
@@ -351,6 +360,7 @@ export async function bootScenarioMachine(host: VmHost, repo: string): Promise<S
       bindings: [{ address: addressOf('moved'), ...MOVED_BINDING }],
       saveState: `${GUEST_DIR}/persist/agent-state`,
       hotplug: { address: HOT_ADDRESS, timeoutMs: HOTPLUG_TIMEOUT_MS },
+      writeAfterClean: { address: cleanAddressOf('vendor-format'), jobId: REWRITE_JOB },
     },
     agentConfig(`${GUEST_DIR}/tokens.yaml`, ROLES, {}, true),
     ROLES.flatMap((r) => controllersOf(r)),

@@ -188,6 +188,48 @@ describe('the census of an NVMe device', () => {
     await expect(census(h)).rejects.toBeInstanceOf(CensusError);
   });
 
+  it('with counters: reads the write counters last, stamped with the controller and its cntlid', async () => {
+    const h = await setup({
+      controller: {
+        tnvmcapBytes: 8 * MIB,
+        smart: {
+          dataUnitsRead: '0',
+          dataUnitsWritten: '77',
+          hostReadCommands: '0',
+          hostWriteCommands: '12',
+          powerCycles: '3',
+          powerOnHours: '400',
+          unsafeShutdowns: '0',
+        },
+      },
+    });
+    const c = await census(h, { counters: true });
+    expect(c.writeCounters).toMatchObject({
+      controller: 'nvme0',
+      cntlid: 1,
+      dataUnitsWritten: '77',
+      hostWriteCommands: '12',
+      powerCycles: '3',
+      powerOnHours: '400',
+    });
+    const calls = (await h.invocations()).map((i) => i.argv.filter((a) => !a.includes('/')).join(' '));
+    expect(calls.at(-1)).toBe('smart-log -o json');
+    // Without counters asked for, no smart-log at all.
+    const before = calls.length;
+    expect((await census(h)).writeCounters).toBeUndefined();
+    expect((await h.invocations()).slice(before).map((i) => i.argv[0])).not.toContain('smart-log');
+  });
+
+  it('with counters: fails closed when the log cannot be read (no clean record without its counters)', async () => {
+    const h = await setup({
+      controller: { tnvmcapBytes: 8 * MIB, faults: { 'smart-log': { mode: 'error', status: 0x4002 } } },
+    });
+    await expect(census(h, { counters: true })).rejects.toThrow(
+      /nvme smart-log -o json on nvme0 failed: NVMe status .*\(0x4002\)/,
+    );
+    await expect(census(h, { counters: true })).rejects.toBeInstanceOf(CensusError);
+  });
+
   it('fails when a command hangs past its timeout, when the tool cannot run, and when aborted', async () => {
     const h = await setup({ controller: { tnvmcapBytes: 8 * MIB, faults: { 'id-ns': { mode: 'hang' } } } });
     // Only the hung command gets a short bound here: the others may be slow on a loaded machine.

@@ -28,6 +28,7 @@ import { parsePciAddress } from '../../identifiers.js';
 import type { CensusNamespace, MediaCensus, NamespaceManagement } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
 import { readNvmeController, readPciFunction, readSubsystemNamespaces } from '../pci/sysfs-reader.js';
+import type { WriteCounters } from '../types.js';
 import { CleanupFailedError } from './errors.js';
 import {
   hex,
@@ -38,6 +39,7 @@ import {
   parseNsidList,
   parseNvmeStatus,
 } from './nvme-output.js';
+import { readWriteCounters } from './write-counters.js';
 
 /** Per-command bound: identify-like commands answer in milliseconds. */
 const CENSUS_COMMAND_TIMEOUT_MS = 30_000;
@@ -53,6 +55,13 @@ export interface CensusOptions {
   timeoutMs?: number;
   /** Ask whether namespace management works when the capacity is not otherwise accounted for. */
   probe?: boolean;
+  /** Also read the controller's write counters (`smart-log`), last: the census after a cleanup. */
+  counters?: boolean;
+}
+
+/** A census with the controller's write counters, when it was asked for them. */
+export interface NvmeCensus extends MediaCensus {
+  writeCounters?: WriteCounters;
 }
 
 /** Why a census could not be taken. */
@@ -70,7 +79,7 @@ const safe = (v: bigint, what: string): number => {
 };
 
 /** Takes the census of the NVMe device at `address` (a driver's report: parsed here) through its controller. */
-export async function takeNvmeCensus(address: string, o: CensusOptions): Promise<MediaCensus> {
+export async function takeNvmeCensus(address: string, o: CensusOptions): Promise<NvmeCensus> {
   const fn = await readPciFunction(o.sysfsRoot, parsePciAddress('address', address));
   if (!fn) throw new CensusError(`${address}: the PCI function is gone`);
   const name = fn.nvmeControllers[0];
@@ -178,7 +187,23 @@ export async function takeNvmeCensus(address: string, o: CensusOptions): Promise
   if (nsManagement && o.probe && !(totalCapacity !== null && unallocatedCapacity === 0)) {
     namespaceManagement = await probeNamespaceManagement(run, dev, id.nn);
   }
-  return { controller: name, totalCapacity, unallocatedCapacity, namespaces, namespaceManagement };
+  const census: NvmeCensus = {
+    controller: name,
+    totalCapacity,
+    unallocatedCapacity,
+    namespaces,
+    namespaceManagement,
+  };
+  if (o.counters) {
+    // After everything else: nothing Berth does after this read writes to the media.
+    try {
+      census.writeCounters = await readWriteCounters(run, dev, ctrl);
+    } catch (e) {
+      if (e instanceof CensusError) throw e;
+      throw new CensusError(`${name}: smart-log: ${(e as Error).message}`);
+    }
+  }
+  return census;
 }
 
 async function listNs(

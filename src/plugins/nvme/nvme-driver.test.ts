@@ -104,6 +104,41 @@ describe('NvmeDriver on the simulator', () => {
     return r.verdict.reason;
   }
 
+  describe('write counters at discovery', () => {
+    const smart = {
+      dataUnitsRead: '0',
+      dataUnitsWritten: '123',
+      hostReadCommands: '0',
+      hostWriteCommands: '45',
+      powerCycles: '6',
+      powerOnHours: '789',
+      unsafeShutdowns: '0',
+    };
+
+    it("reports each controller's SMART write counters with its device (one smart-log per pass)", async () => {
+      const { host: h, driver } = await setup({ controller: { smart } });
+      const d = await discoverOne(driver, h);
+      expect(d.writeCounters).toMatchObject({
+        controller: 'nvme0',
+        cntlid: 1,
+        dataUnitsWritten: '123',
+        hostWriteCommands: '45',
+        powerCycles: '6',
+        powerOnHours: '789',
+      });
+      expect((await h.invocations()).filter((i) => i.argv[0] === 'smart-log')).toHaveLength(1);
+    });
+
+    it('a log it cannot read leaves the counters out, never the device', async () => {
+      const { host: h, driver } = await setup({
+        controller: { smart, faults: { 'smart-log': { mode: 'error', status: 0x4002 } } },
+      });
+      const d = await discoverOne(driver, h);
+      expect(d.writeCounters).toBeUndefined();
+      expect(d.cleanupAction).not.toBeNull();
+    });
+  });
+
   describe('initHost', () => {
     it('accepts an nvme-cli that reports a version', async () => {
       const { host: h, driver } = await setup();

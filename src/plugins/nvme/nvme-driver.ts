@@ -45,6 +45,7 @@ import type {
   ExcludedDevice,
   MediaIdentity,
   PciFunction,
+  WriteCounters,
 } from '../types.js';
 import { takeNvmeCensus } from './census.js';
 import { parseNvmeConfig } from './config.js';
@@ -61,6 +62,7 @@ import {
 } from './nvme-output.js';
 import { type CleanupAction, isCleanupAction, resolveCleanupAction } from './policy.js';
 import { runSanitize } from './sanitize-flow.js';
+import { readWriteCounters } from './write-counters.js';
 import { reachEveryNamespace, readNamespaceBack, runZeroing } from './zero-flow.js';
 
 export type { ResolvedController } from './controller.js';
@@ -331,6 +333,8 @@ export class NvmeDriver extends GenericDriver {
       });
     }
     let id: IdCtrl;
+    // The write counters are read beside id-ctrl, not after it: a hotplug waits for one process, not two.
+    const counters = this.writeCounters(ctx, ctrl);
     try {
       id = await this.identify(ctx, `${ctx.devRoot}/${ctrl.name}`);
     } catch (e) {
@@ -359,7 +363,29 @@ export class NvmeDriver extends GenericDriver {
       ctx.logger.error({ address: fn.address, controller: ctrl.name }, `NVMe device excluded: ${reason}`);
       return exclude(reason);
     }
-    return this.buildDevice(fn, entry, host, id, ctrl.name, { unhealthy: null, ctx, ctrl, media });
+    const device = this.buildDevice(fn, entry, host, id, ctrl.name, { unhealthy: null, ctx, ctrl, media });
+    const writeCounters = await counters;
+    if (writeCounters && !('reason' in device)) device.writeCounters = writeCounters;
+    return device;
+  }
+
+  /**
+   * The controller's write counters (`nvme smart-log`), or null when they
+   * cannot be read: logged, and the agent cannot judge the media by its
+   * counters in this pass (its records still stand).
+   */
+  private async writeCounters(ctx: HostContext, ctrl: NvmeControllerInfo): Promise<WriteCounters | null> {
+    try {
+      const run = async (args: string[]) =>
+        (await this.nvme(ctx, args, { timeoutMs: IDENTIFY_TIMEOUT_MS })).stdout;
+      return await readWriteCounters(run, `${ctx.devRoot}/${ctrl.name}`, ctrl);
+    } catch (e) {
+      ctx.logger.warn(
+        { controller: ctrl.name, err: e },
+        `nvme smart-log failed: the write counters of ${ctrl.name} are not known in this pass`,
+      );
+      return null;
+    }
   }
 
   /** Why this vendor driver's own cleanup cannot serve the entry's policy, or null (also null for the generic driver). */

@@ -9,6 +9,7 @@ import {
   parseNvmeStatus,
   parseNvmeVersion,
   parseSanitizeLog,
+  parseSmartLog,
 } from './nvme-output.js';
 
 /** An nvme-cli 2.3 id-ctrl excerpt: int32 bitfields, string capacities, padded strings. */
@@ -185,5 +186,74 @@ describe('small parsers', () => {
     expect(parseNvmeVersion('Usage: nvme <command>')).toBeNull();
     expect(parseNsidList('{"nsid_list":[{"nsid":1},{"nsid":-1}]}')).toEqual([1, 0xffffffff]);
     expect(() => parseNsidList('{"nsids":[]}')).toThrow(/nsid_list/);
+  });
+});
+
+describe('parseSmartLog (nvme smart-log -o json)', () => {
+  /** nvme-cli 2.3 under LC_ALL=C, derived from json_smart_log (nvme-print.c@v2.3) and json-c 0.16's layout. */
+  const V23 =
+    '{\n  "critical_warning":0,\n  "temperature":323,\n  "avail_spare":0,\n  "spare_thresh":0,\n' +
+    '  "percent_used":0,\n  "endurance_grp_critical_warning_summary":0,\n  "data_units_read":"41",\n' +
+    '  "data_units_written":"18446744073709551621",\n  "host_read_commands":"1029",\n' +
+    '  "host_write_commands":"340282366920938463463374607431768211455",\n  "controller_busy_time":"0",\n' +
+    '  "power_cycles":"0",\n  "power_on_hours":"0",\n  "unsafe_shutdowns":"0",\n  "media_errors":"0",\n' +
+    '  "num_err_log_entries":"0",\n  "warning_temp_time":0,\n  "critical_comp_time":0,\n' +
+    '  "thm_temp1_trans_count":0,\n  "thm_temp2_trans_count":0,\n  "thm_temp1_total_time":0,\n' +
+    '  "thm_temp2_total_time":0\n}\n';
+
+  /** Captured: nvme-cli 2.3 in the VM suite's guest (Debian 12), QEMU 7.2's controller, after a 64 KiB write. */
+  const QEMU =
+    '{\n  "critical_warning":0,\n  "temperature":323,\n  "avail_spare":0,\n  "spare_thresh":0,\n  "percent_used":0,\n  "endurance_grp_critical_warning_summary":0,\n  "data_units_read":"82",\n  "data_units_written":"1",\n  "host_read_commands":"84",\n  "host_write_commands":"1",\n  "controller_busy_time":"0",\n  "power_cycles":"0",\n  "power_on_hours":"0",\n  "unsafe_shutdowns":"0",\n  "media_errors":"0",\n  "num_err_log_entries":"0",\n  "warning_temp_time":0,\n  "critical_comp_time":0,\n  "thm_temp1_trans_count":0,\n  "thm_temp2_trans_count":0,\n  "thm_temp1_total_time":0,\n  "thm_temp2_total_time":0\n}\n';
+
+  it('reads what nvme-cli 2.3 printed for QEMU 7.2’s controller', () => {
+    expect(parseSmartLog(QEMU)).toEqual({
+      dataUnitsWritten: 1n,
+      hostWriteCommands: 1n,
+      powerCycles: 0n,
+      powerOnHours: 0n,
+    });
+  });
+
+  it("reads 2.3's 128-bit counters (strings) exactly, past 2^64 and up to 2^128 - 1", () => {
+    expect(parseSmartLog(V23)).toEqual({
+      dataUnitsWritten: 2n ** 64n + 5n,
+      hostWriteCommands: 2n ** 128n - 1n,
+      powerCycles: 0n,
+      powerOnHours: 0n,
+    });
+  });
+
+  it("reads them with the locale's thousands separators (2.3 without LC_ALL=C) and as 1.x's numbers", () => {
+    const en = V23.replace('"18446744073709551621"', '"18,446,744,073,709,551,621"').replace(
+      '"power_on_hours":"0"',
+      '"power_on_hours":"1\u202f234"',
+    );
+    expect(parseSmartLog(en)).toMatchObject({ dataUnitsWritten: 2n ** 64n + 5n, powerOnHours: 1234n });
+    // 1.x printed them as JSON numbers (doubles): read from the text, exact past 2^53.
+    const v1 = V23.replace('"18446744073709551621"', '9007199254740993').replace(
+      '"0",\n  "power_on',
+      '7,\n  "power_on',
+    );
+    expect(parseSmartLog(v1)).toMatchObject({ dataUnitsWritten: 9007199254740993n, powerCycles: 7n });
+  });
+
+  it('fails closed: a missing counter, a negative, a fraction or a value past 128 bits is an error naming it', () => {
+    expect(() => parseSmartLog(V23.replace('"power_cycles":"0",\n', ''))).toThrow(
+      'smart-log: no power_cycles',
+    );
+    expect(() => parseSmartLog(V23.replace('"power_cycles":"0"', '"power_cycles":-1'))).toThrow(
+      'smart-log field power_cycles: -1 is not a 128-bit counter',
+    );
+    expect(() => parseSmartLog(V23.replace('"power_cycles":"0"', '"power_cycles":1.5'))).toThrow(
+      /power_cycles: 1.5/,
+    );
+    expect(() => parseSmartLog(V23.replace('"power_cycles":"0"', `"power_cycles":"${2n ** 128n}"`))).toThrow(
+      /power_cycles/,
+    );
+    expect(() => parseSmartLog(V23.replace('"power_cycles":"0"', '"power_cycles":"n/a"'))).toThrow(
+      /power_cycles/,
+    );
+    expect(() => parseSmartLog('smart log: Inappropriate ioctl for device')).toThrow(/not JSON/);
+    expect(() => parseSmartLog('[]')).toThrow('smart-log output is not a JSON object');
   });
 });

@@ -339,3 +339,60 @@ export function parseIdNs(text: string): IdNs {
   }
   return { nsze: Number(nsze), blockSize: 2 ** ds };
 }
+
+/**
+ * What the SMART / Health log (log page 02h, `nvme smart-log <ctrl> -o json`)
+ * says of the writes a controller served. The counters are 128-bit in the
+ * NVMe specification: kept as bigint, never rounded.
+ */
+export interface SmartLog {
+  /** Data Units Written: thousands of 512-byte units the host wrote, rounded up. */
+  dataUnitsWritten: bigint;
+  /** Host Write Commands: write commands the controller completed. */
+  hostWriteCommands: bigint;
+  /** Power Cycles. */
+  powerCycles: bigint;
+  /** Power On Hours. */
+  powerOnHours: bigint;
+}
+
+/**
+ * A 128-bit counter as nvme-cli prints it: 2.3's `uint128_t_to_string()`
+ * gives a string with the locale's thousands separator ("12,345" under
+ * en_US, "12345" under LC_ALL=C); 1.x printed a JSON number (a double,
+ * exact only below 2^53, read from the text when larger).
+ */
+function counter128(json: Record<string, unknown>, text: string, field: string): bigint {
+  const value = json[field];
+  if (value === undefined) throw new NvmeOutputError(`smart-log: no ${field}`);
+  if (typeof value === 'number') {
+    const raw = rawNumberField(text, field);
+    if (raw !== undefined) return raw;
+    if (Number.isSafeInteger(value) && value >= 0) return BigInt(value);
+  } else if (typeof value === 'string' && /^\d[\d,.'\s\u00a0\u202f]*$/.test(value.trim())) {
+    const n = BigInt(value.replace(/\D/g, ''));
+    if (n < 1n << 128n) return n;
+  }
+  throw new NvmeOutputError(`smart-log field ${field}: ${JSON.stringify(value)} is not a 128-bit counter`);
+}
+
+/**
+ * Parses `nvme smart-log <dev> -o json`: 2.3 prints one unwrapped object
+ * (`json_smart_log`) whose 128-bit counters are strings. Anything else is
+ * an error (fail closed): a missing counter is never read as zero.
+ */
+export function parseSmartLog(text: string): SmartLog {
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch (e) {
+    throw new NvmeOutputError(`smart-log output is not JSON: ${(e as Error).message}`);
+  }
+  if (!isRecord(json)) throw new NvmeOutputError('smart-log output is not a JSON object');
+  return {
+    dataUnitsWritten: counter128(json, text, 'data_units_written'),
+    hostWriteCommands: counter128(json, text, 'host_write_commands'),
+    powerCycles: counter128(json, text, 'power_cycles'),
+    powerOnHours: counter128(json, text, 'power_on_hours'),
+  };
+}

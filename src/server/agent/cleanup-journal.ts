@@ -13,6 +13,7 @@ import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
 import {
   CUSTODY_MIGRATION,
   type LegacyHold,
+  MEDIA_COUNTERS_MIGRATION,
   MEDIA_MIGRATION,
   MediaLedger,
   type StoredMedia,
@@ -77,6 +78,7 @@ const MIGRATIONS = [
    DROP TABLE erasure_certificates;
    ALTER TABLE erasure_certificates_63 RENAME TO erasure_certificates;
    CREATE INDEX erasure_certificates_media ON erasure_certificates (media_key, seq);`,
+  MEDIA_COUNTERS_MIGRATION,
 ];
 
 /** One certificate the agent signed, as its journal keeps it. */

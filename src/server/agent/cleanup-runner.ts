@@ -16,13 +16,14 @@ import {
   nistMapping,
   type SanitizeLogClaim,
   signCertificate,
+  type WriteCountersClaim,
 } from '../../erasure/certificate.js';
 import { type ChainLink, chainPosition } from '../../erasure/chain.js';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import { parsePciAddress } from '../../identifiers.js';
 import type { CleanupEvidence, CleanupProof, SanitizeLogSnapshot } from '../../plugins/cleanup-evidence.js';
 import type { GenericDriver } from '../../plugins/driver.js';
-import type { DiscoveredDevice } from '../../plugins/types.js';
+import type { DiscoveredDevice, WriteCounters } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
 import type { CleanupJournal, HeldDevice } from './cleanup-journal.js';
 import { judgeEvidence } from './cleanup-judge.js';
@@ -71,6 +72,16 @@ const logClaim = (s: SanitizeLogSnapshot): SanitizeLogClaim => ({
   sprog: s.sprog,
   scdw10: s.scdw10,
   at: new Date(s.at).toISOString(),
+});
+
+const writeCountersClaim = (c: WriteCounters): WriteCountersClaim => ({
+  controller: c.controller,
+  cntlid: c.cntlid,
+  data_units_written: c.dataUnitsWritten,
+  host_write_commands: c.hostWriteCommands,
+  power_cycles: c.powerCycles,
+  power_on_hours: c.powerOnHours,
+  at: new Date(c.at).toISOString(),
 });
 
 export class CleanupRunner {
@@ -373,9 +384,13 @@ export class CleanupRunner {
       // The media holds no tenant data in the agent's own record, durably, before
       // the job says so (a crash in between leaves the job interrupted: dirty),
       // and the certificate that says so is kept in the same transaction.
+      // The write counters right after the proven scrub: the clean record and the certificate name them.
+      const counters = after?.writeCounters;
       const { cleaned, certificate } = this.journal.transaction(() => ({
-        certificate: mediaKey ? this.certify(job, device, mediaKey, evidence, proof, previous) : null,
-        cleaned: mediaKey ? this.journal.media.markClean(mediaKey, job.address) : null,
+        certificate: mediaKey
+          ? this.certify(job, device, mediaKey, evidence, proof, previous, counters)
+          : null,
+        cleaned: mediaKey ? this.journal.media.markClean(mediaKey, job.address, Date.now(), counters) : null,
       }));
       this.record(
         job,
@@ -429,6 +444,7 @@ export class CleanupRunner {
     evidence: CleanupEvidence,
     proof: CleanupProof,
     previous: ChainLink | null,
+    counters: WriteCounters | undefined,
   ): string | null {
     const signer = this.options.signer;
     if (!signer) return null;
@@ -495,6 +511,7 @@ export class CleanupRunner {
           : null,
       },
       nist_800_88: nistMapping(job.action),
+      ...(counters ? { write_counters: writeCountersClaim(counters) } : {}),
       started_at: new Date(job.events[0]?.time ?? now).toISOString(),
       ended_at: new Date(now).toISOString(),
       ...position,

@@ -20,7 +20,7 @@
  * pruned; a function that is not cleaned and not burned keeps no record.
  */
 import type Database from 'better-sqlite3';
-import type { MediaCondition, MediaRecord } from '../../plugins/types.js';
+import type { MediaCondition, MediaRecord, WriteCounters } from '../../plugins/types.js';
 
 /** Uninformative records of media not seen for this long are pruned at start. */
 export const PRUNE_AFTER_MS = 90 * 24 * 3600 * 1000;
@@ -58,6 +58,12 @@ export const CUSTODY_MIGRATION = `
   );
   INSERT INTO custody (id, boot_id, adopt_unrecorded) VALUES (1, '', 1);`;
 
+/**
+ * The write counters a clean (or declared clean) record was made with, as
+ * JSON ('' = none): decision 64.
+ */
+export const MEDIA_COUNTERS_MIGRATION = `ALTER TABLE media ADD COLUMN write_counters TEXT NOT NULL DEFAULT '';`;
+
 /** A journal record with why it is in its condition (for messages and logs). */
 export interface StoredMedia extends MediaRecord {
   /** ms since the epoch: when a discovery last saw it (to a day). */
@@ -86,6 +92,8 @@ export interface SeenMedia {
    * NVMe device a guest held when the agent first saw it).
    */
   slotPrefix: string;
+  /** The write counters read at this discovery, when the driver could read them (NVMe). */
+  counters?: WriteCounters;
 }
 
 /** What a discovery pass changed in the ledger, for the agent's log. */
@@ -100,6 +108,8 @@ export interface ObserveResult {
   migrated: { address: string; key: string; arqUuid: string }[];
   /** The addresses of those holds: their address rows are gone, in the same transaction. */
   consumedLegacy: string[];
+  /** Clean media whose write counters moved since its record: dirty now, with the reason. */
+  countersMoved: { key: string; address: string; reason: string }[];
   /** Keys whose record changed (the inventory shows the new one). */
   changed: string[];
   /** Media a discovery looked for and no longer sees: their custody broke now. */
@@ -146,6 +156,52 @@ interface Row {
   /** Absent from a journal read before its custody migration (the operator's dry run). */
   custody_broken_at?: number;
   custody_break?: string;
+  /** Absent in a journal read before MEDIA_COUNTERS_MIGRATION (the operator's dry run). */
+  write_counters?: string;
+}
+
+/** Counters kept as JSON: anything that is not what was written reads as none. */
+function countersFromText(text: string | undefined): WriteCounters | undefined {
+  if (!text) return undefined;
+  try {
+    const c = JSON.parse(text) as WriteCounters;
+    const digits = (v: unknown) => typeof v === 'string' && /^\d+$/.test(v);
+    return typeof c.controller === 'string' &&
+      Number.isInteger(c.cntlid) &&
+      Number.isFinite(c.at) &&
+      [c.dataUnitsWritten, c.hostWriteCommands, c.powerCycles, c.powerOnHours].every(digits)
+      ? c
+      : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const COUNTER_NAMES = [
+  ['dataUnitsWritten', 'Data Units Written'],
+  ['hostWriteCommands', 'Host Write Commands'],
+  ['powerCycles', 'Power Cycles'],
+  ['powerOnHours', 'Power On Hours'],
+] as const;
+
+/**
+ * Why counters read now say a clean media may hold data it did not hold at
+ * its record (null when they do not): Data Units Written or Host Write
+ * Commands grew (someone wrote to it), or any counter went down (a firmware
+ * reset, a wrapped counter, or another drive with a cloned identity: its
+ * history is unknown). Power Cycles and Power On Hours growing are not dirt.
+ */
+export function writeCountersChange(recorded: WriteCounters, now: WriteCounters): string | null {
+  const through = `read through ${now.controller} (cntlid ${now.cntlid})`;
+  const lower = COUNTER_NAMES.filter(([f]) => BigInt(now[f]) < BigInt(recorded[f]));
+  if (lower.length > 0) {
+    const what = lower.map(([f, name]) => `${name} ${recorded[f]} → ${now[f]}`).join(', ');
+    return `its write counters went down since it was recorded clean (${what}, ${through}): a counter reset by firmware, a wrapped counter or another drive with the same identity; its history is unknown`;
+  }
+  const grew = COUNTER_NAMES.slice(0, 2).filter(([f]) => BigInt(now[f]) > BigInt(recorded[f]));
+  if (grew.length === 0) return null;
+  const what = grew.map(([f, name]) => `${name} ${recorded[f]} → ${now[f]}`).join(', ');
+  return `it was written since it was recorded clean (${what}, ${through})`;
 }
 
 const fromRow = (r: Row): StoredMedia => ({
@@ -160,9 +216,15 @@ const fromRow = (r: Row): StoredMedia => ({
   reason: r.reason,
   custodyBrokenAt: r.custody_broken_at ?? 0,
   custodyBreak: r.custody_break ?? '',
+  ...withCounters(countersFromText(r.write_counters)),
 });
 
 const iso = (ms: number) => new Date(ms).toISOString();
+
+const withCounters = (c: WriteCounters | undefined) => (c ? { writeCounters: c } : {});
+
+/** Whether a record's condition is one the write counters are judged by. */
+const judgedByCounters = (c: MediaCondition) => c === 'clean' || c === 'declared_clean';
 
 /** What a next tenant could be hurt by: the record must never be lost. */
 export function isInformative(r: MediaRecord): boolean {
@@ -252,15 +314,22 @@ export class MediaLedger {
     this.db
       .prepare(
         `INSERT INTO media (key, condition, burned, since, last_address, arq_uuid, instance_uuid, last_seen, reason,
-           custody_broken_at, custody_break)
+           custody_broken_at, custody_break, write_counters)
          VALUES (@key, @condition, @burned, @since, @lastAddress, @arqUuid, @instanceUuid, @lastSeen, @reason,
-           @custodyBrokenAt, @custodyBreak)
+           @custodyBrokenAt, @custodyBreak, @writeCounters)
          ON CONFLICT (key) DO UPDATE SET condition = excluded.condition, burned = excluded.burned,
            since = excluded.since, last_address = excluded.last_address, arq_uuid = excluded.arq_uuid,
            instance_uuid = excluded.instance_uuid, last_seen = excluded.last_seen, reason = excluded.reason,
-           custody_broken_at = excluded.custody_broken_at, custody_break = excluded.custody_break`,
+           custody_broken_at = excluded.custody_broken_at, custody_break = excluded.custody_break,
+           write_counters = excluded.write_counters`,
       )
-      .run({ ...r, burned: r.burned ? 1 : 0 });
+      .run({
+        ...r,
+        burned: r.burned ? 1 : 0,
+        // Counters mean something only beside a clean record.
+        writeCounters:
+          r.writeCounters && judgedByCounters(r.condition) ? JSON.stringify(r.writeCounters) : '',
+      });
   }
 
   private remove(key: string): void {
@@ -314,6 +383,7 @@ export class MediaLedger {
       declared: [],
       moved: [],
       migrated: [],
+      countersMoved: [],
       changed: [],
       consumedLegacy: [],
       lost: [],
@@ -374,6 +444,9 @@ export class MediaLedger {
           created = merge(created, slot, now);
           next.set(slot.key, null);
         }
+        // Declared clean: what it has counted so far is what the operator declared clean.
+        const first = list.find((s) => s.counters)?.counters;
+        if (first && created.condition === 'declared_clean') created = { ...created, writeCounters: first };
         next.set(key, created);
         if (created.condition === 'declared_clean') result.declared.push({ key, address: addresses[0]! });
         if (oneTimeUse) {
@@ -432,6 +505,7 @@ export class MediaLedger {
         // Not cleaned here: what happens to it now is not tracked, so it is never "clean" again without a cleanup.
         r = { ...r, condition: 'not_cleanable', since: now, reason: '' };
       }
+      if (judgedByCounters(r.condition)) r = this.judgeCounters(r, list, now, result);
       if (!addresses.includes(r.lastAddress)) {
         result.moved.push({ key, from: r.lastAddress, to: addresses[0]!, condition: r.condition });
         r = { ...r, lastAddress: addresses[0]! };
@@ -499,6 +573,30 @@ export class MediaLedger {
   }
 
   /**
+   * A clean (or declared clean) record against the write counters read now
+   * through each controller that reaches it: dirty when any moved since the
+   * record (writeCountersChange). A record made without counters (before
+   * this version, or declared clean before a first read) takes the first
+   * ones read as its own. Counters compare only with those of the same
+   * controller (cntlid), and only when read after the record's.
+   */
+  private judgeCounters(r: StoredMedia, seen: SeenMedia[], now: number, result: ObserveResult): StoredMedia {
+    for (const s of seen) {
+      const c = s.counters;
+      if (!c) continue;
+      const recorded = r.writeCounters;
+      if (!recorded) return { ...r, writeCounters: c };
+      if (c.cntlid !== recorded.cntlid || c.at < recorded.at) continue;
+      const reason = writeCountersChange(recorded, c);
+      if (!reason) continue;
+      result.countersMoved.push({ key: r.key, address: s.address, reason });
+      const { writeCounters: _, ...rest } = r;
+      return { ...rest, condition: 'dirty', since: now, arqUuid: '', instanceUuid: '', reason };
+    }
+    return r;
+  }
+
+  /**
    * RecordBinding's write: the media is handed to a guest for `arqUuid`. The
    * caller has checked it may be (`bindRefusal`). Cleaned media becomes held;
    * a one-time-use device's media is burned. Returns the record (unchanged for
@@ -533,8 +631,12 @@ export class MediaLedger {
     return r;
   }
 
-  /** A cleanup the agent judged clean ended: the media holds no tenant data. The burn stays. */
-  markClean(key: string, address: string, now = Date.now()): StoredMedia {
+  /**
+   * A cleanup the agent judged clean ended: the media holds no tenant data.
+   * The burn stays. `counters`: the write counters read right after it, which
+   * the record is judged against from now on.
+   */
+  markClean(key: string, address: string, now = Date.now(), counters?: WriteCounters): StoredMedia {
     const rec = this.records.get(key);
     const r: StoredMedia = {
       key,
@@ -549,6 +651,7 @@ export class MediaLedger {
       // A proven cleanup of the media, here: what it held before no longer matters.
       custodyBrokenAt: 0,
       custodyBreak: '',
+      ...withCounters(counters),
     };
     this.transact((put) => put(r));
     return r;

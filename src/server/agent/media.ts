@@ -24,6 +24,7 @@ export function seenMedia(devices: readonly DiscoveredDevice[], host: string): S
       assumeClean: d.assumeClean === true,
       oneTimeUse: d.oneTimeUse,
       slotPrefix: `pci-slot:${host}:${d.address}:${d.vendorId}:${d.productId}:`,
+      ...(d.writeCounters ? { counters: d.writeCounters } : {}),
     });
   }
   return out;
@@ -39,6 +40,7 @@ export function publicRecord(r: StoredMedia): MediaRecord {
     arqUuid: r.arqUuid,
     instanceUuid: r.instanceUuid,
     reason: r.reason,
+    ...(r.writeCounters ? { writeCounters: r.writeCounters } : {}),
   };
 }
 
@@ -66,7 +68,8 @@ export function recordFor(d: DiscoveredDevice, ledger: MediaLedger): MediaRecord
 
 /** The devices with their records: copies, a driver's records are never changed. */
 export function withRecords(devices: readonly DiscoveredDevice[], ledger: MediaLedger): DiscoveredDevice[] {
-  return devices.map((d) => {
+  return devices.map(({ writeCounters: _, ...d }) => {
+    // The counters read now were judged (observe); the inventory does not keep them: they change with every write.
     const mediaRecord = recordFor(d, ledger);
     return mediaRecord ? { ...d, mediaRecord } : d;
   });
@@ -122,6 +125,12 @@ export function logObserved(logger: Logger, o: ObserveResult, devices: readonly 
     logger.warn(
       { media: m.key, from: m.from, to: m.to, condition: m.condition },
       `media ${m.key}, last seen at ${m.from}, is now at ${m.to} (${m.condition})`,
+    );
+  }
+  for (const c of o.countersMoved) {
+    logger.warn(
+      { media: c.key, address: c.address, reason: c.reason },
+      `media ${c.key} at ${c.address}, recorded clean, is dirty now: ${c.reason}; it is cleaned before it is offered`,
     );
   }
   for (const l of o.lost) {

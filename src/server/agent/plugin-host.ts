@@ -9,12 +9,12 @@ import { stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
 import { isPciAddress } from '../../identifiers.js';
-import type { CleanupPolicy, MediaCensus } from '../../plugins/cleanup-evidence.js';
+import type { CleanupPolicy } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
-import { takeNvmeCensus } from '../../plugins/nvme/census.js';
+import { type NvmeCensus, takeNvmeCensus } from '../../plugins/nvme/census.js';
 import { mediaIdentityProblem, slotIdentity } from '../../plugins/pci/media-identity.js';
 import { readPciFunction } from '../../plugins/pci/sysfs-reader.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
@@ -125,7 +125,7 @@ export class PluginHost {
     device: DiscoveredDevice,
     signal: AbortSignal,
     probe: boolean,
-  ): Promise<MediaCensus | null> {
+  ): Promise<NvmeCensus | null> {
     if (!this.hasCensus(device)) return null;
     return takeNvmeCensus(device.address, {
       sysfsRoot: this.ctx.sysfsRoot,
@@ -134,6 +134,8 @@ export class PluginHost {
       nvmeCli: this.nvmeClis.get(d.name) ?? 'nvme',
       signal,
       probe,
+      // After the cleanup: the counters the clean record and the certificate are made with.
+      counters: probe,
     });
   }
 

@@ -18,6 +18,7 @@ const COMMANDS = [
   'id-ns',
   'sanitize',
   'sanitize-log',
+  'smart-log',
   'write-zeroes',
   'format',
   'create-ns',

@@ -10,6 +10,7 @@ export {
   type NvmeSimSpec,
   readNvmeSimState,
   type SimControllerSpec,
+  setSmartCounters,
 } from './state-file.js';
 export {
   namespaceManagementWorks,

@@ -23,6 +23,7 @@ const COMMANDS: Record<string, () => Promise<Handler>> = {
   'list-ns': async () => (await import('./commands/identify.js')).listNs,
   sanitize: async () => (await import('./commands/sanitize.js')).sanitize,
   'sanitize-log': async () => (await import('./commands/sanitize.js')).sanitizeLog,
+  'smart-log': async () => (await import('./commands/smart.js')).smartLog,
   'write-zeroes': async () => (await import('./commands/media.js')).writeZeroes,
   format: async () => (await import('./commands/media.js')).format,
   'create-ns': async () => (await import('./commands/ns-mgmt.js')).createNs,

@@ -595,4 +595,100 @@ describe('nvme-sim executable', () => {
     // The detached namespace keeps the tenant's bytes (FNA bit 1 clear: secure erase is per namespace).
     expect(readFileSync(sim.dev('nvme0n2')).equals(pattern(MiB, 0x55))).toBe(true);
   }, 60_000);
+
+  it('smart-log -o json is 2.3 json_smart_log: counters as strings, moved by writes from anyone', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+          smart: {
+            dataUnitsRead: '10',
+            dataUnitsWritten: '1234567',
+            hostReadCommands: '20',
+            hostWriteCommands: '30',
+            powerCycles: '7',
+            powerOnHours: '4000',
+            unsafeShutdowns: '1',
+          },
+        },
+      ],
+    }));
+    const ctrl = sim.dev('nvme0');
+    const first = await sim.run(['smart-log', ctrl, '-o', 'json']);
+    // Field names, order, types and layout of nvme-print.c@v2.3 json_smart_log through json-c 0.16.
+    expect(first).toEqual({
+      code: 0,
+      stderr: '',
+      stdout:
+        '{\n  "critical_warning":0,\n  "temperature":313,\n  "avail_spare":100,\n  "spare_thresh":10,\n' +
+        '  "percent_used":0,\n  "endurance_grp_critical_warning_summary":0,\n  "data_units_read":"10",\n' +
+        '  "data_units_written":"1234567",\n  "host_read_commands":"20",\n  "host_write_commands":"30",\n' +
+        '  "controller_busy_time":"0",\n  "power_cycles":"7",\n  "power_on_hours":"4000",\n' +
+        '  "unsafe_shutdowns":"1",\n  "media_errors":"0",\n  "num_err_log_entries":"0",\n' +
+        '  "warning_temp_time":0,\n  "critical_comp_time":0,\n  "temperature_sensor_1":313,\n' +
+        '  "thm_temp1_trans_count":0,\n  "thm_temp2_trans_count":0,\n  "thm_temp1_total_time":0,\n' +
+        '  "thm_temp2_total_time":0\n}\n',
+    });
+    // uint128_t_to_string() groups with the locale's separator.
+    const en = await sim.run(['smart-log', ctrl, '-o', 'json'], { LC_ALL: 'en_US.UTF-8' });
+    expect(JSON.parse(en.stdout).data_units_written).toBe('1,234,567');
+    // Nothing written: nothing moves, however often it is asked.
+    expect((await sim.run(['smart-log', ctrl, '-o', 'json'])).stdout).toBe(first.stdout);
+    // A write from outside (a tenant, through the block device) is counted at the next look:
+    // the simulator counts the changed file whole, 1 MiB = 3 data units, 8 commands of 128 KiB.
+    await sleep(5);
+    writeFileSync(sim.dev('nvme0n1'), pattern(MiB, 0x61));
+    const after = JSON.parse((await sim.run(['smart-log', ctrl, '-o', 'json'])).stdout);
+    expect(after).toMatchObject({
+      data_units_written: '1234570',
+      host_write_commands: '38',
+      power_cycles: '7',
+      power_on_hours: '4000',
+    });
+    // The simulator's own writes count too (write-zeroes of one LBA changes the file).
+    await sleep(5);
+    expect((await sim.run(['write-zeroes', sim.dev('nvme0n1'), '-s', '0', '-c', '0'])).code).toBe(0);
+    const zeroed = JSON.parse((await sim.run(['smart-log', ctrl, '-o', 'json'])).stdout);
+    expect(BigInt(zeroed.host_write_commands)).toBeGreaterThan(38n);
+    // A 128-bit counter stays exact past 2^64.
+    const { setSmartCounters } = await import('./index.js');
+    await setSmartCounters(sim.state, 'nvme0', { dataUnitsWritten: (2n ** 100n).toString() });
+    const big = await sim.run(['smart-log', ctrl, '-o', 'json']);
+    expect(JSON.parse(big.stdout).data_units_written).toBe((2n ** 100n).toString());
+  }, 180_000);
+
+  it('smart-log errors: unknown device and NVMe status exactly like the real tool', async () => {
+    const sim = await makeSim((dev) => ({
+      controllers: [
+        {
+          name: 'nvme0',
+          devPath: dev('nvme0'),
+          namespaces: [{ nsid: 1, sizeBytes: MiB }],
+          faults: { 'smart-log': { mode: 'error', status: 0x4002 } },
+        },
+      ],
+    }));
+    const r = await sim.run(['smart-log', '/dev/nvme9', '-o', 'json']);
+    expect(r.code).toBe(1);
+    expect(r.stderr.startsWith('/dev/nvme9: No such file or directory\n\x1b[1mUsage: nvme smart-log')).toBe(
+      true,
+    );
+    expect(await sim.run(['smart-log', sim.dev('nvme0'), '-o', 'json'])).toEqual({
+      code: 1,
+      stdout: '',
+      stderr:
+        'NVMe status: Invalid Field in Command: A reserved coded value or an unsupported value in a defined field(0x4002)\n',
+    });
+    if (haveRealNvme) {
+      for (const args of [
+        ['smart-log', '/dev/nvme9', '-o', 'json'],
+        ['smart-log', '--help'],
+      ]) {
+        const real = spawnSync(REAL_NVME, args, { encoding: 'utf8', env: { ...process.env, LC_ALL: 'C' } });
+        expect(await sim.run(args)).toEqual({ code: real.status, stdout: real.stdout, stderr: real.stderr });
+      }
+    }
+  }, 30_000);
 });

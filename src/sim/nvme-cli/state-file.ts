@@ -11,7 +11,15 @@ import { z } from 'zod';
 import { isUuid } from '../../identifiers.js';
 import { createBackingFile } from './media.js';
 import { mediaMtimes, SSTAT_GLOBAL_ERASED } from './sanitize-engine.js';
-import { type NvmeSimState, type SimControllerState, saveState } from './state.js';
+import {
+  NEW_SMART,
+  type NvmeSimState,
+  type SimControllerState,
+  type SimSmartState,
+  saveState,
+  withStateLock,
+} from './state.js';
+import { holderOf } from './subsystem.js';
 
 const u32 = z.number().int().min(0).max(0xffffffff);
 
@@ -48,6 +56,9 @@ export const simNamespaceSchema = z.object({
     .refine((v) => v === '' || isUuid(v), 'a lower-case UUID or empty')
     .optional(),
 });
+
+/** A 128-bit counter as decimal digits. */
+const decimal = z.string().regex(/^\d{1,39}$/);
 
 export const simControllerSchema = z.object({
   name: z.string().regex(/^nvme\d+$/),
@@ -87,6 +98,18 @@ export const simControllerSchema = z.object({
     erasedMtimes: z.record(z.string(), z.number()).optional(),
   }),
   faults: z.record(z.string(), simFaultSchema).optional(),
+  smart: z
+    .object({
+      dataUnitsRead: decimal,
+      dataUnitsWritten: decimal,
+      hostReadCommands: decimal,
+      hostWriteCommands: decimal,
+      powerCycles: decimal,
+      powerOnHours: decimal,
+      unsafeShutdowns: decimal,
+      seen: z.record(z.string(), z.number()).optional(),
+    })
+    .optional(),
   shares: z
     .string()
     .regex(/^nvme\d+$/)
@@ -228,6 +251,8 @@ export async function createNvmeSimState(path: string, spec: NvmeSimSpec): Promi
       mkdirSync(dirname(ns.devPath), { recursive: true });
       createBackingFile(ns.devPath, ns.sizeBytes);
     }
+    // Its SMART counters count every write from now on (commands/smart.ts).
+    if (c.shares === undefined) c.smart = { ...NEW_SMART, ...c.smart, seen: mediaMtimes(c) };
     // A controller created "globally erased" has had nothing written yet: any write from now on clears it.
     if (c.sanitize.sstat & SSTAT_GLOBAL_ERASED && c.sanitize.erasedMtimes === undefined) {
       c.sanitize.erasedMtimes = mediaMtimes(c);
@@ -240,4 +265,23 @@ export async function createNvmeSimState(path: string, spec: NvmeSimSpec): Promi
 /** Reads and validates a state file (e.g. to assert what the simulator did). */
 export async function readNvmeSimState(path: string): Promise<NvmeSimState> {
   return nvmeSimStateSchema.parse(JSON.parse(await readFile(path, 'utf8'))) as NvmeSimState;
+}
+
+/**
+ * Sets SMART counters of a controller's subsystem, as a drive whose firmware
+ * reset them, or another drive with the same identity, would show them; the
+ * counters not given stay.
+ */
+export async function setSmartCounters(
+  statePath: string,
+  ctrlName: string,
+  counters: Partial<Omit<SimSmartState, 'seen'>>,
+): Promise<void> {
+  await withStateLock(statePath, (state) => {
+    const own = state.controllers.find((c) => c.name === ctrlName);
+    if (!own) throw new Error(`no simulated controller ${ctrlName} in ${statePath}`);
+    const holder = holderOf(state, own);
+    holder.smart = { ...NEW_SMART, ...holder.smart, ...counters };
+    return { changed: true, result: undefined };
+  });
 }

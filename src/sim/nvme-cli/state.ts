@@ -80,6 +80,33 @@ export interface SimSanitizeState {
   erasedMtimes?: Record<string, number>;
 }
 
+/**
+ * The SMART / Health log's counters (commands/smart.ts): 128-bit counters as
+ * decimal strings.
+ */
+export interface SimSmartState {
+  dataUnitsRead: string;
+  dataUnitsWritten: string;
+  hostReadCommands: string;
+  hostWriteCommands: string;
+  powerCycles: string;
+  powerOnHours: string;
+  unsafeShutdowns: string;
+  /** Each media file's mtime (ms) at the previous look: a file that changed since was written. */
+  seen?: Record<string, number>;
+}
+
+/** What a drive that was never asked shows (the defaults of a new simulated controller). */
+export const NEW_SMART: SimSmartState = {
+  dataUnitsRead: '0',
+  dataUnitsWritten: '0',
+  hostReadCommands: '0',
+  hostWriteCommands: '0',
+  powerCycles: '1',
+  powerOnHours: '0',
+  unsafeShutdowns: '0',
+};
+
 export interface SimControllerState {
   /** Kernel name, e.g. 'nvme0'. */
   name: string;
@@ -122,6 +149,8 @@ export interface SimControllerState {
   namespaces: SimNamespaceState[];
   sanitize: SimSanitizeState;
   faults?: { [command: string]: SimFault };
+  /** The SMART / Health log counters; absent: those of a new drive (NEW_SMART), until the first look. */
+  smart?: SimSmartState;
   /**
    * Another controller of the same NVM subsystem, which holds the subsystem's
    * namespaces, media, capacity, identify strings and sanitize state; this

@@ -313,6 +313,29 @@ function followHotplug(endpoint: string, h: { address: string; timeoutMs: number
   });
 }
 
+/**
+ * A write from the guest, outside Berth, to media Berth recorded clean; the
+ * controller's own counters before and after (nvme-cli), what the agent makes
+ * of it after a rediscovery, and its next cleanup.
+ */
+async function writeAfterClean(endpoint: string, w: { address: string; jobId: string }): Promise<void> {
+  const ctrl = `/dev/${controllerOf(w.address)}`;
+  const ns = firstNamespaceOf(w.address);
+  const smartLog = (when: string) =>
+    command(`smart-log ${when} ${w.address}`, [plan.nvmeCli, 'smart-log', ctrl, '-o', 'json']);
+  await smartLog('before');
+  await command(`outside write ${w.address}`, [
+    '/bin/sh',
+    '-c',
+    `yes OUTSIDE-BERTH | head -c 65536 | dd of=${ns} bs=65536 count=1 iflag=fullblock oflag=direct conv=notrunc status=none`,
+  ]);
+  await smartLog('after');
+  await rpc(endpoint, 'Rediscover', {});
+  await rpc(endpoint, 'ListDevices', {});
+  await cleanup(endpoint, w.address, w.jobId);
+  await rpc(endpoint, 'ListDevices', {});
+}
+
 async function main(): Promise<void> {
   emit({ type: 'start', uptime: uptime(), kernel: release(), netdevs: readdirSync('/sys/class/net').sort() });
   mkdirSync(join(plan.workDir, 'dry-run'), { recursive: true });
@@ -382,6 +405,7 @@ async function main(): Promise<void> {
     // The agent's public key (from its key file, here: a bin/berth start costs 15-20 s under TCG);
     // the host verifies the cleanups' certificates with it.
     if (plan.cleanups.length > 0) emitPublicKey();
+    if (plan.writeAfterClean) await writeAfterClean(endpoint, plan.writeAfterClean);
     if (plan.hotplug) {
       await rpc(endpoint, 'GetAgentInfo', {});
       await followHotplug(endpoint, plan.hotplug);

@@ -398,6 +398,38 @@ export interface MediaRecord {
    * release); '' otherwise. Decision 62.
    */
   reason: string;
+  /**
+   * While CLEAN or DECLARED_CLEAN: the write counters the record was made
+   * with (read right after the proven cleanup, or at the first look). A media
+   * whose counters moved since is DIRTY (docs/media-identity.md). Absent when
+   * none were read (not NVMe, or a record older than the counters).
+   */
+  writeCounters: WriteCounters | undefined;
+}
+
+/**
+ * WriteCounters are what an NVMe controller counts of the writes it served:
+ * its SMART / Health log (log page 02h), read with `nvme smart-log`. They are
+ * the controller's: they compare only with counters of the same controller.
+ */
+export interface WriteCounters {
+  /**
+   * The controller they were read through (nvmeX on the agent's host) and its
+   * controller id (cntlid).
+   */
+  controller: string;
+  cntlid: number;
+  /**
+   * 128-bit counters, as decimal digits.
+   * Data Units Written: thousands of 512-byte units the host wrote, rounded up.
+   */
+  dataUnitsWritten: string;
+  /** Host Write Commands: the write commands the controller completed. */
+  hostWriteCommands: string;
+  powerCycles: string;
+  powerOnHours: string;
+  /** When the agent read them (its clock). */
+  readAt: Date | undefined;
 }
 
 function createBaseDevice(): Device {
@@ -1366,6 +1398,7 @@ function createBaseMediaRecord(): MediaRecord {
     arqUuid: "",
     instanceUuid: "",
     reason: "",
+    writeCounters: undefined,
   };
 }
 
@@ -1394,6 +1427,9 @@ export const MediaRecord: MessageFns<MediaRecord> = {
     }
     if (message.reason !== "") {
       writer.uint32(66).string(message.reason);
+    }
+    if (message.writeCounters !== undefined) {
+      WriteCounters.encode(message.writeCounters, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -1475,6 +1511,14 @@ export const MediaRecord: MessageFns<MediaRecord> = {
             message.reason = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.writeCounters = WriteCounters.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1509,6 +1553,11 @@ export const MediaRecord: MessageFns<MediaRecord> = {
         ? globalThis.String(object.instance_uuid)
         : "",
       reason: isSet(object.reason) ? globalThis.String(object.reason) : "",
+      writeCounters: isSet(object.writeCounters)
+        ? WriteCounters.fromJSON(object.writeCounters)
+        : isSet(object.write_counters)
+        ? WriteCounters.fromJSON(object.write_counters)
+        : undefined,
     };
   },
 
@@ -1538,6 +1587,9 @@ export const MediaRecord: MessageFns<MediaRecord> = {
     if (message.reason !== "") {
       obj.reason = message.reason;
     }
+    if (message.writeCounters !== undefined) {
+      obj.writeCounters = WriteCounters.toJSON(message.writeCounters);
+    }
     return obj;
   },
 
@@ -1554,6 +1606,202 @@ export const MediaRecord: MessageFns<MediaRecord> = {
     message.arqUuid = object.arqUuid ?? "";
     message.instanceUuid = object.instanceUuid ?? "";
     message.reason = object.reason ?? "";
+    message.writeCounters = (object.writeCounters !== undefined && object.writeCounters !== null)
+      ? WriteCounters.fromPartial(object.writeCounters)
+      : undefined;
+    return message;
+  },
+};
+
+function createBaseWriteCounters(): WriteCounters {
+  return {
+    controller: "",
+    cntlid: 0,
+    dataUnitsWritten: "",
+    hostWriteCommands: "",
+    powerCycles: "",
+    powerOnHours: "",
+    readAt: undefined,
+  };
+}
+
+export const WriteCounters: MessageFns<WriteCounters> = {
+  encode(message: WriteCounters, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.controller !== "") {
+      writer.uint32(10).string(message.controller);
+    }
+    if (message.cntlid !== 0) {
+      writer.uint32(16).uint32(message.cntlid);
+    }
+    if (message.dataUnitsWritten !== "") {
+      writer.uint32(26).string(message.dataUnitsWritten);
+    }
+    if (message.hostWriteCommands !== "") {
+      writer.uint32(34).string(message.hostWriteCommands);
+    }
+    if (message.powerCycles !== "") {
+      writer.uint32(42).string(message.powerCycles);
+    }
+    if (message.powerOnHours !== "") {
+      writer.uint32(50).string(message.powerOnHours);
+    }
+    if (message.readAt !== undefined) {
+      Timestamp.encode(toTimestamp(message.readAt), writer.uint32(58).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): WriteCounters {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseWriteCounters();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.controller = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.cntlid = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.dataUnitsWritten = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.hostWriteCommands = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.powerCycles = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.powerOnHours = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.readAt = fromTimestamp(Timestamp.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): WriteCounters {
+    return {
+      controller: isSet(object.controller) ? globalThis.String(object.controller) : "",
+      cntlid: isSet(object.cntlid) ? globalThis.Number(object.cntlid) : 0,
+      dataUnitsWritten: isSet(object.dataUnitsWritten)
+        ? globalThis.String(object.dataUnitsWritten)
+        : isSet(object.data_units_written)
+        ? globalThis.String(object.data_units_written)
+        : "",
+      hostWriteCommands: isSet(object.hostWriteCommands)
+        ? globalThis.String(object.hostWriteCommands)
+        : isSet(object.host_write_commands)
+        ? globalThis.String(object.host_write_commands)
+        : "",
+      powerCycles: isSet(object.powerCycles)
+        ? globalThis.String(object.powerCycles)
+        : isSet(object.power_cycles)
+        ? globalThis.String(object.power_cycles)
+        : "",
+      powerOnHours: isSet(object.powerOnHours)
+        ? globalThis.String(object.powerOnHours)
+        : isSet(object.power_on_hours)
+        ? globalThis.String(object.power_on_hours)
+        : "",
+      readAt: isSet(object.readAt)
+        ? fromJsonTimestamp(object.readAt)
+        : isSet(object.read_at)
+        ? fromJsonTimestamp(object.read_at)
+        : undefined,
+    };
+  },
+
+  toJSON(message: WriteCounters): unknown {
+    const obj: any = {};
+    if (message.controller !== "") {
+      obj.controller = message.controller;
+    }
+    if (message.cntlid !== 0) {
+      obj.cntlid = Math.round(message.cntlid);
+    }
+    if (message.dataUnitsWritten !== "") {
+      obj.dataUnitsWritten = message.dataUnitsWritten;
+    }
+    if (message.hostWriteCommands !== "") {
+      obj.hostWriteCommands = message.hostWriteCommands;
+    }
+    if (message.powerCycles !== "") {
+      obj.powerCycles = message.powerCycles;
+    }
+    if (message.powerOnHours !== "") {
+      obj.powerOnHours = message.powerOnHours;
+    }
+    if (message.readAt !== undefined) {
+      obj.readAt = message.readAt.toISOString();
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<WriteCounters>, I>>(base?: I): WriteCounters {
+    return WriteCounters.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<WriteCounters>, I>>(object: I): WriteCounters {
+    const message = createBaseWriteCounters();
+    message.controller = object.controller ?? "";
+    message.cntlid = object.cntlid ?? 0;
+    message.dataUnitsWritten = object.dataUnitsWritten ?? "";
+    message.hostWriteCommands = object.hostWriteCommands ?? "";
+    message.powerCycles = object.powerCycles ?? "";
+    message.powerOnHours = object.powerOnHours ?? "";
+    message.readAt = object.readAt ?? undefined;
     return message;
   },
 };
