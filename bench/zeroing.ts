@@ -7,7 +7,8 @@
  *   first `verifying` event) vs `dd if=/dev/zero of=<loop> bs=4M oflag=direct
  *   conv=fsync` (both end with a flush);
  * - readback: the driver's full read-back (`verify: full`, the default: first
- *   `verifying` event to the end of the cleanup) vs `dd if=<loop> of=/dev/null
+ *   `verifying` event to the end of the driver's cleanup; the agent's census
+ *   after it is reported apart, `census_and_judge_ms`) vs `dd if=<loop> of=/dev/null
  *   bs=4M iflag=direct`.
  *
  * The driver runs for real (NvmeDriver.cleanup against the nvme-cli simulator
@@ -96,7 +97,7 @@ async function main() {
       await writeTenantData(target, sizeBytes);
       const marks: { at: number; p: CleanupProgress }[] = [];
       const ctx = host.cleanupCtx();
-      const { verdict } = await cleanAndJudge(driver, device, {
+      const { verdict, cleanupEndedAt } = await cleanAndJudge(driver, device, {
         ...ctx,
         progress: (p) => {
           marks.push({ at: nowMs(), p });
@@ -106,7 +107,14 @@ async function main() {
       if (!verdict.ok) throw new Error(`the driver's cleanup was not proven: ${verdict.reason}`);
       const zeroStart = marks.find((m) => m.p.phase === 'zeroing')!.at;
       const verifyStart = marks.find((m) => m.p.phase === 'verifying')!.at;
-      return { zero: verifyStart - zeroStart, read: end - verifyStart, proof: verdict.proof };
+      // The read-back ends with the driver's cleanup; the agent's census after it
+      // (nvme-cli runs, not the read-back) and the judge are reported apart.
+      return {
+        zero: verifyStart - zeroStart,
+        read: cleanupEndedAt - verifyStart,
+        censusAndJudge: end - cleanupEndedAt,
+        proof: verdict.proof,
+      };
     };
     const ddRound = async () => ({
       write: await ddWrite(target, sizeBytes),
@@ -164,6 +172,8 @@ async function main() {
       ...common,
       driver_ms: ours.map((o) => Math.round(o.read)),
       dd_ms: dds.map((d) => Math.round(d.read)),
+      // The census after the cleanup and the judge, not in the value (until 2026-11-28 it was).
+      census_and_judge_ms: ours.map((o) => Math.round(o.censusAndJudge)),
       bytes_read_per_round: ours[0]!.proof.bytesRead,
     });
   } finally {

@@ -190,7 +190,7 @@ export async function cleanAndJudge(
   driver: GenericDriver,
   device: DiscoveredDevice,
   ctx: CleanupContext,
-): Promise<{ evidence: CleanupEvidence; verdict: Verdict; census: CensusPair }> {
+): Promise<{ evidence: CleanupEvidence; verdict: Verdict; census: CensusPair; cleanupEndedAt: number }> {
   const census = (probe: boolean) =>
     takeNvmeCensus(device.address, {
       sysfsRoot: ctx.sysfsRoot,
@@ -201,9 +201,12 @@ export async function cleanAndJudge(
     });
   const before = await census(false);
   const evidence = await driver.cleanup(device, ctx);
+  // performance.now() when the driver's cleanup returned, before the census after it (bench/zeroing.ts).
+  const cleanupEndedAt = performance.now();
   const after = await census(true);
   return {
     evidence,
+    cleanupEndedAt,
     verdict: judgeEvidence(evidence, device.cleanupAction ?? '', ctx.policy, { before, after }),
     census: { before, after },
   };

@@ -293,18 +293,24 @@ export function functionMedia(
   host: HostFunctions,
   serials: Map<string, string | null>,
 ): MediaIdentity {
-  const serialOf = (address: string) => {
-    if (!serials.has(address)) serials.set(address, readDeviceSerialNumber(ctx.sysfsRoot, address));
-    return serials.get(address) ?? null;
-  };
   const pf = fn.physfn === null ? undefined : host.byAddress.get(fn.physfn);
   if (pf) {
     const index = pf.virtfns.indexOf(fn.address);
-    const dsn = index < 0 ? null : serialOf(pf.address);
+    const dsn = index < 0 ? null : serialOf(ctx, serials, pf.address);
     if (dsn) return dsnIdentity(pf.vendorId, dsn, fn.address, { pfAddress: pf.address, index });
   } else if (fn.physfn === null) {
-    const dsn = serialOf(fn.address);
+    const dsn = serialOf(ctx, serials, fn.address);
     if (dsn) return dsnIdentity(fn.vendorId, dsn, fn.address);
   }
   return slotIdentity(ctx.hostname, fn);
+}
+
+/** The serial of `address`, read once a pass (a module function: no closure made per device). */
+function serialOf(ctx: HostContext, serials: Map<string, string | null>, address: string): string | null {
+  let dsn = serials.get(address);
+  if (dsn === undefined) {
+    dsn = readDeviceSerialNumber(ctx.sysfsRoot, address);
+    serials.set(address, dsn);
+  }
+  return dsn;
 }

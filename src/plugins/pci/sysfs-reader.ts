@@ -185,14 +185,11 @@ function readFunctionDir(dir: string, address: PciAddress): PciFunction | null {
 
   const subsystemVendorId = hexAttr(opt('subsystem_vendor'), 4);
   const subsystemProductId = hexAttr(opt('subsystem_device'), 4);
-  return {
+  const fn: PciFunction = {
     address,
     vendorId,
     productId,
     classCode,
-    ...(subsystemVendorId !== undefined && subsystemProductId !== undefined
-      ? { subsystemVendorId, subsystemProductId }
-      : {}),
     kernelDriver: driver === undefined ? null : path.basename(driver),
     physfn: physfnAddr !== null && isPciAddress(physfnAddr) ? physfnAddr : null,
     virtfns,
@@ -205,6 +202,24 @@ function readFunctionDir(dir: string, address: PciAddress): PciFunction | null {
       .filter((n) => /^nvme\d+$/.test(n))
       .sort((a, b) => numericSuffix(a, 'nvme') - numericSuffix(b, 'nvme')),
   };
+  setSubsystemIds(fn, subsystemVendorId, subsystemProductId);
+  return fn;
+}
+
+/**
+ * The subsystem ids, set only when both are known. Set after the record is
+ * built, not spread into its literal: a conditional spread per function cost
+ * a few ms of CPU a pass on the large host (bench/README.md, "Regressions of
+ * 2026-11-26").
+ */
+function setSubsystemIds(
+  to: { subsystemVendorId?: string; subsystemProductId?: string },
+  vendor: string | undefined,
+  product: string | undefined,
+): void {
+  if (vendor === undefined || product === undefined) return;
+  to.subsystemVendorId = vendor;
+  to.subsystemProductId = product;
 }
 
 /**
@@ -286,18 +301,16 @@ export function parsePciUevent(text: string, address: string): Identity | undefi
   if (id === undefined || cls === undefined || !PCI_ID_RE.test(id) || !CLASS_RE.test(cls)) return undefined;
   if (driver !== undefined && driver !== '' && (!DRIVER_NAME_RE.test(driver) || /^\.+$/.test(driver)))
     return undefined;
-  return {
+  const identity: Identity = {
     vendorId: id.slice(0, 4).toLowerCase(),
     productId: id.slice(5).toLowerCase(),
     classCode: cls.toLowerCase().padStart(6, '0'),
     kernelDriver: driver === undefined || driver === '' ? null : driver,
-    ...(subsys !== undefined && PCI_ID_RE.test(subsys)
-      ? {
-          subsystemVendorId: subsys.slice(0, 4).toLowerCase(),
-          subsystemProductId: subsys.slice(5).toLowerCase(),
-        }
-      : {}),
   };
+  if (subsys !== undefined && PCI_ID_RE.test(subsys)) {
+    setSubsystemIds(identity, subsys.slice(0, 4).toLowerCase(), subsys.slice(5).toLowerCase());
+  }
+  return identity;
 }
 
 /**
@@ -317,15 +330,14 @@ function readIdentity(dir: string, address: PciAddress): Identity | null {
   const driver = readlinkOptional(`${dir}/driver`);
   const subsystemVendorId = hexAttr(readOptional(`${dir}/subsystem_vendor`), 4);
   const subsystemProductId = hexAttr(readOptional(`${dir}/subsystem_device`), 4);
-  return {
+  const identity: Identity = {
     vendorId,
     productId,
     classCode,
     kernelDriver: driver === undefined ? null : path.basename(driver),
-    ...(subsystemVendorId !== undefined && subsystemProductId !== undefined
-      ? { subsystemVendorId, subsystemProductId }
-      : {}),
   };
+  setSubsystemIds(identity, subsystemVendorId, subsystemProductId);
+  return identity;
 }
 
 /**
@@ -368,9 +380,6 @@ function scanFunction(dir: string, address: PciAddress, withGroups: boolean): Sc
     vendorId: id.vendorId,
     productId: id.productId,
     classCode: id.classCode,
-    ...(id.subsystemVendorId !== undefined && id.subsystemProductId !== undefined
-      ? { subsystemVendorId: id.subsystemVendorId, subsystemProductId: id.subsystemProductId }
-      : {}),
     kernelDriver: id.kernelDriver,
     physfn: null,
     virtfns: [],
@@ -381,6 +390,7 @@ function scanFunction(dir: string, address: PciAddress, withGroups: boolean): Sc
     netdevs: [],
     nvmeControllers: [],
   };
+  setSubsystemIds(fn, id.subsystemVendorId, id.subsystemProductId);
   return { fn, dir, numVfsUnread: isPf && (numVfs === undefined || !/^\d+$/.test(numVfs)) };
 }
 
