@@ -127,8 +127,11 @@ export class CleanupJournal {
     this.db.pragma('synchronous = FULL');
     this.db.pragma('foreign_keys = ON');
     this.db.pragma('busy_timeout = 5000');
+    const fresh = (this.db.pragma('user_version', { simple: true }) as number) === 0;
     this.migrate();
-    this.media = new MediaLedger(this.db);
+    // A new journal (a new host, or a lost one): its first discovery is the one
+    // assume_clean vouches for (decision 62).
+    this.media = new MediaLedger(this.db, fresh);
     this.prunedMedia = this.media.load();
   }
 

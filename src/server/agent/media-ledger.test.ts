@@ -387,7 +387,8 @@ describe('MediaLedger custody (decision 62)', () => {
     journals.splice(journals.indexOf(old), 1);
     const db = new Database(join(dir, 'agent-journal.db'));
     db.exec(
-      `DROP TABLE custody; ALTER TABLE media DROP COLUMN custody_broken_at; ALTER TABLE media DROP COLUMN custody_break;`,
+      `DROP TABLE custody; ALTER TABLE media DROP COLUMN custody_broken_at; ALTER TABLE media DROP COLUMN custody_break;
+       ALTER TABLE media DROP COLUMN write_counters;`,
     );
     db.pragma('user_version = 4');
     db.close();
@@ -413,5 +414,29 @@ describe('MediaLedger custody (decision 62)', () => {
     j.media.startCustody('b', T + 1);
     j.media.observe([seen('0000:66:00.0', 'pci-dsn:8086:x:00.0', { cleanable: false })], [], T + 10, all);
     expect(j.media.size).toBe(0);
+  });
+});
+
+describe('assume_clean vouches for what a new journal first finds, nothing later', () => {
+  it("a drive first seen after the journal's first full discovery is dirty, whatever the entry says; across a reopen too", async () => {
+    const dir = await stateDir();
+    const j = open(dir);
+    const everything = { keys: 'all' as const, except: new Set<string>() };
+    const other = 'nvme:nqn.2019-08.org.qemu:SER-B';
+    j.media.observe([seen(A, NQN, { assumeClean: true })], [], 1_000, everything);
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'declared_clean' });
+    // Carried in later (from another host, say): the entry vouched for what the operator installed, not for this.
+    j.media.observe(
+      [seen(A, NQN, { assumeClean: true }), seen(B, other, { assumeClean: true })],
+      [],
+      2_000,
+      everything,
+    );
+    expect(j.media.get(other)).toMatchObject({ condition: 'dirty' });
+    // The agent started again on the same journal: still nothing new is vouched for.
+    const again = reopen(j, dir);
+    const third = 'nvme:nqn.2019-08.org.qemu:SER-C';
+    again.media.observe([seen('0000:07:00.0', third, { assumeClean: true })], [], 3_000, everything);
+    expect(again.media.get(third)).toMatchObject({ condition: 'dirty' });
   });
 });

@@ -245,7 +245,18 @@ export class MediaLedger {
   /** The journal predates custody: the first full discovery takes unrecorded one-time-use media as unused. */
   private adopting = false;
 
-  constructor(private readonly db: Database.Database) {}
+  /**
+   * @param vouching the journal is new: until its first full discovery ends,
+   * `assume_clean` vouches for the media it finds (decision 62). Media first
+   * seen after that came from elsewhere or was never in Berth's sight: its
+   * history is unknown whatever the entry says, so it is cleaned (or held)
+   * first — a drive carried in from another host is not declared clean by the
+   * entry that vouched for the drives the operator installed.
+   */
+  constructor(
+    private readonly db: Database.Database,
+    private vouching = false,
+  ) {}
 
   /** Reads every record, pruning the uninformative ones not seen for PRUNE_AFTER_MS. Returns how many were pruned. */
   load(now = Date.now()): number {
@@ -402,16 +413,18 @@ export class MediaLedger {
     const slots = [...this.records.values()].filter((r) => r.key.startsWith('pci-slot:'));
     const current = (key: string) => (next.has(key) ? (next.get(key) ?? undefined) : this.records.get(key));
     const adopting = this.adopting && lookout?.keys === 'all';
+    const vouching = this.vouching;
+    if (lookout?.keys === 'all') this.vouching = false;
     for (const [key, list] of byKey) {
       list.sort((a, b) => (a.address < b.address ? -1 : a.address > b.address ? 1 : 0));
       const addresses = list.map((s) => s.address);
       const cleanable = list.some((s) => s.cleanable);
-      const declared = list.filter((s) => s.cleanable).every((s) => s.assumeClean);
+      const declared = vouching && list.filter((s) => s.cleanable).every((s) => s.assumeClean);
       // A one-time-use media Berth does not clean is held when its use is unknown; one it cleans is
       // scrubbed with proof instead (Nova's clean-one-time-use: a scrub is what returns it).
       const oneTimeUse = !cleanable && list.some((s) => s.oneTimeUse);
       // assume_clean vouches "unused" for a one-time-use media with no record (decision 62).
-      const vouchedUnused = list.filter((s) => s.oneTimeUse).every((s) => s.assumeClean);
+      const vouchedUnused = vouching && list.filter((s) => s.oneTimeUse).every((s) => s.assumeClean);
       const rec = current(key);
       if (!rec) {
         // What this function was known by before it was identified.
