@@ -216,6 +216,18 @@ export const placementApi = () =>
     return null;
   });
 
+/**
+ * OpenStack Keystone 22 (Debian's python3-keystone): keystone-manage's code
+ * and keystone-wsgi-public, which test/helpers/keystone.ts starts.
+ */
+export const KEYSTONE_WSGI = '/usr/bin/keystone-wsgi-public';
+export const keystoneServer = () =>
+  check('keystone', ['python3-keystone'], () => {
+    if (!existsSync(KEYSTONE_WSGI)) return `${KEYSTONE_WSGI} not found`;
+    run(PYTHON, ['-c', 'import keystone.cmd.cli, keystone.server.wsgi']);
+    return null;
+  });
+
 /** The OpenStack CLI with osc-placement (`openstack resource provider …`). */
 export const OPENSTACK_CLI = '/usr/bin/openstack';
 export const openstackCli = () =>
