@@ -20,11 +20,14 @@ import { randomUUID } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { CyborgOptions } from '../../src/server/scheduler/cyborg/config.js';
+import { KeystoneIdentity } from '../../src/server/scheduler/cyborg/identity.js';
+import { CyborgHttpError } from '../../src/server/scheduler/cyborg/shapes.js';
 import type { PlacementAuth } from '../../src/server/scheduler/placement/config.js';
 import {
   AppCredential,
   KeystoneRefused,
   KeystoneUnavailable,
+  StaticToken,
 } from '../../src/server/scheduler/placement/keystone.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
@@ -94,6 +97,15 @@ describe.skipIf(!have)('Berth against a real Keystone', () => {
       typeof body.error_message === 'string' ? String(JSON.parse(body.error_message).faultstring) : '';
     return { status: res.status, body, fault };
   }
+
+  /** What Berth's Cyborg identity makes of `authToken` when it validates with `own` as its credential. */
+  const identityWith = (own: string, authToken: string) =>
+    new KeystoneIdentity({ authUrl: ks.url, credentials: new StaticToken(own), timeoutMs: 10_000 })
+      .caller({ authToken })
+      .catch((e: unknown) => {
+        if (e instanceof CyborgHttpError) return { status: e.status, message: e.message };
+        throw e;
+      });
 
   /** Keystone's own answer for `token` (validated with the admin's token): 200, or 404 once it is gone. */
   const keystoneSays = async (token: string) =>
@@ -246,6 +258,11 @@ describe.skipIf(!have)('Berth against a real Keystone', () => {
     // No token, or one Keystone never issued: 401.
     expect((await cyborg('GET', '/v2/accelerator_requests', undefined)).status).toBe(401);
     expect((await cyborg('GET', '/v2/accelerator_requests', `${alice.slice(0, -4)}AAAA`)).status).toBe(401);
+    // Validating with a credential Keystone does not let validate others' tokens (a member's): 503, saying so.
+    expect(await identityWith(alice, bob)).toEqual({
+      status: 503,
+      message: expect.stringContaining('may not validate tokens'),
+    });
   }, 120_000);
 
   it("binds only with the token of Nova's service user (X-Service-Token), as Nova sends it", async () => {
@@ -300,6 +317,9 @@ describe.skipIf(!have)('Berth against a real Keystone', () => {
 
     const old = await ks.issue(users.alice, p);
     expect((await cyborg('GET', '/v2/accelerator_requests', old.token)).status).toBe(200);
+    // An operator's token as the scheduler's own credential: it works until it expires.
+    const berthToken = await tokenOf('berth');
+    expect(await identityWith(berthToken, await tokenOf('alice'))).toMatchObject({ project: p });
     // Wait for Keystone itself to refuse it (EXPIRY seconds after it was issued).
     await eventually(
       async () => {
@@ -311,6 +331,20 @@ describe.skipIf(!have)('Berth against a real Keystone', () => {
     );
     const expired = await cyborg('GET', '/v2/accelerator_requests', old.token);
     expect(expired.status).toBe(401);
+    expect(expired.fault).toContain('requires authentication');
+    // The operator's token expired too: no caller can be served, and the answer says why.
+    await eventually(
+      async () => {
+        await sleep(1000);
+        return keystoneSays(berthToken);
+      },
+      (s) => s === 404,
+      (EXPIRY + 30) * 1000,
+    );
+    expect(await identityWith(berthToken, await tokenOf('alice'))).toEqual({
+      status: 503,
+      message: expect.stringContaining('not valid (an expired token?'),
+    });
     // Berth's own token (from the application credential) was renewed meanwhile: a fresh token works.
     expect((await cyborg('GET', '/v2/accelerator_requests', await tokenOf('alice'))).status).toBe(200);
   }, 180_000);
