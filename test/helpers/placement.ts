@@ -7,6 +7,12 @@
  * With noauth2 the X-Auth-Token is the user, and `admin` is an admin. The
  * `as*` helpers speak to it as Nova or an operator would (any microversion).
  *
+ * `keystone` makes it authenticate as a real cloud does instead
+ * (`auth_strategy = keystone`, keystonemiddleware's `[keystone_authtoken]`
+ * with Placement's own service user at a real Keystone, test/helpers/keystone.ts);
+ * the `call` helpers then send `keystone.token()`, and the CLI helper is not
+ * available.
+ *
  * `standardTraits` adds traits to Placement's table of standard traits before
  * it starts, as a Placement built with a newer os-traits has them: Debian's
  * os-traits 2.9.0 predates HW_PCI_ONE_TIME_USE and HW_PCI_LIVE_MIGRATABLE
@@ -56,15 +62,51 @@ process.on('exit', () => {
   for (const p of live) p.kill('SIGKILL');
 });
 
+/** Placement's own service user at Keystone (keystonemiddleware's [keystone_authtoken]). */
+export interface PlacementKeystone {
+  /** Keystone's …/v3. */
+  authUrl: string;
+  username: string;
+  password: string;
+  /** The service user's project, by name in the default domain. */
+  project: string;
+  /** A token the tests' own calls send (an admin's). */
+  token: () => Promise<string>;
+}
+
 export async function startPlacementServer(
-  options: { standardTraits?: string[] } = {},
+  options: { standardTraits?: string[]; keystone?: PlacementKeystone } = {},
 ): Promise<PlacementServer> {
   const dir = await tempDir('berth-placement-');
   const db = join(dir.path, 'placement.sqlite');
   const conf = join(dir.path, 'placement.conf');
+  const ks = options.keystone;
+  const auth = ks
+    ? [
+        '[api]',
+        'auth_strategy = keystone',
+        '[keystone_authtoken]',
+        `www_authenticate_uri = ${ks.authUrl}`,
+        `auth_url = ${ks.authUrl}`,
+        'auth_type = password',
+        `username = ${ks.username}`,
+        `password = ${ks.password}`,
+        `project_name = ${ks.project}`,
+        'user_domain_id = default',
+        'project_domain_id = default',
+        'interface = public',
+      ]
+    : ['[api]', 'auth_strategy = noauth2'];
   await writeFile(
     conf,
-    `[DEFAULT]\nuse_stderr = true\n[api]\nauth_strategy = noauth2\n[placement_database]\nconnection = sqlite:///${db}\n`,
+    [
+      '[DEFAULT]',
+      'use_stderr = true',
+      ...auth,
+      '[placement_database]',
+      `connection = sqlite:///${db}`,
+      '',
+    ].join('\n'),
   );
   const env = { ...process.env, OS_PLACEMENT_CONFIG_DIR: dir.path };
   await run(PLACEMENT_MANAGE, ['--config-file', conf, 'db', 'sync'], { env, timeout: 60_000 });
@@ -127,7 +169,7 @@ export async function startPlacementServer(
     const res = await fetch(`${url}${path}`, {
       method,
       headers: {
-        'x-auth-token': 'admin',
+        'x-auth-token': ks ? await ks.token() : 'admin',
         'openstack-api-version': `placement ${microversion}`,
         accept: 'application/json',
         ...(body === undefined ? {} : { 'content-type': 'application/json' }),
@@ -150,6 +192,7 @@ export async function startPlacementServer(
       return r.body;
     },
     async openstack<T>(args: string[]) {
+      if (ks) throw new Error('placement.openstack: only for a Placement with noauth2');
       const { stdout } = await run(
         OPENSTACK_CLI,
         [

@@ -216,6 +216,20 @@ export const placementApi = () =>
     return null;
   });
 
+/**
+ * OpenStack Keystone 22 (Debian's python3-keystone): keystone-wsgi-public and
+ * keystone's package for /usr/bin/python3, which test/helpers/keystone.ts
+ * starts. The package's metadata is read, not imported: importing keystone
+ * takes tens of seconds on a loaded machine, and the start says what fails.
+ */
+export const KEYSTONE_WSGI = '/usr/bin/keystone-wsgi-public';
+export const keystoneServer = () =>
+  check('keystone 22', ['python3-keystone'], () => {
+    if (!existsSync(KEYSTONE_WSGI)) return `${KEYSTONE_WSGI} not found`;
+    const v = run(PYTHON, ['-c', 'import importlib.metadata as m; print(m.version("keystone"))']).trim();
+    return v.startsWith('22.') ? null : `keystone ${v} is not 22 (Zed)`;
+  });
+
 /** The OpenStack CLI with osc-placement (`openstack resource provider …`). */
 export const OPENSTACK_CLI = '/usr/bin/openstack';
 export const openstackCli = () =>

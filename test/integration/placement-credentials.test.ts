@@ -1,7 +1,10 @@
 /**
  * How the scheduler authenticates to Placement, and what stops it from
- * starting. Keystone cannot run here, so a small fake speaks Keystone's
- * documented v3 API (POST /v3/auth/tokens with the application_credential
+ * starting, with faults a real Keystone is not made to show on demand (a
+ * catalog without Placement, a token refused mid-life, Keystone's answers
+ * counted); test/integration/keystone.test.ts runs the same credentials
+ * against a real Keystone and a real keystonemiddleware. Here a small fake
+ * speaks Keystone's documented v3 API (POST /v3/auth/tokens with the application_credential
  * method: the token in X-Subject-Token, its end in token.expires_at, the
  * catalog with the placement endpoint), and an authenticating proxy in front
  * of the real placement-api plays keystonemiddleware: it accepts only tokens

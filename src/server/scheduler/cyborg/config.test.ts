@@ -76,6 +76,33 @@ describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
     for (const [flags, says] of refused) {
       await expect(cyborgOptionsFromFlags(flags), JSON.stringify(flags)).rejects.toThrow(says);
     }
+    // The validating credential as an application credential (renewed; a token is not).
+    await writeFile(join(dir, 'ac-secret'), 'ac-secret-value\n');
+    const withCredential = (auth: string) =>
+      writeFile(
+        join(dir, 'ac.yaml'),
+        [
+          'listen: 127.0.0.1:6666',
+          `auth: {type: keystone, auth_url: "https://k/v3", ${auth}}`,
+          'nova: {url: "http://nova/v2.1", auth: {type: noauth}}',
+        ].join('\n'),
+      );
+    await withCredential('application_credential_id: ac1, application_credential_secret_file: ac-secret');
+    expect((await cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'ac.yaml') }))?.auth).toEqual({
+      type: 'keystone',
+      authUrl: 'https://k/v3',
+      credentials: { type: 'app-credential', authUrl: 'https://k/v3', id: 'ac1', secret: 'ac-secret-value' },
+    });
+    await withCredential('application_credential_id: ac1');
+    await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'ac.yaml') })).rejects.toThrow(
+      'cyborg.auth: application_credential_id and application_credential_secret_file go together',
+    );
+    await withCredential(
+      'application_credential_id: ac1, application_credential_secret_file: ac-secret, token_file: ks',
+    );
+    await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'ac.yaml') })).rejects.toThrow(
+      'token_file and application_credential_id are exclusive',
+    );
     await writeFile(join(dir, 'extra.yaml'), 'listen: 127.0.0.1:1\nport: 5\n');
     await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'extra.yaml') })).rejects.toThrow(
       'unknown key',

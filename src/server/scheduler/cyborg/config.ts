@@ -54,6 +54,8 @@ const fileSchema = section({
       .optional(),
     auth_url: httpUrl().optional(),
     token_file: text('a file name').optional(),
+    application_credential_id: text().optional(),
+    application_credential_secret_file: text('a file name').optional(),
   }).optional(),
   nova: section({
     url: httpUrl().optional(),
@@ -122,7 +124,7 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
     }
     return { type: 'token', token: await readSecretFile(file(na.token_file), 'cyborg.nova.auth.token_file') };
   };
-  const a: { type?: 'keystone' | 'berth' | 'noauth'; auth_url?: string; token_file?: string } = c.auth ?? {};
+  const a: NonNullable<typeof c.auth> = c.auth ?? {};
   let resolvedAuth: CyborgOptions['auth'];
   if ((a.type ?? 'keystone') === 'keystone') {
     if (!a.auth_url) {
@@ -130,19 +132,47 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
         `${where}cyborg.auth.auth_url: required with auth type keystone (--cyborg-keystone-url)`,
       );
     }
-    if (!a.token_file) {
-      throw new ConfigError(
-        `${where}cyborg.auth.token_file: required with auth type keystone (--cyborg-keystone-token-file)`,
-      );
+    // The scheduler's own credential, to validate callers' tokens: a token, or an
+    // application credential (renewed before it expires, as Placement's is).
+    if (a.application_credential_id || a.application_credential_secret_file) {
+      if (a.token_file) {
+        throw new ConfigError(
+          `${where}cyborg.auth: token_file and application_credential_id are exclusive: give one credential`,
+        );
+      }
+      if (!a.application_credential_id || !a.application_credential_secret_file) {
+        throw new ConfigError(
+          `${where}cyborg.auth: application_credential_id and application_credential_secret_file go together`,
+        );
+      }
+      resolvedAuth = {
+        type: 'keystone',
+        authUrl: a.auth_url,
+        credentials: {
+          type: 'app-credential',
+          authUrl: a.auth_url,
+          id: a.application_credential_id,
+          secret: await readSecretFile(
+            file(a.application_credential_secret_file),
+            'cyborg.auth.application_credential_secret_file',
+          ),
+        },
+      };
+    } else {
+      if (!a.token_file) {
+        throw new ConfigError(
+          `${where}cyborg.auth.token_file: required with auth type keystone (--cyborg-keystone-token-file), or application_credential_id with application_credential_secret_file`,
+        );
+      }
+      resolvedAuth = {
+        type: 'keystone',
+        authUrl: a.auth_url,
+        credentials: {
+          type: 'token',
+          token: await readSecretFile(file(a.token_file), 'cyborg.auth.token_file'),
+        },
+      };
     }
-    resolvedAuth = {
-      type: 'keystone',
-      authUrl: a.auth_url,
-      credentials: {
-        type: 'token',
-        token: await readSecretFile(file(a.token_file), 'cyborg.auth.token_file'),
-      },
-    };
   } else resolvedAuth = { type: a.type === 'berth' ? 'berth' : 'noauth' };
   let events: CyborgOptions['nova'] = null;
   if (c.nova?.url) events = { url: c.nova.url, auth: await novaAuthOf(c.nova.auth ?? {}) };

@@ -2,7 +2,9 @@
  * The Cyborg API's callers: noauth, and tokens validated at Keystone — here a
  * stand-in that answers GET /v3/auth/tokens as Keystone does (200 with the
  * token document, 404 for a token it does not know, 401 for a caller whose
- * own token is not valid).
+ * own token is not valid). The same against a real Keystone, with real
+ * users, roles, service users, expiry, revocation and Keystone down:
+ * test/integration/keystone.test.ts.
  */
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -202,6 +202,18 @@ export class KeystoneIdentity implements IdentitySource {
     }
     if (res.status === 404)
       throw new CyborgHttpError(401, 'The request you have made requires authentication.');
+    // Our own credential is refused (an operator's token that expired) or may not validate
+    // tokens: the caller is not at fault, and no caller can be served until the operator acts.
+    if (res.status === 401 || res.status === 403) {
+      throw new CyborgHttpError(
+        503,
+        `Keystone at ${base} answered ${res.status} to the scheduler's own credentials (${this.o.credentials.describe}): ${
+          res.status === 401
+            ? 'they are not valid (an expired token? an application credential is renewed, a token is not)'
+            : 'they may not validate tokens (Keystone asks for role service or admin)'
+        }`,
+      );
+    }
     if (!res.ok) throw new CyborgHttpError(503, `Keystone answered ${res.status} validating the token`);
     const body = (await res.json()) as {
       token?: {
