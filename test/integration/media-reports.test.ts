@@ -78,7 +78,10 @@ describe("one host's credential cannot write the scheduler's media records", () 
         ],
       },
       nvme: [],
-      pciDeviceSpec: [{ vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true }],
+      // Unused when the test starts (custody holds a one-time-use device first seen with no record).
+      pciDeviceSpec: [
+        { vendor_id: '10de', product_id: '25b6', managed: false, one_time_use: true, assume_clean: true },
+      ],
       nvmeDeviceSpec: [],
     });
     const config = parseAgentConfig(

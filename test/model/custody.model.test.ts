@@ -337,8 +337,9 @@ async function runSequence(cmds: Iterable<Cmd>): Promise<void> {
   try {
     await fc.asyncModelRun(
       () => ({ model: w, real: w }),
+      // fc.commands wraps each command (for its replay path): call through it, never unbound.
       [...cmds].map((cmd) => ({
-        check: cmd.check,
+        check: (m: Readonly<World>) => cmd.check(m),
         toString: () => cmd.toString(),
         async run(m: World, r: World) {
           await cmd.run(m, r);
