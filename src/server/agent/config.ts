@@ -36,6 +36,7 @@ import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
+import { type DevicePluginConfig, devicePluginConfig, kubernetesSectionSchema } from './kubelet/config.js';
 
 export interface AgentConfig {
   host: HostName;
@@ -74,6 +75,8 @@ export interface AgentConfig {
   tls: TlsFiles | null;
   /** File holding the token sent to the scheduler with Register. */
   schedulerTokenFile: string | null;
+  /** The kubelet's device plugin API (the `kubernetes.device_plugin` section); null when not enabled. */
+  devicePlugin: DevicePluginConfig | null;
 }
 
 export interface HotplugConfig {
@@ -282,6 +285,7 @@ export const agentConfigSchema = z.object({
   auth: authSectionSchema.nullish(),
   tls: tlsSectionSchema.nullish(),
   scheduler_token_file: text().nullish().describe('file holding the token (role agent) sent with Register'),
+  kubernetes: kubernetesSectionSchema.nullish(),
 });
 
 /** Every top-level key the agent configuration knows (besides enabled drivers' sections). */
@@ -403,6 +407,7 @@ export function parseAgentConfig(
         }
       : null,
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
+    devicePlugin: devicePluginConfig(c.kubernetes, baseDir),
   };
 }
 
