@@ -375,6 +375,11 @@ export function parseAgentConfig(
   const enabled = c.enabled_drivers ?? ['pci'];
   const sections = driverSections(raw, enabled.map(driverKey), overrides.nvmeCli);
   const sysfsRoot = resolve(baseDir, c.sysfs_root ?? '/sys');
+  if (c.kubernetes?.device_plugin?.enabled && !c.scheduler) {
+    throw new ConfigError(
+      'kubernetes.device_plugin.enabled: the device plugin holds and releases devices through the scheduler: set scheduler',
+    );
+  }
   return {
     host: configHost(c.host),
     listen: c.listen ?? '127.0.0.1:7071',
