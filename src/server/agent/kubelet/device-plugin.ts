@@ -403,6 +403,9 @@ export class KubeletDevicePlugin {
 
   /** Holds of this plugin the journal records that this process does not follow (given before a restart). */
   private adoptHolds(): void {
+    // A released ARQ is followed until its device's record no longer names it (the scrub ended).
+    const named = new Set(this.inventory.list().map((d) => d.mediaRecord?.arqUuid ?? ''));
+    for (const arq of this.released) if (!named.has(arq)) this.released.delete(arq);
     for (const r of this.resources.values()) {
       for (const d of this.devicesOf(r.cls)) {
         const rec = d.mediaRecord;

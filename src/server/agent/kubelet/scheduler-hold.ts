@@ -11,7 +11,7 @@
  * certificate → available, as every other release.
  */
 import { type ChannelCredentials, credentials, Metadata, type ServiceError, status } from '@grpc/grpc-js';
-import { failedPrecondition } from '../../../errors.js';
+import { BerthError, failedPrecondition } from '../../../errors.js';
 import { AcceleratorRequestServiceClient } from '../../../gen/berth/scheduler/v1/accelerator_request.js';
 import { DeviceServiceClient } from '../../../gen/berth/scheduler/v1/device_service.js';
 import { LiveMigratable, ProfileServiceClient } from '../../../gen/berth/scheduler/v1/profile.js';
@@ -118,6 +118,13 @@ export class SchedulerHolds {
       return { arqUuid, instance };
     } catch (err) {
       const e = err as ServiceError;
+      if (e.code === status.UNAVAILABLE || e.code === status.DEADLINE_EXCEEDED) {
+        throw new BerthError(
+          'UNAVAILABLE',
+          `${where}: the scheduler did not answer (${e.details || e.message}); the kubelet retries the pod`,
+          { reason: 'SCHEDULER_UNAVAILABLE', metadata: { address, host: this.host } },
+        );
+      }
       throw failedPrecondition(
         'DEVICE_NOT_ALLOCATABLE',
         `${where}: the scheduler did not hold it for this pod: ${e.details || e.message}`,
