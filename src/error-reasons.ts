@@ -263,7 +263,7 @@ export const ERROR_REASONS = {
   SCHEDULER_UNAVAILABLE: {
     codes: ['UNAVAILABLE'],
     meaning:
-      "The agent could not reach the scheduler to hold a device the kubelet asked for (device plugin Allocate); nothing is held: the kubelet retries.",
+      'The agent could not reach the scheduler to hold a device the kubelet asked for (device plugin Allocate); nothing is held: the kubelet retries.',
   },
   AGENT_FAILURE: {
     codes: ['INTERNAL'],
