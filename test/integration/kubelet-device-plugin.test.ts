@@ -246,6 +246,44 @@ describe('the kubelet device plugin', () => {
     w.close();
   }, 60_000);
 
+  it("keeps a pod's device held across an agent restart and releases it, scrubbed, once the pod ends", async () => {
+    k = await KubeletStandIn.start();
+    c = await start(k, { secondClean: true });
+    const reg = await eventually(
+      async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
+      (r) => r !== undefined,
+      15_000,
+    );
+    const first = watch(k, reg!.endpoint);
+    await first.until((h) => h(CLEAN) === 'Healthy');
+    await allocate(first.client, [CLEAN]);
+    first.close();
+    const instance = (await getDevice(c.client, HOST, CLEAN)).instanceUuid;
+    k.pods.set('vm-1', { [RESOURCE]: [CLEAN] });
+    await plantTenantData(c.host(HOST).sim.nvmeStatePath, 'nvme0', spreadTenantWrites(1));
+
+    await c.host(HOST).stop();
+    await c.host(HOST).start();
+    const again = await eventually(
+      async () => k!.registrations.filter((r) => r.resourceName === RESOURCE),
+      (r) => r.length === 2,
+      15_000,
+    );
+    const w = watch(k, again[1]!.endpoint);
+    await w.until((h) => h(CLEAN) === 'Unhealthy');
+    await polls(c, 3);
+    expect((await getDevice(c.client, HOST, CLEAN)).instanceUuid).toBe(instance);
+
+    k.pods.clear();
+    await w.until((h) => h(CLEAN) === 'Healthy');
+    expect(await readableTenantData(c.host(HOST).sim.nvmeStatePath, 'nvme0')).toEqual([]);
+    const certs = await c.client.certificates.listErasureCertificates({
+      of: { $case: 'instanceUuid', value: instance },
+    });
+    expect(certs.certificates.length).toBeGreaterThan(0);
+    w.close();
+  }, 90_000);
+
   it('registers again when the kubelet restarts (its socket recreated)', async () => {
     k = await KubeletStandIn.start();
     c = await start(k, { secondClean: true });

@@ -218,16 +218,18 @@ export class KubeletDevicePlugin {
       this.registeredWith = null;
       return;
     }
-    const ownGone = await Promise.all(
-      [...this.resources.values()].map((r) =>
+    const resources = [...this.resources.values()];
+    const gone = await Promise.all(
+      resources.map((r) =>
         stat(r.socket).then(
           () => r.server === null,
           () => true,
         ),
       ),
     );
-    if (ino === this.registeredWith && !ownGone.some(Boolean)) return;
-    for (const r of this.resources.values()) {
+    // A new kubelet: every resource again; the same one: those whose socket is gone (or new).
+    const again = ino === this.registeredWith ? resources.filter((_, i) => gone[i]) : resources;
+    for (const r of again) {
       await this.serve(r);
       await this.register(kubelet, r);
     }
