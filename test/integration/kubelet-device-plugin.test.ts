@@ -17,6 +17,7 @@ import type {
 import type { SimHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
+import { expectCode } from '../helpers/errors.js';
 import { createAndBind, createClassProfile, getDevice } from '../helpers/invariants.js';
 import { KubeletStandIn } from '../helpers/kubelet.js';
 import { eventually } from '../helpers/wait.js';
@@ -234,8 +235,25 @@ describe('the kubelet device plugin', () => {
     expect(garbage?.code).toBe(3);
     expect(garbage?.details).toContain('"not-a-device"');
 
-    // A gRPC (OpenStack-style) bind takes the clean one: Kubernetes must not get it.
+    // The scheduler's side of a hold: a bind restricted to a device that is not allocatable is refused.
     await createClassProfile(c.client, 'nvme', NVME_CLASS);
+    const [arq] = (
+      await c.client.arqs.createAcceleratorRequests({ profileName: 'nvme', requestId: '', tags: [] })
+    ).acceleratorRequests;
+    const bindOnly = (deviceUuids: string[]) =>
+      c!.client.arqs.bindAcceleratorRequests({
+        bindings: [{ arqUuid: arq!.uuid, instanceUuid: 'restricted', host: HOST, tag: '', deviceUuids }],
+      });
+    await expectCode(
+      bindOnly([(await getDevice(c.client, HOST, OTHER)).uuid]),
+      'FAILED_PRECONDITION',
+      'NO_ALLOCATABLE_DEVICE',
+    );
+    await expectCode(bindOnly(['not-a-uuid']), 'INVALID_ARGUMENT');
+    await expect(bindOnly(['not-a-uuid'])).rejects.toThrow(/bindings\[0\]\.device_uuids\[0\]/);
+    await c.client.arqs.deleteAcceleratorRequests({ uuids: [arq!.uuid], instanceUuid: '' });
+
+    // A gRPC (OpenStack-style) bind takes the clean one: Kubernetes must not get it.
     const bound = await createAndBind(c.client, 'nvme', 'openstack-vm', HOST);
     expect(bound.deviceAddress).toBe(CLEAN);
     await w.until((h) => h(CLEAN) === 'Unhealthy');
