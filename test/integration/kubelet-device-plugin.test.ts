@@ -198,8 +198,12 @@ describe('the kubelet device plugin', () => {
     const healthyAgain = await w.until((h) => h(CLEAN) === 'Healthy');
     expect(healthyAgain).toBeDefined();
     expect(await readableTenantData(c.host(HOST).sim.nvmeStatePath, 'nvme0')).toEqual([]);
-    const after = await getDevice(c.client, HOST, CLEAN);
-    expect(after.deviceState).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+    // The agent's judge accepted the proof; the scheduler records the outcome it streams a moment later.
+    const after = await eventually(
+      () => getDevice(c!.client, HOST, CLEAN),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
+      15_000,
+    );
     expect(after.lastCleanup?.proof?.method).toBeTruthy();
     const certs = await c.client.certificates.listErasureCertificates({
       of: { $case: 'instanceUuid', value: held.instanceUuid },
