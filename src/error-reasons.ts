@@ -260,6 +260,11 @@ export const ERROR_REASONS = {
     meaning:
       "The host's agent could not be reached for the step; nothing was left half-done (a bind undone, a migration's claims released): retry.",
   },
+  SCHEDULER_UNAVAILABLE: {
+    codes: ['UNAVAILABLE'],
+    meaning:
+      'The agent could not reach the scheduler to hold a device the kubelet asked for (device plugin Allocate); nothing is held: the kubelet retries.',
+  },
   AGENT_FAILURE: {
     codes: ['INTERNAL'],
     meaning: 'The agent failed in a way it could not classify (a bug); see its log.',

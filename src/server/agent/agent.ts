@@ -39,6 +39,7 @@ import { CleanupRunner } from './cleanup-runner.js';
 import { type AgentConfig, agentAuthOptions } from './config.js';
 import { Coalescer, type SourceStatus, UdevadmSource } from './hotplug.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
+import { KubeletDevicePlugin } from './kubelet/device-plugin.js';
 import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
@@ -113,6 +114,8 @@ export class Agent {
   /** host:port of /metrics, '' when not served. */
   metricsAddress = '';
   private registration: RegistrationLoop | null = null;
+  /** The kubelet's device plugin API (kubernetes.device_plugin); null when not enabled. */
+  devicePlugin: KubeletDevicePlugin | null = null;
   /** The next full rediscovery (rescan_interval while following events, else discovery_interval). */
   private timer: NodeJS.Timeout | null = null;
   private readonly lifecycle = new Lifecycle<AgentDegradedReason>();
@@ -379,6 +382,27 @@ export class Agent {
         onResponse: (res, req) => this.certificatesAnswered(res, req.certificates),
       });
       this.registration.start();
+    }
+    if (cfg.devicePlugin && cfg.scheduler) {
+      const own = cfg.devicePlugin.schedulerTokenFile;
+      this.devicePlugin = new KubeletDevicePlugin({
+        config: cfg.devicePlugin,
+        agent: {
+          host: cfg.host,
+          devRoot: cfg.devRoot,
+          inventory: this.inventory,
+          isCleaning: (key) => this.cleanups.isCleaning(key),
+          logger: this.logger,
+        },
+        scheduler: cfg.scheduler,
+        credentials: channelCredentials(tls),
+        ...(own
+          ? { token: (await readFile(own, 'utf8')).trim() }
+          : schedulerToken
+            ? { token: schedulerToken }
+            : {}),
+      });
+      this.devicePlugin.start();
     }
     this.lifecycle.started();
   }
@@ -841,6 +865,7 @@ export class Agent {
     if (this.source) this.server?.health.setStatus(HOTPLUG_HEALTH_SERVICE, 'NOT_SERVING');
     await this.coalescer.close();
     this.registration?.stop();
+    await this.devicePlugin?.stop();
     await this.cleanups.stop();
     this.resolveStopped();
     await this.server?.stop(2_000);

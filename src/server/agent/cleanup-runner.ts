@@ -219,6 +219,11 @@ export class CleanupRunner {
   }
 
   /** The running job cleaning `key`'s media through any address, if any. */
+  /** Whether a cleanup of media `key` runs now (through any of its devices). */
+  isCleaning(key: string): boolean {
+    return this.cleaningMedia(key) !== undefined;
+  }
+
   private cleaningMedia(key: string): { job: CleanupJob } | undefined {
     for (const r of this.running.values()) if (r.mediaKey === key) return r;
     return undefined;

@@ -36,6 +36,7 @@ import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
+import { type DevicePluginConfig, devicePluginConfig, kubernetesSectionSchema } from './kubelet/config.js';
 
 export interface AgentConfig {
   host: HostName;
@@ -74,6 +75,8 @@ export interface AgentConfig {
   tls: TlsFiles | null;
   /** File holding the token sent to the scheduler with Register. */
   schedulerTokenFile: string | null;
+  /** The kubelet's device plugin API (the `kubernetes.device_plugin` section); null when not enabled. */
+  devicePlugin: DevicePluginConfig | null;
 }
 
 export interface HotplugConfig {
@@ -282,6 +285,7 @@ export const agentConfigSchema = z.object({
   auth: authSectionSchema.nullish(),
   tls: tlsSectionSchema.nullish(),
   scheduler_token_file: text().nullish().describe('file holding the token (role agent) sent with Register'),
+  kubernetes: kubernetesSectionSchema.nullish(),
 });
 
 /** Every top-level key the agent configuration knows (besides enabled drivers' sections). */
@@ -371,6 +375,11 @@ export function parseAgentConfig(
   const enabled = c.enabled_drivers ?? ['pci'];
   const sections = driverSections(raw, enabled.map(driverKey), overrides.nvmeCli);
   const sysfsRoot = resolve(baseDir, c.sysfs_root ?? '/sys');
+  if (c.kubernetes?.device_plugin?.enabled && !c.scheduler) {
+    throw new ConfigError(
+      'kubernetes.device_plugin.enabled: the device plugin holds and releases devices through the scheduler: set scheduler',
+    );
+  }
   return {
     host: configHost(c.host),
     listen: c.listen ?? '127.0.0.1:7071',
@@ -403,6 +412,7 @@ export function parseAgentConfig(
         }
       : null,
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
+    devicePlugin: devicePluginConfig(c.kubernetes, baseDir),
   };
 }
 

@@ -64,6 +64,9 @@ export function arqServiceBinding(
           instanceUuid: requireInstance(`bindings[${i}].instance_uuid`, b.instanceUuid),
           host: requireHost(`bindings[${i}].host`, b.host),
           tag: b.tag === '' ? undefined : validateTag(`bindings[${i}].tag`, b.tag),
+          ...(b.deviceUuids.length > 0
+            ? { devices: b.deviceUuids.map((u, j) => requireUuid(`bindings[${i}].device_uuids[${j}]`, u)) }
+            : {}),
         }));
         return {
           acceleratorRequests: (await binding.bind(bindings, callerOf(ctx.metadata).subject)).map(arqToProto),

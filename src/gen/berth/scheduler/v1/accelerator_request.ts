@@ -171,6 +171,12 @@ export interface ArqBinding {
   host: string;
   /** Optional tag; overrides the one given at creation. */
   tag: string;
+  /**
+   * Only these devices (by uuid, on `host`) may serve the binding; empty: any
+   * allocatable device of the host. The kubelet device plugin binds the very
+   * device the kubelet chose (docs/kubernetes.md).
+   */
+  deviceUuids: string[];
 }
 
 export interface BindAcceleratorRequestsRequest {
@@ -861,7 +867,7 @@ export const CreateAcceleratorRequestsResponse: MessageFns<CreateAcceleratorRequ
 };
 
 function createBaseArqBinding(): ArqBinding {
-  return { arqUuid: "", instanceUuid: "", host: "", tag: "" };
+  return { arqUuid: "", instanceUuid: "", host: "", tag: "", deviceUuids: [] };
 }
 
 export const ArqBinding: MessageFns<ArqBinding> = {
@@ -877,6 +883,9 @@ export const ArqBinding: MessageFns<ArqBinding> = {
     }
     if (message.tag !== "") {
       writer.uint32(34).string(message.tag);
+    }
+    for (const v of message.deviceUuids) {
+      writer.uint32(42).string(v!);
     }
     return writer;
   },
@@ -926,6 +935,14 @@ export const ArqBinding: MessageFns<ArqBinding> = {
             message.tag = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.deviceUuids.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -952,6 +969,11 @@ export const ArqBinding: MessageFns<ArqBinding> = {
         : "",
       host: isSet(object.host) ? globalThis.String(object.host) : "",
       tag: isSet(object.tag) ? globalThis.String(object.tag) : "",
+      deviceUuids: globalThis.Array.isArray(object?.deviceUuids)
+        ? object.deviceUuids.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.device_uuids)
+        ? object.device_uuids.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -969,6 +991,9 @@ export const ArqBinding: MessageFns<ArqBinding> = {
     if (message.tag !== "") {
       obj.tag = message.tag;
     }
+    if (message.deviceUuids?.length) {
+      obj.deviceUuids = message.deviceUuids;
+    }
     return obj;
   },
 
@@ -981,6 +1006,7 @@ export const ArqBinding: MessageFns<ArqBinding> = {
     message.instanceUuid = object.instanceUuid ?? "";
     message.host = object.host ?? "";
     message.tag = object.tag ?? "";
+    message.deviceUuids = object.deviceUuids?.map((e) => e) || [];
     return message;
   },
 };

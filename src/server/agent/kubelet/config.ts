@@ -1,0 +1,137 @@
+/**
+ * The agent's optional `kubernetes` section (issue 39, decision 74): the
+ * kubelet's device plugin API served for this host's devices.
+ *
+ * ```yaml
+ * kubernetes:
+ *   device_plugin:
+ *     enabled: true
+ *     kubelet_socket_dir: /var/lib/kubelet/device-plugins
+ *     pod_resources_socket: /var/lib/kubelet/pod-resources/kubelet.sock
+ *     resource_prefix: berth.dev/
+ *     resource_names: { CUSTOM_NVME: example.com/fast-nvme }
+ *     poll_interval: 5
+ *     unclaimed_grace: 300
+ *     scheduler_token_file: /etc/berth/k8s-token
+ * ```
+ */
+import { resolve } from 'node:path';
+import { z } from 'zod';
+import { seconds, section, text } from '../../../config-schema.js';
+import { show } from '../../../plugins/device-spec/messages.js';
+
+export interface DevicePluginConfig {
+  /** Where the kubelet's `kubelet.sock` (Registration) is, and where each resource's own socket is made. */
+  kubeletSocketDir: string;
+  /** The kubelet's PodResourcesLister socket (which pod holds which device). */
+  podResourcesSocket: string;
+  /** Resource class → extended resource name; classes not named get `resourcePrefix` + the class in lower case. */
+  resourceNames: Record<string, string>;
+  resourcePrefix: string;
+  /** Seconds between looks at pod-resources and at the kubelet's socket. */
+  pollIntervalMs: number;
+  /** Seconds a device given by Allocate may go unseen in pod-resources before it is released (a pod refused after Allocate). */
+  unclaimedGraceMs: number;
+  /** The bearer token of the scheduler calls that hold and release devices (role service or admin); null: the agent's own. */
+  schedulerTokenFile: string | null;
+}
+
+/** The kubelet's own defaults. */
+export const DEVICE_PLUGIN_DEFAULTS = {
+  kubeletSocketDir: '/var/lib/kubelet/device-plugins',
+  podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock',
+  resourcePrefix: 'berth.dev/',
+  pollInterval: 5,
+  unclaimedGrace: 300,
+} as const;
+
+// An extended resource name: a DNS subdomain prefix (not kubernetes.io), a slash, and a name of at most 63 characters.
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const NAME = /^(?=.{1,63}$)[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$/;
+
+/** Why `v` is not an extended resource name Kubernetes accepts for a device plugin, or null. */
+export function resourceNameProblem(v: string): string | null {
+  const slash = v.indexOf('/');
+  const domain = v.slice(0, slash);
+  const name = v.slice(slash + 1);
+  if (slash < 0 || !DNS_SUBDOMAIN.test(domain) || !NAME.test(name)) {
+    return `expected an extended resource name "domain/name" (a DNS subdomain, a name of 1-63 [A-Za-z0-9-_.]), got ${show(v)}`;
+  }
+  if (domain === 'kubernetes.io' || domain.endsWith('.kubernetes.io')) {
+    return `${show(v)}: the kubernetes.io domain is reserved to Kubernetes`;
+  }
+  return null;
+}
+
+const resourceName = text('an extended resource name').superRefine((v, ctx) => {
+  const problem = resourceNameProblem(v);
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
+const prefix = text('a resource name prefix').superRefine((v, ctx) => {
+  const problem = v.endsWith('/')
+    ? resourceNameProblem(`${v}x`)
+    : `expected a prefix ending in "/", got ${show(v)}`;
+  if (problem) ctx.addIssue({ code: 'custom', message: problem });
+});
+
+export const devicePluginSectionSchema = section({
+  enabled: z
+    .boolean({ error: (iss) => `expected true or false, got ${show(iss.input)}` })
+    .nullish()
+    .describe('serve the device plugin (default false)'),
+  kubelet_socket_dir: text()
+    .nullish()
+    .describe(`the kubelet's device plugin directory (default ${DEVICE_PLUGIN_DEFAULTS.kubeletSocketDir})`),
+  pod_resources_socket: text()
+    .nullish()
+    .describe(`the kubelet's pod-resources socket (default ${DEVICE_PLUGIN_DEFAULTS.podResourcesSocket})`),
+  resource_prefix: prefix
+    .nullish()
+    .describe(
+      `prefix of the resource names not given in resource_names (default ${DEVICE_PLUGIN_DEFAULTS.resourcePrefix})`,
+    ),
+  resource_names: z
+    .record(z.string(), resourceName, {
+      error: (iss) => `expected a mapping of resource class to resource name, got ${show(iss.input)}`,
+    })
+    .nullish()
+    .describe('resource class → extended resource name'),
+  poll_interval: seconds(0.05, 3_600)
+    .nullish()
+    .describe('seconds between looks at pod-resources and at the kubelet socket (default 5)'),
+  unclaimed_grace: seconds(0, 86_400)
+    .nullish()
+    .describe(
+      'seconds a device given by Allocate may go unseen in pod-resources before it is released (default 300)',
+    ),
+  scheduler_token_file: text()
+    .nullish()
+    .describe(
+      'token (role service) of the scheduler calls that hold and release devices (default: scheduler_token_file)',
+    ),
+}).describe("the kubelet's device plugin API (docs/kubernetes.md)");
+
+export const kubernetesSectionSchema = section({
+  device_plugin: devicePluginSectionSchema.nullish(),
+}).describe('Kubernetes: kubelet plugins (docs/kubernetes.md)');
+
+type Section = z.infer<typeof kubernetesSectionSchema>;
+
+/** The device plugin's settings, or null when it is not enabled. */
+export function devicePluginConfig(
+  c: Section | null | undefined,
+  baseDir: string,
+): DevicePluginConfig | null {
+  const d = c?.device_plugin;
+  if (!d?.enabled) return null;
+  return {
+    kubeletSocketDir: resolve(baseDir, d.kubelet_socket_dir ?? DEVICE_PLUGIN_DEFAULTS.kubeletSocketDir),
+    podResourcesSocket: resolve(baseDir, d.pod_resources_socket ?? DEVICE_PLUGIN_DEFAULTS.podResourcesSocket),
+    resourceNames: { ...(d.resource_names ?? {}) },
+    resourcePrefix: d.resource_prefix ?? DEVICE_PLUGIN_DEFAULTS.resourcePrefix,
+    pollIntervalMs: (d.poll_interval ?? DEVICE_PLUGIN_DEFAULTS.pollInterval) * 1000,
+    unclaimedGraceMs: (d.unclaimed_grace ?? DEVICE_PLUGIN_DEFAULTS.unclaimedGrace) * 1000,
+    schedulerTokenFile: d.scheduler_token_file ? resolve(baseDir, d.scheduler_token_file) : null,
+  };
+}
