@@ -148,11 +148,13 @@ module.exports = {
     {
       name: 'app-no-transport',
       comment:
-        'Application workflows (app/) import no transport and no backend themselves: they call the use cases ' +
-        'and the runtime (which talks to the agents), and the services do the decoding and encoding.',
+        'Application workflows (app/) reach no transport and no backend, directly or through any chain of ' +
+        'imports (decision 55): they call the use cases and the plain-typed agent port (app/agent-port.ts), ' +
+        'which the runtime implements over gRPC and the composition hands in; the services do the decoding ' +
+        'and encoding.',
       severity: 'error',
       from: { path: '^src/server/scheduler/app/', pathNot: TEST },
-      to: { path: [...TRANSPORT, ...STORAGE] },
+      to: { path: [...TRANSPORT, ...STORAGE], reachable: true },
     },
     {
       name: 'services-no-other-service',

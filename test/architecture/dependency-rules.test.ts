@@ -113,6 +113,18 @@ const PLANTS: Plant[] = [
     to: /(^|\/)node_modules\/@grpc\/grpc-js\//,
   },
   {
+    rule: 'app-no-transport',
+    // Transitive: a workflow imports a runtime helper that imports the generated code (decision 55).
+    files: {
+      'src/server/scheduler/app/planted-through-runtime.ts':
+        "import { plantedDevice } from '../runtime/planted-helper.js';\nexport const planted = plantedDevice;\n",
+      'src/server/scheduler/runtime/planted-helper.ts':
+        "import { Device } from '../../../gen/berth/scheduler/v1/device.js';\nexport const plantedDevice = Device;\n",
+    },
+    from: 'src/server/scheduler/app/planted-through-runtime.ts',
+    to: 'src/gen/berth/scheduler/v1/device.ts',
+  },
+  {
     rule: 'services-no-other-service',
     files: {
       'src/server/scheduler/services/planted-service.ts':
@@ -259,9 +271,11 @@ describe('dependency rules (.dependency-cruiser.cjs)', () => {
     });
   }
 
-  it('reports the transitive case through the module in between', () => {
+  it('reports the transitive cases through the module in between', () => {
     const [v] = reported(PLANTS[1]!);
     expect(v?.via?.map((m) => m.name)).toContain('src/planted-neutral.ts');
+    const [app] = reported(PLANTS.find((p) => p.from.endsWith('planted-through-runtime.ts'))!);
+    expect(app?.via?.map((m) => m.name)).toContain('src/server/scheduler/runtime/planted-helper.ts');
   });
 
   it('reports nothing about the allowed imports', () => {
