@@ -121,9 +121,9 @@ module.exports = {
       name: 'store-only-the-port',
       comment:
         'The store implements the unit-of-work port and knows no use case, workflow, service or runtime: ' +
-        'decisions live in the use cases, once for both backends. It imports the port (which the use cases ' +
-        'own: usecases/unit-of-work.ts) and, to open a store, the composition of the use cases over it ' +
-        '(usecases/use-cases.ts).',
+        'decisions live in the use cases, once for both backends. It imports only the port (which the use ' +
+        'cases own: usecases/unit-of-work.ts); composing the use cases over a backend is the root\'s ' +
+        '(scheduler/stores.ts), so no store module builds what is above it (issue 41 item 8).',
       severity: 'error',
       from: { path: '^src/server/scheduler/store/', pathNot: TEST },
       to: {
@@ -133,7 +133,7 @@ module.exports = {
           '^src/server/scheduler/services/',
           '^src/server/scheduler/runtime/',
         ],
-        pathNot: '^src/server/scheduler/usecases/(unit-of-work|use-cases)\\.ts$',
+        pathNot: '^src/server/scheduler/usecases/unit-of-work\\.ts$',
       },
     },
     {

@@ -92,6 +92,16 @@ const PLANTS: Plant[] = [
     to: 'src/server/scheduler/usecases/devices.ts',
   },
   {
+    rule: 'store-only-the-port',
+    // A backend composing the use cases over itself: the composition root's (scheduler/stores.ts).
+    files: {
+      'src/server/scheduler/store/planted-composition.ts':
+        "import { useCasesOver } from '../usecases/use-cases.js';\nexport const planted = useCasesOver;\n",
+    },
+    from: 'src/server/scheduler/store/planted-composition.ts',
+    to: 'src/server/scheduler/usecases/use-cases.ts',
+  },
+  {
     rule: 'usecases-no-store',
     // Transitive: through a neutral-looking module of the use cases.
     files: {
