@@ -122,7 +122,7 @@ module.exports = {
       comment:
         'The store implements the unit-of-work port and knows no use case, workflow, service or runtime: ' +
         'decisions live in the use cases, once for both backends. It imports only the port (which the use ' +
-        'cases own: usecases/unit-of-work.ts); composing the use cases over a backend is the root\'s ' +
+        "cases own: usecases/unit-of-work.ts); composing the use cases over a backend is the root's " +
         '(scheduler/stores.ts), so no store module builds what is above it (issue 41 item 8).',
       severity: 'error',
       from: { path: '^src/server/scheduler/store/', pathNot: TEST },
