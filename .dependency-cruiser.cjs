@@ -157,6 +157,20 @@ module.exports = {
       to: { path: [...TRANSPORT, ...STORAGE], reachable: true },
     },
     {
+      name: 'use-cases-through-their-api',
+      comment:
+        'Everything above the use cases (services, workflows, runtime, Placement, Cyborg, the composition) ' +
+        'calls them through their one API, usecases/use-cases.ts (and names the port, unit-of-work.ts): ' +
+        'never a use-case module, so what a use case does inside stays its own and a rule or helper that two ' +
+        'layers share lives in the domain (decision 55, issue 41 item 5).',
+      severity: 'error',
+      from: { path: '^src/server/scheduler/(?!usecases/|store/|domain/|guest/)', pathNot: TEST },
+      to: {
+        path: '^src/server/scheduler/usecases/',
+        pathNot: '^src/server/scheduler/usecases/(use-cases|unit-of-work)\\.ts$',
+      },
+    },
+    {
       name: 'services-no-other-service',
       comment:
         'A service imports no other service: a workflow two services share belongs in the application layer, ' +

@@ -135,6 +135,16 @@ const PLANTS: Plant[] = [
     to: 'src/gen/berth/scheduler/v1/device.ts',
   },
   {
+    rule: 'use-cases-through-their-api',
+    // A service reaching into a use-case module instead of the API.
+    files: {
+      'src/server/scheduler/services/planted-use-case-internal.ts':
+        "import * as devices from '../usecases/devices.js';\nexport const planted = devices;\n",
+    },
+    from: 'src/server/scheduler/services/planted-use-case-internal.ts',
+    to: 'src/server/scheduler/usecases/devices.ts',
+  },
+  {
     rule: 'services-no-other-service',
     files: {
       'src/server/scheduler/services/planted-service.ts':
@@ -218,6 +228,8 @@ const ALLOWED: Record<string, string> = {
     "import { CHANNEL_OPTIONS } from '../../transport/channel.js';\nexport const planted = CHANNEL_OPTIONS;\n",
   'src/server/scheduler/store/planted-allowed-port.ts':
     "import { FOR_UPDATE } from '../usecases/unit-of-work.js';\nexport const planted = FOR_UPDATE;\n",
+  'src/server/scheduler/services/planted-allowed-api.ts':
+    "import type { UseCases } from '../usecases/use-cases.js';\nexport type Planted = UseCases;\n",
   'src/server/scheduler/services/planted-allowed-service.ts':
     "import { BerthError } from '../../../errors.js';\nexport const planted = BerthError;\n",
 };

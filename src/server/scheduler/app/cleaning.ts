@@ -51,17 +51,6 @@ export class Cleaning {
   }
 
   /**
-   * The device was used outside Berth (`why`): an available device that is
-   * cleaned gets a cleanup job; see usecases/external-use.ts.
-   */
-  scrubUsedOutsideBerth(
-    ref: DeviceRef,
-    why: string,
-  ): Promise<{ device: DeviceRecord; job: CleanupJob | null }> {
-    return this.deps.useCases.scrubUsedOutsideBerth(ref, why);
-  }
-
-  /**
    * Asks the device's agent to clear its journal's record of the burn before
    * the scheduler clears its own. A device that is not burned needs nothing; an
    * agent too old to keep burns (UNIMPLEMENTED) has no record to clear; an agent

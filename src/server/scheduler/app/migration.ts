@@ -98,11 +98,6 @@ export class Migrations {
     return (await useCases.commitMigration(uuid)).migration;
   }
 
-  /** AbortMigration. */
-  async abort(uuid: Uuid): Promise<MigrationRecord> {
-    return (await this.deps.useCases.abortMigration(uuid)).migration;
-  }
-
   /** Release the destination claims of a plan that will not go ahead. */
   private async release(m: MigrationRecord, readiness: Readiness[]): Promise<void> {
     await this.deps.useCases.setMigrationDetails(m.uuid, { readiness });

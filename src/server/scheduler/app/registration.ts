@@ -23,8 +23,12 @@ import {
   type HostRegistration,
   principalFor,
 } from '../domain/host.js';
-import { MEDIA_RECORD_LIMITS, registrationRecordsBoundBroken } from '../domain/media-reports.js';
-import type { MediaReportsTaken, RefusedMediaReport } from '../usecases/media-reports.js';
+import {
+  MEDIA_RECORD_LIMITS,
+  type MediaReportsTaken,
+  type RefusedMediaReport,
+  registrationRecordsBoundBroken,
+} from '../domain/media-reports.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import type { FollowedHosts } from './agent-port.js';
 

@@ -39,9 +39,9 @@ import {
 } from '../convert.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceFilter } from '../domain/inventory.js';
+import { pageTokenAfter } from '../domain/pages.js';
 import type { DeviceProviderInfo } from '../placement/port.js';
 import type { FeedEvent } from '../runtime/device-feed.js';
-import { pageTokenAfter } from '../usecases/devices.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { deviceRef, optionalHost, optionalRequestId, requireMediaKey } from './validate.js';
 
