@@ -121,9 +121,9 @@ module.exports = {
       name: 'store-only-the-port',
       comment:
         'The store implements the unit-of-work port and knows no use case, workflow, service or runtime: ' +
-        'decisions live in the use cases, once for both backends. It imports the port (which the use cases ' +
-        'own: usecases/unit-of-work.ts) and, to open a store, the composition of the use cases over it ' +
-        '(usecases/use-cases.ts).',
+        'decisions live in the use cases, once for both backends. It imports only the port (which the use ' +
+        "cases own: usecases/unit-of-work.ts); composing the use cases over a backend is the root's " +
+        '(scheduler/stores.ts), so no store module builds what is above it (issue 41 item 8).',
       severity: 'error',
       from: { path: '^src/server/scheduler/store/', pathNot: TEST },
       to: {
@@ -133,7 +133,7 @@ module.exports = {
           '^src/server/scheduler/services/',
           '^src/server/scheduler/runtime/',
         ],
-        pathNot: '^src/server/scheduler/usecases/(unit-of-work|use-cases)\\.ts$',
+        pathNot: '^src/server/scheduler/usecases/unit-of-work\\.ts$',
       },
     },
     {
@@ -148,11 +148,27 @@ module.exports = {
     {
       name: 'app-no-transport',
       comment:
-        'Application workflows (app/) import no transport and no backend themselves: they call the use cases ' +
-        'and the runtime (which talks to the agents), and the services do the decoding and encoding.',
+        'Application workflows (app/) reach no transport and no backend, directly or through any chain of ' +
+        'imports (decision 55): they call the use cases and the plain-typed agent port (app/agent-port.ts), ' +
+        'which the runtime implements over gRPC and the composition hands in; the services do the decoding ' +
+        'and encoding.',
       severity: 'error',
       from: { path: '^src/server/scheduler/app/', pathNot: TEST },
-      to: { path: [...TRANSPORT, ...STORAGE] },
+      to: { path: [...TRANSPORT, ...STORAGE], reachable: true },
+    },
+    {
+      name: 'use-cases-through-their-api',
+      comment:
+        'Everything above the use cases (services, workflows, runtime, Placement, Cyborg, the composition) ' +
+        'calls them through their one API, usecases/use-cases.ts (and names the port, unit-of-work.ts): ' +
+        'never a use-case module, so what a use case does inside stays its own and a rule or helper that two ' +
+        'layers share lives in the domain (decision 55, issue 41 item 5).',
+      severity: 'error',
+      from: { path: '^src/server/scheduler/(?!usecases/|store/|domain/|guest/)', pathNot: TEST },
+      to: {
+        path: '^src/server/scheduler/usecases/',
+        pathNot: '^src/server/scheduler/usecases/(use-cases|unit-of-work)\\.ts$',
+      },
     },
     {
       name: 'services-no-other-service',

@@ -27,7 +27,7 @@ import { generateStaticToken } from '../src/server/grpc/auth.js';
 import type { ServiceBinding } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
 import { Scheduler, type SchedulerOptions } from '../src/server/scheduler/scheduler.js';
-import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
+import { openSqliteStore, type SqliteStore } from '../src/server/scheduler/stores.js';
 import type { UseCases } from '../src/server/scheduler/usecases/use-cases.js';
 import { nowMs, percentile, runWorkers, sorted } from './lib.js';
 

@@ -19,7 +19,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { SchedulerClient } from '../src/client/sdk.js';
-import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
+import { openPgStore } from '../src/server/scheduler/stores.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import {
   type BerthProcess,

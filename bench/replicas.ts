@@ -20,7 +20,7 @@
 import { existsSync } from 'node:fs';
 import pg from 'pg';
 import { SchedulerClient } from '../src/client/sdk.js';
-import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
+import { openPgStore } from '../src/server/scheduler/stores.js';
 import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js';
 import { postgresBin } from '../test/helpers/prerequisites.js';
 import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';

@@ -22,7 +22,7 @@ import pg from 'pg';
 import { pino } from 'pino';
 import { SchedulerClient } from '../src/client/sdk.js';
 import { Scheduler } from '../src/server/scheduler/scheduler.js';
-import { openPgStore } from '../src/server/scheduler/store/pg-store.js';
+import { openPgStore } from '../src/server/scheduler/stores.js';
 import type { UseCases } from '../src/server/scheduler/usecases/use-cases.js';
 import { startPostgres } from '../test/helpers/postgres.js';
 import { postgresBin } from '../test/helpers/prerequisites.js';

@@ -23,7 +23,7 @@ import { parseArgs as parseNodeArgs } from 'node:util';
 import { parseHostName, type Uuid } from '../src/identifiers.js';
 import { validateProfile } from '../src/server/scheduler/domain/profile.js';
 import { pciFacts } from '../src/server/scheduler/domain/test-fixtures.js';
-import type { SqliteStore } from '../src/server/scheduler/store/sqlite-store.js';
+import type { SqliteStore } from '../src/server/scheduler/stores.js';
 import { emit, round, sorted } from './lib.js';
 
 const { values } = parseNodeArgs({

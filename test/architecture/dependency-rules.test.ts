@@ -92,6 +92,16 @@ const PLANTS: Plant[] = [
     to: 'src/server/scheduler/usecases/devices.ts',
   },
   {
+    rule: 'store-only-the-port',
+    // A backend composing the use cases over itself: the composition root's (scheduler/stores.ts).
+    files: {
+      'src/server/scheduler/store/planted-composition.ts':
+        "import { useCasesOver } from '../usecases/use-cases.js';\nexport const planted = useCasesOver;\n",
+    },
+    from: 'src/server/scheduler/store/planted-composition.ts',
+    to: 'src/server/scheduler/usecases/use-cases.ts',
+  },
+  {
     rule: 'usecases-no-store',
     // Transitive: through a neutral-looking module of the use cases.
     files: {
@@ -111,6 +121,28 @@ const PLANTS: Plant[] = [
     },
     from: 'src/server/scheduler/app/planted-grpc.ts',
     to: /(^|\/)node_modules\/@grpc\/grpc-js\//,
+  },
+  {
+    rule: 'app-no-transport',
+    // Transitive: a workflow imports a runtime helper that imports the generated code (decision 55).
+    files: {
+      'src/server/scheduler/app/planted-through-runtime.ts':
+        "import { plantedDevice } from '../runtime/planted-helper.js';\nexport const planted = plantedDevice;\n",
+      'src/server/scheduler/runtime/planted-helper.ts':
+        "import { Device } from '../../../gen/berth/scheduler/v1/device.js';\nexport const plantedDevice = Device;\n",
+    },
+    from: 'src/server/scheduler/app/planted-through-runtime.ts',
+    to: 'src/gen/berth/scheduler/v1/device.ts',
+  },
+  {
+    rule: 'use-cases-through-their-api',
+    // A service reaching into a use-case module instead of the API.
+    files: {
+      'src/server/scheduler/services/planted-use-case-internal.ts':
+        "import * as devices from '../usecases/devices.js';\nexport const planted = devices;\n",
+    },
+    from: 'src/server/scheduler/services/planted-use-case-internal.ts',
+    to: 'src/server/scheduler/usecases/devices.ts',
   },
   {
     rule: 'services-no-other-service',
@@ -196,6 +228,8 @@ const ALLOWED: Record<string, string> = {
     "import { CHANNEL_OPTIONS } from '../../transport/channel.js';\nexport const planted = CHANNEL_OPTIONS;\n",
   'src/server/scheduler/store/planted-allowed-port.ts':
     "import { FOR_UPDATE } from '../usecases/unit-of-work.js';\nexport const planted = FOR_UPDATE;\n",
+  'src/server/scheduler/services/planted-allowed-api.ts':
+    "import type { UseCases } from '../usecases/use-cases.js';\nexport type Planted = UseCases;\n",
   'src/server/scheduler/services/planted-allowed-service.ts':
     "import { BerthError } from '../../../errors.js';\nexport const planted = BerthError;\n",
 };
@@ -259,9 +293,11 @@ describe('dependency rules (.dependency-cruiser.cjs)', () => {
     });
   }
 
-  it('reports the transitive case through the module in between', () => {
+  it('reports the transitive cases through the module in between', () => {
     const [v] = reported(PLANTS[1]!);
     expect(v?.via?.map((m) => m.name)).toContain('src/planted-neutral.ts');
+    const [app] = reported(PLANTS.find((p) => p.from.endsWith('planted-through-runtime.ts'))!);
+    expect(app?.via?.map((m) => m.name)).toContain('src/server/scheduler/runtime/planted-helper.ts');
   });
 
   it('reports nothing about the allowed imports', () => {

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
 import { validateProfile } from '../../src/server/scheduler/domain/profile.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
-import { openSqliteStore } from '../../src/server/scheduler/store/sqlite-store.js';
+import { openSqliteStore } from '../../src/server/scheduler/stores.js';
 import { tempDir } from '../helpers/agent.js';
 import { berth, cliEnv } from '../helpers/berth-cli.js';
 import { expectCode } from '../helpers/errors.js';

@@ -12,7 +12,7 @@ import {
 } from '../../gen/berth/scheduler/v1/device_service.js';
 import { hostName, pciFacts } from '../scheduler/domain/test-fixtures.js';
 import { Scheduler } from '../scheduler/scheduler.js';
-import { openSqliteStore } from '../scheduler/store/sqlite-store.js';
+import { openSqliteStore } from '../scheduler/stores.js';
 import { generateStaticToken } from './auth.js';
 import { Encoded, encodeOnce, passEncodedResponses } from './encoded.js';
 

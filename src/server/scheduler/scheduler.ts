@@ -35,7 +35,8 @@ import type { CyborgOptions } from './cyborg/config.js';
 import { BerthTokenIdentity, KeystoneIdentity, NoAuthIdentity } from './cyborg/identity.js';
 import { CyborgApi } from './cyborg/server.js';
 import { HOST_INFLOW_LIMITS, type HostInflowLimits } from './domain/inventory-bounds.js';
-import type { RetentionPolicy } from './domain/retention.js';
+import { everyRow } from './domain/pages.js';
+import { DEFAULT_RETENTION, type RetentionPolicy } from './domain/retention.js';
 import type { PlacementOptions } from './placement/config.js';
 import { startPlacement, tokenSource } from './placement/placement.js';
 import type { PlacementPort } from './placement/port.js';
@@ -56,10 +57,8 @@ import { migrationServiceBinding } from './services/migration-service.js';
 import { placementServiceBinding } from './services/placement-service.js';
 import { profileServiceBinding } from './services/profile-service.js';
 import { registrationServiceBinding } from './services/registration-service.js';
-import { isPostgresUrl, openPgStore } from './store/pg-store.js';
-import { openSqliteStore } from './store/sqlite-store.js';
-import { everyRow } from './usecases/pages.js';
-import { DEFAULT_RETENTION } from './usecases/retention.js';
+import { isPostgresUrl } from './store/pg-store.js';
+import { openPgStore, openSqliteStore } from './stores.js';
 import type { UseCases } from './usecases/use-cases.js';
 
 export interface SchedulerOptions {
@@ -265,7 +264,7 @@ export class Scheduler {
     // Placement is asked for its versions before serving: a server too old, or
     // credentials refused, stop the start with the reason (an unreachable one does not).
     const placement = options.placement
-      ? await startPlacement(options.placement, schedulerSide({ useCases, hub, links, cleaning }), {
+      ? await startPlacement(options.placement, schedulerSide({ useCases, hub, links }), {
           logger,
           registry: metrics.registry,
           ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
@@ -303,10 +302,13 @@ export class Scheduler {
       ),
       profileServiceBinding(useCases, logger),
       arqServiceBinding({ useCases, binding }, logger),
-      instanceServiceBinding(instances, logger),
-      migrationServiceBinding(new Migrations({ useCases, agents, binding, instances }), logger),
+      instanceServiceBinding({ useCases, instances }, logger),
+      migrationServiceBinding(
+        { useCases, migrations: new Migrations({ useCases, agents, binding, instances }) },
+        logger,
+      ),
       placementServiceBinding(placement, logger),
-      certificateServiceBinding(certificates, logger),
+      certificateServiceBinding({ useCases, certificates }, logger),
       ...(options.extraServices?.() ?? []),
     ];
     const server = new GrpcServer({

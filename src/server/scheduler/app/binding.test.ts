@@ -11,7 +11,8 @@ import type { AgentLinks } from '../runtime/agent-links.js';
 import { rejection } from '../store/store-contract.support.js';
 import { UnitWatch } from '../store/unit-watch.support.js';
 import { type UseCases, useCasesOver } from '../usecases/use-cases.js';
-import { BINDING_FEATURE, Binding } from './binding.js';
+import { BINDING_FEATURE } from './agent-port.js';
+import { Binding } from './binding.js';
 
 const H1 = hostName('h1');
 

@@ -28,16 +28,14 @@ import { relayedReason } from '../../../error-reasons.js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
 import type { Arq, ArqBinding, BindGate, BindResult } from '../domain/arq.js';
 import { type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
-import type { AgentDirectory } from '../runtime/agent-directory.js';
-import { type AgentHandle, agentCallFailure } from '../runtime/agent-link.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import { type AgentHandle, type AgentPort, BINDING_FEATURE } from './agent-port.js';
 
 /** The feature an agent advertises when it records bindings. */
-export const BINDING_FEATURE = 'binding.v1';
 
 export interface BindingDeps {
   useCases: UseCases;
-  agents: AgentDirectory;
+  agents: AgentPort;
   logger: Logger;
 }
 
@@ -133,7 +131,7 @@ export class Binding {
       await agent!.recordBinding(d.address, arqUuid, instanceUuid);
       return null;
     } catch (err) {
-      const e = agentCallFailure(err);
+      const e = this.deps.agents.failure(err);
       if (e.unreachable) {
         return new BerthError(
           'UNAVAILABLE',

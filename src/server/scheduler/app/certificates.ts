@@ -54,10 +54,6 @@ export class Certificates {
     return out;
   }
 
-  keys(host?: string): Promise<AgentKeyRecord[]> {
-    return this.deps.useCases.agentKeys(host);
-  }
-
   async rotate(
     host: string,
     jwk: PublicJwk,

@@ -19,14 +19,12 @@ import { BerthError, failedPrecondition } from '../../../errors.js';
 import type { CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceRef } from '../domain/inventory.js';
-import type { AgentDirectory } from '../runtime/agent-directory.js';
-import { agentCallFailure } from '../runtime/agent-link.js';
-import { CLEANUP_FEATURE } from '../runtime/cleanup-dispatcher.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import { type AgentPort, CLEANUP_FEATURE } from './agent-port.js';
 
 export interface CleaningDeps {
   useCases: UseCases;
-  agents: AgentDirectory;
+  agents: AgentPort;
 }
 
 export class Cleaning {
@@ -53,17 +51,6 @@ export class Cleaning {
   }
 
   /**
-   * The device was used outside Berth (`why`): an available device that is
-   * cleaned gets a cleanup job; see usecases/external-use.ts.
-   */
-  scrubUsedOutsideBerth(
-    ref: DeviceRef,
-    why: string,
-  ): Promise<{ device: DeviceRecord; job: CleanupJob | null }> {
-    return this.deps.useCases.scrubUsedOutsideBerth(ref, why);
-  }
-
-  /**
    * Asks the device's agent to clear its journal's record of the burn before
    * the scheduler clears its own. A device that is not burned needs nothing; an
    * agent too old to keep burns (UNIMPLEMENTED) has no record to clear; an agent
@@ -85,7 +72,7 @@ export class Cleaning {
     try {
       await agent.releaseDevice(d.address, d.media?.key ?? '');
     } catch (err) {
-      const e = agentCallFailure(err);
+      const e = agents.failure(err);
       if (e.unimplemented) return;
       if (e.unreachable) {
         throw new BerthError(

@@ -12,7 +12,7 @@ import type { DeviceRecord } from '../domain/device-state.js';
 import { hostName, hostRegistration, pciFacts } from '../domain/test-fixtures.js';
 import { DeviceFeed } from '../runtime/device-feed.js';
 import { EventHub } from '../runtime/event-hub.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
+import { openSqliteStore, type SqliteStore } from '../stores.js';
 import { Devices, type DeviceWatchItem } from './devices.js';
 
 const HOSTS = ['h-a', 'h-b', 'h-c', 'h-d', 'h-e'];

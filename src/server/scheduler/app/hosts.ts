@@ -4,12 +4,12 @@ import type { HostName } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { HostRecord } from '../domain/host.js';
 import type { PageRequest } from '../domain/inventory.js';
-import type { AgentLinks } from '../runtime/agent-links.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import type { FollowedHosts } from './agent-port.js';
 
 export interface HostsDeps {
   useCases: UseCases;
-  links: AgentLinks;
+  links: FollowedHosts;
   /** This scheduler's id, as `followedBy` names it. */
   schedulerId: string;
   logger: Logger;

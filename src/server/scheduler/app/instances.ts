@@ -8,11 +8,10 @@
  * and the metadata document always agree and never move a device.
  */
 import { notFound } from '../../../errors.js';
-import type { GuestBinding, InstanceDevices } from '../domain/instance.js';
+import type { GuestBinding } from '../domain/instance.js';
 import { parsePciAddress } from '../guest/guest-address.js';
 import { type Hostdev, hostdevFromBinding, renderInstance } from '../guest/hostdev-xml.js';
-import { passthroughFromHostdev, renderMetadataJson } from '../guest/metadata.js';
-import { devicesInput } from '../usecases/instances.js';
+import { devicesInput, passthroughFromHostdev, renderMetadataJson } from '../guest/metadata.js';
 import type { UseCases } from '../usecases/use-cases.js';
 
 export interface RenderedInstance {
@@ -46,14 +45,6 @@ export class Instances {
   async xml(instanceUuid: string): Promise<RenderedInstance> {
     if ((await this.useCases.listArqs(instanceUuid)).length === 0) throw notFound('instance', instanceUuid);
     return this.hostdevs(instanceUuid);
-  }
-
-  /**
-   * SetInstanceDevices: checked, in the same unit, against the guest slots the
-   * instance's hostdevs hold at that moment (tags, MACs, buses, VLANs, slots).
-   */
-  async setDevices(instanceUuid: string, devices: InstanceDevices): Promise<void> {
-    await this.useCases.registerInstanceDevices(instanceUuid, devices);
   }
 
   /** GetDeviceMetadata: the document, validated against the schema file (renderMetadataJson). */

@@ -27,9 +27,8 @@ import {
   type Readiness,
 } from '../domain/migration.js';
 import { rewriteSourceAddresses } from '../guest/hostdev-xml.js';
-import type { AgentDirectory } from '../runtime/agent-directory.js';
-import { agentCallFailure, type PreparedDevice } from '../runtime/agent-link.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import { type AgentPort, MIGRATION_FEATURE, type PreparedDevice } from './agent-port.js';
 import type { Binding } from './binding.js';
 import type { Instances } from './instances.js';
 
@@ -37,11 +36,10 @@ import type { Instances } from './instances.js';
 const PREPARE_TIMEOUT_MS = 30_000;
 
 /** The feature an agent advertises when it prepares migrations. */
-const MIGRATION_FEATURE = 'migration.v1';
 
 export interface MigrationsDeps {
   useCases: UseCases;
-  agents: AgentDirectory;
+  agents: AgentPort;
   binding: Binding;
   instances: Instances;
 }
@@ -98,11 +96,6 @@ export class Migrations {
       );
     }
     return (await useCases.commitMigration(uuid)).migration;
-  }
-
-  /** AbortMigration. */
-  async abort(uuid: Uuid): Promise<MigrationRecord> {
-    return (await this.deps.useCases.abortMigration(uuid)).migration;
   }
 
   /** Release the destination claims of a plan that will not go ahead. */
@@ -181,7 +174,7 @@ export class Migrations {
       responses = await link.prepareMigration(m.uuid, devices, PREPARE_TIMEOUT_MS);
     } catch (err) {
       const message = err instanceof Error ? err.message : String(err);
-      if (agentCallFailure(err).unreachable) return unreachable(message);
+      if (agents.failure(err).unreachable) return unreachable(message);
       const reason = `the destination agent refused PrepareMigration: ${message}`;
       await this.release(m, refuseAll(reason));
       throw failedPrecondition('MIGRATION_PREPARE_FAILED', `migration ${m.uuid}: ${reason}`, {

@@ -23,10 +23,14 @@ import {
   type HostRegistration,
   principalFor,
 } from '../domain/host.js';
-import { MEDIA_RECORD_LIMITS, registrationRecordsBoundBroken } from '../domain/media-reports.js';
-import type { AgentLinks } from '../runtime/agent-links.js';
-import type { MediaReportsTaken, RefusedMediaReport } from '../usecases/media-reports.js';
+import {
+  MEDIA_RECORD_LIMITS,
+  type MediaReportsTaken,
+  type RefusedMediaReport,
+  registrationRecordsBoundBroken,
+} from '../domain/media-reports.js';
 import type { UseCases } from '../usecases/use-cases.js';
+import type { FollowedHosts } from './agent-port.js';
 
 /** What a Register request says, decoded. */
 export interface AgentRegistration {
@@ -45,7 +49,7 @@ export interface AgentRegistration {
 
 export interface RegistrationDeps {
   useCases: UseCases;
-  links: AgentLinks;
+  links: FollowedHosts;
   /**
    * Whether this scheduler may follow `host`'s agent: always with a database of
    * its own; with a shared one, when it holds (or just took) the host's lease.

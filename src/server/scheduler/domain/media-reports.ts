@@ -100,3 +100,18 @@ export function hostRecordsBoundBroken(host: string, kept: number, adding: numbe
     'per_host',
   );
 }
+
+/** A record of a registration the scheduler refused, and which host holds the media ('' when none does). */
+export interface RefusedMediaReport {
+  key: string;
+  reason: MediaRecordRefusal;
+  holder: string;
+}
+
+/** What the scheduler did with a registration's media records. */
+export interface MediaReportsTaken {
+  /** Keys whose record changed. */
+  changed: string[];
+  /** Records refused: the media is another host's, or forgotten. */
+  refused: RefusedMediaReport[];
+}

@@ -21,3 +21,13 @@ export interface PruneCounts {
   idempotencyKeys: number;
   certificates: number;
 }
+
+/** Erasure certificates are kept ten years by default (docs/erasure-certificates.md). */
+export const DEFAULT_CERTIFICATE_MS = 3_650 * 86_400_000;
+
+export const DEFAULT_RETENTION: RetentionPolicy = Object.freeze({
+  historyMs: 7 * 86_400_000,
+  maxRows: 200_000,
+  requestIdMs: 86_400_000,
+  certificateMs: DEFAULT_CERTIFICATE_MS,
+});

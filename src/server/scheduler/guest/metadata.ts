@@ -14,6 +14,7 @@
 
 import { BerthError, type FieldViolation } from '../../../errors.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import type { InstanceDevices } from '../domain/instance.js';
 import { duplicateTags, validateTag } from '../domain/tags.js';
 import {
   formatPciAddress,
@@ -54,6 +55,16 @@ export interface InstanceDevicesInput {
   nics: readonly NicInput[];
   disks: readonly DiskInput[];
 }
+
+/** The stored NICs/disks in the validator's input shape (proto `optional` vlan and devname → absent). */
+export const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({
+  nics: d.nics.map(({ vlan, devname, ...n }) => ({
+    ...n,
+    ...(vlan === null ? {} : { vlan }),
+    ...(devname === null ? {} : { devname }),
+  })),
+  disks: d.disks,
+});
 
 /** One of Berth's bound devices, as the metadata document shows it. */
 export interface PassthroughInput {

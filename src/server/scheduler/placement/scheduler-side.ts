@@ -1,12 +1,11 @@
 /**
  * SchedulerSide over the scheduler: the one file in placement/ that knows the
- * use cases, the event hub, the agent links and the cleaning workflow.
+ * use cases, the event hub and the agent links.
  */
 import { isBerthError } from '../../../errors.js';
-import type { Cleaning } from '../app/cleaning.js';
+import { everyRow } from '../domain/pages.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import type { EventHub } from '../runtime/event-hub.js';
-import { everyRow } from '../usecases/pages.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import type { HostView } from './desired.js';
 import type { SchedulerSide } from './port.js';
@@ -15,10 +14,9 @@ export interface SchedulerSideDeps {
   useCases: UseCases;
   hub: EventHub;
   links: AgentLinks;
-  cleaning: Cleaning;
 }
 
-export function schedulerSide({ useCases, hub, links, cleaning }: SchedulerSideDeps): SchedulerSide {
+export function schedulerSide({ useCases, hub, links }: SchedulerSideDeps): SchedulerSide {
   return {
     snapshot: () => useCases.snapshot(),
     async changesSince(revision, limit) {
@@ -61,7 +59,7 @@ export function schedulerSide({ useCases, hub, links, cleaning }: SchedulerSideD
     },
     async scrubUsedOutsideBerth(ref, why) {
       // The cleanup is dispatched once the unit commits (the use cases' change feed).
-      const { device, job } = await cleaning.scrubUsedOutsideBerth(ref, why);
+      const { device, job } = await useCases.scrubUsedOutsideBerth(ref, why);
       return { device, jobId: job?.jobId ?? null };
     },
   };

@@ -9,9 +9,10 @@
  */
 import { unlessNotFound } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
+import type { AgentCallFailure, AgentPort } from '../app/agent-port.js';
 import type { HostRecord } from '../domain/host.js';
 import type { UseCases } from '../usecases/use-cases.js';
-import { type AgentDialDeps, type AgentHandle, RemoteAgent } from './agent-link.js';
+import { type AgentCallsHandle, type AgentDialDeps, agentCallFailure, RemoteAgent } from './agent-link.js';
 import type { AgentLinks } from './agent-links.js';
 
 /**
@@ -23,7 +24,7 @@ const FRESH_MS = 1_000;
 /** Direct clients kept at most (least recently used closed first): one channel each. */
 const MAX_REMOTE = 256;
 
-export class AgentDirectory {
+export class AgentDirectory implements AgentPort {
   private readonly remote = new Map<string, RemoteAgent>();
   private readonly checkedAt = new Map<string, number>();
 
@@ -34,7 +35,7 @@ export class AgentDirectory {
   ) {}
 
   /** The host's agent: followed here, or (with `refresh` first) followed by another scheduler. */
-  get(host: string): AgentHandle | undefined {
+  get(host: string): AgentCallsHandle | undefined {
     return this.links.get(host) ?? this.remote.get(host);
   }
 
@@ -65,7 +66,7 @@ export class AgentDirectory {
    * The host's agent, given its record as just read (a bind reads it under a
    * lock anyway): followed here, or another scheduler's, as the record says.
    */
-  observe(h: HostRecord): AgentHandle | undefined {
+  observe(h: HostRecord): AgentCallsHandle | undefined {
     const own = this.links.get(h.name);
     if (own || !this.useCases.leases) return own;
     let agent = this.remote.get(h.name);
@@ -85,6 +86,10 @@ export class AgentDirectory {
     agent.isConnected = h.connected;
     this.checkedAt.set(h.name, Date.now());
     return agent;
+  }
+
+  failure(err: unknown): AgentCallFailure {
+    return agentCallFailure(err);
   }
 
   close(): void {

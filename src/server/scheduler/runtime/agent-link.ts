@@ -28,6 +28,7 @@ import { type HostName, isPciAddress, type PciAddress } from '../../../identifie
 import { Backoff, CHANNEL_OPTIONS, sleep } from '../../../transport/channel.js';
 import { decodeServiceError } from '../../grpc/status.js';
 import type { Metrics } from '../../metrics.js';
+import type { AgentCallFailure } from '../app/agent-port.js';
 import { factsFromAgent } from '../convert.js';
 import type { DeviceFacts } from '../domain/device-state.js';
 import {
@@ -49,9 +50,6 @@ export const CLIENT_OPTIONS = {
   ...CHANNEL_OPTIONS,
   'grpc.max_receive_message_length': HOST_INFLOW_LIMITS.messageBytes,
 };
-
-/** A claimed destination device as PrepareMigration checks it (what it must match on the source). */
-export type PreparedDevice = MigrationDevice;
 
 /** How a scheduler reaches one host's agent: the channel and the credential it presents. */
 export interface AgentDialDeps {
@@ -196,8 +194,8 @@ export class RemoteAgent extends AgentCalls {
   isConnected = false;
 }
 
-/** What a bind, a clean or a migration needs of a host's agent, followed here or not. */
-export type AgentHandle = AgentCalls & { readonly isConnected: boolean };
+/** A host's agent as the directory hands it out: its calls, and whether its follower is connected. */
+export type AgentCallsHandle = AgentCalls & { readonly isConnected: boolean };
 
 export class AgentLink extends AgentCalls {
   private readonly abort = new AbortController();
@@ -495,17 +493,6 @@ export function inventoryUnits(msgs: readonly WatchInventoryResponse[]): WatchIn
 export function isUnreachable(err: unknown): boolean {
   const code = (err as { code?: number }).code;
   return code === status.UNAVAILABLE || code === status.DEADLINE_EXCEEDED || code === status.CANCELLED;
-}
-
-/** A failed call to an agent, as the workflows that made it judge it (no gRPC types). */
-export interface AgentCallFailure {
-  /** The agent could not be reached, or did not answer in time: retry later. */
-  unreachable: boolean;
-  /** The agent does not have the method (an older agent). */
-  unimplemented: boolean;
-  /** The agent's own reason for a refusal ('' when it gave none beyond the code). */
-  reason: string;
-  message: string;
 }
 
 /** What a rejected AgentCalls call means. */

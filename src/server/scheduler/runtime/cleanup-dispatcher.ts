@@ -18,14 +18,13 @@ import type { CleanupEvent as AgentEvent, CleanupDeviceResponse } from '../../..
 import type { HostName } from '../../../identifiers.js';
 import { cleanupPhaseFromProto, proofFromProto } from '../../cleanup-event-proto.js';
 import type { Metrics } from '../../metrics.js';
+import { CLEANUP_FEATURE } from '../app/agent-port.js';
 import type { CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { mediaKeyOf } from '../domain/media.js';
 import type { Change, UseCases } from '../usecases/use-cases.js';
 import { isUnreachable } from './agent-link.js';
 import type { AgentLinks } from './agent-links.js';
-
-export const CLEANUP_FEATURE = 'cleanup.v1';
 
 /** How often a cleanup held back by its gate (placement/: Nova may use the device) is looked at again. */
 const GATE_RETRY_MS = 5_000;

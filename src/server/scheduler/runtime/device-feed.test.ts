@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
+import { openSqliteStore, type SqliteStore } from '../stores.js';
 import { DeviceFeed } from './device-feed.js';
 import { EventHub } from './event-hub.js';
 
@@ -39,7 +39,9 @@ describe('DeviceFeed', () => {
     const reads = await Promise.all(Array.from({ length: 50 }, () => feed.since(before, 100)));
     const fromStore = await store.eventsSince(before, 100);
     for (const r of reads) expect(r.map((e) => e.revision)).toEqual(fromStore.map((e) => e.revision));
-    expect(reads[0]![0]!.proto.address).toBe(fromStore[0]!.device.address);
+    expect(reads[0]![0]!.device.address).toBe(fromStore[0]!.device.address);
+    // One object per event for every reader: the service converts and encodes it once, keyed by it.
+    for (const r of reads) expect(r[0]).toBe(reads[0]![0]);
     // From before the feed started: the store answers.
     expect((await feed.since(0, 100)).map((e) => e.revision)).toEqual(
       (await store.eventsSince(0, 100)).map((e) => e.revision),

@@ -1,18 +1,17 @@
 /**
  * The recent device events, read from the store once for every WatchDevices
  * stream: with a thousand watchers, a change is one query, not a thousand.
- * Events keep their proto form once converted, so each is encoded for the wire
- * but converted once. A watcher resuming from further back than the feed holds
- * reads the store itself.
+ * The feed holds the records as the store gave them, the same object for every
+ * watcher, so the service converts and encodes each for the wire once (keyed
+ * by the object). A watcher resuming from further back than the feed holds
+ * reads the store itself. Plain records only: the application layer reads the
+ * feed and reaches no transport through it (decision 55).
  */
-import type { Device } from '../../../gen/berth/scheduler/v1/device.js';
-import { deviceToProto } from '../convert.js';
 import type { DeviceEvent } from '../domain/inventory.js';
 import type { UseCases } from '../usecases/use-cases.js';
 
-export interface FeedEvent extends DeviceEvent {
-  proto: Device;
-}
+/** One change as the feed keeps it: a store event, one object shared by every watcher. */
+export type FeedEvent = Readonly<DeviceEvent>;
 
 const PAGE = 1000;
 
@@ -26,10 +25,6 @@ export class DeviceFeed {
     private readonly useCases: UseCases,
     private readonly keep = 20_000,
   ) {}
-
-  private static wrap(e: DeviceEvent): FeedEvent {
-    return { ...e, proto: deviceToProto(e.device) };
-  }
 
   /** Brings the feed up to the store's latest committed event (one reader at a time). */
   private refresh(): Promise<void> {
@@ -45,7 +40,7 @@ export class DeviceFeed {
           if (this.head < 0) this.head = await this.useCases.currentRevision();
           for (;;) {
             const page = await this.useCases.eventsSince(this.head, PAGE);
-            for (const e of page) this.events.push(DeviceFeed.wrap(e));
+            this.events.push(...page);
             if (page.length > 0) this.head = page[page.length - 1]!.revision;
             if (page.length < PAGE) break;
           }
@@ -64,7 +59,7 @@ export class DeviceFeed {
     const first = this.events[0];
     const held = first ? first.revision <= revision + 1 : revision >= this.head;
     if (!held) {
-      return (await this.useCases.eventsSince(revision, limit)).map(DeviceFeed.wrap);
+      return this.useCases.eventsSince(revision, limit);
     }
     let lo = 0;
     let hi = this.events.length;

@@ -16,6 +16,7 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { CertificateQuery, Certificates } from '../app/certificates.js';
 import type { AgentKeyRecord, CertificateRecord } from '../domain/certificate.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { deviceRef, optionalHost, requireHost, requireInstance } from './validate.js';
 
 const JOB_ID = /^[A-Za-z0-9._:-]{1,128}$/;
@@ -64,7 +65,10 @@ function query(req: ListErasureCertificatesRequest): CertificateQuery {
   }
 }
 
-export function certificateServiceBinding(certificates: Certificates, logger: Logger): ServiceBinding {
+export function certificateServiceBinding(
+  { useCases, certificates }: { useCases: UseCases; certificates: Certificates },
+  logger: Logger,
+): ServiceBinding {
   const impl: CertificateServiceServer = {
     listErasureCertificates: unary(
       'ListErasureCertificates',
@@ -74,7 +78,7 @@ export function certificateServiceBinding(certificates: Certificates, logger: Lo
       }),
     ),
     listAgentKeys: unary('ListAgentKeys', logger, async (req: ListAgentKeysRequest) => ({
-      keys: (await certificates.keys(optionalHost('host', req.host))).map(agentKeyToProto),
+      keys: (await useCases.agentKeys(optionalHost('host', req.host))).map(agentKeyToProto),
     })),
     rotateAgentKey: unary('RotateAgentKey', logger, async (req: RotateAgentKeyRequest, ctx) => {
       const host = requireHost('host', req.host);

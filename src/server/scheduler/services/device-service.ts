@@ -39,9 +39,9 @@ import {
 } from '../convert.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { DeviceFilter } from '../domain/inventory.js';
+import { pageTokenAfter } from '../domain/pages.js';
 import type { DeviceProviderInfo } from '../placement/port.js';
 import type { FeedEvent } from '../runtime/device-feed.js';
-import { pageTokenAfter } from '../usecases/devices.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { deviceRef, optionalHost, optionalRequestId, requireMediaKey } from './validate.js';
 
@@ -88,9 +88,9 @@ export function boundedPage(
 }
 
 /**
- * A change as every watcher receives it, encoded once for all of them: with a
- * thousand watchers, one encode instead of a thousand. Kept as long as the feed
- * keeps the event.
+ * A change as every watcher receives it, converted and encoded once for all of
+ * them: with a thousand watchers, one encode instead of a thousand. Keyed by
+ * the feed's own event object, so kept as long as the feed keeps the event.
  */
 const updateBytes = new WeakMap<FeedEvent, Encoded<WatchDevicesResponse>>();
 
@@ -100,7 +100,7 @@ function encodedUpdate(e: FeedEvent): Encoded<WatchDevicesResponse> {
     bytes = encodeOnce(WatchDevicesResponse, {
       revision: e.revision,
       initial: false,
-      device: e.proto,
+      device: deviceToProto(e.device),
       removed: e.removed,
       synced: false,
     });

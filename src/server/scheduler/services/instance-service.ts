@@ -18,6 +18,7 @@ import type { ServiceBinding } from '../../grpc/server.js';
 import type { Instances } from '../app/instances.js';
 import { instanceDevices } from '../domain/instance.js';
 import type { Hostdev } from '../guest/hostdev-xml.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { maxItems, requireInstance } from './validate.js';
 
 /** Most NICs / disks one registration may carry (a libvirt guest has far fewer). */
@@ -33,7 +34,10 @@ export const hostdevToProto = (h: Hostdev): HostdevPb => ({
   tag: h.tag,
 });
 
-export function instanceServiceBinding(instances: Instances, logger: Logger): ServiceBinding {
+export function instanceServiceBinding(
+  { useCases, instances }: { useCases: UseCases; instances: Instances },
+  logger: Logger,
+): ServiceBinding {
   const impl: InstanceServiceServer = {
     getInstanceXml: unary('GetInstanceXml', logger, async (req: GetInstanceXmlRequest) => {
       const { xml, hostdevs } = await instances.xml(requireInstance('instance_uuid', req.instanceUuid));
@@ -44,7 +48,7 @@ export function instanceServiceBinding(instances: Instances, logger: Logger): Se
       const instance = requireInstance('instance_uuid', req.instanceUuid);
       maxItems('nics', req.nics, MAX_INSTANCE_DEVICES);
       maxItems('disks', req.disks, MAX_INSTANCE_DEVICES);
-      await instances.setDevices(instance, instanceDevices(req));
+      await useCases.registerInstanceDevices(instance, instanceDevices(req));
       return {};
     }),
 

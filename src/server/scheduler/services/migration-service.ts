@@ -14,6 +14,7 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { Migrations } from '../app/migration.js';
 import type { MigrationRecord } from '../domain/migration.js';
+import type { UseCases } from '../usecases/use-cases.js';
 import { optionalRequestId, requireHost, requireInstance, requireUuid } from './validate.js';
 
 const STATES: Record<MigrationRecord['state'], MigrationState> = {
@@ -36,7 +37,10 @@ export function migrationToProto(m: MigrationRecord): Migration {
   };
 }
 
-export function migrationServiceBinding(migrations: Migrations, logger: Logger): ServiceBinding {
+export function migrationServiceBinding(
+  { useCases, migrations }: { useCases: UseCases; migrations: Migrations },
+  logger: Logger,
+): ServiceBinding {
   const impl: MigrationServiceServer = {
     planLiveMigration: unary('PlanLiveMigration', logger, async (req: PlanLiveMigrationRequest) => {
       const m = await migrations.plan({
@@ -52,7 +56,9 @@ export function migrationServiceBinding(migrations: Migrations, logger: Logger):
     })),
 
     abortMigration: unary('AbortMigration', logger, async (req: AbortMigrationRequest) => ({
-      migration: migrationToProto(await migrations.abort(requireUuid('migration_uuid', req.migrationUuid))),
+      migration: migrationToProto(
+        (await useCases.abortMigration(requireUuid('migration_uuid', req.migrationUuid))).migration,
+      ),
     })),
   };
   return {

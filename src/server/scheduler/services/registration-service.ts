@@ -19,8 +19,8 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import { mediaRecordFromProto } from '../../media-proto.js';
 import type { AgentRegistration, Registration } from '../app/registration.js';
+import type { RefusedMediaReport } from '../domain/media-reports.js';
 import { MEDIA_RECORD_LIMITS } from '../domain/media-reports.js';
-import type { RefusedMediaReport } from '../usecases/media-reports.js';
 import { maxItems, requireHost, requireMediaKey } from './validate.js';
 
 const ENDPOINT = /^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[[0-9a-fA-F:]{2,39}\]):(\d{1,5})$/;

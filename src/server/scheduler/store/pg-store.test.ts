@@ -12,8 +12,9 @@ import { type PostgresServer, startPostgres } from '../../../../test/helpers/pos
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
 import { newDevice } from '../domain/device-state.js';
 import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
+import { openPgStore } from '../stores.js';
 import { runMediaContract } from './media-contract.support.js';
-import { openPgStore, PgDatabase } from './pg-store.js';
+import { PgDatabase } from './pg-store.js';
 import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { runStoreContract } from './store-contract.support.js';
 import { runUnitOfWorkContract } from './unit-of-work-contract.support.js';

@@ -44,24 +44,20 @@ import type {
   TransactionRunner,
   UnitOfWork,
 } from '../usecases/unit-of-work.js';
-import { type UseCases, type UseCasesOptions, useCasesOver } from '../usecases/use-cases.js';
 import { POSTGRES } from './sql/dialect.js';
 import { pendingMigrations, SCHEMA_MIGRATIONS_TABLE } from './sql/schema.js';
 import { type Executor, SqlUnit } from './sql/unit.js';
 
-export interface PgStoreOptions extends UseCasesOptions {
+export interface PgDatabaseOptions {
   /** Connections in the pool (default 10). */
   poolSize?: number;
 }
 
-/** The use cases over PostgreSQL; `db` is the backend. */
-export type PgStore = UseCases<PgDatabase>;
-
 /** Whether `--db` names a PostgreSQL database rather than a SQLite file. */
 export const isPostgresUrl = (db: string): boolean => /^postgres(ql)?:\/\//.test(db);
 
-/** Open (creating the schema and migrating if needed) a store on a `postgres://` URL. */
-export async function openPgStore(url: string, options: PgStoreOptions = {}): Promise<PgStore> {
+/** Opens the database on a `postgres://` URL, creating the schema and migrating it if needed. */
+export async function openPgDatabase(url: string, options: PgDatabaseOptions = {}): Promise<PgDatabase> {
   const db = new PgDatabase(url, options);
   try {
     await db.migrate();
@@ -69,7 +65,7 @@ export async function openPgStore(url: string, options: PgStoreOptions = {}): Pr
     await db.close();
     throw err;
   }
-  return useCasesOver(db, options);
+  return db;
 }
 
 const INT8_OID = 20;
@@ -125,7 +121,7 @@ export class PgDatabase implements TransactionRunner {
   private listener: pg.Client | null = null;
   private relisten: NodeJS.Timeout | null = null;
 
-  constructor(url: string, options: { poolSize?: number } = {}) {
+  constructor(url: string, options: PgDatabaseOptions = {}) {
     this.url = url;
     this.where = redact(url);
     // A database that does not answer at all (a black-holed network) fails a

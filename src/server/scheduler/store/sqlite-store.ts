@@ -27,22 +27,13 @@ import Database from 'better-sqlite3';
 import { BerthError } from '../../../errors.js';
 import { classifySqliteFailure, storeDamaged } from '../../storage-faults.js';
 import type { ReadUnit, TransactionRunner, UnitOfWork } from '../usecases/unit-of-work.js';
-import { type UseCases, type UseCasesOptions, useCasesOver } from '../usecases/use-cases.js';
 import { SQLITE } from './sql/dialect.js';
 import { pendingMigrations, SCHEMA_MIGRATIONS_TABLE } from './sql/schema.js';
 import { type Executor, type PendingEvent, SqlUnit } from './sql/unit.js';
 
-export interface SqliteStoreOptions extends UseCasesOptions {
+export interface SqliteDatabaseOptions {
   /** How long a writer waits for another connection's lock (ms). */
   busyTimeoutMs?: number;
-}
-
-/** The use cases over SQLite; `db` is the backend. */
-export type SqliteStore = UseCases<SqliteDatabase>;
-
-/** Open (creating and migrating if needed) a store on `path`. */
-export async function openSqliteStore(path: string, options: SqliteStoreOptions = {}): Promise<SqliteStore> {
-  return useCasesOver(new SqliteDatabase(path, options), options);
 }
 
 const closedError = () => new BerthError('UNAVAILABLE', 'the store is closed');
@@ -77,7 +68,7 @@ export class SqliteDatabase implements TransactionRunner {
 
   constructor(
     readonly path: string,
-    options: { busyTimeoutMs?: number } = {},
+    options: SqliteDatabaseOptions = {},
   ) {
     this.connection = new Database(path);
     try {

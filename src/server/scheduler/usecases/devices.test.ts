@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { rejection } from '../store/store-contract.support.js';
+import { openSqliteStore, type SqliteStore } from '../stores.js';
 
 describe('inventory use case', () => {
   let dir: string;

@@ -22,8 +22,8 @@ import type {
   PageRequest,
 } from '../domain/inventory.js';
 import { mediaKeyOf, mediaUnburned } from '../domain/media.js';
+import { pageKeyOf, pageSizeOf, pageTokenAfter } from '../domain/pages.js';
 import { read, type UseCaseDeps } from './context.js';
-import { pageKeyOf, pageSizeOf, pageTokenOf } from './pages.js';
 import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
 import { type DeviceQuery, FOR_UPDATE } from './unit-of-work.js';
@@ -118,9 +118,6 @@ export async function listDevices(
 }
 
 /** The page token that continues a listing after `d` (a page cut short, e.g. by size). */
-export const pageTokenAfter = (d: { host: string; address: string }): string =>
-  pageTokenOf([d.host, d.address]);
-
 /** ABORTED (nothing changed) when expectedGeneration is given and stale. */
 export async function setDeviceStatus(
   deps: UseCaseDeps,

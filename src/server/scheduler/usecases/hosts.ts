@@ -14,9 +14,9 @@ import {
   registrationChange,
 } from '../domain/host.js';
 import type { PageRequest } from '../domain/inventory.js';
+import { pageKeyOf, pageSizeOf, pageTokenOf } from '../domain/pages.js';
 import { pinAgentKey } from './certificates.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
-import { pageKeyOf, pageSizeOf, pageTokenOf } from './pages.js';
 import { createJob, finishJob, mustHost, withCount, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
 import { FOR_UPDATE, type UnitOfWork } from './unit-of-work.js';

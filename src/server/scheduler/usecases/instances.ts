@@ -4,25 +4,11 @@ import { invalidArgument } from '../../../errors.js';
 import { type GuestBinding, type InstanceDevices, instanceDevices } from '../domain/instance.js';
 import { formatPciAddress, planGuestAddresses, type TakenAddress } from '../guest/guest-address.js';
 import { aliasFor } from '../guest/hostdev-xml.js';
-import {
-  type InstanceDevicesInput,
-  registeredAddresses,
-  validateInstanceDevices,
-} from '../guest/metadata.js';
+import { devicesInput, registeredAddresses, validateInstanceDevices } from '../guest/metadata.js';
 import { read, type UseCaseDeps } from './context.js';
 import { mustDevice, writeArq } from './records.js';
 import { write } from './unit.js';
 import { FOR_UPDATE } from './unit-of-work.js';
-
-/** The stored NICs/disks in the validator's input shape (proto `optional` vlan and devname → absent). */
-export const devicesInput = (d: InstanceDevices): InstanceDevicesInput => ({
-  nics: d.nics.map(({ vlan, devname, ...n }) => ({
-    ...n,
-    ...(vlan === null ? {} : { vlan }),
-    ...(devname === null ? {} : { devname }),
-  })),
-  disks: d.disks,
-});
 
 const noDevices = (): InstanceDevices => ({ nics: [], disks: [] });
 

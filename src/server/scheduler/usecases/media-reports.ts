@@ -12,27 +12,13 @@ import { agentReportsDirt, holdsMedia, type MediaState, mediaReported } from '..
 import {
   hostRecordsBoundBroken,
   judgeMediaReport,
-  type MediaRecordRefusal,
+  type MediaReportsTaken,
+  type RefusedMediaReport,
   registrationRecordsBoundBroken,
 } from '../domain/media-reports.js';
 import { read, type UseCaseDeps } from './context.js';
 import { write } from './unit.js';
 import { FOR_UPDATE, type ReadUnit } from './unit-of-work.js';
-
-/** A record of a registration the scheduler refused, and which host holds the media ('' when none does). */
-export interface RefusedMediaReport {
-  key: string;
-  reason: MediaRecordRefusal;
-  holder: string;
-}
-
-/** What the scheduler did with a registration's media records. */
-export interface MediaReportsTaken {
-  /** Keys whose record changed. */
-  changed: string[];
-  /** Records refused: the media is another host's, or forgotten. */
-  refused: RefusedMediaReport[];
-}
 
 /** Why `host` may not report `key` (judged on what `r` reads now), or null when it may. */
 async function judge(r: ReadUnit, host: HostName, key: string, stored: MediaState | null) {

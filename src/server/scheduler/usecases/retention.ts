@@ -10,20 +10,10 @@
  */
 
 import { BerthError } from '../../../errors.js';
-import type { PruneCounts, RetentionPolicy } from '../domain/retention.js';
+import { DEFAULT_CERTIFICATE_MS, type PruneCounts, type RetentionPolicy } from '../domain/retention.js';
 import type { UseCaseDeps } from './context.js';
 import { write } from './unit.js';
 import type { FinishedJobKey, UnitOfWork } from './unit-of-work.js';
-
-/** Erasure certificates are kept ten years by default (docs/erasure-certificates.md). */
-export const DEFAULT_CERTIFICATE_MS = 3_650 * 86_400_000;
-
-export const DEFAULT_RETENTION: RetentionPolicy = Object.freeze({
-  historyMs: 7 * 86_400_000,
-  maxRows: 200_000,
-  requestIdMs: 86_400_000,
-  certificateMs: DEFAULT_CERTIFICATE_MS,
-});
 
 /** Rows removed per unit: small enough that a bind waits a few ms at most behind one. */
 export const PRUNE_BATCH = 500;

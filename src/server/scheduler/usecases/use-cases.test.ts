@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validateProfile } from '../domain/profile.js';
 import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
-import { openSqliteStore, type SqliteStore } from '../store/sqlite-store.js';
 import { rejection } from '../store/store-contract.support.js';
+import { openSqliteStore, type SqliteStore } from '../stores.js';
 import type { Change } from './use-cases.js';
 
 const reg = hostRegistration('h1');

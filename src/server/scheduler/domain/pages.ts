@@ -4,7 +4,7 @@
  * page token is the key of the last row served, opaque to clients.
  */
 import { invalidArgument } from '../../../errors.js';
-import type { PageRequest } from '../domain/inventory.js';
+import type { PageRequest } from './inventory.js';
 
 const DEFAULT_PAGE = 500;
 const MAX_PAGE = 5000;
@@ -30,6 +30,10 @@ export function pageKeyOf(token: string, parts: number): string[] {
   }
   return key as string[];
 }
+
+/** The token that continues a device listing after `d` (ListDevices pages by host, then address). */
+export const pageTokenAfter = (d: { host: string; address: string }): string =>
+  pageTokenOf([d.host, d.address]);
 
 /** Every row of a keyset listing, a page at a time: `next(after)` reads the page after a key ('' first). */
 export async function* everyRow<T>(next: (after: string) => Promise<T[]>, keyOf: (row: T) => string) {
