@@ -123,12 +123,19 @@ describe('berth up --openstack', () => {
         .replace('ARQ_UUID', arq.uuid)
         .replace('PROVIDER_UUID', provider!);
       await sh(`${bind} admin`);
-      const bound = await eventually(
-        () => sh<Array<{ uuid: string; state: string; device_rp_uuid: string | null }>>(command(/arq list$/)),
+      await eventually(
+        () => sh<Array<{ uuid: string; state: string }>>(command(/arq list$/)),
         (list) => list.some((a) => a.uuid === arq.uuid && a.state === 'Bound'),
         90_000,
       );
-      expect(bound.find((a) => a.uuid === arq.uuid)?.device_rp_uuid).toBe(provider);
+      const shown = await sh<{ device_rp_uuid: string; hostname: string; attach_handle_type: string }>(
+        command(/arq list$/).replace('arq list', `arq show ${arq.uuid}`),
+      );
+      expect(shown).toMatchObject({
+        device_rp_uuid: provider,
+        hostname: 'sim-host-1',
+        attach_handle_type: 'PCI',
+      });
       // No Nova: one log line says no event is sent.
       const log = await readFile(join(stateDir, 'berth-up.log'), 'utf8');
       const said = log.split('\n').filter((l) => l.includes('no accelerator-request-bound event is sent'));
