@@ -18,8 +18,7 @@ import { UsageError } from '../usage-error.js';
 const run = promisify(execFile);
 
 /** What a newcomer installs for the lab (Debian 12; PyPI is not needed). */
-const LAB_PACKAGES =
-  'placement-api python3-osc-placement python3-openstackclient python3-cyborgclient';
+const LAB_PACKAGES = 'placement-api python3-osc-placement python3-openstackclient python3-cyborgclient';
 
 /** `name`'s full path when it is an executable file in a directory of $PATH, else null. */
 export async function which(name: string): Promise<string | null> {
