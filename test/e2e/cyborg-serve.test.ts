@@ -4,13 +4,19 @@
  * mode the scheduler refuses to start, saying why (the API's behaviour is
  * test/integration/cyborg-nova.test.ts's). `--cyborg-config` reads the same
  * settings from a YAML file; without a Nova (no `--nova-url`) the API is
- * served, and one log line says no event is sent.
+ * served, and one log line says no event is sent. With `--tls-cert` and
+ * `--tls-key` the API is HTTPS with that certificate; `--cyborg-plaintext`
+ * keeps it HTTP (behind a proxy), `--cyborg-trust-proxy-headers` makes its
+ * links follow X-Forwarded-*.
  */
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
+import { request } from 'node:https';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempDir } from '../helpers/agent.js';
 import { berth, cliEnv, type Running, start, stop } from '../helpers/berth-cli.js';
+import { makeCa } from '../helpers/certs.js';
+import { available, openssl } from '../helpers/prerequisites.js';
 
 describe('berth scheduler serve --cyborg-listen', () => {
   let dir: Awaited<ReturnType<typeof tempDir>>;
@@ -160,4 +166,82 @@ describe('berth scheduler serve --cyborg-listen', () => {
       await stop(lab);
     }
   }, 90_000);
+
+  it.skipIf(!available(openssl(), 'the Cyborg API over TLS'))(
+    '--tls-cert/--tls-key: the Cyborg API is HTTPS with the same certificate; --cyborg-plaintext keeps it HTTP',
+    async () => {
+      const authority = await makeCa(dir.path, 'serve-ca');
+      const cert = await authority.leaf('berth-scheduler');
+      const serve = (db: string, extra: string[]) =>
+        start(
+          [
+            'scheduler',
+            'serve',
+            '--db',
+            join(dir.path, db),
+            '--listen',
+            '127.0.0.1:0',
+            '--insecure-no-auth',
+            '--tls-cert',
+            cert.cert,
+            '--tls-key',
+            cert.key,
+            '--placement-url',
+            'http://127.0.0.1:9',
+            '--placement-auth',
+            'noauth',
+            '--cyborg-listen',
+            '127.0.0.1:0',
+            '--cyborg-auth',
+            'noauth',
+            ...extra,
+          ],
+          env,
+        );
+      const listening = async (r: Running) => {
+        await r.waitFor(/"event":"listening"/, 60_000);
+        return JSON.parse(
+          r
+            .stdout()
+            .split('\n')
+            .find((l) => l.includes('"listening"'))!,
+        ) as { cyborg: string };
+      };
+      const tls = serve('e.db', []);
+      try {
+        const { cyborg } = await listening(tls);
+        expect(cyborg).toMatch(/^https:\/\/127\.0\.0\.1:\d+\/v2$/);
+        // Verified with the CA that signed the gRPC certificate; the links say https.
+        const ca = await readFile(cert.ca);
+        const doc = await new Promise<string>((resolve, reject) => {
+          const req = request(cyborg, { ca }, (res) => {
+            let body = '';
+            res.on('data', (b: Buffer) => {
+              body += b.toString();
+            });
+            res.on('end', () => resolve(body));
+          });
+          req.on('error', reject);
+          req.end();
+        });
+        expect(JSON.parse(doc).links).toEqual([{ href: `${cyborg}/`, rel: 'self' }]);
+      } finally {
+        await stop(tls);
+      }
+      const plain = serve('f.db', ['--cyborg-plaintext', '--cyborg-trust-proxy-headers']);
+      try {
+        const { cyborg } = await listening(plain);
+        expect(cyborg).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/v2$/);
+        const res = await fetch(cyborg, {
+          headers: { 'X-Forwarded-Proto': 'https', 'X-Forwarded-Host': 'cyborg.example' },
+        });
+        expect(((await res.json()) as { links: unknown }).links).toEqual([
+          { href: 'https://cyborg.example/v2/', rel: 'self' },
+        ]);
+      } finally {
+        await stop(plain);
+      }
+    },
+    120_000,
+  );
 });

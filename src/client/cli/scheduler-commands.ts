@@ -260,6 +260,14 @@ export function registerSchedulerCommands(program: Command): void {
       '--nova-token-file <file>',
       'with --nova-auth token: a file holding the Keystone token sent to Nova',
     )
+    .option(
+      '--cyborg-plaintext',
+      'serve the Cyborg API in plain HTTP even with --tls-cert (behind a TLS-terminating proxy; default: HTTPS with the same certificate)',
+    )
+    .option(
+      '--cyborg-trust-proxy-headers',
+      "links follow the proxy's X-Forwarded-Proto and X-Forwarded-Host (only behind a proxy that sets them)",
+    )
     .option('--cyborg-config <file>', 'Cyborg API settings in a YAML file (the flags override it)')
     .action(async (flags: ServeFlags) => {
       const o = tlsFromFlags(flags);
@@ -285,6 +293,8 @@ export function registerSchedulerCommands(program: Command): void {
         novaUrl: o.novaUrl,
         novaAuth: o.novaAuth,
         novaTokenFile: o.novaTokenFile,
+        cyborgPlaintext: o.cyborgPlaintext,
+        cyborgTrustProxyHeaders: o.cyborgTrustProxyHeaders,
       });
       const auth = await authFromFlags(o);
       const tls =
@@ -318,7 +328,7 @@ export function registerSchedulerCommands(program: Command): void {
           event: 'listening',
           endpoint: s.address,
           metrics: s.metricsAddress || undefined,
-          cyborg: s.cyborg ? `http://${s.cyborg.address}/v2` : undefined,
+          cyborg: s.cyborg?.url,
           scheduler_id: s.id,
         }),
       );

@@ -1,35 +1,27 @@
 /** `berth up` and `berth sim …`: a working Berth on this machine, and simulated hosts for it. */
 import { constants } from 'node:fs';
 import { access, readFile } from 'node:fs/promises';
-import { delimiter, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { Command } from 'commander';
 import { parse as parseYaml } from 'yaml';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
+import { cyborgOptionsFromFlags } from '../../server/scheduler/cyborg/config.js';
 import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
+import { placementResourceClass } from '../../server/scheduler/placement/names.js';
 import type { PlacementStatus } from '../../server/scheduler/placement/port.js';
 import { buildSimHost, demoHostDefinition, type SimHostDefinition } from '../../sim/host.js';
 import type { SimFault } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
 import { clientConfigPath, clientConfigWritable, writeClientConfig } from '../client-config.js';
 import { startUp, type Up } from '../up/berth-up.js';
+import { findPlacement, which } from '../up/lab-openstack.js';
 import { UsageError } from '../usage-error.js';
 import { dbLocation, withDbPath, withListenHint } from './listen-hint.js';
 
 /** Whether `name` is an executable file in a directory of $PATH. */
-async function onPath(name: string): Promise<boolean> {
-  for (const dir of (process.env.PATH ?? '').split(delimiter)) {
-    if (!dir) continue;
-    try {
-      await access(join(dir, name), constants.X_OK);
-      return true;
-    } catch {
-      // not here
-    }
-  }
-  return false;
-}
+const onPath = async (name: string): Promise<boolean> => (await which(name)) !== null;
 
 /**
  * The line suggesting a generic gRPC client against the scheduler, only
@@ -84,6 +76,19 @@ export function registerUpCommands(program: Command): void {
       'also report the devices to OpenStack Placement there (noauth: a lab Placement; no Nova, so root providers are created)',
     )
     .option('--placement-config <file>', 'Placement settings in a YAML file (docs/operator-guide.md)')
+    .option(
+      '--openstack',
+      "a lab OpenStack side: Debian's placement-api on SQLite (noauth2) with Berth's providers, and the Cyborg API (noauth); prints the openstack commands that reach them",
+    )
+    .option('--cyborg-listen <addr>', 'with --openstack: where the Cyborg API listens', '127.0.0.1:6666')
+    .option(
+      '--nova-url <url>',
+      "with --openstack: Nova's compute endpoint for accelerator-request-bound events (none: no events are sent)",
+    )
+    .option(
+      '--nova-token-file <file>',
+      'with --nova-url: a file holding the token sent to Nova (default: noauth, as a lab Nova)',
+    )
     .action(
       async (
         o: PlacementFlags & {
@@ -94,8 +99,33 @@ export function registerUpCommands(program: Command): void {
           db?: string;
           sysfsRoot?: string;
           config?: string;
+          openstack?: boolean;
+          cyborgListen: string;
+          novaUrl?: string;
+          novaTokenFile?: string;
         },
       ) => {
+        if (!o.openstack && (o.novaUrl || o.novaTokenFile)) {
+          throw new UsageError(`${o.novaUrl ? '--nova-url' : '--nova-token-file'} goes with --openstack`);
+        }
+        if (o.openstack && (o.placementUrl || o.placementConfig)) {
+          throw new UsageError(
+            `--openstack starts its own Placement: give no ${o.placementUrl ? '--placement-url' : '--placement-config'}`,
+          );
+        }
+        // Checked before anything starts: what to install, when placement-api is not there.
+        const openstack = o.openstack
+          ? {
+              placementBins: await findPlacement(),
+              cyborg: (await cyborgOptionsFromFlags({
+                cyborgListen: o.cyborgListen,
+                cyborgAuth: 'noauth',
+                novaUrl: o.novaUrl,
+                ...(o.novaUrl ? { novaAuth: o.novaTokenFile ? 'token' : 'noauth' } : {}),
+                novaTokenFile: o.novaTokenFile,
+              }))!,
+            }
+          : undefined;
         let agentConfig: Record<string, unknown> | undefined;
         if (o.config) agentConfig = parseYaml(await readFile(o.config, 'utf8')) as Record<string, unknown>;
         const placement = await placementOptionsFromFlags({
@@ -126,9 +156,11 @@ export function registerUpCommands(program: Command): void {
             ...(o.db ? { db: dbLocation(o.db) } : {}),
             ...(o.replicas !== undefined ? { replicas: o.replicas } : {}),
             ...(placement ? { placement } : {}),
+            ...(openstack ? { openstack } : {}),
           });
         } catch (err) {
           const flags: Record<string, string> = { [o.listen]: '--listen' };
+          if (openstack) flags[o.cyborgListen] = '--cyborg-listen';
           if (o.metricsListen) flags[o.metricsListen] = '--metrics-listen';
           const listen = withListenHint(err, flags, 'another berth up');
           throw o.db ? withDbPath(listen, '--db', o.db, dbLocation(o.db)) : listen;
@@ -161,6 +193,12 @@ export function registerUpCommands(program: Command): void {
           ),
           ...(up.metricsAddress ? [`  metrics    http://${up.metricsAddress}/metrics`] : []),
           ...(await placementLines(up.schedulers[0]?.placement?.status() ?? null, cli)),
+          ...(up.openstack
+            ? [
+                `  cyborg     ${up.openstack.cyborgUrl}   (noauth: X-Auth-Token is user[:project]; ${o.novaUrl ? `events to Nova at ${o.novaUrl}` : 'no Nova (--nova-url): binds run, no event is sent'})`,
+                `  placement log ${up.openstack.placementLog}`,
+              ]
+            : []),
           `  client configuration (endpoint, admin token) written to ${configPath}`,
           `  tokens     ${up.tokens.file} (${up.tokens.created ? 'new' : 'the same as last time'}; delete it to rotate them)`,
           `  logs       ${logFile}`,
@@ -170,6 +208,7 @@ export function registerUpCommands(program: Command): void {
           `  ${cli} device list`.padEnd(39) + '# every device, its state and cleanup action',
           `  ${cli} host list`,
           ...(curl ? [curl] : []),
+          ...(up.openstack ? ['', ...(await openstackLines(up, up.openstack))] : []),
           '',
           'Stop with Ctrl-C.',
         ];
@@ -283,5 +322,33 @@ async function placementLines(st: PlacementStatus | null, cli: string): Promise<
   return [
     line,
     `             UNREACHABLE (${why}): Berth runs and reports once it answers; follow it with ${cli} placement status`,
+  ];
+}
+
+/**
+ * The `openstack` commands that reach the lab (docs/cyborg.md "Try it"): the
+ * admin of noauth (Placement's noauth2 and the Cyborg API's noauth both take
+ * the token as the user), each service at its own endpoint. The profile asks
+ * for the resource class most of Berth's devices have in Placement.
+ */
+async function openstackLines(up: Up, lab: NonNullable<Up['openstack']>): Promise<string[]> {
+  const { devices } = await up.scheduler.useCases.listDevices({}, { pageSize: 1000 });
+  const count = new Map<string, number>();
+  for (const d of devices) {
+    const rc = placementResourceClass(d);
+    count.set(rc, (count.get(rc) ?? 0) + 1);
+  }
+  const rc = [...count.entries()].sort((a, b) => b[1] - a[1])[0]?.[0] ?? 'CUSTOM_PCI_144D_A824';
+  const host = devices[0]?.host ?? 'sim-host-1';
+  const placement = `openstack --os-endpoint ${lab.placementUrl} --os-placement-api-version 1.39`;
+  const cyborg = `openstack --os-endpoint ${lab.cyborgUrl} accelerator`;
+  return [
+    "OpenStack, in another terminal (Debian's openstack CLI; noauth: the token is the user, admin is an admin):",
+    '  export OS_AUTH_TYPE=admin_token OS_TOKEN=admin',
+    `  ${placement} resource provider list`,
+    `  ${cyborg} device profile create lab '[{"resources:${rc}": "1"}]'`,
+    `  ${cyborg} arq create lab`,
+    `  ${cyborg} arq list`,
+    `  ${cyborg} arq bind ARQ_UUID ${host} "$(cat /proc/sys/kernel/random/uuid)" PROVIDER_UUID   # a provider of ${host}`,
   ];
 }

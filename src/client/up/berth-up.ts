@@ -21,10 +21,12 @@ import { createLogger } from '../../logging.js';
 import { Agent } from '../../server/agent/agent.js';
 import { loadAgentConfig, parseAgentConfig } from '../../server/agent/config.js';
 import { InstanceLock } from '../../server/instance-lock.js';
-import type { PlacementOptions } from '../../server/scheduler/placement/config.js';
+import type { CyborgOptions } from '../../server/scheduler/cyborg/config.js';
+import { type PlacementOptions, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';
 import { Scheduler } from '../../server/scheduler/scheduler.js';
 import { isPostgresUrl } from '../../server/scheduler/store/pg-store.js';
 import { buildSimHost, demoHostDefinition, type SimHost } from '../../sim/host.js';
+import { type LabPlacement, startLabPlacement } from './lab-openstack.js';
 import { loadOrCreateUpTokens, type UpTokens } from './up-tokens.js';
 
 export interface UpOptions {
@@ -44,6 +46,12 @@ export interface UpOptions {
   replicas?: number;
   /** Report to OpenStack Placement (docs/operator-guide.md "Running with Nova and Placement"). */
   placement?: PlacementOptions;
+  /**
+   * The OpenStack side of a lab (`--openstack`, ./lab-openstack.ts): a Placement
+   * started here (from these binaries, in `<state>/placement`) that the schedulers
+   * report to, and the first scheduler serving the Cyborg API with `cyborg`.
+   */
+  openstack?: { placementBins: { api: string; manage: string }; cyborg: CyborgOptions };
   logger?: Logger;
 }
 
@@ -60,6 +68,8 @@ export interface Up {
   /** host:port of the scheduler's /metrics, '' when not served. */
   metricsAddress: string;
   stateDir: string;
+  /** With `openstack`: the lab Placement (its log) and the Cyborg API's v2 endpoint. */
+  openstack: { placementUrl: string; placementLog: string; cyborgUrl: string } | null;
   stop(): Promise<void>;
 }
 
@@ -115,7 +125,19 @@ export async function startUp(options: UpOptions): Promise<Up> {
   const agents: Agent[] = [];
   const sims: SimHost[] = [];
   let tokens: UpTokens | undefined;
+  let lab: LabPlacement | undefined;
   try {
+    let placement = options.placement;
+    if (options.openstack) {
+      if (placement) throw new ConfigError('--openstack starts its own Placement: give no --placement-url');
+      lab = await startLabPlacement(options.openstack.placementBins, join(stateDir, 'placement'));
+      placement =
+        (await placementOptionsFromFlags({
+          placementUrl: lab.url,
+          placementAuth: 'noauth',
+          placementCreateRoots: true,
+        })) ?? undefined;
+    }
     // Every RPC stays authenticated, with credentials that survive a restart: one
     // agent token per host (it registers that host only) and per-host scheduler
     // credentials signed with the scheduler's key (invariant 10).
@@ -138,7 +160,9 @@ export async function startUp(options: UpOptions): Promise<Up> {
           logger: i === 0 ? logger : logger.child({ replica: i + 1 }),
           heartbeatSeconds: 5,
           ...(options.metricsListen && i === 0 ? { metricsListen: options.metricsListen } : {}),
-          ...(options.placement ? { placement: options.placement } : {}),
+          ...(placement ? { placement } : {}),
+          // One Cyborg API (on its own address): the first scheduler's.
+          ...(options.openstack && i === 0 ? { cyborg: options.openstack.cyborg } : {}),
         }),
       );
     }
@@ -197,15 +221,21 @@ export async function startUp(options: UpOptions): Promise<Up> {
       endpoint: scheduler.address,
       metricsAddress: scheduler.metricsAddress,
       stateDir,
+      openstack:
+        lab && scheduler.cyborg
+          ? { placementUrl: lab.url, placementLog: lab.logFile, cyborgUrl: scheduler.cyborg.url }
+          : null,
       async stop() {
         for (const a of agents) await a.stop();
         for (const x of schedulers) await x.stop();
+        await lab?.stop();
         lock.release();
       },
     };
   } catch (err) {
     for (const a of agents) await a.stop();
     for (const x of schedulers) await x.stop();
+    await lab?.stop();
     // A start that failed leaves no new credentials behind (the next one makes them again).
     await tokens?.rollback();
     lock.release();

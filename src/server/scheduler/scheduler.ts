@@ -354,6 +354,9 @@ export class Scheduler {
             }
           : null,
         nodename: (host) => options.placement?.computeNodes[host] ?? host,
+        // The same certificate as gRPC (docs/cyborg.md "TLS"); plain HTTP only when asked, behind a proxy.
+        ...(tls?.cert && tls.key && !c.plaintext ? { tls: { cert: tls.cert, key: tls.key } } : {}),
+        ...(c.trustProxyHeaders ? { trustProxyHeaders: true } : {}),
         logger: logger.child({ component: 'cyborg' }),
       });
       cyborg.events?.register(metrics.registry);

@@ -10,9 +10,12 @@ usage: sdk_arq_patch.py CYBORG_URL TOKEN SERVICE_TOKEN ARQ_UUID bind HOST INSTAN
 TOKEN is sent as X-Auth-Token (keystoneauth's admin_token plugin); a
 non-empty SERVICE_TOKEN as X-Service-Token (keystoneauth's
 ServiceTokenAuthWrapper, as Nova sends its service user's token).
+Over HTTPS, $OS_CACERT is the CA that verifies the server (as the CLI's
+--os-cacert).
 """
 
 import json
+import os
 import sys
 
 import openstack
@@ -28,7 +31,8 @@ def main():
         auth = service_token.ServiceTokenAuthWrapper(
             user_auth=auth, service_auth=token_endpoint.Token(url, service))
     conn = openstack.connection.Connection(
-        session=session.Session(auth=auth), accelerator_endpoint_override=url)
+        session=session.Session(auth=auth, verify=os.environ.get('OS_CACERT', True)),
+        accelerator_endpoint_override=url)
     acc = conn.accelerator
     if action == 'bind':
         host, instance, rp = sys.argv[6:9]

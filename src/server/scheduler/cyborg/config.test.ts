@@ -36,6 +36,8 @@ describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
       nova: { url: 'https://nova:8774/v2.1', auth: { type: 'token', token: 'nova-token' } },
       timeoutSeconds: 5,
       retryMaxSeconds: 30,
+      plaintext: false,
+      trustProxyHeaders: false,
     });
     expect(
       await cyborgOptionsFromFlags({
@@ -102,6 +104,22 @@ describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
     );
     await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'ac.yaml') })).rejects.toThrow(
       'token_file and application_credential_id are exclusive',
+    );
+    // TLS behind a proxy: plain HTTP and the proxy's headers, from the file or the flags.
+    await writeFile(
+      join(dir, 'proxied.yaml'),
+      'listen: 127.0.0.1:6666\nauth: {type: noauth}\nplaintext: true\ntrust_proxy_headers: true\n',
+    );
+    expect(await cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'proxied.yaml') })).toMatchObject({
+      plaintext: true,
+      trustProxyHeaders: true,
+    });
+    expect(
+      await cyborgOptionsFromFlags({ ...base, cyborgAuth: 'noauth', cyborgTrustProxyHeaders: true }),
+    ).toMatchObject({ plaintext: false, trustProxyHeaders: true });
+    await writeFile(join(dir, 'bad-proxy.yaml'), 'listen: 127.0.0.1:1\ntrust_proxy_headers: "yes"\n');
+    await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'bad-proxy.yaml') })).rejects.toThrow(
+      'trust_proxy_headers: expected true or false, got "yes"',
     );
     await writeFile(join(dir, 'extra.yaml'), 'listen: 127.0.0.1:1\nport: 5\n');
     await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'extra.yaml') })).rejects.toThrow(

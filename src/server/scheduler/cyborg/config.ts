@@ -30,6 +30,17 @@ export interface CyborgOptions {
   } | null;
   timeoutSeconds: number;
   retryMaxSeconds: number;
+  /**
+   * Plain HTTP even when the scheduler serves TLS (its --tls-cert and
+   * --tls-key): for a TLS-terminating proxy in front (docs/cyborg.md "TLS").
+   */
+  plaintext?: boolean;
+  /**
+   * Links (version documents, profiles, ARQs) follow the proxy's
+   * X-Forwarded-Proto and X-Forwarded-Host. Only behind a proxy that sets them:
+   * otherwise any caller could choose the links others are sent.
+   */
+  trustProxyHeaders?: boolean;
 }
 
 /** The flags of `berth scheduler serve` for the Cyborg API (they override the file). */
@@ -42,6 +53,8 @@ export interface CyborgFlags {
   novaUrl?: string;
   novaAuth?: string;
   novaTokenFile?: string;
+  cyborgPlaintext?: boolean;
+  cyborgTrustProxyHeaders?: boolean;
 }
 
 const fileSchema = section({
@@ -70,6 +83,10 @@ const fileSchema = section({
   }).optional(),
   timeout: seconds(0.1, 600).optional(),
   retry_max: seconds(0.1, 3600).optional(),
+  plaintext: z.boolean({ error: (iss) => `expected true or false, got ${show(iss.input)}` }).optional(),
+  trust_proxy_headers: z
+    .boolean({ error: (iss) => `expected true or false, got ${show(iss.input)}` })
+    .optional(),
 });
 
 /** null when neither the file nor a flag asks for the API; else the settings, or a ConfigError. */
@@ -84,6 +101,8 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
   };
   const merged: Record<string, unknown> = { ...doc };
   put(merged, 'listen', f.cyborgListen);
+  put(merged, 'plaintext', f.cyborgPlaintext);
+  put(merged, 'trust_proxy_headers', f.cyborgTrustProxyHeaders);
   const auth = doc.auth === undefined || typeof doc.auth === 'object' ? sub(doc.auth) : doc.auth;
   if (typeof auth === 'object') {
     put(auth as Record<string, unknown>, 'type', f.cyborgAuth);
@@ -187,5 +206,7 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
     nova: events,
     timeoutSeconds: c.timeout ?? 10,
     retryMaxSeconds: c.retry_max ?? 30,
+    plaintext: c.plaintext ?? false,
+    trustProxyHeaders: c.trust_proxy_headers ?? false,
   };
 }

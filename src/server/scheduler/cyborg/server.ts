@@ -1,6 +1,8 @@
 /**
  * The part of Cyborg's v2 REST API that Nova calls (docs/cyborg.md), on its
- * own listen address (node:http). A thin adapter, as the gRPC services are:
+ * own listen address: HTTPS with the scheduler's certificate when it serves
+ * TLS, else (or with `plaintext`, behind a TLS-terminating proxy) plain HTTP.
+ * A thin adapter, as the gRPC services are:
  * each route decodes (./shapes.ts), checks the caller (./identity.ts), calls
  * the same use cases and binding workflow as the gRPC services (profiles,
  * ARQ create / bind / delete, device lookups), and encodes. The only thing it
@@ -8,6 +10,7 @@
  * Nova is told how it ended (./nova-events.ts).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpsServer } from 'node:https';
 import type { Logger } from 'pino';
 import { BerthError, isBerthError } from '../../../errors.js';
 import type { Uuid } from '../../../identifiers.js';
@@ -52,6 +55,10 @@ export interface CyborgApiDeps {
   nova: NovaEventsOptions | null;
   /** Berth host → the name Nova knows its compute node by (Placement's compute_nodes). */
   nodename: (host: string) => string;
+  /** HTTPS with this certificate and key (the scheduler's --tls-cert, --tls-key); absent: plain HTTP. */
+  tls?: { cert: Buffer; key: Buffer };
+  /** Links follow X-Forwarded-Proto and X-Forwarded-Host (behind a proxy that sets them). */
+  trustProxyHeaders?: boolean;
   logger: Logger;
 }
 
@@ -90,8 +97,17 @@ export class CyborgApi {
       : null;
   }
 
+  /** The v2 endpoint as this server speaks it (`https://` with TLS), for logs and banners. */
+  get url(): string {
+    return `${this.deps.tls ? 'https' : 'http'}://${this.address}/v2`;
+  }
+
   async listen(listen: string): Promise<string> {
-    const server = createServer((req, res) => void this.handle(req, res));
+    const handler = (req: IncomingMessage, res: ServerResponse) => void this.handle(req, res);
+    // No client certificate is asked for: callers are known by their tokens, as at Cyborg.
+    const server = this.deps.tls
+      ? createHttpsServer({ cert: this.deps.tls.cert, key: this.deps.tls.key }, handler)
+      : createServer(handler);
     const { host, port } = parseListenAddress(listen);
     await new Promise<void>((resolve, reject) => {
       server.once('error', (err) => reject(listenError(listen, err)));
@@ -103,7 +119,12 @@ export class CyborgApi {
     this.events?.start();
     const nova = this.deps.nova?.url ?? null;
     this.deps.logger.info(
-      { cyborg: `http://${this.address}/v2`, auth: this.deps.identity.describe, nova },
+      {
+        cyborg: this.url,
+        auth: this.deps.identity.describe,
+        nova,
+        ...(this.deps.trustProxyHeaders ? { proxyHeaders: 'X-Forwarded-Proto, X-Forwarded-Host' } : {}),
+      },
       nova
         ? "serving Cyborg's v2 API for Nova"
         : "serving Cyborg's v2 API with no Nova (no --nova-url): binds run, no accelerator-request-bound event is sent",
@@ -129,9 +150,11 @@ export class CyborgApi {
     try {
       const url = new URL(req.url ?? '/', 'http://x');
       const parts = url.pathname.split('/').filter((p) => p !== '');
-      if (parts[0] === 'accelerator') parts.shift();
+      // Served under /accelerator (as a proxy in front of Cyborg often maps it), the links say so too.
+      const prefix = parts[0] === 'accelerator' ? '/accelerator' : '';
+      if (prefix) parts.shift();
       const method = req.method ?? 'GET';
-      const baseUrl = `http://${req.headers.host ?? this.address}`;
+      const baseUrl = `${this.origin(req)}${prefix}`;
       if (parts.length === 0) {
         answer = method === 'GET' ? { status: 200, body: rootDocument(baseUrl) } : notAllowed();
       } else {
@@ -166,6 +189,33 @@ export class CyborgApi {
     }
     const text = typeof answer.body === 'string' ? answer.body : JSON.stringify(answer.body);
     res.writeHead(answer.status, headers).end(text);
+  }
+
+  /**
+   * scheme://host of the links: this server's own, or, trusting a proxy, the
+   * one its caller reached (X-Forwarded-Proto, X-Forwarded-Host; the first of
+   * a list, the proxy nearest the caller). A malformed one is 400 naming it.
+   */
+  private origin(req: IncomingMessage): string {
+    let proto = this.deps.tls ? 'https' : 'http';
+    let host = req.headers.host ?? this.address;
+    if (this.deps.trustProxyHeaders) {
+      const fp = firstOf(headerOf(req, 'X-Forwarded-Proto'));
+      if (fp !== undefined) {
+        if (!/^https?$/i.test(fp)) {
+          throw badRequest('X-Forwarded-Proto', `${JSON.stringify(fp.slice(0, 40))}: expected http or https`);
+        }
+        proto = fp.toLowerCase();
+      }
+      const fh = firstOf(headerOf(req, 'X-Forwarded-Host'));
+      if (fh !== undefined) {
+        if (!/^(?:[A-Za-z0-9.-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\])(?::\d{1,5})?$/.test(fh)) {
+          throw badRequest('X-Forwarded-Host', `${JSON.stringify(fh.slice(0, 80))}: expected host[:port]`);
+        }
+        host = fh;
+      }
+    }
+    return `${proto}://${host}`;
   }
 
   private failure(err: unknown): Answer & { body: string } {
@@ -515,6 +565,12 @@ const notAllowed = (): never => {
 function headerOf(req: IncomingMessage, name: string): string | undefined {
   const v = req.headers[name.toLowerCase()];
   return Array.isArray(v) ? v.join(',') : v;
+}
+
+/** The first of a comma-separated header's values, trimmed; undefined when absent or empty. */
+function firstOf(v: string | undefined): string | undefined {
+  const first = v?.split(',')[0]?.trim();
+  return first ? first : undefined;
 }
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
