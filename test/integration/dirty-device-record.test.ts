@@ -89,7 +89,7 @@ describe("the agent's record of devices that hold tenant data", () => {
     try {
       const err = await new Promise<Error | null>((resolve) =>
         raw.recordBinding(
-          { address: addressOf('nvme0'), arqUuid: 'another-arq', instanceUuid: 'vm-other' },
+          { address: addressOf('nvme0'), arqUuid: 'another-arq', instanceUuid: 'vm-other', projectId: '' },
           (e) => resolve(e),
         ),
       );
