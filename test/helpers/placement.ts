@@ -279,6 +279,8 @@ export const testPlacementOptions = (
   computeNodes: {},
   pollSeconds: 0.2,
   resyncSeconds: 3600,
+  // Drift is the concern of placement-drift.test.ts; elsewhere a writer's change must meet Berth's 409.
+  driftSeconds: 3600,
   timeoutSeconds: 3,
   retryMaxSeconds: 0.5,
   ...over,

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
+import { parseKeySet, publishedKeySet, verifyOffline } from '../../src/erasure/verify.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
 import { generateStaticToken } from '../../src/server/grpc/auth.js';
@@ -228,7 +229,14 @@ describe.skipIf(!have)("every client's bind through one ARQ's URL; the tenant's 
     }>;
     expect(list).toHaveLength(1);
     expect(list[0]).toMatchObject({ instance_uuid: instance, arq_uuid: uuid });
-    expect(list[0]!.jws.split('.')).toHaveLength(3);
+    // The certificate names the project, and verifies offline against the host's published keys.
+    const keys = parseKeySet(publishedKeySet((await admin.certificates.listAgentKeys({ host: HOST })).keys));
+    const verified = verifyOffline(list[0]!.jws, keys, { host: HOST });
+    expect(verified.certificate.claims.tenant).toEqual({
+      arq_uuid: uuid,
+      instance_uuid: instance,
+      project_id: 'proj-a',
+    });
     const theirs = await http('GET', `/v2/erasure_certificates?instance=${instance}`, { token: token.projB });
     expect(theirs.status).toBe(403);
     expect(fault(theirs.body)).toContain('own instances only');

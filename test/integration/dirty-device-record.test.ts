@@ -89,13 +89,23 @@ describe("the agent's record of devices that hold tenant data", () => {
     try {
       const err = await new Promise<Error | null>((resolve) =>
         raw.recordBinding(
-          { address: addressOf('nvme0'), arqUuid: 'another-arq', instanceUuid: 'vm-other' },
+          { address: addressOf('nvme0'), arqUuid: 'another-arq', instanceUuid: 'vm-other', projectId: '' },
           (e) => resolve(e),
         ),
       );
       const decoded = decodeServiceError(err as never);
       expect([decoded.codeName, decoded.reason]).toEqual(['FAILED_PRECONDITION', 'DEVICE_HOLDS_TENANT_DATA']);
       expect(decoded.message).toContain(arq.uuid);
+      // A project the journal could not keep as it is, refused naming the field.
+      const bad = await new Promise<Error | null>((resolve) =>
+        raw.recordBinding(
+          { address: addressOf('nvme0'), arqUuid: arq.uuid, instanceUuid: 'vm-recorded', projectId: 'a b' },
+          (e) => resolve(e),
+        ),
+      );
+      const refused = decodeServiceError(bad as never);
+      expect(refused.codeName).toBe('INVALID_ARGUMENT');
+      expect(refused.message).toContain('project_id');
     } finally {
       raw.close();
     }

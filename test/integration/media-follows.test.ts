@@ -142,9 +142,19 @@ describe('tenant data follows the media', () => {
     return d;
   };
   const bind = (r: Running, address: string, arq: string) =>
-    call(r.client, r.client.recordBinding, { address, arqUuid: arq, instanceUuid: `vm-${arq}` });
+    call(r.client, r.client.recordBinding, {
+      address,
+      arqUuid: arq,
+      instanceUuid: `vm-${arq}`,
+      projectId: '',
+    });
   const bindError = (r: Running, address: string, arq: string) =>
-    callError(r.client, r.client.recordBinding, { address, arqUuid: arq, instanceUuid: `vm-${arq}` });
+    callError(r.client, r.client.recordBinding, {
+      address,
+      arqUuid: arq,
+      instanceUuid: `vm-${arq}`,
+      projectId: '',
+    });
   async function clean(r: Running, address: string, jobId: string): Promise<CleanupDeviceResponse[]> {
     return collect<CleanupDeviceResponse>(
       r.client.cleanupDevice({ address, jobId, previousCertificate: undefined }),

@@ -167,7 +167,7 @@ export function registerCleanupCommands(program: Command): void {
               `valid: ${file}`,
               ...v.checks.map((l) => `  ${l}`),
               `  erased: ${c.action} (${c.nist_800_88?.category ?? 'no NIST 800-88 category'}), ${c.started_at} – ${c.ended_at}`,
-              `  tenant: ${c.tenant ? `instance ${c.tenant.instance_uuid}, ARQ ${c.tenant.arq_uuid}` : 'none recorded'}`,
+              `  tenant: ${c.tenant ? `instance ${c.tenant.instance_uuid}, ARQ ${c.tenant.arq_uuid}${c.tenant.project_id ? `, project ${c.tenant.project_id}` : ''}` : 'none recorded'}`,
             ].join('\n'),
           ),
         );

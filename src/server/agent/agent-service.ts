@@ -159,7 +159,12 @@ export function agentServiceBinding(agent: ServedAgent, logger: Logger): Service
       logger,
       async (req: RecordBindingRequest): Promise<RecordBindingResponse> => {
         try {
-          const held = agent.cleanups.recordBinding(req.address, req.arqUuid, req.instanceUuid);
+          const held = agent.cleanups.recordBinding(
+            req.address,
+            req.arqUuid,
+            req.instanceUuid,
+            req.projectId,
+          );
           return { since: new Date(held.since) };
         } catch (err) {
           throw agentFailure(agent, err);

@@ -47,14 +47,14 @@ describe('the journal of erasure certificates', () => {
     dirs.push(d);
     new CleanupJournal(d.path).close();
     // Back to the table as it was (UNIQUE per media and seq), with one certificate, at version 5
-    // (custody's migration applied, decision 63's and the write counters' not).
+    // (custody's migration applied, decision 63's, the write counters' and the project's not).
     const old = new Database(join(d.path, 'agent-journal.db'));
     old.exec(`DROP TABLE erasure_certificates;
       CREATE TABLE erasure_certificates (hash TEXT PRIMARY KEY, media_key TEXT NOT NULL, seq INTEGER NOT NULL,
         job_id TEXT NOT NULL, issued_at INTEGER NOT NULL, jws TEXT NOT NULL, delivered INTEGER NOT NULL DEFAULT 0,
         UNIQUE (media_key, seq));
       INSERT INTO erasure_certificates VALUES ('sha256:${'a'.repeat(64)}', '${M}', 1, 'job-a', 100, 'jws-a', 1);
-      ALTER TABLE media DROP COLUMN write_counters;`);
+      ALTER TABLE media DROP COLUMN write_counters; ALTER TABLE media DROP COLUMN project_id;`);
     old.pragma('user_version = 5');
     old.close();
     const j = new CleanupJournal(d.path);

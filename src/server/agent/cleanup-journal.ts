@@ -15,6 +15,7 @@ import {
   type LegacyHold,
   MEDIA_COUNTERS_MIGRATION,
   MEDIA_MIGRATION,
+  MEDIA_PROJECT_MIGRATION,
   MediaLedger,
   type StoredMedia,
 } from './media-ledger.js';
@@ -79,6 +80,7 @@ const MIGRATIONS = [
    ALTER TABLE erasure_certificates_63 RENAME TO erasure_certificates;
    CREATE INDEX erasure_certificates_media ON erasure_certificates (media_key, seq);`,
   MEDIA_COUNTERS_MIGRATION,
+  MEDIA_PROJECT_MIGRATION,
 ];
 
 /** One certificate the agent signed, as its journal keeps it. */

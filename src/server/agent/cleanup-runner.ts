@@ -138,11 +138,12 @@ export class CleanupRunner {
    * cleaned; and for a device that is neither cleaned nor one-time-use (there
    * is nothing to record).
    */
-  recordBinding(address: string, arqUuid: string, instanceUuid: string): StoredMedia {
+  recordBinding(address: string, arqUuid: string, instanceUuid: string, projectId = ''): StoredMedia {
     parsePciAddress('address', address);
     for (const [field, value] of [
       ['arq_uuid', arqUuid],
       ['instance_uuid', instanceUuid],
+      ...(projectId ? [['project_id', projectId] as const] : []),
     ] as const) {
       if (!BINDING_ID.test(value)) {
         throw invalidArgument(field, `${JSON.stringify(value)} must be 1-255 characters of [A-Za-z0-9._:-]`);
@@ -208,7 +209,7 @@ export class CleanupRunner {
     const r = this.journal.media.hold(
       key,
       address,
-      { arqUuid, instanceUuid },
+      { arqUuid, instanceUuid, projectId },
       {
         cleanable: device.supportsCleaning,
         oneTimeUse: device.oneTimeUse,
@@ -494,7 +495,7 @@ export class CleanupRunner {
       },
       tenant:
         held?.condition === 'held' && held.arqUuid
-          ? { arq_uuid: held.arqUuid, instance_uuid: held.instanceUuid, project_id: '' }
+          ? { arq_uuid: held.arqUuid, instance_uuid: held.instanceUuid, project_id: held.projectId ?? '' }
           : null,
       action: job.action,
       proof: {

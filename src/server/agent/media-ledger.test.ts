@@ -97,6 +97,22 @@ describe('MediaLedger', () => {
     expect(j.media.get(NQN)?.condition).toBe('held');
   });
 
+  it("a hold keeps its binding's project across a restart; a cleanup clears it with the binding", async () => {
+    const dir = await stateDir();
+    let j = open(dir);
+    j.media.observe([seen(A, NQN)], []);
+    j.media.markClean(NQN, A, 10);
+    j.media.hold(NQN, A, { ...binding, projectId: 'proj-p' }, { cleanable: true, oneTimeUse: false }, 20);
+    j = reopen(j, dir);
+    expect(j.media.get(NQN)).toMatchObject({ condition: 'held', arqUuid: 'arq-1', projectId: 'proj-p' });
+    j.media.markClean(NQN, A, 30);
+    j = reopen(j, dir);
+    expect(j.media.get(NQN)?.projectId).toBeUndefined();
+    // A binding without a project (a gRPC bind) records none.
+    j.media.hold(NQN, A, binding, { cleanable: true, oneTimeUse: false }, 40);
+    expect(reopen(j, dir).media.get(NQN)?.projectId).toBeUndefined();
+  });
+
   it('held media follows its key to another address, and keeps one address while two controllers reach it', async () => {
     const dir = await stateDir();
     let j = open(dir);
@@ -388,7 +404,7 @@ describe('MediaLedger custody (decision 62)', () => {
     const db = new Database(join(dir, 'agent-journal.db'));
     db.exec(
       `DROP TABLE custody; ALTER TABLE media DROP COLUMN custody_broken_at; ALTER TABLE media DROP COLUMN custody_break;
-       ALTER TABLE media DROP COLUMN write_counters;`,
+       ALTER TABLE media DROP COLUMN write_counters; ALTER TABLE media DROP COLUMN project_id;`,
     );
     db.pragma('user_version = 4');
     db.close();

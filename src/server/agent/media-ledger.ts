@@ -64,6 +64,9 @@ export const CUSTODY_MIGRATION = `
  */
 export const MEDIA_COUNTERS_MIGRATION = `ALTER TABLE media ADD COLUMN write_counters TEXT NOT NULL DEFAULT '';`;
 
+/** The project a hold was recorded for ('' = none known): its certificate names it (decision 79). */
+export const MEDIA_PROJECT_MIGRATION = `ALTER TABLE media ADD COLUMN project_id TEXT NOT NULL DEFAULT '';`;
+
 /** A journal record with why it is in its condition (for messages and logs). */
 export interface StoredMedia extends MediaRecord {
   /** ms since the epoch: when a discovery last saw it (to a day). */
@@ -74,6 +77,8 @@ export interface StoredMedia extends MediaRecord {
   custodyBrokenAt: number;
   /** Why its custody broke ('' while unbroken). */
   custodyBreak: string;
+  /** A held record: the project that owns the instance, when RecordBinding named one. */
+  projectId?: string;
 }
 
 /** A device as a discovery pass reports it, for the ledger. */
@@ -158,6 +163,8 @@ interface Row {
   custody_break?: string;
   /** Absent in a journal read before MEDIA_COUNTERS_MIGRATION (the operator's dry run). */
   write_counters?: string;
+  /** Absent in a journal read before MEDIA_PROJECT_MIGRATION (the operator's dry run). */
+  project_id?: string;
 }
 
 /** Counters kept as JSON: anything that is not what was written reads as none. */
@@ -217,6 +224,7 @@ const fromRow = (r: Row): StoredMedia => ({
   custodyBrokenAt: r.custody_broken_at ?? 0,
   custodyBreak: r.custody_break ?? '',
   ...withCounters(countersFromText(r.write_counters)),
+  ...(r.project_id ? { projectId: r.project_id } : {}),
 });
 
 const iso = (ms: number) => new Date(ms).toISOString();
@@ -325,14 +333,14 @@ export class MediaLedger {
     this.db
       .prepare(
         `INSERT INTO media (key, condition, burned, since, last_address, arq_uuid, instance_uuid, last_seen, reason,
-           custody_broken_at, custody_break, write_counters)
+           custody_broken_at, custody_break, write_counters, project_id)
          VALUES (@key, @condition, @burned, @since, @lastAddress, @arqUuid, @instanceUuid, @lastSeen, @reason,
-           @custodyBrokenAt, @custodyBreak, @writeCounters)
+           @custodyBrokenAt, @custodyBreak, @writeCounters, @projectId)
          ON CONFLICT (key) DO UPDATE SET condition = excluded.condition, burned = excluded.burned,
            since = excluded.since, last_address = excluded.last_address, arq_uuid = excluded.arq_uuid,
            instance_uuid = excluded.instance_uuid, last_seen = excluded.last_seen, reason = excluded.reason,
            custody_broken_at = excluded.custody_broken_at, custody_break = excluded.custody_break,
-           write_counters = excluded.write_counters`,
+           write_counters = excluded.write_counters, project_id = excluded.project_id`,
       )
       .run({
         ...r,
@@ -340,6 +348,8 @@ export class MediaLedger {
         // Counters mean something only beside a clean record.
         writeCounters:
           r.writeCounters && judgedByCounters(r.condition) ? JSON.stringify(r.writeCounters) : '',
+        // The project belongs to the binding: only beside one.
+        projectId: r.arqUuid ? (r.projectId ?? '') : '',
       });
   }
 
@@ -618,7 +628,7 @@ export class MediaLedger {
   hold(
     key: string,
     address: string,
-    binding: { arqUuid: string; instanceUuid: string },
+    binding: { arqUuid: string; instanceUuid: string; projectId?: string },
     opts: { cleanable: boolean; oneTimeUse: boolean },
     now = Date.now(),
   ): StoredMedia {
@@ -639,6 +649,7 @@ export class MediaLedger {
       reason: '',
       custodyBrokenAt: 0,
       custodyBreak: '',
+      ...(binding.projectId ? { projectId: binding.projectId } : {}),
     };
     this.transact((put) => put(r));
     return r;
@@ -717,6 +728,7 @@ function merge(a: StoredMedia, b: StoredMedia, now: number): StoredMedia {
     condition: worse.condition,
     arqUuid: worse.arqUuid,
     instanceUuid: worse.instanceUuid,
+    projectId: worse.projectId,
     reason: worse === b ? b.reason || `recorded under ${b.key} before it was identified` : a.reason,
     burned: a.burned || b.burned,
     since: worse === b ? b.since : now,

@@ -58,8 +58,11 @@ export class Binding {
   /**
    * BindAcceleratorRequests: binds every ARQ (all or nothing), then has each
    * device's agent record the binding; acknowledged only once they all did.
+   * `project`: the Keystone project that owns the instance (the Cyborg API's
+   * ARQs), which the agent records and the erasure certificate names; ''
+   * over gRPC, whose callers are Berth principals, not projects.
    */
-  async bind(bindings: ArqBinding[], subject?: string): Promise<Arq[]> {
+  async bind(bindings: ArqBinding[], subject?: string, project = ''): Promise<Arq[]> {
     // The principal that first binds ARQs to an instance owns it: it may read
     // the instance's erasure certificates (app/certificates.ts).
     if (subject) {
@@ -74,7 +77,7 @@ export class Binding {
       await this.deps.useCases.recordBindFailure(bindings, err);
       throw err;
     }
-    await this.confirm(bindings, result);
+    await this.confirm(bindings, result, project);
     return result.arqs;
   }
 
@@ -83,11 +86,11 @@ export class Binding {
    * this request bound and throws. ARQs that were already bound (a retried
    * request, acknowledged before) are asked again but never undone.
    */
-  private async confirm(bindings: ArqBinding[], result: BindResult): Promise<void> {
+  private async confirm(bindings: ArqBinding[], result: BindResult, project: string): Promise<void> {
     const errors = await Promise.all(
       result.devices.map((d, i) =>
         recordedByAgent(d)
-          ? this.record(d, result.arqs[i]!.uuid, d.instanceUuid ?? '', 'nothing is bound')
+          ? this.record(d, result.arqs[i]!.uuid, d.instanceUuid ?? '', 'nothing is bound', project)
           : Promise.resolve(null),
       ),
     );
@@ -107,7 +110,8 @@ export class Binding {
   }
 
   /**
-   * Asks `d`'s agent to record that it is handed to `instanceUuid` for `arqUuid`;
+   * Asks `d`'s agent to record that it is handed to `instanceUuid` for `arqUuid`
+   * (of `project`, '' when none is known);
    * the error to return (its message starting with `undone`, what the caller
    * undoes) when the agent is not there, cannot, or refuses; null once recorded.
    */
@@ -116,6 +120,7 @@ export class Binding {
     arqUuid: string,
     instanceUuid: string,
     undone: string,
+    project: string,
   ): Promise<BerthError | null> {
     const where = `device ${d.address} on host ${d.host}`;
     const { agents } = this.deps;
@@ -128,7 +133,7 @@ export class Binding {
     const refusal = unread ?? agentRefusal(agent, d.host);
     if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
     try {
-      await agent!.recordBinding(d.address, arqUuid, instanceUuid);
+      await agent!.recordBinding(d.address, arqUuid, instanceUuid, project);
       return null;
     } catch (err) {
       const e = this.deps.agents.failure(err);

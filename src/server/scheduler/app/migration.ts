@@ -128,6 +128,10 @@ export class Migrations {
     m: MigrationRecord,
   ): Promise<{ address: string; error: BerthError } | null> {
     const arqs = await this.deps.useCases.listArqs(m.instanceUuid);
+    // The instance's project, when its ARQs came through the Cyborg API (their owner is a project).
+    const project = arqs.some((a) => a.project)
+      ? ((await this.deps.useCases.instanceOwner(m.instanceUuid)) ?? '')
+      : '';
     for (const [srcUuid, dstUuid] of claimPairs(m)) {
       const dst = await this.deps.useCases.getDevice({ uuid: dstUuid });
       if (!recordedByAgent(dst)) continue;
@@ -137,6 +141,7 @@ export class Migrations {
         arq?.uuid ?? '',
         m.instanceUuid,
         `migration ${m.uuid} was refused and its claims released`,
+        project,
       );
       if (error) return { address: dst.address, error };
     }

@@ -466,7 +466,7 @@ export class CyborgApi {
     for (const b of bindings) this.binding.add(b.arqUuid);
     // The instance is the ARQs' project's: it reads the instance's erasure certificates.
     const run = this.deps.binding
-      .bind(bindings, owner ?? undefined)
+      .bind(bindings, owner ?? undefined, owner ?? '')
       .then(
         () => undefined,
         (err: unknown) => {

@@ -26,6 +26,7 @@ describe('Placement settings from flags and a file', () => {
         'mode: clean-one-time-use',
         'compute_nodes: {berth-1: node-1.example}',
         'poll_interval: 2',
+        'drift_interval: 1.5',
         'auth:',
         '  type: app-credential',
         '  auth_url: https://keystone.example:5000',
@@ -41,6 +42,7 @@ describe('Placement settings from flags and a file', () => {
       computeNodes: { 'berth-1': 'node-1.example' },
       pollSeconds: 2,
       resyncSeconds: 300,
+      driftSeconds: 1.5,
       auth: { type: 'app-credential', id: 'abc', secret: 'the-secret', interfaces: ['internal'] },
     });
   });
@@ -76,5 +78,9 @@ describe('Placement settings from flags and a file', () => {
     ).toMatch(/create_roots: only in mode report/);
     await writeFile(join(dir, 'typo.yaml'), 'url: http://x\npoll_intervall: 3\nauth: {type: noauth}\n');
     expect(await bad({ placementConfig: join(dir, 'typo.yaml') })).toMatch(/poll_intervall: unknown key/);
+    await writeFile(join(dir, 'drift.yaml'), 'url: http://x\ndrift_interval: 0\nauth: {type: noauth}\n');
+    expect(await bad({ placementConfig: join(dir, 'drift.yaml') })).toMatch(
+      /drift_interval: expected a number of seconds in \[0\.1, 3600\], got 0/,
+    );
   });
 });

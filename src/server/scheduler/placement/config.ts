@@ -42,6 +42,8 @@ export interface PlacementOptions {
   computeNodes: Record<string, string>;
   pollSeconds: number;
   resyncSeconds: number;
+  /** Between resyncs: how often the generations of Berth's providers are compared (drift.ts). */
+  driftSeconds: number;
   timeoutSeconds: number;
   retryMaxSeconds: number;
 }
@@ -90,6 +92,7 @@ const fileSchema = section({
     .optional(),
   poll_interval: seconds(0.05, 3600).optional(),
   resync_interval: seconds(1, 86_400).optional(),
+  drift_interval: seconds(0.1, 3600).optional(),
   timeout: seconds(0.1, 600).optional(),
   retry_max: seconds(0.1, 3600).optional(),
   auth: authSchema.optional(),
@@ -199,6 +202,7 @@ export async function placementOptionsFromFlags(flags: PlacementFlags): Promise<
     computeNodes: { ...(c.compute_nodes ?? {}) },
     pollSeconds: c.poll_interval ?? 10,
     resyncSeconds: c.resync_interval ?? 300,
+    driftSeconds: c.drift_interval ?? 5,
     timeoutSeconds: c.timeout ?? 10,
     retryMaxSeconds: c.retry_max ?? 30,
   };

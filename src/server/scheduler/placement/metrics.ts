@@ -8,6 +8,7 @@ import type { PlacementChange, PlacementStatus } from './port.js';
 
 export class PlacementMetrics {
   private readonly changes: Counter<'action'>;
+  private readonly drift: Counter;
 
   constructor(registry: Registry, status: () => PlacementStatus) {
     const gauge = (name: string, help: string, read: (s: PlacementStatus) => number) =>
@@ -58,6 +59,16 @@ export class PlacementMetrics {
       labelNames: ['action'],
       registers: [registry],
     });
+    this.drift = new Counter({
+      name: 'berth_placement_drift_repairs_total',
+      help: 'Providers another writer changed (reserved, inventory, traits, deleted) that Berth wrote back between full resyncs (mode report)',
+      registers: [registry],
+    });
+  }
+
+  /** A drift check found a provider changed by someone else, and Berth wrote it back. */
+  driftRepaired(): void {
+    this.drift.inc();
   }
 
   count(changes: readonly PlacementChange[]): void {

@@ -80,7 +80,9 @@ export async function startPlacement(
           ...common,
           createRoots: options.createRoots,
           resyncMs: options.resyncSeconds * 1000,
+          driftMs: options.driftSeconds * 1000,
           onChanges,
+          onDriftRepaired: () => metrics?.driftRepaired(),
         })
       : null;
   const cleaner =

@@ -37,6 +37,7 @@ import {
   notReportedBecause,
   providerNameOf,
 } from './desired.js';
+import { DriftCheck, type DriftTree } from './drift.js';
 import { OWNER_TRAIT, providerUuid } from './names.js';
 import type { DeviceProviderInfo, PlacementChange, PlacementProblem, SchedulerSide } from './port.js';
 
@@ -51,9 +52,13 @@ export interface ReporterOptions {
   pollMs?: number;
   /** How often everything is compared with Placement again, orphans included (default 300 s). */
   resyncMs?: number;
+  /** How often the generations of Berth's providers are compared with Placement's (drift.ts; default 5 s). */
+  driftMs?: number;
   /** Backoff cap while Placement does not answer (default 30 s). */
   retryMaxMs?: number;
   onChanges?: (changes: PlacementChange[]) => void;
+  /** A provider another writer changed was written back (its changes). */
+  onDriftRepaired?: (changes: PlacementChange[]) => void;
 }
 
 /** What Placement holds for one provider, as Berth last read or wrote it. */
@@ -111,6 +116,10 @@ export class Reporter {
   private readonly log: Logger;
   private readonly pollMs: number;
   private readonly resyncMs: number;
+  private readonly driftMs: number;
+  private readonly drift: DriftCheck;
+  /** Providers a drift check found moved, until they are written (or found in step). */
+  private readonly drifted = new Set<string>();
   private readonly retry: RetryDelay;
 
   private mirror = new Map<string, DeviceRecord>();
@@ -131,7 +140,10 @@ export class Reporter {
   private readonly knownTraits = new Set<string>([OWNER_TRAIT]);
   /** 409s on a provider generation, re-read and retried (since start). */
   generationConflicts = 0;
+  /** Providers another writer changed that Berth wrote back between resyncs (since start). */
+  driftRepairs = 0;
   private resyncAt = 0;
+  private driftAt = 0;
   private retryAt = 0;
   lastFullSyncAt: Date | null = null;
 
@@ -147,6 +159,8 @@ export class Reporter {
     this.log = o.logger;
     this.pollMs = o.pollMs ?? 10_000;
     this.resyncMs = o.resyncMs ?? 300_000;
+    this.driftMs = o.driftMs ?? 5_000;
+    this.drift = new DriftCheck(this.api);
     this.retry = new RetryDelay(o.retryMaxMs ?? 30_000);
   }
 
@@ -241,7 +255,13 @@ export class Reporter {
         for (const [name, h] of this.held) if (h.retryAt <= now) this.mark(name, this.revision, h.host);
         if (now >= this.retryAt) {
           try {
-            await this.withLock(() => this.pass(now >= this.resyncAt));
+            const full = now >= this.resyncAt;
+            const drift = !full && this.loaded && now >= this.driftAt;
+            await this.withLock(async () => {
+              if (drift) await this.checkDrift();
+              return this.pass(full);
+            });
+            if (full || drift) this.driftAt = Date.now() + this.driftMs;
             this.retry.reset();
           } catch (err) {
             if (!(err instanceof PlacementUnreachable)) throw err;
@@ -249,7 +269,7 @@ export class Reporter {
             this.retryAt = Date.now() + this.retry.next();
           }
         }
-        const due = [this.resyncAt, ...[...this.problems.values()].map((p) => p.retryAt)];
+        const due = [this.resyncAt, this.driftAt, ...[...this.problems.values()].map((p) => p.retryAt)];
         due.push(...[...this.held.values()].map((h) => h.retryAt));
         if (!this.conn.reachable) due.push(this.retryAt);
         waitMs = Math.max(10, Math.min(this.pollMs, ...due.map((t) => t - Date.now())));
@@ -374,6 +394,7 @@ export class Reporter {
       const desired = this.desired.get(name) ?? null;
       try {
         const made = await this.reconcile(name, desired, false);
+        if (this.drifted.delete(name) && made.length > 0) this.driftRepaired(name, made);
         this.pending.delete(name);
         this.problems.delete(name);
         const uuid = this.actual.get(name)?.uuid ?? desired?.uuid;
@@ -381,6 +402,7 @@ export class Reporter {
         changes.push(...made);
       } catch (err) {
         if (err instanceof PlacementUnreachable) throw err;
+        this.drifted.delete(name);
         const note =
           err instanceof ProviderProblem || err instanceof PlacementRefused ? err.message : String(err);
         if (!(err instanceof ProviderProblem) && !(err instanceof PlacementRefused)) {
@@ -441,6 +463,39 @@ export class Reporter {
       else if (c.action !== 'blocked') this.log.info({ provider: c.provider, host: c.host }, line);
     }
     return changes;
+  }
+
+  /** Providers whose generation moved since Berth read or wrote them (drift.ts): forgotten, read again, written. */
+  private async checkDrift(): Promise<void> {
+    await this.conn.ready();
+    const trees = new Map<string, DriftTree & { known: Map<string, number | null> }>();
+    for (const [name, d] of this.desired) {
+      const root = this.roots.get(d.nodename);
+      const a = this.actual.get(name);
+      // Not read yet, or waiting to be written anyway: nothing to compare.
+      if (!root || !('uuid' in root) || a === undefined || this.pending.has(name)) continue;
+      const tree = trees.get(root.uuid) ?? { root: root.uuid, known: new Map<string, number | null>() };
+      trees.set(root.uuid, tree);
+      tree.known.set(name, a?.generation ?? null);
+    }
+    for (const m of await this.drift.check([...trees.values()])) {
+      this.log.debug(
+        { provider: m.name, was: m.was, now: m.now },
+        `Placement: the generation of ${m.name} moved (${m.was ?? 'absent'} → ${m.now ?? 'absent'}); reading it again`,
+      );
+      this.actual.delete(m.name);
+      this.drifted.add(m.name);
+      this.mark(m.name, this.revision, this.desired.get(m.name)?.host ?? null);
+    }
+  }
+
+  private driftRepaired(name: string, made: PlacementChange[]): void {
+    this.driftRepairs++;
+    this.log.warn(
+      { provider: name, changes: made.map((c) => `${c.action}: ${c.details.join('; ')}`) },
+      `Placement: ${name} was changed by another writer; Berth wrote it back (${made.map((c) => c.details.join('; ')).join('; ')})`,
+    );
+    this.o.onDriftRepaired?.(made);
   }
 
   /** Berth's providers Placement has that Berth no longer wants: marked pending (they go, or are kept while allocated). */

@@ -135,10 +135,16 @@ export class AgentCalls {
   }
 
   /** RecordBinding: the agent records, durably, that the device is handed to a guest (bounded by a deadline). */
-  recordBinding(address: string, arqUuid: string, instanceUuid: string, timeoutMs = 10_000): Promise<void> {
+  recordBinding(
+    address: string,
+    arqUuid: string,
+    instanceUuid: string,
+    projectId: string,
+    timeoutMs = 10_000,
+  ): Promise<void> {
     return new Promise((resolve, reject) => {
       this.client.recordBinding(
-        { address, arqUuid, instanceUuid },
+        { address, arqUuid, instanceUuid, projectId },
         this.metadata(),
         { deadline: Date.now() + timeoutMs },
         (err) => (err ? reject(err) : resolve()),

@@ -206,6 +206,13 @@ export interface RecordBindingRequest {
   /** The accelerator request the device is bound to, and its instance. */
   arqUuid: string;
   instanceUuid: string;
+  /**
+   * The project that owns the instance (a Keystone project id, when the
+   * instance was bound through the Cyborg API); empty when none is known.
+   * Recorded with the binding and named by the erasure certificate of the
+   * cleanup that follows (tenant.project_id).
+   */
+  projectId: string;
 }
 
 export interface RecordBindingResponse {
@@ -568,7 +575,7 @@ export const ReleaseDeviceResponse: MessageFns<ReleaseDeviceResponse> = {
 };
 
 function createBaseRecordBindingRequest(): RecordBindingRequest {
-  return { address: "", arqUuid: "", instanceUuid: "" };
+  return { address: "", arqUuid: "", instanceUuid: "", projectId: "" };
 }
 
 export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
@@ -581,6 +588,9 @@ export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
     }
     if (message.instanceUuid !== "") {
       writer.uint32(26).string(message.instanceUuid);
+    }
+    if (message.projectId !== "") {
+      writer.uint32(34).string(message.projectId);
     }
     return writer;
   },
@@ -622,6 +632,14 @@ export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
             message.instanceUuid = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.projectId = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -647,6 +665,11 @@ export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
         : isSet(object.instance_uuid)
         ? globalThis.String(object.instance_uuid)
         : "",
+      projectId: isSet(object.projectId)
+        ? globalThis.String(object.projectId)
+        : isSet(object.project_id)
+        ? globalThis.String(object.project_id)
+        : "",
     };
   },
 
@@ -661,6 +684,9 @@ export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
     if (message.instanceUuid !== "") {
       obj.instanceUuid = message.instanceUuid;
     }
+    if (message.projectId !== "") {
+      obj.projectId = message.projectId;
+    }
     return obj;
   },
 
@@ -672,6 +698,7 @@ export const RecordBindingRequest: MessageFns<RecordBindingRequest> = {
     message.address = object.address ?? "";
     message.arqUuid = object.arqUuid ?? "";
     message.instanceUuid = object.instanceUuid ?? "";
+    message.projectId = object.projectId ?? "";
     return message;
   },
 };
