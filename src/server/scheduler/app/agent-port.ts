@@ -51,8 +51,17 @@ export interface AgentHandle {
   readonly isConnected: boolean;
   /** Whether the agent registered `feature`. */
   has(feature: string): boolean;
-  /** RecordBinding: the agent records, durably, that the device is handed to a guest. */
-  recordBinding(address: string, arqUuid: string, instanceUuid: string, timeoutMs?: number): Promise<void>;
+  /**
+   * RecordBinding: the agent records, durably, that the device is handed to a
+   * guest, and for which project ('' when none is known; the certificate names it).
+   */
+  recordBinding(
+    address: string,
+    arqUuid: string,
+    instanceUuid: string,
+    projectId: string,
+    timeoutMs?: number,
+  ): Promise<void>;
   /** ReleaseDevice: the agent clears its journal's record of the burn of the device's media. */
   releaseDevice(address: string, mediaKey: string, timeoutMs?: number): Promise<void>;
   /** PrepareMigration, run to completion. */
