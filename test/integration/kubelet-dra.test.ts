@@ -162,6 +162,7 @@ describe('the kubelet DRA plugin', () => {
       ]),
     );
     const p = k.plugin(info.endpoint);
+    const preparing = h.lists.length;
     const res = await p.prepare([ref('vm-1', uid)]);
     const cdiId = `${DRIVER}/pci=${uid}-${CLEAN_NAME}`;
     expect(res.claims[uid]).toEqual({
@@ -196,6 +197,8 @@ describe('the kubelet DRA plugin', () => {
     // The pod writes; then its end: the kubelet unprepares.
     await plantTenantData(c.host(HOST).sim.nvmeStatePath, 'nvme0', spreadTenantWrites(1));
     const before = h.lists.length;
+    // Held for the claim, it is healthy for its pod: no list said otherwise since the prepare.
+    for (let i = preparing; i < before; i++) expect(healthOf(h, i, CLEAN_NAME)).toBe(HealthStatus.HEALTHY);
     expect((await p.unprepare([ref('vm-1', uid)])).claims[uid]).toEqual({ error: '' });
     await expect(access(cdiSpecFile(k.cdiDir, uid))).rejects.toThrow();
     const unhealthy = await until(h, CLEAN_NAME, HealthStatus.UNHEALTHY, before);

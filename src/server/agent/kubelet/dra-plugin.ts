@@ -18,7 +18,7 @@
  *   with proof, certificate), then the CDI spec goes.
  * - Both idempotent by claim UID from a checkpoint (./dra-checkpoint.ts).
  * - DRAResourceHealth.NodeWatchResources: each device HEALTHY while it is
- *   clean and allocatable or given to a prepared claim, UNHEALTHY otherwise
+ *   clean and allocatable or held for a claim the checkpoint records, UNHEALTHY otherwise
  *   (dirty, being scrubbed, in error, held by another bind).
  */
 import { randomUUID } from 'node:crypto';
@@ -375,31 +375,27 @@ export class KubeletDraPlugin {
 
   // --- health ------------------------------------------------------------------------------------
 
-  /** Addresses given to a prepared claim: healthy for the pod that has them. */
-  private preparedAddresses(): Set<string> {
-    const out = new Set<string>();
-    for (const e of this.options.checkpoint.entries()) {
-      if (e.state === 'prepared') for (const d of e.devices) out.add(d.address);
-    }
-    return out;
+  /** Whether `d` is held for a claim the checkpoint records (being prepared or prepared): healthy for its pod. */
+  private givenToClaim(d: DiscoveredDevice, instances: Set<string>): boolean {
+    const rec = d.mediaRecord;
+    return rec?.condition === 'held' && instances.has(rec.instanceUuid);
   }
 
   private health(): DeviceHealth[] {
-    const prepared = this.preparedAddresses();
+    const instances = new Set(this.options.checkpoint.entries().map((e) => instanceOf(e.uid)));
     const now = Math.floor(Date.now() / 1000);
     return this.inventory
       .list()
       .filter((d) => d.supportsCleaning)
       .map((d) => {
-        const why = prepared.has(d.address) ? null : whyNotOffered(this.options.agent, d);
+        const given = this.givenToClaim(d, instances);
+        const why = given ? null : whyNotOffered(this.options.agent, d);
         return {
           device: { poolName: this.pool, deviceName: draDeviceName(d.address) },
           health: why === null ? HealthStatus.HEALTHY : HealthStatus.UNHEALTHY,
           lastUpdatedTime: now,
           healthCheckTimeoutSeconds: HEALTH_TIMEOUT_S,
-          message: (
-            why ?? (prepared.has(d.address) ? 'prepared for a claim' : 'clean and allocatable')
-          ).slice(0, 1024),
+          message: (why ?? (given ? 'given to a claim' : 'clean and allocatable')).slice(0, 1024),
         };
       });
   }
