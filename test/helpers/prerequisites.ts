@@ -303,6 +303,19 @@ export const pythonYaml = () =>
   });
 
 /**
+ * Podman with runc, as root, reading CDI specs (docs/kubernetes.md): the
+ * container runtime the DRA plugin's CDI specs are checked against. crun,
+ * podman's default here, fails on this machine's cgroups; runc works.
+ */
+export const podmanRunc = () =>
+  check('podman and runc (as root)', ['podman', 'runc'], () => {
+    if (process.getuid?.() !== 0) return 'the tests do not run as root';
+    run('podman', ['--version']);
+    run('runc', ['--version']);
+    return null;
+  });
+
+/**
  * Whether `p` is usable. When it is not: one line on stderr naming what is
  * missing and the package to install, and false (skip) — or, with
  * BERTH_REQUIRE_TOOLS=1, an error that fails the file.

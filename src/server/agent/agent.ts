@@ -39,7 +39,11 @@ import { CleanupRunner } from './cleanup-runner.js';
 import { type AgentConfig, agentAuthOptions } from './config.js';
 import { Coalescer, type SourceStatus, UdevadmSource } from './hotplug.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
+import { resourceApiClient } from './kubelet/api-server.js';
 import { KubeletDevicePlugin } from './kubelet/device-plugin.js';
+import { DraCheckpoint } from './kubelet/dra-checkpoint.js';
+import { ClaimReader } from './kubelet/dra-claims.js';
+import { KubeletDraPlugin } from './kubelet/dra-plugin.js';
 import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
@@ -116,6 +120,8 @@ export class Agent {
   private registration: RegistrationLoop | null = null;
   /** The kubelet's device plugin API (kubernetes.device_plugin); null when not enabled. */
   devicePlugin: KubeletDevicePlugin | null = null;
+  /** The kubelet's DRA plugin API (kubernetes.dra); null when not enabled. */
+  dra: KubeletDraPlugin | null = null;
   /** The next full rediscovery (rescan_interval while following events, else discovery_interval). */
   private timer: NodeJS.Timeout | null = null;
   private readonly lifecycle = new Lifecycle<AgentDegradedReason>();
@@ -383,26 +389,41 @@ export class Agent {
       });
       this.registration.start();
     }
+    // The kubelet plugins' scheduler calls: their own token (kubernetes.*.scheduler_token_file) or the agent's.
+    const pluginToken = async (own: string | null) =>
+      own ? { token: (await readFile(own, 'utf8')).trim() } : schedulerToken ? { token: schedulerToken } : {};
+    const pluginAgent = {
+      host: cfg.host,
+      devRoot: cfg.devRoot,
+      inventory: this.inventory,
+      isCleaning: (key: string) => this.cleanups.isCleaning(key),
+      logger: this.logger,
+    };
     if (cfg.devicePlugin && cfg.scheduler) {
-      const own = cfg.devicePlugin.schedulerTokenFile;
       this.devicePlugin = new KubeletDevicePlugin({
         config: cfg.devicePlugin,
-        agent: {
-          host: cfg.host,
-          devRoot: cfg.devRoot,
-          inventory: this.inventory,
-          isCleaning: (key) => this.cleanups.isCleaning(key),
-          logger: this.logger,
-        },
+        agent: pluginAgent,
         scheduler: cfg.scheduler,
         credentials: channelCredentials(tls),
-        ...(own
-          ? { token: (await readFile(own, 'utf8')).trim() }
-          : schedulerToken
-            ? { token: schedulerToken }
-            : {}),
+        ...(await pluginToken(cfg.devicePlugin.schedulerTokenFile)),
       });
       this.devicePlugin.start();
+    }
+    if (cfg.dra && cfg.scheduler && cfg.kubernetesApiServer) {
+      this.dra = new KubeletDraPlugin({
+        config: cfg.dra,
+        agent: pluginAgent,
+        claims: new ClaimReader(
+          await resourceApiClient(cfg.kubernetesApiServer),
+          cfg.dra.driverName,
+          cfg.host,
+        ),
+        checkpoint: await DraCheckpoint.load(cfg.dra.checkpointFile),
+        scheduler: cfg.scheduler,
+        credentials: channelCredentials(tls),
+        ...(await pluginToken(cfg.dra.schedulerTokenFile)),
+      });
+      await this.dra.start();
     }
     this.lifecycle.started();
   }
@@ -866,6 +887,7 @@ export class Agent {
     await this.coalescer.close();
     this.registration?.stop();
     await this.devicePlugin?.stop();
+    await this.dra?.stop();
     await this.cleanups.stop();
     this.resolveStopped();
     await this.server?.stop(2_000);

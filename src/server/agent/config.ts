@@ -36,7 +36,14 @@ import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
-import { type DevicePluginConfig, devicePluginConfig, kubernetesSectionSchema } from './kubelet/config.js';
+import { type ApiServerConfig, apiServerConfig } from './kubelet/api-server.js';
+import {
+  type DevicePluginConfig,
+  type DraConfig,
+  devicePluginConfig,
+  draConfig,
+  kubernetesSectionSchema,
+} from './kubelet/config.js';
 
 export interface AgentConfig {
   host: HostName;
@@ -77,6 +84,10 @@ export interface AgentConfig {
   schedulerTokenFile: string | null;
   /** The kubelet's device plugin API (the `kubernetes.device_plugin` section); null when not enabled. */
   devicePlugin: DevicePluginConfig | null;
+  /** The Kubernetes API server (the `kubernetes.api_server` section); null when not configured. */
+  kubernetesApiServer: ApiServerConfig | null;
+  /** The kubelet's DRA plugin API (the `kubernetes.dra` section); null when not enabled. */
+  dra: DraConfig | null;
 }
 
 export interface HotplugConfig {
@@ -380,6 +391,17 @@ export function parseAgentConfig(
       'kubernetes.device_plugin.enabled: the device plugin holds and releases devices through the scheduler: set scheduler',
     );
   }
+  if (c.kubernetes?.dra?.enabled && !c.scheduler) {
+    throw new ConfigError(
+      'kubernetes.dra.enabled: the DRA plugin holds and releases devices through the scheduler: set scheduler',
+    );
+  }
+  if (c.kubernetes?.dra?.enabled && !c.kubernetes.api_server) {
+    throw new ConfigError(
+      "kubernetes.dra.enabled: the DRA plugin reads each claim's allocation from the API server: set kubernetes.api_server",
+    );
+  }
+  const stateDir = resolve(baseDir, c.state_dir ?? '/var/lib/berth');
   return {
     host: configHost(c.host),
     listen: c.listen ?? '127.0.0.1:7071',
@@ -389,7 +411,7 @@ export function parseAgentConfig(
     sysfsRoot,
     devRoot: resolve(baseDir, c.dev_root ?? '/dev'),
     procRoot: resolve(baseDir, c.proc_root ?? '/proc'),
-    stateDir: resolve(baseDir, c.state_dir ?? '/var/lib/berth'),
+    stateDir,
     discoveryInterval: c.discovery_interval ?? 10,
     hotplug: {
       // The kernel's events describe the real /sys: an agent on a simulated tree polls unless told otherwise.
@@ -413,6 +435,8 @@ export function parseAgentConfig(
       : null,
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
     devicePlugin: devicePluginConfig(c.kubernetes, baseDir),
+    kubernetesApiServer: apiServerConfig(c.kubernetes?.api_server, baseDir),
+    dra: draConfig(c.kubernetes, baseDir, stateDir),
   };
 }
 

@@ -13,12 +13,24 @@
  *     poll_interval: 5
  *     unclaimed_grace: 300
  *     scheduler_token_file: /etc/berth/k8s-token
+ *   api_server:            # api-server.ts
+ *     url: https://10.0.0.1:6443
+ *     token_file: /var/run/secrets/kubernetes.io/serviceaccount/token
+ *     ca_file: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+ *   dra:
+ *     enabled: true
+ *     driver_name: berth.dev
+ *     plugins_registry_dir: /var/lib/kubelet/plugins_registry
+ *     plugin_dir: /var/lib/kubelet/plugins/berth.dev
+ *     cdi_dir: /var/run/cdi
+ *     checkpoint_file: /var/lib/berth/kubelet-dra.json
  * ```
  */
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { seconds, section, text } from '../../../config-schema.js';
 import { show } from '../../../plugins/device-spec/messages.js';
+import { apiServerSectionSchema } from './api-server.js';
 
 export interface DevicePluginConfig {
   /** Where the kubelet's `kubelet.sock` (Registration) is, and where each resource's own socket is made. */
@@ -112,9 +124,66 @@ export const devicePluginSectionSchema = section({
     ),
 }).describe("the kubelet's device plugin API (docs/kubernetes.md)");
 
+export interface DraConfig {
+  /** The DRA driver name: the `driver` of a ResourceClaim's results that are Berth's, and the CDI vendor. */
+  driverName: string;
+  /** Where the kubelet looks for plugin registration sockets (`<driver>-reg.sock` is made there). */
+  pluginsRegistryDir: string;
+  /** Where the plugin's own socket (`dra.sock`) is made. */
+  pluginDir: string;
+  /** Where the CDI specs of prepared claims are written (a directory the container runtime reads). */
+  cdiDir: string;
+  /** The claims prepared, by UID: survives an agent restart (written whole, atomically). */
+  checkpointFile: string;
+  /** Resource names for KubeVirt's variable: the device plugin's, so that one name serves both. */
+  resourceNames: Record<string, string>;
+  resourcePrefix: string;
+  schedulerTokenFile: string | null;
+}
+
+export const DRA_DEFAULTS = {
+  driverName: 'berth.dev',
+  pluginsRegistryDir: '/var/lib/kubelet/plugins_registry',
+  pluginsDir: '/var/lib/kubelet/plugins',
+  cdiDir: '/var/run/cdi',
+  checkpointFile: 'kubelet-dra.json',
+} as const;
+
+const driverName = text('a DRA driver name').superRefine((v, ctx) => {
+  if (!DNS_SUBDOMAIN.test(v) || v.length > 63) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `expected a DNS subdomain of at most 63 characters (e.g. berth.dev), got ${show(v)}`,
+    });
+  }
+});
+
+export const draSectionSchema = section({
+  enabled: z
+    .boolean({ error: (iss) => `expected true or false, got ${show(iss.input)}` })
+    .nullish()
+    .describe('serve the DRA kubelet plugin (default false)'),
+  driver_name: driverName.nullish().describe(`the DRA driver name (default ${DRA_DEFAULTS.driverName})`),
+  plugins_registry_dir: text()
+    .nullish()
+    .describe(`the kubelet's plugin registration directory (default ${DRA_DEFAULTS.pluginsRegistryDir})`),
+  plugin_dir: text()
+    .nullish()
+    .describe(`the plugin's socket directory (default ${DRA_DEFAULTS.pluginsDir}/<driver_name>)`),
+  cdi_dir: text().nullish().describe(`where CDI specs are written (default ${DRA_DEFAULTS.cdiDir})`),
+  checkpoint_file: text()
+    .nullish()
+    .describe(`the prepared claims (default <state_dir>/${DRA_DEFAULTS.checkpointFile})`),
+  scheduler_token_file: text()
+    .nullish()
+    .describe('token of the scheduler calls that hold and release devices (default: scheduler_token_file)'),
+}).describe("the kubelet's DRA plugin API (docs/kubernetes.md)");
+
 export const kubernetesSectionSchema = section({
   device_plugin: devicePluginSectionSchema.nullish(),
-}).describe('Kubernetes: kubelet plugins (docs/kubernetes.md)');
+  api_server: apiServerSectionSchema.nullish(),
+  dra: draSectionSchema.nullish(),
+}).describe('Kubernetes: kubelet plugins and the API server (docs/kubernetes.md)');
 
 type Section = z.infer<typeof kubernetesSectionSchema>;
 
@@ -133,5 +202,27 @@ export function devicePluginConfig(
     pollIntervalMs: (d.poll_interval ?? DEVICE_PLUGIN_DEFAULTS.pollInterval) * 1000,
     unclaimedGraceMs: (d.unclaimed_grace ?? DEVICE_PLUGIN_DEFAULTS.unclaimedGrace) * 1000,
     schedulerTokenFile: d.scheduler_token_file ? resolve(baseDir, d.scheduler_token_file) : null,
+  };
+}
+
+/** The DRA plugin's settings, or null when it is not enabled. */
+export function draConfig(
+  c: Section | null | undefined,
+  baseDir: string,
+  stateDir: string,
+): DraConfig | null {
+  const d = c?.dra;
+  if (!d?.enabled) return null;
+  const name = d.driver_name ?? DRA_DEFAULTS.driverName;
+  const at = (v: string | null | undefined) => (v ? resolve(baseDir, v) : null);
+  return {
+    driverName: name,
+    pluginsRegistryDir: resolve(baseDir, d.plugins_registry_dir ?? DRA_DEFAULTS.pluginsRegistryDir),
+    pluginDir: resolve(baseDir, d.plugin_dir ?? `${DRA_DEFAULTS.pluginsDir}/${name}`),
+    cdiDir: resolve(baseDir, d.cdi_dir ?? DRA_DEFAULTS.cdiDir),
+    checkpointFile: resolve(stateDir, d.checkpoint_file ?? DRA_DEFAULTS.checkpointFile),
+    resourceNames: { ...(c?.device_plugin?.resource_names ?? {}) },
+    resourcePrefix: c?.device_plugin?.resource_prefix ?? DEVICE_PLUGIN_DEFAULTS.resourcePrefix,
+    schedulerTokenFile: at(d.scheduler_token_file),
   };
 }

@@ -25,13 +25,12 @@ import {
   type ChannelCredentials,
   credentials,
   Metadata,
-  Server,
-  ServerCredentials,
+  type Server,
   type ServerWritableStream,
   type ServiceError,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
+import { failedPrecondition, invalidArgument } from '../../../errors.js';
 import {
   type AllocateResponse,
   type ContainerAllocateResponse,
@@ -49,20 +48,12 @@ import type { DiscoveredDevice } from '../../../plugins/types.js';
 import { unary } from '../../grpc/handlers.js';
 import type { Inventory } from '../inventory.js';
 import type { DevicePluginConfig } from './config.js';
-import { kubevirtVariable, notOffered, preferred, resourceNameOf } from './offer.js';
+import { kubevirtVariable, type PluginAgent, preferred, resourceNameOf, whyNotOffered } from './offer.js';
 import { type Hold, SchedulerHolds } from './scheduler-hold.js';
+import { dial, serveUnix } from './unix-socket.js';
 
 /** The instance name of a device plugin allocation: how its holds are known again after a restart. */
 const INSTANCE_PREFIX = 'k8s-dp-';
-
-/** What the plugin needs of the agent. */
-export interface PluginAgent {
-  host: string;
-  devRoot: string;
-  inventory: Inventory;
-  isCleaning(mediaKey: string): boolean;
-  logger: Logger;
-}
 
 export interface DevicePluginOptions {
   config: DevicePluginConfig;
@@ -88,8 +79,6 @@ interface Resource {
   server: Server | null;
   watchers: Set<{ call: ServerWritableStream<Empty, ListAndWatchResponse>; last: string }>;
 }
-
-const dial = (path: string) => `unix://${path}`;
 
 export class KubeletDevicePlugin {
   private readonly resources = new Map<string, Resource>();
@@ -144,8 +133,7 @@ export class KubeletDevicePlugin {
   }
 
   private whyNot(d: DiscoveredDevice | undefined): string | null {
-    const key = d?.media?.key;
-    return notOffered(d, key ? this.options.agent.isCleaning(key) : false);
+    return whyNotOffered(this.options.agent, d);
   }
 
   /** The resource classes of the inventory, each with its plugin (new classes get one at the next poll). */
@@ -243,14 +231,7 @@ export class KubeletDevicePlugin {
       r.server.forceShutdown();
       r.server = null;
     }
-    await unlink(r.socket).catch(() => {});
-    const server = new Server();
-    server.addService(DevicePluginService, this.handlers(r));
-    await new Promise<void>((resolve, reject) =>
-      server.bindAsync(dial(r.socket), ServerCredentials.createInsecure(), (err) =>
-        err ? reject(err) : resolve(),
-      ),
-    );
+    const server = await serveUnix(r.socket, (s) => s.addService(DevicePluginService, this.handlers(r)));
     r.server = server;
   }
 
@@ -356,28 +337,15 @@ export class KubeletDevicePlugin {
 
   private async allocate(r: Resource, requests: { devicesIds: string[] }[]): Promise<AllocateResponse> {
     const devices = this.checked(r, requests);
-    const held: Allocation[] = [];
-    try {
-      for (const d of devices.flat()) {
-        const instance = `${INSTANCE_PREFIX}${randomUUID()}`;
-        const hold = await this.holds.hold(d.address, r.cls, instance);
-        held.push({ ...hold, address: d.address, since: Date.now(), seen: false });
-        // The scheduler acknowledged only after this agent's journal recorded it (RecordBinding).
-        const rec = this.inventory.get(d.address)?.mediaRecord;
-        if (rec?.condition !== 'held' || rec.arqUuid !== hold.arqUuid) {
-          throw failedPrecondition(
-            'DEVICE_NOT_ALLOCATABLE',
-            `device ${d.address}: the journal does not record its hold for ${instance}`,
-            {
-              address: d.address,
-            },
-          );
-        }
-      }
-    } catch (err) {
-      for (const a of held) await this.holds.release(a.arqUuid).catch(() => {});
-      throw err instanceof BerthError ? err : BerthError.from(err);
-    }
+    const since = Date.now();
+    const held: Allocation[] = (
+      await this.holds.holdAll(
+        devices
+          .flat()
+          .map((d) => ({ address: d.address, cls: r.cls, instance: `${INSTANCE_PREFIX}${randomUUID()}` })),
+        (address) => this.inventory.get(address)?.mediaRecord,
+      )
+    ).map((h, i) => ({ ...h, address: devices.flat()[i]!.address, since, seen: false }));
     for (const a of held) this.allocations.set(a.address, a);
     this.publish();
     this.logger.info(

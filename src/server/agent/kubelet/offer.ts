@@ -5,8 +5,19 @@
  * media's journal record is clean (not held by any bind, OpenStack's, gRPC's
  * or a pod's; not dirty; not burned) and no cleanup of it runs.
  */
+import type { Logger } from 'pino';
 import type { DiscoveredDevice } from '../../../plugins/types.js';
+import type { Inventory } from '../inventory.js';
 import type { DevicePluginConfig } from './config.js';
+
+/** What a kubelet plugin (device plugin, DRA) needs of the agent. */
+export interface PluginAgent {
+  host: string;
+  devRoot: string;
+  inventory: Inventory;
+  isCleaning(mediaKey: string): boolean;
+  logger: Logger;
+}
 
 /** Why `d` is not offered to the kubelet now, or null when it is clean and allocatable. */
 export function notOffered(d: DiscoveredDevice | undefined, cleaning: boolean): string | null {
@@ -25,9 +36,27 @@ export function notOffered(d: DiscoveredDevice | undefined, cleaning: boolean): 
   return null;
 }
 
+/** notOffered, with whether the agent cleans the device's media now. */
+export function whyNotOffered(agent: PluginAgent, d: DiscoveredDevice | undefined): string | null {
+  const key = d?.media?.key;
+  return notOffered(d, key ? agent.isCleaning(key) : false);
+}
+
 /** The extended resource name of resource class `cls`. */
-export function resourceNameOf(cls: string, config: DevicePluginConfig): string {
+export function resourceNameOf(
+  cls: string,
+  config: Pick<DevicePluginConfig, 'resourceNames' | 'resourcePrefix'>,
+): string {
   return config.resourceNames[cls] ?? `${config.resourcePrefix}${cls.toLowerCase().replace(/_/g, '-')}`;
+}
+
+/**
+ * A device's name in DRA (its ResourceSlice entry and a claim's allocation
+ * results): a DNS label made of its PCI address, `0000:01:00.0` →
+ * `pci-0000-01-00-0`. Stable across restarts; one pool per host.
+ */
+export function draDeviceName(address: string): string {
+  return `pci-${address.toLowerCase().replace(/[:.]/g, '-')}`;
 }
 
 /** KubeVirt's variable for a resource: `PCI_RESOURCE_` + the name upper case, `/` and `.` as `_`. */

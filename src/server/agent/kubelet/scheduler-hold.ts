@@ -15,12 +15,21 @@ import { BerthError, failedPrecondition } from '../../../errors.js';
 import { AcceleratorRequestServiceClient } from '../../../gen/berth/scheduler/v1/accelerator_request.js';
 import { DeviceServiceClient } from '../../../gen/berth/scheduler/v1/device_service.js';
 import { LiveMigratable, ProfileServiceClient } from '../../../gen/berth/scheduler/v1/profile.js';
+import type { MediaRecord } from '../../../plugins/types.js';
 import { CHANNEL_OPTIONS } from '../../../transport/channel.js';
 
 /** A device held in the scheduler for a pod's allocation. */
 export interface Hold {
   arqUuid: string;
   instance: string;
+}
+
+/** A device a kubelet request wants held: for `instance`, with `requestId` as the ARQ's idempotency key. */
+export interface Wanted {
+  address: string;
+  cls: string;
+  instance: string;
+  requestId?: string;
 }
 
 type Callback<T> = (err: ServiceError | null, res?: T) => void;
@@ -89,9 +98,10 @@ export class SchedulerHolds {
   /**
    * Binds the device at `address` (of class `cls`) to `instance`; the
    * scheduler's refusal (not allocatable, its agent did not record it) is
-   * FAILED_PRECONDITION naming the device. `instance` is the idempotency key.
+   * FAILED_PRECONDITION naming the device. `requestId` (default `instance`)
+   * is the idempotency key: the same one again gives the same ARQ.
    */
-  async hold(address: string, cls: string, instance: string): Promise<Hold> {
+  async hold(address: string, cls: string, instance: string, requestId = instance): Promise<Hold> {
     const where = `device ${address} on host ${this.host}`;
     try {
       const profileName = await this.profileFor(cls);
@@ -100,7 +110,7 @@ export class SchedulerHolds {
       });
       const created = await this.call(this.arqs.createAcceleratorRequests.bind(this.arqs), {
         profileName,
-        requestId: instance,
+        requestId,
         tags: [],
       });
       const arqUuid = created.acceleratorRequests[0]!.uuid;
@@ -131,6 +141,37 @@ export class SchedulerHolds {
         { address, host: this.host },
       );
     }
+  }
+
+  /**
+   * Holds every device of one kubelet request, or none: each is bound in the
+   * scheduler (./hold), then the agent's own journal must record that very
+   * hold (the scheduler acknowledged only after RecordBinding); on any
+   * failure, what was held is released and the error thrown.
+   */
+  async holdAll(
+    wanted: readonly Wanted[],
+    recorded: (address: string) => MediaRecord | undefined,
+  ): Promise<Hold[]> {
+    const held: Hold[] = [];
+    try {
+      for (const w of wanted) {
+        const hold = await this.hold(w.address, w.cls, w.instance, w.requestId);
+        held.push(hold);
+        const rec = recorded(w.address);
+        if (rec?.condition !== 'held' || rec.arqUuid !== hold.arqUuid) {
+          throw failedPrecondition(
+            'DEVICE_NOT_ALLOCATABLE',
+            `device ${w.address}: the journal does not record its hold for ${w.instance}`,
+            { address: w.address },
+          );
+        }
+      }
+    } catch (err) {
+      for (const h of held) await this.release(h.arqUuid).catch(() => {});
+      throw err instanceof BerthError ? err : BerthError.from(err);
+    }
+    return held;
   }
 
   /** Deletes the hold's ARQ: the device goes through Berth's release (deleting what is gone is a no-op). */
