@@ -22,7 +22,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs as parseNodeArgs } from 'node:util';
 import { parseHostName, type Uuid } from '../src/identifiers.js';
 import { validateProfile } from '../src/server/scheduler/domain/profile.js';
-import { pciFacts } from '../src/server/scheduler/domain/test-fixtures.js';
+import { instanceId, pciFacts } from '../src/server/scheduler/domain/test-fixtures.js';
 import type { SqliteStore } from '../src/server/scheduler/stores.js';
 import { emit, round, sorted } from './lib.js';
 
@@ -84,7 +84,11 @@ async function bindRound(store: SqliteStore, r: number): Promise<{ rate: number;
     Array.from({ length: CONCURRENCY }, async () => {
       for (let i = next++; i < ids.length; i = next++) {
         await store.bindArqs([
-          { arqUuid: ids[i]!, instanceUuid: `vm-${r}-${i}`, host: parseHostName('host', `h${i % HOSTS}`) },
+          {
+            arqUuid: ids[i]!,
+            instanceUuid: instanceId(`vm-${r}-${i}`),
+            host: parseHostName('host', `h${i % HOSTS}`),
+          },
         ]);
       }
     }),

@@ -26,6 +26,10 @@ export type HostName = string & { readonly __brand: 'HostName' };
 export type ResourceClass = string & { readonly __brand: 'ResourceClass' };
 /** A Placement trait name: `CUSTOM_…` or a standard one (`HW_GPU_API_VULKAN`, `OWNER_BERTH`, …). */
 export type Trait = string & { readonly __brand: 'Trait' };
+/** An instance id from the orchestration layer: a uuid in practice, any safe id accepted. */
+export type InstanceId = string & { readonly __brand: 'InstanceId' };
+/** A device role tag (specs/device-role-tagging.txt); '' is "no tag". */
+export type Tag = string & { readonly __brand: 'Tag' };
 
 const PCI_ADDRESS = /^([0-9a-f]{4}):([0-9a-f]{2}):([0-9a-f]{2})\.([0-7])$/;
 /** Either case is read; the canonical form (and so every `Uuid`) is lower-case. */
@@ -41,6 +45,10 @@ const HOST_NAME = /^[A-Za-z0-9]([A-Za-z0-9._-]{0,252}[A-Za-z0-9])?$/;
  * adapter's question, asked of the Placement it talks to.
  */
 const PLACEMENT_NAME = /^(?!CUSTOM_$)[A-Z][A-Z0-9_]{0,254}$/;
+/** Instance ids: 1-255 characters of letters, digits, `.`, `_`, `:`, `-`. */
+const INSTANCE_ID = /^[A-Za-z0-9._:-]{1,255}$/;
+/** Nova's tag rules: at most 60 characters, no `,` or `/` (they separate tags in Nova's boot syntax). */
+export const MAX_TAG_LENGTH = 60;
 
 /** A value as an error message shows it: quoted, at most 80 characters. */
 const show = (v: unknown): string => {
@@ -139,4 +147,31 @@ export function parseTrait(field: string, value: unknown): Trait {
     );
   }
   return value;
+}
+
+// --- instance ids and tags ---------------------------------------------------
+
+/** An instance id, or INVALID_ARGUMENT naming `field`. */
+export function parseInstanceId(field: string, value: unknown): InstanceId {
+  if (typeof value !== 'string' || !INSTANCE_ID.test(value)) {
+    throw invalidArgument(
+      field,
+      `${show(value)} is not an instance id (1-255 characters of [A-Za-z0-9._:-])`,
+    );
+  }
+  return value as InstanceId;
+}
+
+/** A uuid as an instance id: Nova's instance ids are uuids (the Cyborg API parses them as such). */
+export const instanceIdOf = (uuid: Uuid): InstanceId => uuid as string as InstanceId;
+
+/** A device role tag ('' is "no tag" and valid), or INVALID_ARGUMENT naming `field` and the tag. */
+export function parseTag(field: string, value: string): Tag {
+  if (value.length > MAX_TAG_LENGTH) {
+    throw invalidArgument(field, `tag "${value}" is ${value.length} characters, more than ${MAX_TAG_LENGTH}`);
+  }
+  if (value.includes(',') || value.includes('/')) {
+    throw invalidArgument(field, `tag "${value}" must not contain "," or "/"`);
+  }
+  return value as Tag;
 }

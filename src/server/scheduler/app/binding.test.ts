@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
+import { facts, hostName, hostRegistration, instanceId } from '../domain/test-fixtures.js';
 import { AgentDirectory } from '../runtime/agent-directory.js';
 import { RemoteAgent } from '../runtime/agent-link.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
@@ -69,7 +69,7 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
     const [arq] = await useCases.createArqs({ profileName: 'nvme' });
     const before = { ...db.writes };
     effects.length = 0;
-    const [bound] = await binding.bind([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: H1 }]);
+    const [bound] = await binding.bind([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }]);
     expect(bound!.state).toBe('bound');
     // The backend ran the bind's unit (a cleaned device: the gate was consulted) twice.
     expect(db.writes.units - before.units).toBe(1);
@@ -85,7 +85,9 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
   it('a host the gate refuses: UNAVAILABLE before anything is allocated, nothing done inside a unit', async () => {
     await useCases.setHostConnected(H1, false);
     const [arq] = await useCases.createArqs({ profileName: 'nvme' });
-    const e = await rejection(binding.bind([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: H1 }]));
+    const e = await rejection(
+      binding.bind([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }]),
+    );
     expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'AGENT_UNAVAILABLE']);
     expect(e.message).toMatch(/agent of host h1 is not connected/);
     expect(effects.filter((x) => x.inUnit)).toEqual([]);
@@ -96,7 +98,11 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
   it('a gate that did not decide the host refuses it (retryable), never lets it through', async () => {
     const [arq] = await useCases.createArqs({ profileName: 'nvme' });
     const e = await rejection(
-      useCases.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: H1 }], undefined, new Map()),
+      useCases.bindArqs(
+        [{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }],
+        undefined,
+        new Map(),
+      ),
     );
     expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'AGENT_UNAVAILABLE']);
     expect(e.message).toMatch(/was not decided before the bind/);
@@ -107,23 +113,25 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
       (await useCases.createArqs({ profileName: 'nvme' }))[0]!,
       (await useCases.createArqs({ profileName: 'nvme' }))[0]!,
     ];
-    await binding.bind([{ arqUuid: a.uuid, instanceUuid: 'i1', host: H1 }]);
+    await binding.bind([{ arqUuid: a.uuid, instanceUuid: instanceId('i1'), host: H1 }]);
     // The use case alone: one unit, and the ARQ left as it was.
     const units = db.writes.units;
-    const alone = await rejection(useCases.bindArqs([{ arqUuid: b.uuid, instanceUuid: 'i2', host: H1 }]));
+    const alone = await rejection(
+      useCases.bindArqs([{ arqUuid: b.uuid, instanceUuid: instanceId('i2'), host: H1 }]),
+    );
     expect(alone.reason).toBe('NO_ALLOCATABLE_DEVICE');
     expect(db.writes.units - units).toBe(1);
     expect((await useCases.getArq(b.uuid)).state).toBe('initial');
     // The workflow: the bind's unit, then the failure's.
     const failed = await rejection(
-      binding.bind([{ arqUuid: b.uuid, instanceUuid: 'i2', host: H1, notifyNova: true }]),
+      binding.bind([{ arqUuid: b.uuid, instanceUuid: instanceId('i2'), host: H1, notifyNova: true }]),
     );
     expect(failed.reason).toBe('NO_ALLOCATABLE_DEVICE');
     expect(db.writes.units - units).toBe(3);
     expect(await useCases.getArq(b.uuid)).toMatchObject({
       state: 'bind_failed',
       error: failed.message,
-      novaEvent: { instanceUuid: 'i2', status: 'failed' },
+      novaEvent: { instanceUuid: instanceId('i2'), status: 'failed' },
     });
     expect(effects.filter((x) => x.inUnit)).toEqual([]);
   });

@@ -13,7 +13,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { createServer as createHttpsServer } from 'node:https';
 import type { Logger } from 'pino';
 import { BerthError, isBerthError } from '../../../errors.js';
-import type { Uuid } from '../../../identifiers.js';
+import { instanceIdOf, type Uuid } from '../../../identifiers.js';
 import { listenError, parseListenAddress } from '../../listen-address.js';
 import type { Binding } from '../app/binding.js';
 import type { Certificates } from '../app/certificates.js';
@@ -443,7 +443,7 @@ export class CyborgApi {
       owner = project;
       bindings.push({
         arqUuid: arq.uuid,
-        instanceUuid: p.instanceUuid,
+        instanceUuid: instanceIdOf(p.instanceUuid),
         host,
         devices: devices.map((d) => d.deviceUuid),
         notifyNova: this.events !== null,

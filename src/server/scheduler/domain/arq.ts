@@ -5,7 +5,14 @@
  */
 
 import { BerthError, failedPrecondition } from '../../../errors.js';
-import { type HostName, type PciAddress, pciAddressParts, type Uuid } from '../../../identifiers.js';
+import {
+  type HostName,
+  type InstanceId,
+  type PciAddress,
+  pciAddressParts,
+  type Tag,
+  type Uuid,
+} from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
 import type { RequestGroup } from './profile.js';
 
@@ -159,16 +166,18 @@ export interface CreateArqsRequest {
   project?: string;
   /** Idempotency key: the same id returns the same ARQs. */
   requestId?: string;
-  tags?: string[];
+  /** Parsed where they enter ('' is no tag). */
+  tags?: Tag[];
 }
 
+/** One ARQ to bind; its identifiers are parsed where they enter (a request, Nova's PATCH), never again. */
 export interface ArqBinding {
   arqUuid: Uuid;
   /** An instance id from the orchestration layer: a uuid in practice, any safe id accepted (not a `Uuid`). */
-  instanceUuid: string;
+  instanceUuid: InstanceId;
   host: HostName;
   /** Overrides the tag given at creation when non-empty. */
-  tag?: string;
+  tag?: Tag;
   /**
    * Only these devices (uuids) may serve the binding: the devices of the
    * Placement provider Nova allocated (Cyborg's device_rp_uuid). Absent: any

@@ -1,9 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { violatedFields } from '../../../../test/helpers/errors.js';
 import { BerthError } from '../../../errors.js';
+import { parseTag } from '../../../identifiers.js';
 import { type Arq, attachHandleFromAddress, canTransition, transitionArq } from './arq.js';
 import { sameProfileSpec, validateProfile } from './profile.js';
-import { assertUniqueTags, validateTag } from './tags.js';
+import { assertUniqueTags } from './tags.js';
 import { pci, testUuid } from './test-fixtures.js';
 
 describe('validateProfile', () => {
@@ -118,11 +119,11 @@ describe('ARQs', () => {
 
 describe('tags', () => {
   it('follows Nova: 1-60 characters, no , or /', () => {
-    expect(validateTag('t', 'nvme-scratch')).toBe('nvme-scratch');
-    expect(validateTag('t', '')).toBe('');
-    expect(() => validateTag('bindings[0].tag', 'a/b')).toThrow(/bindings\[0\]\.tag.*"a\/b"/);
-    expect(() => validateTag('t', 'a,b')).toThrow(BerthError);
-    expect(() => validateTag('t', 'x'.repeat(61))).toThrow(/61 characters/);
+    expect(parseTag('t', 'nvme-scratch')).toBe('nvme-scratch');
+    expect(parseTag('t', '')).toBe('');
+    expect(() => parseTag('bindings[0].tag', 'a/b')).toThrow(/bindings\[0\]\.tag.*"a\/b"/);
+    expect(() => parseTag('t', 'a,b')).toThrow(BerthError);
+    expect(() => parseTag('t', 'x'.repeat(61))).toThrow(/61 characters/);
   });
 
   it('is unique within (instance, device type)', () => {

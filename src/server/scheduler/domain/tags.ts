@@ -6,21 +6,7 @@
  * entry, so they share one scope.
  */
 
-import { BerthError, type FieldViolation, invalidArgument } from '../../../errors.js';
-
-export const MAX_TAG_LENGTH = 60;
-
-/** '' means "no tag" and is valid. Throws INVALID_ARGUMENT naming the field and value. */
-export function validateTag(field: string, tag: string): string {
-  if (tag === '') return tag;
-  if (tag.length > MAX_TAG_LENGTH) {
-    throw invalidArgument(field, `tag "${tag}" is ${tag.length} characters, more than ${MAX_TAG_LENGTH}`);
-  }
-  if (tag.includes(',') || tag.includes('/')) {
-    throw invalidArgument(field, `tag "${tag}" must not contain "," or "/"`);
-  }
-  return tag;
-}
+import { BerthError, type FieldViolation } from '../../../errors.js';
 
 export interface TaggedItem {
   /** Request field path, for the error. */

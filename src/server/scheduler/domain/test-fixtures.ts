@@ -5,9 +5,13 @@
 
 import {
   type HostName,
+  type InstanceId,
   type PciAddress,
   parseHostName,
+  parseInstanceId,
   parsePciAddress,
+  parseTag,
+  type Tag,
   type Uuid,
 } from '../../../identifiers.js';
 import type { MediaRecord } from '../../../plugins/types.js';
@@ -16,6 +20,10 @@ import type { HostRegistration } from './host.js';
 
 /** A host name a test writes as text, parsed as at the edge. */
 export const hostName = (name: string): HostName => parseHostName('host', name);
+/** An instance id a test writes as text, parsed as at the edge. */
+export const instanceId = (id: string): InstanceId => parseInstanceId('instance_uuid', id);
+/** Device role tags a test writes as text, parsed as at the edge. */
+export const tags = (...values: string[]): Tag[] => values.map((t) => parseTag('tag', t));
 /** A PCI address a test writes as text, parsed as at the edge. */
 export const pci = (address: string): PciAddress => parsePciAddress('address', address);
 /** A test's stand-in for a uuid (`d-1`): the store keys records by it and never parses it. */

@@ -13,9 +13,10 @@
  */
 
 import { BerthError, type FieldViolation } from '../../../errors.js';
+import { parseTag } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import type { InstanceDevices } from '../domain/instance.js';
-import { duplicateTags, validateTag } from '../domain/tags.js';
+import { duplicateTags } from '../domain/tags.js';
 import {
   formatPciAddress,
   isPciAddress,
@@ -170,7 +171,7 @@ export const VLAN_MAX = 4094;
 
 function tagViolation(field: string, tag: string): FieldViolation | null {
   try {
-    validateTag(field, tag);
+    parseTag(field, tag);
     return null;
   } catch (e) {
     if (e instanceof BerthError && e.fieldViolations[0]) return e.fieldViolations[0];

@@ -14,13 +14,13 @@ import {
   type GetAcceleratorRequestRequest,
   type ListAcceleratorRequestsRequest,
 } from '../../../gen/berth/scheduler/v1/accelerator_request.js';
+import { parseTag } from '../../../identifiers.js';
 import { callerOf } from '../../grpc/caller.js';
 import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { Binding } from '../app/binding.js';
 import { arqToProto } from '../convert.js';
 import { PROFILE_NAME } from '../domain/profile.js';
-import { validateTag } from '../domain/tags.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { maxItems, optionalRequestId, requireHost, requireInstance, requireUuid } from './validate.js';
 
@@ -43,7 +43,7 @@ export function arqServiceBinding(
           );
         }
         maxItems('tags', req.tags, 64);
-        const tags = req.tags.map((t, i) => (t === '' ? '' : validateTag(`tags[${i}]`, t)));
+        const tags = req.tags.map((t, i) => parseTag(`tags[${i}]`, t));
         const arqs = await useCases.createArqs({
           profileName: req.profileName,
           requestId: optionalRequestId('request_id', req.requestId),
@@ -63,7 +63,7 @@ export function arqServiceBinding(
           arqUuid: requireUuid(`bindings[${i}].arq_uuid`, b.arqUuid),
           instanceUuid: requireInstance(`bindings[${i}].instance_uuid`, b.instanceUuid),
           host: requireHost(`bindings[${i}].host`, b.host),
-          tag: b.tag === '' ? undefined : validateTag(`bindings[${i}].tag`, b.tag),
+          tag: b.tag === '' ? undefined : parseTag(`bindings[${i}].tag`, b.tag),
           ...(b.deviceUuids.length > 0
             ? { devices: b.deviceUuids.map((u, j) => requireUuid(`bindings[${i}].device_uuids[${j}]`, u)) }
             : {}),

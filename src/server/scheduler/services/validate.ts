@@ -2,12 +2,16 @@
 
 import { invalidArgument } from '../../../errors.js';
 import type { DeviceRef as DeviceRefPb } from '../../../gen/berth/scheduler/v1/device_service.js';
-import { type HostName, parseHostName, parsePciAddress, parseUuid } from '../../../identifiers.js';
+import {
+  type HostName,
+  parseHostName,
+  parseInstanceId,
+  parsePciAddress,
+  parseUuid,
+} from '../../../identifiers.js';
 import type { DeviceRef } from '../domain/inventory.js';
 
 const ID = /^[A-Za-z0-9._:-]{1,128}$/;
-/** Instance ids come from the orchestration layer: uuids in practice, any safe id accepted. */
-const INSTANCE = /^[A-Za-z0-9._:-]{1,255}$/;
 
 const show = (v: string) => JSON.stringify(v.length > 80 ? `${v.slice(0, 80)}…` : v);
 
@@ -19,12 +23,7 @@ export function optionalHost(field: string, v: string): HostName | undefined {
   return v === '' ? undefined : requireHost(field, v);
 }
 
-export function requireInstance(field: string, v: string): string {
-  if (!INSTANCE.test(v)) {
-    throw invalidArgument(field, `${show(v)} is not an instance id (1-255 characters of [A-Za-z0-9._:-])`);
-  }
-  return v;
-}
+export const requireInstance = parseInstanceId;
 
 export function optionalRequestId(field: string, v: string): string | undefined {
   if (v === '') return undefined;

@@ -12,7 +12,7 @@ import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts, type DeviceRecord } from '../domain/device-state.js';
 import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, nvmeMedia, PROOF, pci, pciFacts } from '../domain/test-fixtures.js';
+import { facts, hostName, instanceId, nvmeMedia, PROOF, pci, pciFacts } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { certifying } from './certifying.support.js';
 import { rejection } from './store-contract.support.js';
@@ -69,7 +69,9 @@ export function runMediaContract(name: string, open: OpenStore): void {
 
     async function bind(instance: string, host: string, profile = 'nvme') {
       const [arq] = await store.createArqs({ profileName: profile });
-      return store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName(host) }]);
+      return store.bindArqs([
+        { arqUuid: arq!.uuid, instanceUuid: instanceId(instance), host: hostName(host) },
+      ]);
     }
 
     /** Runs the device's queued cleanup to the end the agent reports. */
@@ -136,7 +138,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       expect(sibling.mediaReason).toContain(`held through h1 ${first.address}`);
       expect((await rejection(bind('tenant-2', 'h1'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
       // Released: the media is cleaned through the released controller; the other waits for it.
-      const { released } = await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      const { released } = await store.deleteArqs({ instanceUuid: instanceId('tenant-1') });
       expect(released[0]!.deviceState).toBe('pending_cleaning');
       expect((await device('h1', other)).mediaReason).toContain('pending cleaning');
       expect((await rejection(bind('tenant-2', 'h1'))).reason).toBe('NO_ALLOCATABLE_DEVICE');
@@ -166,7 +168,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       expect(second.deviceState).toBe('available');
       expect(allocatable(second)).toBe(false);
       expect(second.mediaReason).toContain('held through h1 0000:10:00.0');
-      await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      await store.deleteArqs({ instanceUuid: instanceId('tenant-1') });
       const backlog = await store.cleanupBacklog(hostName('h1'));
       expect(backlog.map((b) => [b.device.address, b.waitsFor])).toEqual([['0000:10:00.0', null]]);
     });
@@ -176,7 +178,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       await snapshot('h1', [ctrl(0, nqn)]);
       await bind('tenant-1', 'h1');
       // The tenant's instance goes away while the host is down: released, queued for cleaning at 01:00.0.
-      await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      await store.deleteArqs({ instanceUuid: instanceId('tenant-1') });
       // The host comes back with the drive in another slot; the old slot is empty. Its agent's
       // journal lost nothing in this case, but the scheduler alone must already refuse it.
       await snapshot('h1', [ctrl(6, nqn, { condition: 'clean', since: 1 })]);
@@ -219,7 +221,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
           since: t,
           lastAddress: '0000:20:00.0',
           arqUuid: 'a1',
-          instanceUuid: 'i1',
+          instanceUuid: instanceId('i1'),
           reason: '',
         },
         {
@@ -267,7 +269,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       await snapshot('h1', [ctrl(0, nqn, { condition: 'clean' })]);
       await bind('tenant-1', 'h1');
       const heldAt = Date.now() - 60_000;
-      const { released } = await store.deleteArqs({ instanceUuid: 'tenant-1' });
+      const { released } = await store.deleteArqs({ instanceUuid: instanceId('tenant-1') });
       await clean(released[0]!, 'succeeded', new Date(heldAt + 30_000));
       // The delta that carried "held" arrives late.
       await snapshot('h1', [ctrl(0, nqn, { condition: 'held', since: heldAt })]);
@@ -286,7 +288,7 @@ export function runMediaContract(name: string, open: OpenStore): void {
       await snapshot('h1', [pciFacts({ index: 0, oneTimeUse: true, media, agentMedia: null })]);
       const { devices } = await bind('i1', 'h1', 'gpu');
       expect(devices[0]!.burned).toBe(true);
-      await store.deleteArqs({ instanceUuid: 'i1' });
+      await store.deleteArqs({ instanceUuid: instanceId('i1') });
       // Moved to another slot: a new record at the new address, burned.
       await snapshot('h1', [pciFacts({ index: 7, oneTimeUse: true, media, agentMedia: null })]);
       const moved = await device('h1', '0000:17:00.0');

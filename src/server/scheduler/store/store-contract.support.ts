@@ -15,7 +15,7 @@ import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts } from '../domain/device-state.js';
 import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, PROOF, pciFacts, testUuid } from '../domain/test-fixtures.js';
+import { facts, hostName, instanceId, PROOF, pciFacts, tags, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { certifying } from './certifying.support.js';
 
@@ -109,7 +109,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
 
     async function bindOne(instance: string, name: string, profile = 'nvme') {
       const [arq] = await store.createArqs({ profileName: profile });
-      return bindRecordingFailure([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName(name) }]);
+      return bindRecordingFailure([
+        { arqUuid: arq!.uuid, instanceUuid: instanceId(instance), host: hostName(name) },
+      ]);
     }
 
     it('applies schema migrations once and keeps data across a reopen', async () => {
@@ -191,8 +193,8 @@ export function runStoreContract(name: string, open: OpenStore): void {
     it('a retried identical bind returns the same device; a different binding is refused', async () => {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);
-      const [arq] = await store.createArqs({ profileName: 'nvme', tags: ['scratch'] });
-      const b = { arqUuid: arq!.uuid, instanceUuid: 'i1', host: hostName('h1') };
+      const [arq] = await store.createArqs({ profileName: 'nvme', tags: tags('scratch') });
+      const b = { arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') };
       const first = await store.bindArqs([b]);
       const again = await store.bindArqs([b]);
       expect(again.devices[0]!.uuid).toBe(first.devices[0]!.uuid);
@@ -209,11 +211,15 @@ export function runStoreContract(name: string, open: OpenStore): void {
           managed: true,
         },
       });
-      const e = await rejection(store.bindArqs([{ ...b, instanceUuid: 'i2' }]));
+      const e = await rejection(store.bindArqs([{ ...b, instanceUuid: instanceId('i2') }]));
       expect(e.reason).toBe('ARQ_ALREADY_BOUND');
       // Its failure is not recorded on the ARQ: it stays bound as it was.
-      await store.recordBindFailure([{ ...b, instanceUuid: 'i2', notifyNova: true }], e);
-      expect(await store.getArq(arq!.uuid)).toMatchObject({ state: 'bound', instanceUuid: 'i1', error: '' });
+      await store.recordBindFailure([{ ...b, instanceUuid: instanceId('i2'), notifyNova: true }], e);
+      expect(await store.getArq(arq!.uuid)).toMatchObject({
+        state: 'bound',
+        instanceUuid: instanceId('i1'),
+        error: '',
+      });
       expect((await store.listDevices({ state: 'allocated' })).devices).toHaveLength(1);
     });
 
@@ -227,7 +233,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const arqs = await store.createArqs({ profileName: 'two' });
       const e = await rejection(
         bindRecordingFailure(
-          arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: 'i1', host: hostName('h1') })),
+          arqs.map((a) => ({ arqUuid: a.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') })),
         ),
       );
       expect(e.code).toBe('FAILED_PRECONDITION');
@@ -242,17 +248,19 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(
         validateProfile({ name: 'gpu', groups: [{ vendorId: '10de', productId: '25b6' }] }),
       );
-      const [nvme] = await store.createArqs({ profileName: 'nvme', tags: ['data'] });
-      const [gpu] = await store.createArqs({ profileName: 'gpu', tags: ['data'] });
-      const bound = await store.bindArqs([{ arqUuid: nvme!.uuid, instanceUuid: 'i1', host: hostName('h1') }]);
+      const [nvme] = await store.createArqs({ profileName: 'nvme', tags: tags('data') });
+      const [gpu] = await store.createArqs({ profileName: 'gpu', tags: tags('data') });
+      const bound = await store.bindArqs([
+        { arqUuid: nvme!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') },
+      ]);
       expect(bound.devices[0]!.type).toBe('NVME');
       const e = await rejection(
-        store.bindArqs([{ arqUuid: gpu!.uuid, instanceUuid: 'i1', host: hostName('h1') }]),
+        store.bindArqs([{ arqUuid: gpu!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') }]),
       );
       expect(e.code).toBe('INVALID_ARGUMENT');
       expect(e.message).toMatch(/tag "data" is already used by ARQ .* for a passthrough of this instance/);
       const other = await store.bindArqs([
-        { arqUuid: gpu!.uuid, instanceUuid: 'i1', host: hostName('h1'), tag: 'gpu' },
+        { arqUuid: gpu!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1'), tag: tags('gpu')[0] },
       ]);
       expect(other.devices[0]!.type).toBe('PCI');
     });
@@ -260,15 +268,17 @@ export function runStoreContract(name: string, open: OpenStore): void {
     it('tags are unique within (instance, device type)', async () => {
       await host('h1', [facts({ index: 0 }), facts({ index: 1 })]);
       await store.createProfile(nvmeProfile);
-      const [a1] = await store.createArqs({ profileName: 'nvme', tags: ['db'] });
-      const [a2] = await store.createArqs({ profileName: 'nvme', tags: ['db'] });
-      await store.bindArqs([{ arqUuid: a1!.uuid, instanceUuid: 'i1', host: hostName('h1') }]);
+      const [a1] = await store.createArqs({ profileName: 'nvme', tags: tags('db') });
+      const [a2] = await store.createArqs({ profileName: 'nvme', tags: tags('db') });
+      await store.bindArqs([{ arqUuid: a1!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') }]);
       const e = await rejection(
-        store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: hostName('h1') }]),
+        store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') }]),
       );
       expect(e.code).toBe('INVALID_ARGUMENT');
       expect(e.message).toMatch(/tag "db"/);
-      await store.bindArqs([{ arqUuid: a2!.uuid, instanceUuid: 'i1', host: hostName('h1'), tag: 'logs' }]);
+      await store.bindArqs([
+        { arqUuid: a2!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1'), tag: tags('logs')[0] },
+      ]);
     });
 
     it('createArqs and CleanDevice are idempotent by request id', async () => {
@@ -281,7 +291,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const b = await store.createArqs({ profileName: 'nvme', requestId: 'r1' });
       expect(b.map((x) => x.uuid)).toEqual(a.map((x) => x.uuid));
       expect(await store.listArqs()).toHaveLength(1);
-      const e = await rejection(store.createArqs({ profileName: 'nvme', requestId: 'r1', tags: ['x'] }));
+      const e = await rejection(store.createArqs({ profileName: 'nvme', requestId: 'r1', tags: tags('x') }));
       expect(e.code).toBe('INVALID_ARGUMENT');
     });
 
@@ -307,10 +317,13 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await host('h1', [facts({ index: 0 })]);
       await store.createProfile(nvmeProfile);
       const bound = await bindOne('i1', 'h1');
-      const { deletedUuids, released } = await store.deleteArqs({ instanceUuid: 'i1' });
+      const { deletedUuids, released } = await store.deleteArqs({ instanceUuid: instanceId('i1') });
       expect(deletedUuids).toEqual([bound.arqs[0]!.uuid]);
       expect(released[0]!.deviceState).toBe('pending_cleaning');
-      expect(await store.deleteArqs({ instanceUuid: 'i1' })).toEqual({ deletedUuids: [], released: [] });
+      expect(await store.deleteArqs({ instanceUuid: instanceId('i1') })).toEqual({
+        deletedUuids: [],
+        released: [],
+      });
       const [entry] = await store.cleanupBacklog(hostName('h1'));
       const { job, device } = entry!;
       expect(job).toMatchObject({ state: 'queued', action: 'sanitize-crypto', origin: 'release' });
@@ -321,7 +334,9 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect((await store.applyCleanupEvent(ev(1, 'sanitizing'))).applied).toBe(false);
       // Bind is refused while cleaning.
       const [arq] = await store.createArqs({ profileName: 'nvme' });
-      await rejection(store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i2', host: hostName('h1') }]));
+      await rejection(
+        store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i2'), host: hostName('h1') }]),
+      );
       const done = await store.applyCleanupEvent(ev(2, 'succeeded'));
       expect([done.device.deviceState, done.device.reserved, done.job.state]).toEqual([
         'available',
@@ -381,8 +396,8 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(nvmeProfile);
       await bindOne('i1', 'h1');
       await bindOne('i2', 'h1');
-      await store.deleteArqs({ instanceUuid: 'i1' });
-      await store.deleteArqs({ instanceUuid: 'i2' });
+      await store.deleteArqs({ instanceUuid: instanceId('i1') });
+      await store.deleteArqs({ instanceUuid: instanceId('i2') });
       const [a, b] = await store.cleanupBacklog(hostName('h1'));
       await store.applyCleanupEvent(cleanupEvent(a!.job, a!.device.address, 1, 'preparing'));
       const { change, interrupted, toDispatch } = await store.registerHost(reg('h1', 'e2'));
@@ -414,7 +429,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       );
       const { devices } = await bindOne('i1', 'h1', 'gpu');
       expect(devices[0]!.burned).toBe(true);
-      expect((await store.deleteArqs({ instanceUuid: 'i1' })).released[0]).toMatchObject({
+      expect((await store.deleteArqs({ instanceUuid: instanceId('i1') })).released[0]).toMatchObject({
         deviceState: 'available',
         burned: true,
         reserved: 1,
@@ -473,7 +488,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const snap = await store.snapshot({ host: hostName('h1') });
       expect(snap.devices).toHaveLength(2);
       await bindOne('i1', 'h1');
-      await store.deleteArqs({ instanceUuid: 'i1' });
+      await store.deleteArqs({ instanceUuid: instanceId('i1') });
       await reopen();
       const all = await store.eventsSince(r0, 1000);
       const revs = all.map((e) => e.revision);
@@ -546,7 +561,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const bound = await bindOne('i1', 'src', 'lm');
       await bindOne('i2', 'src', 'fixed');
       const e = await rejection(
-        store.planMigration({ instanceUuid: 'i2', destinationHost: hostName('dst') }),
+        store.planMigration({ instanceUuid: instanceId('i2'), destinationHost: hostName('dst') }),
       );
       expect([e.reason, e.message.includes('0000:11:00.0 (profile fixed, live_migratable no)')]).toEqual([
         'PROFILE_NOT_LIVE_MIGRATABLE',
@@ -556,22 +571,29 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const any = await bindOne('i3', 'src', 'any');
       expect(any.devices[0]!.liveMigratable).toBe(true);
       const unset = await rejection(
-        store.planMigration({ instanceUuid: 'i3', destinationHost: hostName('dst') }),
+        store.planMigration({ instanceUuid: instanceId('i3'), destinationHost: hostName('dst') }),
       );
       expect([unset.code, unset.reason]).toEqual(['FAILED_PRECONDITION', 'PROFILE_NOT_LIVE_MIGRATABLE']);
       expect(unset.message).toContain('live_migratable unset');
       const plan = await store.planMigration({
-        instanceUuid: 'i1',
+        instanceUuid: instanceId('i1'),
         destinationHost: hostName('dst'),
         requestId: 'm1',
       });
       expect(
-        await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst'), requestId: 'm1' }),
+        await store.planMigration({
+          instanceUuid: instanceId('i1'),
+          destinationHost: hostName('dst'),
+          requestId: 'm1',
+        }),
       ).toEqual(plan);
       expect(plan.addressMap).toEqual({ '0000:10:00.0': '0000:10:00.0' });
       const aborted = await store.abortMigration(plan.uuid);
       expect(aborted.released.map((d) => d.deviceState)).toEqual(['available']);
-      const plan2 = await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst') });
+      const plan2 = await store.planMigration({
+        instanceUuid: instanceId('i1'),
+        destinationHost: hostName('dst'),
+      });
       const committed = await store.commitMigration(plan2.uuid);
       expect(committed.released.map((d) => [d.host, d.deviceState])).toEqual([['src', 'available']]);
       expect((await store.commitMigration(plan2.uuid)).released).toEqual([]);
@@ -596,10 +618,13 @@ export function runStoreContract(name: string, open: OpenStore): void {
         }),
       );
       await bindOne('i1', 'src', 'lm');
-      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst') });
+      const plan = await store.planMigration({
+        instanceUuid: instanceId('i1'),
+        destinationHost: hostName('dst'),
+      });
       const claimed = await store.getDevice({ uuid: Object.values(plan.claims)[0]! });
       expect(claimed.deviceState).toBe('allocated');
-      const deleted = await store.deleteArqs({ instanceUuid: 'i1' });
+      const deleted = await store.deleteArqs({ instanceUuid: instanceId('i1') });
       expect(deleted.released.map((d) => [d.host, d.deviceState]).sort()).toEqual([
         ['dst', 'available'],
         ['src', 'available'],
@@ -664,7 +689,10 @@ export function runStoreContract(name: string, open: OpenStore): void {
       ]);
 
       // A committed migration moves the bindings and keeps every guest address.
-      const plan = await store.planMigration({ instanceUuid: 'i1', destinationHost: hostName('dst') });
+      const plan = await store.planMigration({
+        instanceUuid: instanceId('i1'),
+        destinationHost: hostName('dst'),
+      });
       await store.commitMigration(plan.uuid);
       const moved = await store.assignGuestAddresses('i1');
       expect(moved.map((b) => [b.arq.uuid, b.arq.guestAddress, b.device.host])).toEqual([
@@ -682,8 +710,10 @@ export function runStoreContract(name: string, open: OpenStore): void {
     /** One tenant cycle at the store's clock: bind, delete, a cleanup with its proof. Returns the job id. */
     async function tenantCycle(instance: string, requestId: string): Promise<string> {
       const [arq] = await store.createArqs({ profileName: 'nvme', requestId });
-      await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instance, host: hostName('h1') }]);
-      await store.deleteArqs({ instanceUuid: instance });
+      await store.bindArqs([
+        { arqUuid: arq!.uuid, instanceUuid: instanceId(instance), host: hostName('h1') },
+      ]);
+      await store.deleteArqs({ instanceUuid: instanceId(instance) });
       const [entry] = await store.cleanupBacklog(hostName('h1'));
       const { job, device } = entry!;
       await store.markCleanupDispatched(job.jobId);
@@ -783,7 +813,7 @@ export function runStoreContract(name: string, open: OpenStore): void {
       expect([inUse.code, inUse.reason]).toEqual(['FAILED_PRECONDITION', 'HOST_HAS_DEVICES_IN_USE']);
       expect(inUse.message).toContain(`${bound.devices[0]!.address} (allocated)`);
       // Released but not yet cleaned: it still holds the tenant's data.
-      await store.deleteArqs({ instanceUuid: 'i1' });
+      await store.deleteArqs({ instanceUuid: instanceId('i1') });
       expect((await rejection(store.deleteHost(hostName('h1')))).message).toContain('(pending_cleaning)');
       const [entry] = await store.cleanupBacklog(hostName('h1'));
       await store.markCleanupDispatched(entry!.job.jobId);
@@ -806,13 +836,13 @@ export function runStoreContract(name: string, open: OpenStore): void {
       await store.createProfile(nvmeProfile);
       const bound = await bindOne('i1', 'h1');
       const device = bound.devices[0]!;
-      await store.deleteArqs({ instanceUuid: 'i1' });
+      await store.deleteArqs({ instanceUuid: instanceId('i1') });
       const [entry] = await store.cleanupBacklog(hostName('h1'));
       await store.markCleanupDispatched(entry!.job.jobId);
       const cleanedAt = new Date('2026-03-01T12:00:00.000Z');
       await store.applyCleanupEvent(cleanupEvent(entry!.job, device.address, 1, 'succeeded', cleanedAt));
       const report = (since: string) => [
-        { address: device.address, arqUuid: bound.arqs[0]!.uuid, instanceUuid: 'i1', since },
+        { address: device.address, arqUuid: bound.arqs[0]!.uuid, instanceUuid: instanceId('i1'), since },
       ];
       // Recorded before that cleanup finished (a heartbeat composed just before the agent cleared it).
       expect(await store.reconcileHeldDevices(hostName('h1'), report('2026-03-01T11:59:59.000Z'))).toEqual(

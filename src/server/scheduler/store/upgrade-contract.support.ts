@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
+import { facts, hostName, instanceId, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { MIGRATIONS } from './sql/schema.js';
 
@@ -194,7 +194,7 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
       await store.createProfile(nvme);
       const [fresh] = await store.createArqs({ profileName: 'nvme' });
       const bound = await store.bindArqs([
-        { arqUuid: fresh!.uuid, instanceUuid: 'vm-1', host: hostName('h1') },
+        { arqUuid: fresh!.uuid, instanceUuid: instanceId('vm-1'), host: hostName('h1') },
       ]);
       expect(bound.devices.map((d) => [d.uuid, d.deviceState, d.generation])).toEqual([
         [device.rec.uuid, 'allocated', 4],

@@ -15,7 +15,7 @@ import {
 } from '../domain/arq.js';
 import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { RequestGroup } from '../domain/profile.js';
-import { duplicateTags, validateTag } from '../domain/tags.js';
+import { duplicateTags } from '../domain/tags.js';
 import { pickOnHost } from './allocate.js';
 import { read, type UseCaseDeps } from './context.js';
 import { abortPlanned } from './live-migrations.js';
@@ -36,7 +36,6 @@ import { FOR_UPDATE } from './unit-of-work.js';
 
 export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Promise<Arq[]> {
   const tags = req.tags ?? [];
-  for (const [i, t] of tags.entries()) validateTag(`tags[${i}]`, t);
   return write(deps, async (tx) => {
     const key = req.requestId ? `arqs:${req.requestId}` : undefined;
     const fingerprint = { profile: req.profileName, tags };
@@ -117,15 +116,12 @@ export async function bindArqs(
   gate?: BindGate,
 ): Promise<BindResult> {
   const seenUuids = new Set<string>();
+  // The identifiers and tags were parsed where they entered (branded types); what is left is the request's own rule.
   bindings.forEach((b, i) => {
-    for (const key of ['arqUuid', 'instanceUuid', 'host'] as const) {
-      if (!b[key]) throw invalidArgument(`bindings[${i}].${snake(key)}`, 'is required');
-    }
     if (seenUuids.has(b.arqUuid)) {
       throw invalidArgument(`bindings[${i}].arq_uuid`, `ARQ ${b.arqUuid} appears twice in one request`);
     }
     seenUuids.add(b.arqUuid);
-    validateTag(`bindings[${i}].tag`, b.tag ?? '');
   });
   return write(deps, async (tx) => {
     const arqs: Arq[] = [];
@@ -375,8 +371,6 @@ export async function unbindArqs(
     return { arqs: out, released };
   });
 }
-
-const snake = (s: string) => s.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
 const describeGroup = (g: RequestGroup) =>
   g.resourceClass ? `resource class ${g.resourceClass}` : `vendor ${g.vendorId} product ${g.productId}`;

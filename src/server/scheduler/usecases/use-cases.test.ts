@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
+import { facts, hostName, hostRegistration, instanceId } from '../domain/test-fixtures.js';
 import { rejection } from '../store/store-contract.support.js';
 import { openSqliteStore, type SqliteStore } from '../stores.js';
 import type { Change } from './use-cases.js';
@@ -48,9 +48,9 @@ describe('the use cases tell of every commit', () => {
       validateProfile({ name: 'nvme', groups: [{ resourceClass: 'CUSTOM_NVME_144D_A808' }] }),
     );
     const [arq] = await store.createArqs({ profileName: 'nvme' });
-    await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: 'i1', host: hostName('h1') }]);
+    await store.bindArqs([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: hostName('h1') }]);
     changes.length = 0;
-    const { released } = await store.deleteArqs({ instanceUuid: 'i1' });
+    const { released } = await store.deleteArqs({ instanceUuid: instanceId('i1') });
     expect(released.map((d) => d.deviceState)).toEqual(['pending_cleaning']);
     expect(changes).toEqual([{ cleanupsOn: ['h1'] }]);
   });
