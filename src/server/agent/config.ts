@@ -36,6 +36,7 @@ import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
 import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
 import type { TlsFiles } from '../grpc/tls.js';
+import { type ApiServerConfig, apiServerConfig } from './kubelet/api-server.js';
 import { type DevicePluginConfig, devicePluginConfig, kubernetesSectionSchema } from './kubelet/config.js';
 
 export interface AgentConfig {
@@ -77,6 +78,8 @@ export interface AgentConfig {
   schedulerTokenFile: string | null;
   /** The kubelet's device plugin API (the `kubernetes.device_plugin` section); null when not enabled. */
   devicePlugin: DevicePluginConfig | null;
+  /** The Kubernetes API server (the `kubernetes.api_server` section); null when not configured. */
+  kubernetesApiServer: ApiServerConfig | null;
 }
 
 export interface HotplugConfig {
@@ -413,6 +416,7 @@ export function parseAgentConfig(
       : null,
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
     devicePlugin: devicePluginConfig(c.kubernetes, baseDir),
+    kubernetesApiServer: apiServerConfig(c.kubernetes?.api_server, baseDir),
   };
 }
 

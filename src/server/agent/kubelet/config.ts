@@ -13,12 +13,17 @@
  *     poll_interval: 5
  *     unclaimed_grace: 300
  *     scheduler_token_file: /etc/berth/k8s-token
+ *   api_server:            # api-server.ts
+ *     url: https://10.0.0.1:6443
+ *     token_file: /var/run/secrets/kubernetes.io/serviceaccount/token
+ *     ca_file: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt
  * ```
  */
 import { resolve } from 'node:path';
 import { z } from 'zod';
 import { seconds, section, text } from '../../../config-schema.js';
 import { show } from '../../../plugins/device-spec/messages.js';
+import { apiServerSectionSchema } from './api-server.js';
 
 export interface DevicePluginConfig {
   /** Where the kubelet's `kubelet.sock` (Registration) is, and where each resource's own socket is made. */
@@ -114,7 +119,8 @@ export const devicePluginSectionSchema = section({
 
 export const kubernetesSectionSchema = section({
   device_plugin: devicePluginSectionSchema.nullish(),
-}).describe('Kubernetes: kubelet plugins (docs/kubernetes.md)');
+  api_server: apiServerSectionSchema.nullish(),
+}).describe('Kubernetes: kubelet plugins and the API server (docs/kubernetes.md)');
 
 type Section = z.infer<typeof kubernetesSectionSchema>;
 
