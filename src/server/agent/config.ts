@@ -38,6 +38,7 @@ import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc
 import type { TlsFiles } from '../grpc/tls.js';
 import { type ApiServerConfig, apiServerConfig } from './kubelet/api-server.js';
 import { type DevicePluginConfig, devicePluginConfig, kubernetesSectionSchema } from './kubelet/config.js';
+import { type ResourceSlicesConfig, resourceSlicesConfig } from './kubelet/slices-config.js';
 
 export interface AgentConfig {
   host: HostName;
@@ -80,6 +81,8 @@ export interface AgentConfig {
   devicePlugin: DevicePluginConfig | null;
   /** The Kubernetes API server (the `kubernetes.api_server` section); null when not configured. */
   kubernetesApiServer: ApiServerConfig | null;
+  /** This host's ResourceSlices on that API server (`kubernetes.resource_slices`); null when not enabled. */
+  resourceSlices: ResourceSlicesConfig | null;
 }
 
 export interface HotplugConfig {
@@ -383,8 +386,9 @@ export function parseAgentConfig(
       'kubernetes.device_plugin.enabled: the device plugin holds and releases devices through the scheduler: set scheduler',
     );
   }
+  const host = configHost(c.host);
   return {
-    host: configHost(c.host),
+    host,
     listen: c.listen ?? '127.0.0.1:7071',
     advertise: c.advertise ?? null,
     scheduler: schedulerList(c.scheduler)[0] ?? null,
@@ -417,6 +421,7 @@ export function parseAgentConfig(
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
     devicePlugin: devicePluginConfig(c.kubernetes, baseDir),
     kubernetesApiServer: apiServerConfig(c.kubernetes?.api_server, baseDir),
+    resourceSlices: resourceSlicesConfig(c.kubernetes?.resource_slices, host, !!c.kubernetes?.api_server),
   };
 }
 

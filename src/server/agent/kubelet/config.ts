@@ -24,6 +24,7 @@ import { z } from 'zod';
 import { seconds, section, text } from '../../../config-schema.js';
 import { show } from '../../../plugins/device-spec/messages.js';
 import { apiServerSectionSchema } from './api-server.js';
+import { resourceSlicesSectionSchema } from './slices-config.js';
 
 export interface DevicePluginConfig {
   /** Where the kubelet's `kubelet.sock` (Registration) is, and where each resource's own socket is made. */
@@ -120,6 +121,7 @@ export const devicePluginSectionSchema = section({
 export const kubernetesSectionSchema = section({
   device_plugin: devicePluginSectionSchema.nullish(),
   api_server: apiServerSectionSchema.nullish(),
+  resource_slices: resourceSlicesSectionSchema.nullish(),
 }).describe('Kubernetes: kubelet plugins and the API server (docs/kubernetes.md)');
 
 type Section = z.infer<typeof kubernetesSectionSchema>;
