@@ -39,7 +39,9 @@ import { CleanupRunner } from './cleanup-runner.js';
 import { type AgentConfig, agentAuthOptions } from './config.js';
 import { Coalescer, type SourceStatus, UdevadmSource } from './hotplug.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
+import { resourceApiClient } from './kubelet/api-server.js';
 import { KubeletDevicePlugin } from './kubelet/device-plugin.js';
+import { ResourceSlicePublisher } from './kubelet/slice-publisher.js';
 import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
@@ -116,6 +118,8 @@ export class Agent {
   private registration: RegistrationLoop | null = null;
   /** The kubelet's device plugin API (kubernetes.device_plugin); null when not enabled. */
   devicePlugin: KubeletDevicePlugin | null = null;
+  /** This host's ResourceSlices on the API server (kubernetes.resource_slices); null when not enabled. */
+  resourceSlices: ResourceSlicePublisher | null = null;
   /** The next full rediscovery (rescan_interval while following events, else discovery_interval). */
   private timer: NodeJS.Timeout | null = null;
   private readonly lifecycle = new Lifecycle<AgentDegradedReason>();
@@ -403,6 +407,16 @@ export class Agent {
             : {}),
       });
       this.devicePlugin.start();
+    }
+    if (cfg.resourceSlices && cfg.kubernetesApiServer) {
+      this.resourceSlices = new ResourceSlicePublisher({
+        config: cfg.resourceSlices,
+        api: await resourceApiClient(cfg.kubernetesApiServer),
+        inventory: this.inventory,
+        isCleaning: (key) => this.cleanups.isCleaning(key),
+        logger: this.logger,
+      });
+      this.resourceSlices.start();
     }
     this.lifecycle.started();
   }
@@ -866,6 +880,7 @@ export class Agent {
     await this.coalescer.close();
     this.registration?.stop();
     await this.devicePlugin?.stop();
+    await this.resourceSlices?.stop();
     await this.cleanups.stop();
     this.resolveStopped();
     await this.server?.stop(2_000);
