@@ -143,6 +143,8 @@ export class KubeApiServerStandIn {
   readonly slices = new Map<string, Slice>();
   /** Every request answered: method, path, status. */
   readonly requests: { method: string; path: string; status: number }[] = [];
+  /** While true, requests are read and never answered (a server that hangs). */
+  hang = false;
   /** Called with each request before it is handled (a test plays another writer here). */
   onRequest: ((method: string, name: string | null) => void) | null = null;
   /** Called with each accepted create or replace before it is stored and answered. */
@@ -214,6 +216,7 @@ export class KubeApiServerStandIn {
     const method = req.method ?? 'GET';
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
+    if (this.hang) return;
     const send = (status: number, body: unknown) => {
       this.requests.push({ method, path: url.pathname, status });
       res.writeHead(status, { 'content-type': 'application/json' });

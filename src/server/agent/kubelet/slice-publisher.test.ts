@@ -58,7 +58,11 @@ describe('ResourceSlice publisher (stand-in API server, @kubernetes/client-node)
     api = undefined;
   });
 
-  async function start(devices: DiscoveredDevice[], config: Partial<ResourceSlicesConfig> = {}) {
+  async function start(
+    devices: DiscoveredDevice[],
+    config: Partial<ResourceSlicesConfig> = {},
+    requestTimeoutMs?: number,
+  ) {
     api = await KubeApiServerStandIn.start();
     const inventory = new Inventory();
     inventory.apply(devices);
@@ -70,6 +74,7 @@ describe('ResourceSlice publisher (stand-in API server, @kubernetes/client-node)
       inventory,
       isCleaning: (k) => cleaning.has(k),
       logger: logs.logger,
+      ...(requestTimeoutMs ? { requestTimeoutMs } : {}),
     });
     pub.start();
     return { inventory, logs, cleaning };
@@ -280,5 +285,23 @@ describe('ResourceSlice publisher (stand-in API server, @kubernetes/client-node)
     // One generation, past the one written before the outage (a sync may have caught an interim state on the way).
     expect([...generations()]).toEqual([pub!.generation]);
     expect(pub!.generation).toBeGreaterThan(1);
+  });
+
+  it('aborts a call the API server never answers, and retries', async () => {
+    const { inventory, logs } = await start([device(0), device(1)], {}, 300);
+    await eventually(
+      () => api!.devicesOf('h1'),
+      (d) => d.length === 2,
+    );
+    api!.hang = true;
+    set(inventory, 0, 'held');
+    const [failed] = await logs.waitFor((l) => l.msg === 'publishing ResourceSlices failed; retrying');
+    expect(failed).toMatchObject({ status: null, error: expect.stringMatching(/abort/i) });
+    api!.hang = false;
+    await logs.waitFor((l) => l.msg === 'ResourceSlices caught up');
+    await eventually(
+      () => api!.devicesOf('h1'),
+      (d) => d.join() === name(1),
+    );
   });
 });

@@ -18,7 +18,13 @@
  *   up to resync_interval; the next sync lists afresh, so it catches up with
  *   whatever changed meanwhile. The agent never waits on it.
  */
-import type { ResourceV1Api, V1ResourceSlice } from '@kubernetes/client-node';
+import {
+  type ConfigurationOptions,
+  Observable,
+  type ObservableMiddleware,
+  type ResourceV1Api,
+  type V1ResourceSlice,
+} from '@kubernetes/client-node';
 import type { Logger } from 'pino';
 import type { Inventory } from '../inventory.js';
 import { buildSlices, publishedDevices, type ResourceSlice, type SliceDevice } from './resource-slices.js';
@@ -32,10 +38,24 @@ export type SliceApi = Pick<
 
 export interface SlicePublisherOptions {
   config: ResourceSlicesConfig;
+  /** Milliseconds an API server call may take before it is aborted (default 10 s): a server that never answers is a failure like any other. */
+  requestTimeoutMs?: number;
   api: SliceApi;
   inventory: Inventory;
   isCleaning(mediaKey: string): boolean;
   logger: Logger;
+}
+
+/** Call options aborting a request after `ms` (client-node's object API takes observable middleware). */
+function timeout(ms: number): ConfigurationOptions {
+  const abort: ObservableMiddleware = {
+    pre: (context) => {
+      context.setSignal(AbortSignal.timeout(ms));
+      return new Observable(Promise.resolve(context));
+    },
+    post: (context) => new Observable(Promise.resolve(context)),
+  };
+  return { middleware: [abort], middlewareMergeStrategy: 'append' };
 }
 
 /** The HTTP status of a client-node failure (ApiException.code), or null (no answer: connection refused, reset). */
@@ -114,9 +134,12 @@ export class ResourceSlicePublisher {
   /** The pool's generation as last written or seen; 0 before the first sync. */
   generation = 0;
   private readonly logger: Logger;
+  /** Every call's options: aborted after requestTimeoutMs. */
+  private readonly call: ConfigurationOptions;
 
   constructor(private readonly options: SlicePublisherOptions) {
     this.logger = options.logger.child({ component: 'resource-slices' });
+    this.call = timeout(options.requestTimeoutMs ?? 10_000);
   }
 
   start(): void {
@@ -180,9 +203,10 @@ export class ResourceSlicePublisher {
     const { devices, withheld } = publishedDevices(this.options.inventory.list(), (k) =>
       this.options.isCleaning(k),
     );
-    const listed = await api.listResourceSlice({
-      fieldSelector: `spec.driver=${config.driver},spec.nodeName=${config.nodeName}`,
-    });
+    const listed = await api.listResourceSlice(
+      { fieldSelector: `spec.driver=${config.driver},spec.nodeName=${config.nodeName}` },
+      this.call,
+    );
     const mine = listed.items.filter((s) => s.spec.pool.name === config.pool);
     const current = Math.max(0, ...mine.map((s) => s.spec.pool.generation));
     const wanted = buildSlices(config, devices, Math.max(current, 1));
@@ -199,7 +223,7 @@ export class ResourceSlicePublisher {
     }
     for (const name of byName.keys()) {
       try {
-        await api.deleteResourceSlice({ name });
+        await api.deleteResourceSlice({ name }, this.call);
       } catch (err) {
         if (statusOf(err) !== 404) throw err;
       }
@@ -235,10 +259,10 @@ export class ResourceSlicePublisher {
   private async write(slice: ResourceSlice, old: V1ResourceSlice | undefined): Promise<void> {
     const { api } = this.options;
     if (!old) {
-      await api.createResourceSlice({ body: toModel(slice) });
+      await api.createResourceSlice({ body: toModel(slice) }, this.call);
       return;
     }
     const body = toModel(slice, old.metadata?.resourceVersion ?? '');
-    await api.replaceResourceSlice({ name: slice.metadata.name, body });
+    await api.replaceResourceSlice({ name: slice.metadata.name, body }, this.call);
   }
 }
