@@ -44,6 +44,7 @@ import { KubeletDevicePlugin } from './kubelet/device-plugin.js';
 import { DraCheckpoint } from './kubelet/dra-checkpoint.js';
 import { ClaimReader } from './kubelet/dra-claims.js';
 import { KubeletDraPlugin } from './kubelet/dra-plugin.js';
+import { ResourceSlicePublisher } from './kubelet/slice-publisher.js';
 import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
@@ -122,6 +123,8 @@ export class Agent {
   devicePlugin: KubeletDevicePlugin | null = null;
   /** The kubelet's DRA plugin API (kubernetes.dra); null when not enabled. */
   dra: KubeletDraPlugin | null = null;
+  /** This host's ResourceSlices on the API server (kubernetes.resource_slices); null when not enabled. */
+  resourceSlices: ResourceSlicePublisher | null = null;
   /** The next full rediscovery (rescan_interval while following events, else discovery_interval). */
   private timer: NodeJS.Timeout | null = null;
   private readonly lifecycle = new Lifecycle<AgentDegradedReason>();
@@ -416,7 +419,7 @@ export class Agent {
         claims: new ClaimReader(
           await resourceApiClient(cfg.kubernetesApiServer),
           cfg.dra.driverName,
-          cfg.host,
+          cfg.dra.pool,
         ),
         checkpoint: await DraCheckpoint.load(cfg.dra.checkpointFile),
         scheduler: cfg.scheduler,
@@ -424,6 +427,16 @@ export class Agent {
         ...(await pluginToken(cfg.dra.schedulerTokenFile)),
       });
       await this.dra.start();
+    }
+    if (cfg.resourceSlices && cfg.kubernetesApiServer) {
+      this.resourceSlices = new ResourceSlicePublisher({
+        config: cfg.resourceSlices,
+        api: await resourceApiClient(cfg.kubernetesApiServer),
+        inventory: this.inventory,
+        isCleaning: (key) => this.cleanups.isCleaning(key),
+        logger: this.logger,
+      });
+      this.resourceSlices.start();
     }
     this.lifecycle.started();
   }
@@ -888,6 +901,7 @@ export class Agent {
     this.registration?.stop();
     await this.devicePlugin?.stop();
     await this.dra?.stop();
+    await this.resourceSlices?.stop();
     await this.cleanups.stop();
     this.resolveStopped();
     await this.server?.stop(2_000);

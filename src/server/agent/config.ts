@@ -39,11 +39,13 @@ import type { TlsFiles } from '../grpc/tls.js';
 import { type ApiServerConfig, apiServerConfig } from './kubelet/api-server.js';
 import {
   type DevicePluginConfig,
+  DRA_DEFAULTS,
   type DraConfig,
   devicePluginConfig,
   draConfig,
   kubernetesSectionSchema,
 } from './kubelet/config.js';
+import { type ResourceSlicesConfig, resourceSlicesConfig } from './kubelet/slices-config.js';
 
 export interface AgentConfig {
   host: HostName;
@@ -88,6 +90,8 @@ export interface AgentConfig {
   kubernetesApiServer: ApiServerConfig | null;
   /** The kubelet's DRA plugin API (the `kubernetes.dra` section); null when not enabled. */
   dra: DraConfig | null;
+  /** This host's ResourceSlices on that API server (`kubernetes.resource_slices`); null when not enabled. */
+  resourceSlices: ResourceSlicesConfig | null;
 }
 
 export interface HotplugConfig {
@@ -402,8 +406,10 @@ export function parseAgentConfig(
     );
   }
   const stateDir = resolve(baseDir, c.state_dir ?? '/var/lib/berth');
+  const host = configHost(c.host);
+  const { dra, resourceSlices } = kubernetesDra(c.kubernetes, host, baseDir, stateDir);
   return {
-    host: configHost(c.host),
+    host,
     listen: c.listen ?? '127.0.0.1:7071',
     advertise: c.advertise ?? null,
     scheduler: schedulerList(c.scheduler)[0] ?? null,
@@ -436,8 +442,40 @@ export function parseAgentConfig(
     schedulerTokenFile: resolved(baseDir, c.scheduler_token_file) ?? null,
     devicePlugin: devicePluginConfig(c.kubernetes, baseDir),
     kubernetesApiServer: apiServerConfig(c.kubernetes?.api_server, baseDir),
-    dra: draConfig(c.kubernetes, baseDir, stateDir),
+    dra,
+    resourceSlices,
   };
+}
+
+/**
+ * The DRA plugin and the ResourceSlices it allocates from are one driver: the
+ * slices publish under the DRA plugin's driver name and pool, and a claim's
+ * results are Berth's when they name both. One name each, so an operator
+ * cannot make the plugin look for devices in a pool the slices do not publish.
+ */
+function kubernetesDra(
+  k: z.infer<typeof agentConfigSchema>['kubernetes'],
+  host: HostName,
+  baseDir: string,
+  stateDir: string,
+): { dra: DraConfig | null; resourceSlices: ResourceSlicesConfig | null } {
+  const slicesSection = k?.resource_slices;
+  const draDriver = k?.dra?.enabled ? (k.dra.driver_name ?? DRA_DEFAULTS.driverName) : null;
+  if (draDriver && slicesSection?.enabled && slicesSection.driver && slicesSection.driver !== draDriver) {
+    throw new ConfigError(
+      `kubernetes.resource_slices.driver: ${JSON.stringify(slicesSection.driver)} is not the DRA plugin's driver ` +
+        `(kubernetes.dra.driver_name ${JSON.stringify(draDriver)}): the slices are that driver's; give one name`,
+    );
+  }
+  const slices = resourceSlicesConfig(
+    draDriver && slicesSection
+      ? { ...slicesSection, driver: slicesSection.driver ?? draDriver }
+      : slicesSection,
+    host,
+    !!k?.api_server,
+  );
+  const dra = draConfig(k, baseDir, stateDir, slices?.pool ?? host);
+  return { dra, resourceSlices: slices };
 }
 
 /**

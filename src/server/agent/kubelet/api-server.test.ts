@@ -134,3 +134,54 @@ describe('the resource.k8s.io/v1 client (@kubernetes/client-node)', () => {
     );
   });
 });
+
+describe('agent config: kubernetes.resource_slices', () => {
+  const parseWith = (resource_slices: unknown, host = 'worker-3', api = true) =>
+    parseAgentConfig(
+      {
+        sysfs_root: '/',
+        host,
+        kubernetes: { ...(api ? { api_server: { url: 'https://k8s:6443' } } : {}), resource_slices },
+      },
+      {},
+      '/etc/berth',
+    );
+
+  it('is off unless enabled; defaults the driver, node and pool from the host', () => {
+    expect(parseWith({ enabled: false }).resourceSlices).toBeNull();
+    expect(parseWith({ enabled: true }).resourceSlices).toEqual({
+      driver: 'berth.dev',
+      nodeName: 'worker-3',
+      pool: 'worker-3',
+      resyncMs: 60_000,
+      retryMs: 1_000,
+    });
+    expect(
+      parseWith(
+        { enabled: true, driver: 'gpu.example.com', node_name: 'n1', pool: 'p1', resync_interval: 5 },
+        'Host_1',
+      ).resourceSlices,
+    ).toMatchObject({ driver: 'gpu.example.com', nodeName: 'n1', pool: 'p1', resyncMs: 5_000 });
+  });
+
+  it('names the field and value of every mistake', () => {
+    expect(() => parseWith({ enabled: true }, 'worker-3', false)).toThrow(
+      'kubernetes.resource_slices.enabled: ResourceSlices are published to an API server: set kubernetes.api_server',
+    );
+    expect(() => parseWith({ enabled: true }, 'Host_1')).toThrow(
+      'kubernetes.resource_slices.node_name: the host name "Host_1" is not a DNS subdomain (lower case): give node_name',
+    );
+    expect(() => parseWith({ enabled: true, node_name: 'n1' }, 'Host_1')).toThrow(
+      /^kubernetes\.resource_slices\.pool: /,
+    );
+    expect(() => parseWith({ enabled: true, driver: 'Berth.Dev' })).toThrow(
+      'kubernetes.resource_slices.driver: expected a DRA driver name: a DNS subdomain of at most 63 characters (lower case), got "Berth.Dev"',
+    );
+    expect(() => parseWith({ enabled: true, resync_interval: 0 })).toThrow(
+      /^kubernetes\.resource_slices\.resync_interval: /,
+    );
+    expect(() => parseWith({ enabled: 'yes' })).toThrow(
+      'kubernetes.resource_slices.enabled: expected true or false, got "yes"',
+    );
+  });
+});

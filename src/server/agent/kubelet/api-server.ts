@@ -89,8 +89,10 @@ export async function resourceApiClient(cfg: ApiServerConfig): Promise<ResourceV
     caData = Buffer.from(pem).toString('base64');
   }
   const kc = new KubeConfig();
+  // client-node refuses a plain http server unless skipTLSVerify is set; over https it stays false.
+  const plain = cfg.url.startsWith('http://');
   kc.loadFromOptions({
-    clusters: [{ name: 'berth', server: cfg.url, skipTLSVerify: false, ...(caData ? { caData } : {}) }],
+    clusters: [{ name: 'berth', server: cfg.url, skipTLSVerify: plain, ...(caData ? { caData } : {}) }],
     users: [{ name: 'berth', ...(token ? { token } : {}) }],
     contexts: [{ name: 'berth', cluster: 'berth', user: 'berth' }],
     currentContext: 'berth',

@@ -31,6 +31,7 @@ import { z } from 'zod';
 import { seconds, section, text } from '../../../config-schema.js';
 import { show } from '../../../plugins/device-spec/messages.js';
 import { apiServerSectionSchema } from './api-server.js';
+import { resourceSlicesSectionSchema } from './slices-config.js';
 
 export interface DevicePluginConfig {
   /** Where the kubelet's `kubelet.sock` (Registration) is, and where each resource's own socket is made. */
@@ -127,6 +128,8 @@ export const devicePluginSectionSchema = section({
 export interface DraConfig {
   /** The DRA driver name: the `driver` of a ResourceClaim's results that are Berth's, and the CDI vendor. */
   driverName: string;
+  /** This host's pool: its devices' `pool` in the ResourceSlices and in a claim's results (kubernetes.resource_slices.pool, else the host). */
+  pool: string;
   /** Where the kubelet looks for plugin registration sockets (`<driver>-reg.sock` is made there). */
   pluginsRegistryDir: string;
   /** Where the plugin's own socket (`dra.sock`) is made. */
@@ -183,6 +186,7 @@ export const kubernetesSectionSchema = section({
   device_plugin: devicePluginSectionSchema.nullish(),
   api_server: apiServerSectionSchema.nullish(),
   dra: draSectionSchema.nullish(),
+  resource_slices: resourceSlicesSectionSchema.nullish(),
 }).describe('Kubernetes: kubelet plugins and the API server (docs/kubernetes.md)');
 
 type Section = z.infer<typeof kubernetesSectionSchema>;
@@ -210,6 +214,7 @@ export function draConfig(
   c: Section | null | undefined,
   baseDir: string,
   stateDir: string,
+  pool: string,
 ): DraConfig | null {
   const d = c?.dra;
   if (!d?.enabled) return null;
@@ -217,6 +222,7 @@ export function draConfig(
   const at = (v: string | null | undefined) => (v ? resolve(baseDir, v) : null);
   return {
     driverName: name,
+    pool,
     pluginsRegistryDir: resolve(baseDir, d.plugins_registry_dir ?? DRA_DEFAULTS.pluginsRegistryDir),
     pluginDir: resolve(baseDir, d.plugin_dir ?? `${DRA_DEFAULTS.pluginsDir}/${name}`),
     cdiDir: resolve(baseDir, d.cdi_dir ?? DRA_DEFAULTS.cdiDir),

@@ -133,7 +133,7 @@ export class KubeletDraPlugin {
 
   /** This host's pool: its devices' `pool` in slices and allocation results. */
   private get pool(): string {
-    return this.options.agent.host;
+    return this.config.pool;
   }
 
   async start(): Promise<void> {
