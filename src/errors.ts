@@ -198,3 +198,28 @@ export class ConfigError extends Error {
     this.name = 'ConfigError';
   }
 }
+
+/** Values are shown in messages up to this many characters. */
+const MAX_SHOWN = 80;
+
+/**
+ * A value as every error message shows it (one rule, issue 41 item 9): as
+ * JSON, a string quoted with its first 80 characters (then `…`), anything else
+ * cut at 80 characters; never throws (BigInt, cycles).
+ */
+export function show(value: unknown): string {
+  if (typeof value === 'string') {
+    return JSON.stringify(value.length > MAX_SHOWN ? `${value.slice(0, MAX_SHOWN)}…` : value);
+  }
+  let text: string;
+  try {
+    text = value === undefined ? 'undefined' : (JSON.stringify(value) ?? String(value));
+  } catch {
+    try {
+      text = String(value);
+    } catch {
+      text = Object.prototype.toString.call(value);
+    }
+  }
+  return text.length > MAX_SHOWN ? `${text.slice(0, MAX_SHOWN - 1)}…` : text;
+}

@@ -14,7 +14,7 @@
  * the agent, the scheduler and the client all import it.
  */
 import { randomUUID } from 'node:crypto';
-import { invalidArgument } from './errors.js';
+import { invalidArgument, show } from './errors.js';
 
 /** A PCI function's address as sysfs names it: `0000:3b:02.0` (full, lower-case hex, function 0-7). */
 export type PciAddress = string & { readonly __brand: 'PciAddress' };
@@ -49,12 +49,6 @@ const PLACEMENT_NAME = /^(?!CUSTOM_$)[A-Z][A-Z0-9_]{0,254}$/;
 const INSTANCE_ID = /^[A-Za-z0-9._:-]{1,255}$/;
 /** Nova's tag rules: at most 60 characters, no `,` or `/` (they separate tags in Nova's boot syntax). */
 export const MAX_TAG_LENGTH = 60;
-
-/** A value as an error message shows it: quoted, at most 80 characters. */
-const show = (v: unknown): string => {
-  if (typeof v !== 'string') return v === undefined ? 'undefined' : `a ${typeof v}`;
-  return JSON.stringify(v.length > 80 ? `${v.slice(0, 80)}…` : v);
-};
 
 // --- PCI addresses -----------------------------------------------------------
 

@@ -4,25 +4,11 @@
  * fix the file without reading code. Rendering a value must itself never throw.
  */
 
+import { show as showValue } from '../../errors.js';
 import { JsonFloat } from './python-values.js';
 
-const MAX_SHOWN = 80;
-
-/** A value as it would appear in JSON, shortened; never throws (BigInt, cycles, ...). */
-export function show(value: unknown): string {
-  let text: string;
-  if (value instanceof JsonFloat) return value.text;
-  try {
-    text = value === undefined ? 'undefined' : (JSON.stringify(value) ?? String(value));
-  } catch {
-    try {
-      text = String(value);
-    } catch {
-      text = Object.prototype.toString.call(value);
-    }
-  }
-  return text.length > MAX_SHOWN ? `${text.slice(0, MAX_SHOWN - 3)}...` : text;
-}
+/** A value as error messages show it (errors.ts `show`); a float of a device_spec as it was written. */
+export const show = (value: unknown): string => (value instanceof JsonFloat ? value.text : showValue(value));
 
 /** Levenshtein distance, small strings only (config keys). */
 function distance(a: string, b: string): number {

@@ -32,6 +32,7 @@ describe('agent config: kubernetes.dra', () => {
       ).dra,
     ).toEqual({
       driverName: 'berth.dev',
+      pool: 'vm',
       pluginsRegistryDir: '/var/lib/kubelet/plugins_registry',
       pluginDir: '/var/lib/kubelet/plugins/berth.dev',
       cdiDir: '/etc/berth/cdi',
@@ -52,6 +53,21 @@ describe('agent config: kubernetes.dra', () => {
   ])('refuses %j, naming the key', (dra, message) => {
     expect(() => parse(dra)).toThrow(ConfigError);
     expect(() => parse(dra)).toThrow(message);
+  });
+
+  it("is one driver with the ResourceSlices: their pool and driver name are the plugin's", () => {
+    const both = parse(
+      { enabled: true, driver_name: 'nvme.example.com' },
+      { api_server: API, resource_slices: { enabled: true, pool: 'rack-7' } },
+    );
+    expect(both.dra).toMatchObject({ driverName: 'nvme.example.com', pool: 'rack-7' });
+    expect(both.resourceSlices).toMatchObject({ driver: 'nvme.example.com', pool: 'rack-7' });
+    expect(() =>
+      parse(
+        { enabled: true },
+        { api_server: API, resource_slices: { enabled: true, driver: 'other.example.com' } },
+      ),
+    ).toThrow(/kubernetes\.resource_slices\.driver: "other\.example\.com" is not the DRA plugin's driver/);
   });
 
   it('needs a scheduler and an API server', () => {

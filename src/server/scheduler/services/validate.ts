@@ -1,6 +1,6 @@
 /** Request validation shared by the scheduler's handlers: every rejection names the field and the value. */
 
-import { invalidArgument } from '../../../errors.js';
+import { invalidArgument, show } from '../../../errors.js';
 import type { DeviceRef as DeviceRefPb } from '../../../gen/berth/scheduler/v1/device_service.js';
 import {
   type HostName,
@@ -12,8 +12,6 @@ import {
 import type { DeviceRef } from '../domain/inventory.js';
 
 const ID = /^[A-Za-z0-9._:-]{1,128}$/;
-
-const show = (v: string) => JSON.stringify(v.length > 80 ? `${v.slice(0, 80)}…` : v);
 
 /** The identifiers' parsers (src/identifiers.ts) under the names the services use. */
 export const requireUuid = parseUuid;
