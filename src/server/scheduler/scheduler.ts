@@ -349,8 +349,11 @@ export class Scheduler {
               credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
               timeoutMs: c.timeoutSeconds * 1000,
               retryMaxMs: c.retryMaxSeconds * 1000,
+              claimTtlMs: c.nova.claimTtlSeconds * 1000,
             }
           : null,
+        schedulerId: id,
+        aloneOnDatabase: leases === undefined,
         nodename: (host) => options.placement?.computeNodes[host] ?? host,
         logger: logger.child({ component: 'cyborg' }),
       });

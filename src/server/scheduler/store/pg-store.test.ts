@@ -13,6 +13,7 @@ import { available, postgresServer } from '../../../../test/helpers/prerequisite
 import { newDevice } from '../domain/device-state.js';
 import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
 import { runMediaContract } from './media-contract.support.js';
+import { runNovaClaimsContract } from './nova-claims-contract.support.js';
 import { openPgStore, PgDatabase } from './pg-store.js';
 import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { runStoreContract } from './store-contract.support.js';
@@ -37,6 +38,7 @@ const databaseFor = async (path: string) =>
 describe.skipIf(!usable)('PostgreSQL backend', () => {
   runStoreContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
   runMediaContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
+  runNovaClaimsContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
   runUnitOfWorkContract('postgres', async (path) => {
     const db = new PgDatabase(await databaseFor(path));
     await db.migrate();
