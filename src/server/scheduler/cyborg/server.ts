@@ -359,6 +359,8 @@ export class CyborgApi {
     const bindings: ArqBinding[] = [];
     const instance = patches[0]!.op === 'add' ? patches[0]!.instanceUuid : '';
     const asked = new Set(patches.map((p) => p.arqUuid));
+    /** ARQs already bound as asked (Nova retrying): their bind holds nothing, and what their event's sender claims is not let go. */
+    const retried = new Set<string>();
     let owner: string | null = null;
     for (const p of patches) {
       if (p.op !== 'add') continue;
@@ -396,6 +398,7 @@ export class CyborgApi {
         );
       }
       owner = project;
+      if (arq.state === 'bound') retried.add(arq.uuid);
       bindings.push({
         arqUuid: arq.uuid,
         instanceUuid: p.instanceUuid,
@@ -425,7 +428,7 @@ export class CyborgApi {
       .then(
         // Confirmed: the bind is final, and its `completed` events anyone's to send. (An undone
         // bind's `failed` events replaced the held ones, unclaimed, in the undo's unit.)
-        () => this.releaseHeld(bindings),
+        () => this.releaseHeld(bindings.filter((b) => !retried.has(b.arqUuid))),
         (err: unknown) => {
           const level = isBerthError(err) && err.code !== 'INTERNAL' ? 'info' : 'error';
           this.deps.logger[level](
