@@ -26,9 +26,10 @@ let server: PostgresServer | undefined;
 beforeAll(async () => {
   if (usable) server = await startPostgres();
 }, 120_000);
+// A server holding every test's database takes a while to stop and remove on a loaded machine.
 afterAll(async () => {
   await server?.stop();
-});
+}, 120_000);
 
 /** One database per test path: `berth_<hash>`. */
 const databaseFor = async (path: string) =>
