@@ -133,7 +133,7 @@ describe.skipIf(!usable)('Nova events from two scheduler replicas on PostgreSQL 
   /**
    * Nova's bind of a new ARQ to a new instance on the host's provider, through
    * whichever live replica follows the host (only it knows the host's
-   * providers; after A started again, once it follows the host again); the ARQ's uuid.
+   * providers; after a kill, once the other adopted it); the ARQ's uuid.
    */
   async function bind(): Promise<string> {
     let bound = '';
@@ -234,9 +234,8 @@ describe.skipIf(!usable)('Nova events from two scheduler replicas on PostgreSQL 
       await replicas[n].start();
     }
     const sim = await buildSimHost(join(dir, 'host'), vfHostDefinition(HOST, VFS));
-    // The agent knows A alone, so A (started again after a kill) follows the host and knows its
-    // provider; binds go through A, the events through either replica.
-    const agent = await agentProcess(sim, { scheduler: replicas.A.endpoint });
+    // The agent lists both: after a kill the other replica adopts the host (and knows its provider).
+    const agent = await agentProcess(sim, { scheduler: [replicas.A.endpoint, replicas.B.endpoint] });
     await agent.start();
     // Until Berth reported them, Placement knows neither the resource class nor the provider (400).
     provider = (
