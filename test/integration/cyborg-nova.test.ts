@@ -191,7 +191,7 @@ describe.skipIf(!have)("Berth as Nova's accelerator service, driven by Nova's ow
   const cyborgOptions = (): CyborgOptions => ({
     listen: '127.0.0.1:0',
     auth: { type: 'noauth' },
-    nova: { url: nova.url, auth: { type: 'noauth', user: 'admin' } },
+    nova: { url: nova.url, auth: { type: 'noauth', user: 'admin' }, claimTtlSeconds: 60 },
     timeoutSeconds: 3,
     retryMaxSeconds: 0.5,
   });

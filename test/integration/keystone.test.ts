@@ -162,7 +162,7 @@ describe.skipIf(!have)('Berth against a real Keystone', () => {
     const cyborgOptions: CyborgOptions = {
       listen: '127.0.0.1:0',
       auth: { type: 'keystone', authUrl: ks.url, credentials: berthAuth() },
-      nova: { url: novaUrl, auth: { type: 'noauth', user: 'admin' } },
+      nova: { url: novaUrl, auth: { type: 'noauth', user: 'admin' }, claimTtlSeconds: 120 },
       timeoutSeconds: 30,
       retryMaxSeconds: 0.5,
     };

@@ -351,8 +351,11 @@ export class Scheduler {
               credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
               timeoutMs: c.timeoutSeconds * 1000,
               retryMaxMs: c.retryMaxSeconds * 1000,
+              claimTtlMs: c.nova.claimTtlSeconds * 1000,
             }
           : null,
+        schedulerId: id,
+        aloneOnDatabase: leases === undefined,
         nodename: (host) => options.placement?.computeNodes[host] ?? host,
         // The same certificate as gRPC (docs/cyborg.md "TLS"); plain HTTP only when asked, behind a proxy.
         ...(tls?.cert && tls.key && !c.plaintext ? { tls: { cert: tls.cert, key: tls.key } } : {}),

@@ -124,7 +124,14 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
     expect((await useCases.getArq(b.uuid)).state).toBe('initial');
     // The workflow: the bind's unit, then the failure's.
     const failed = await rejection(
-      binding.bind([{ arqUuid: b.uuid, instanceUuid: instanceId('i2'), host: H1, notifyNova: true }]),
+      binding.bind([
+        {
+          arqUuid: b.uuid,
+          instanceUuid: instanceId('i2'),
+          host: H1,
+          notifyNova: { holder: 's1', holdMs: 60_000 },
+        },
+      ]),
     );
     expect(failed.reason).toBe('NO_ALLOCATABLE_DEVICE');
     expect(db.writes.units - units).toBe(3);

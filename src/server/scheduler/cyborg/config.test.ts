@@ -33,7 +33,11 @@ describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
         authUrl: 'https://keystone:5000/v3',
         credentials: { type: 'token', token: 'ks-token' },
       },
-      nova: { url: 'https://nova:8774/v2.1', auth: { type: 'token', token: 'nova-token' } },
+      nova: {
+        url: 'https://nova:8774/v2.1',
+        auth: { type: 'token', token: 'nova-token' },
+        claimTtlSeconds: 60,
+      },
       timeoutSeconds: 5,
       retryMaxSeconds: 30,
       plaintext: false,
@@ -121,6 +125,26 @@ describe('berth scheduler serve --cyborg-* and --cyborg-config', () => {
     await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'bad-proxy.yaml') })).rejects.toThrow(
       'trust_proxy_headers: expected true or false, got "yes"',
     );
+    // The claim on a Nova event outlasts a send (decision 77): set with the file, checked against the timeout.
+    const claims = async (nova: string, timeout = 2) => {
+      await writeFile(
+        join(dir, 'claims.yaml'),
+        `listen: 127.0.0.1:1\nauth: {type: noauth}\ntimeout: ${timeout}\n${nova}\n`,
+      );
+      return cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'claims.yaml') });
+    };
+    expect(
+      (await claims('nova: {url: "http://nova/v2.1", auth: {type: noauth}, claim_ttl: 8}'))?.nova,
+    ).toMatchObject({
+      claimTtlSeconds: 8,
+    });
+    expect((await claims('nova: {url: "http://nova/v2.1", auth: {type: noauth}}', 20))?.nova).toMatchObject({
+      claimTtlSeconds: 80,
+    });
+    await expect(
+      claims('nova: {url: "http://nova/v2.1", auth: {type: noauth}, claim_ttl: 7}'),
+    ).rejects.toThrow('claims.yaml: cyborg.nova.claim_ttl: 7 s is shorter than 4 × timeout (2 s)');
+    await expect(claims('nova: {claim_ttl: 9}')).rejects.toThrow('cyborg.nova.url: required with nova.auth');
     await writeFile(join(dir, 'extra.yaml'), 'listen: 127.0.0.1:1\nport: 5\n');
     await expect(cyborgOptionsFromFlags({ cyborgConfig: join(dir, 'extra.yaml') })).rejects.toThrow(
       'unknown key',

@@ -27,6 +27,12 @@ export interface CyborgOptions {
     /** Nova's compute endpoint (…/v2.1). */
     url: string;
     auth: PlacementAuth;
+    /**
+     * How long a scheduler's claim on an event lasts (decision 77): another
+     * scheduler on the database takes an event over this long after its
+     * sender died. At least 4 × `timeoutSeconds`.
+     */
+    claimTtlSeconds: number;
   } | null;
   timeoutSeconds: number;
   retryMaxSeconds: number;
@@ -80,6 +86,7 @@ const fileSchema = section({
         .optional(),
       token_file: text('a file name').optional(),
     }).optional(),
+    claim_ttl: seconds(0.4, 3600).optional(),
   }).optional(),
   timeout: seconds(0.1, 600).optional(),
   retry_max: seconds(0.1, 3600).optional(),
@@ -193,18 +200,25 @@ export async function cyborgOptionsFromFlags(f: CyborgFlags): Promise<CyborgOpti
       };
     }
   } else resolvedAuth = { type: a.type === 'berth' ? 'berth' : 'noauth' };
-  let events: CyborgOptions['nova'] = null;
-  if (c.nova?.url) events = { url: c.nova.url, auth: await novaAuthOf(c.nova.auth ?? {}) };
-  else if (c.nova?.auth) {
+  const timeoutSeconds = c.timeout ?? 10;
+  const claimTtlSeconds = c.nova?.claim_ttl ?? Math.max(60, 4 * timeoutSeconds);
+  if (claimTtlSeconds < 4 * timeoutSeconds) {
     throw new ConfigError(
-      `${where}cyborg.nova.url: required with nova.auth (--nova-url): where accelerator-request-bound events go`,
+      `${where}cyborg.nova.claim_ttl: ${claimTtlSeconds} s is shorter than 4 × timeout (${timeoutSeconds} s): a sender would lose its claim while Nova may still take the event`,
+    );
+  }
+  let events: CyborgOptions['nova'] = null;
+  if (c.nova?.url) events = { url: c.nova.url, auth: await novaAuthOf(c.nova.auth ?? {}), claimTtlSeconds };
+  else if (c.nova?.auth || c.nova?.claim_ttl !== undefined) {
+    throw new ConfigError(
+      `${where}cyborg.nova.url: required with nova.auth or nova.claim_ttl (--nova-url): where accelerator-request-bound events go`,
     );
   }
   return {
     listen: c.listen,
     auth: resolvedAuth,
     nova: events,
-    timeoutSeconds: c.timeout ?? 10,
+    timeoutSeconds,
     retryMaxSeconds: c.retry_max ?? 30,
     plaintext: c.plaintext ?? false,
     trustProxyHeaders: c.trust_proxy_headers ?? false,

@@ -53,6 +53,10 @@ export interface CyborgApiDeps {
   identity: IdentitySource;
   /** Where events go; null: no Nova (a lab), none is owed or sent. */
   nova: NovaEventsOptions | null;
+  /** This scheduler's id: the owner of its claims on Nova's events (decision 77). */
+  schedulerId: string;
+  /** No other scheduler shares the database (SQLite): claims left by an earlier run are let go. */
+  aloneOnDatabase: boolean;
   /** Berth host → the name Nova knows its compute node by (Placement's compute_nodes). */
   nodename: (host: string) => string;
   /** HTTPS with this certificate and key (the scheduler's --tls-cert, --tls-key); absent: plain HTTP. */
@@ -91,7 +95,8 @@ export class CyborgApi {
       ? new NovaEvents(
           deps.useCases,
           deps.nova,
-          (arq) => this.binding.has(arq),
+          deps.schedulerId,
+          deps.aloneOnDatabase,
           deps.logger.child({ component: 'nova-events' }),
         )
       : null;
@@ -404,6 +409,8 @@ export class CyborgApi {
     const bindings: ArqBinding[] = [];
     const instance = patches[0]!.op === 'add' ? patches[0]!.instanceUuid : '';
     const asked = new Set(patches.map((p) => p.arqUuid));
+    /** ARQs already bound as asked (Nova retrying): their bind holds nothing, and what their event's sender claims is not let go. */
+    const retried = new Set<string>();
     let owner: string | null = null;
     for (const p of patches) {
       if (p.op !== 'add') continue;
@@ -441,12 +448,13 @@ export class CyborgApi {
         );
       }
       owner = project;
+      if (arq.state === 'bound') retried.add(arq.uuid);
       bindings.push({
         arqUuid: arq.uuid,
         instanceUuid: instanceIdOf(p.instanceUuid),
         host,
         devices: devices.map((d) => d.deviceUuid),
-        notifyNova: this.events !== null,
+        ...(this.events ? { notifyNova: this.events.hold } : {}),
       });
     }
     // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
@@ -468,7 +476,9 @@ export class CyborgApi {
     const run = this.deps.binding
       .bind(bindings, owner ?? undefined, owner ?? '')
       .then(
-        () => undefined,
+        // Confirmed: the bind is final, and its `completed` events anyone's to send. (An undone
+        // bind's `failed` events replaced the held ones, unclaimed, in the undo's unit.)
+        () => this.releaseHeld(bindings.filter((b) => !retried.has(b.arqUuid))),
         (err: unknown) => {
           const level = isBerthError(err) && err.code !== 'INTERNAL' ? 'info' : 'error';
           this.deps.logger[level](
@@ -484,6 +494,22 @@ export class CyborgApi {
       });
     this.running.add(run);
     return { status: 202 };
+  }
+
+  /** Lets go of a final bind's hold on its events; if that fails, the hold expires (decision 77). */
+  private async releaseHeld(bindings: ArqBinding[]): Promise<void> {
+    if (!this.events) return;
+    await this.deps.useCases
+      .releaseNovaEvents(
+        bindings.map((b) => b.arqUuid),
+        this.deps.schedulerId,
+      )
+      .catch((err: unknown) =>
+        this.deps.logger.warn(
+          { err: (err as Error).message, arqs: bindings.map((b) => b.arqUuid) },
+          'Cyborg API: the hold on Nova events of a confirmed bind was not let go; they are sent once it expires',
+        ),
+      );
   }
 
   private async deleteArqs(r: Req, id: string | undefined): Promise<Answer> {

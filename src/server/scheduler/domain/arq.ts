@@ -184,8 +184,24 @@ export interface ArqBinding {
    * device of the host.
    */
   devices?: string[];
-  /** Owe Nova an accelerator-request-bound event for the outcome (the Cyborg API's binds). */
-  notifyNova?: boolean;
+  /**
+   * Owe Nova an accelerator-request-bound event for the outcome (the Cyborg
+   * API's binds), held by the binding scheduler until the bind is final.
+   */
+  notifyNova?: NovaHold;
+}
+
+/**
+ * Who holds the event a bind owes Nova while the bind is not final (its agents
+ * have not confirmed it, or it is being undone), and for how long at most: the
+ * bind's unit claims the event for `holder` (docs/decisions.md 77), so no
+ * scheduler tells Nova `completed` for a bind that may still be undone.
+ */
+export interface NovaHold {
+  /** The binding scheduler's id. */
+  holder: string;
+  /** Longer than the confirmation can last: past it, a holder that died is taken over. */
+  holdMs: number;
 }
 
 /**

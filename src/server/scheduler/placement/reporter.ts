@@ -353,20 +353,30 @@ export class Reporter {
     this.refreshDesired();
   }
 
-  private desiredFrom: { traits: ReadonlySet<string>; version: number } | null = null;
+  private desiredFrom: { traits: ReadonlySet<string>; version: number; owned: string } | null = null;
   private nameByUuid = new Map<string, string>();
   private mirrorVersion = 0;
 
-  /** desired.ts over the mirror, again only when the mirror, the hosts or the known traits changed. */
+  /**
+   * desired.ts over the mirror, again only when the mirror, the hosts, the
+   * known traits or the hosts this scheduler speaks for changed (a replica that
+   * adopts a host, or follows it again after a restart, knows its providers).
+   */
   private refreshDesired(): void {
     const traits = this.conn.standardTraits;
-    if (this.desiredFrom?.traits === traits && this.desiredFrom.version === this.mirrorVersion) return;
+    const owned = [...this.hosts.keys()].filter((h) => this.side.ownsHost(h)).join('\n');
+    if (
+      this.desiredFrom?.traits === traits &&
+      this.desiredFrom.version === this.mirrorVersion &&
+      this.desiredFrom.owned === owned
+    )
+      return;
     this.desired = desiredProviders(this.mirror.values(), this.hosts, {
       nodename: this.o.nodename,
       standardTraits: traits,
       ownsHost: (h) => this.side.ownsHost(h),
     });
-    this.desiredFrom = { traits, version: this.mirrorVersion };
+    this.desiredFrom = { traits, version: this.mirrorVersion, owned };
     this.nameByUuid = new Map([...this.desired.values()].map((p) => [p.uuid, p.name]));
   }
 

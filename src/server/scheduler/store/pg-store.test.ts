@@ -14,6 +14,7 @@ import { newDevice } from '../domain/device-state.js';
 import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
 import { openPgStore } from '../stores.js';
 import { runMediaContract } from './media-contract.support.js';
+import { runNovaClaimsContract } from './nova-claims-contract.support.js';
 import { PgDatabase } from './pg-store.js';
 import { LEGACY_PG_MIGRATIONS } from './sql/legacy-schema.fixture.js';
 import { runStoreContract } from './store-contract.support.js';
@@ -26,9 +27,10 @@ let server: PostgresServer | undefined;
 beforeAll(async () => {
   if (usable) server = await startPostgres();
 }, 120_000);
+// A server holding every test's database takes a while to stop and remove on a loaded machine.
 afterAll(async () => {
   await server?.stop();
-});
+}, 120_000);
 
 /** One database per test path: `berth_<hash>`. */
 const databaseFor = async (path: string) =>
@@ -38,6 +40,7 @@ const databaseFor = async (path: string) =>
 describe.skipIf(!usable)('PostgreSQL backend', () => {
   runStoreContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
   runMediaContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
+  runNovaClaimsContract('postgres', async (path, options) => openPgStore(await databaseFor(path), options));
   runUnitOfWorkContract('postgres', async (path) => {
     const db = new PgDatabase(await databaseFor(path));
     await db.migrate();

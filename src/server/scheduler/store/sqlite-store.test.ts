@@ -7,7 +7,10 @@ import { BerthError } from '../../../errors.js';
 import { facts, hostName } from '../domain/test-fixtures.js';
 import { openSqliteStore } from '../stores.js';
 import { runMediaContract } from './media-contract.support.js';
+import { runNovaClaimsContract } from './nova-claims-contract.support.js';
+import { SQLITE } from './sql/dialect.js';
 import { LEGACY_SQLITE_MIGRATIONS } from './sql/legacy-schema.fixture.js';
+import { claimSql, OWED_COUNT_SQL } from './sql/nova-claims.js';
 import { SqliteDatabase } from './sqlite-store.js';
 import { runStoreContract } from './store-contract.support.js';
 import { hostRecord, runUnitOfWorkContract } from './unit-of-work-contract.support.js';
@@ -15,6 +18,7 @@ import { runUpgradeContract } from './upgrade-contract.support.js';
 
 runStoreContract('sqlite', (path, options) => openSqliteStore(path, options));
 runMediaContract('sqlite', (path, options) => openSqliteStore(path, options));
+runNovaClaimsContract('sqlite', (path, options) => openSqliteStore(path, options));
 runUnitOfWorkContract('sqlite', async (path) => new SqliteDatabase(path));
 runUpgradeContract('sqlite', {
   async legacy(path, upTo) {
@@ -77,7 +81,7 @@ describe('SqliteStore specifics', () => {
       try {
         expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
         const rows = db.prepare('SELECT version FROM schema_migrations').all() as Array<{ version: number }>;
-        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
         const plan = db
           .prepare(
             "EXPLAIN QUERY PLAN SELECT record FROM devices WHERE host = ? AND resource_class = ? AND device_state = 'available'",
@@ -88,6 +92,20 @@ describe('SqliteStore specifics', () => {
           .prepare('EXPLAIN QUERY PLAN SELECT record FROM arqs WHERE instance_uuid = ?')
           .all('i') as Array<{ detail: string }>;
         expect(arqPlan.map((p) => p.detail).join(' ')).toMatch(/arqs_instance/);
+        // Nova's senders read only the owed events (decision 77), through their partial index.
+        for (const sql of [
+          OWED_COUNT_SQL,
+          claimSql(SQLITE)
+            .replace(/^UPDATE[\s\S]*?IN \(/, '')
+            .replace(/\)\s+AND[\s\S]*$/, ''),
+        ]) {
+          const owedPlan = db
+            .prepare(`EXPLAIN QUERY PLAN ${sql}`)
+            .all(...(sql.includes('?') ? [10] : [])) as Array<{
+            detail: string;
+          }>;
+          expect(owedPlan.map((p) => p.detail).join(' '), sql).toMatch(/arqs_nova_owed/);
+        }
       } finally {
         db.close();
       }

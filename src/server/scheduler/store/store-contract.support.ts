@@ -214,12 +214,11 @@ export function runStoreContract(name: string, open: OpenStore): void {
       const e = await rejection(store.bindArqs([{ ...b, instanceUuid: instanceId('i2') }]));
       expect(e.reason).toBe('ARQ_ALREADY_BOUND');
       // Its failure is not recorded on the ARQ: it stays bound as it was.
-      await store.recordBindFailure([{ ...b, instanceUuid: instanceId('i2'), notifyNova: true }], e);
-      expect(await store.getArq(arq!.uuid)).toMatchObject({
-        state: 'bound',
-        instanceUuid: instanceId('i1'),
-        error: '',
-      });
+      await store.recordBindFailure(
+        [{ ...b, instanceUuid: instanceId('i2'), notifyNova: { holder: 's1', holdMs: 60_000 } }],
+        e,
+      );
+      expect(await store.getArq(arq!.uuid)).toMatchObject({ state: 'bound', instanceUuid: 'i1', error: '' });
       expect((await store.listDevices({ state: 'allocated' })).devices).toHaveLength(1);
     });
 

@@ -198,6 +198,8 @@ export async function bindArqs(
       );
       if (dups[0]) throw invalidArgument(dups[0].field, dups[0].description);
       arqs.push(await writeArq(tx, bound));
+      // The event is the binder's until the bind is final: confirmed (released) or undone (replaced).
+      if (b.notifyNova) await tx.uow.holdNovaEvent(arq.uuid, b.notifyNova.holder, b.notifyNova.holdMs);
       devices.push(device);
       newlyBound.push(arq.uuid);
     }
@@ -266,28 +268,6 @@ export async function recordBindFailure(
         }),
       );
     }
-  });
-}
-
-/** ARQs that owe Nova an accelerator-request-bound event (the Cyborg API's outbox). */
-export async function novaEventsOwed(deps: UseCaseDeps): Promise<Arq[]> {
-  return read(deps, async (r) => (await r.arqs({})).filter((a) => a.novaEvent));
-}
-
-/**
- * Nova took (or will never take) the event `sent` of ARQ `uuid`: clear it,
- * unless the ARQ owes another one by now (a later bind).
- */
-export async function novaEventDelivered(
-  deps: UseCaseDeps,
-  uuid: string,
-  sent: { instanceUuid: string; status: string },
-): Promise<void> {
-  await write(deps, async (tx) => {
-    const arq = await tx.uow.arq(uuid, FOR_UPDATE);
-    const owed = arq?.novaEvent;
-    if (!arq || !owed || owed.instanceUuid !== sent.instanceUuid || owed.status !== sent.status) return;
-    await writeArq(tx, { ...arq, novaEvent: null });
   });
 }
 

@@ -162,6 +162,10 @@ export interface ReadUnit {
   arq(uuid: string, opts?: ReadOptions): Promise<Arq | null>;
   /** All ARQs, or one instance's, in creation order. */
   arqs(filter: { instanceUuid?: string }, opts?: ReadOptions): Promise<Arq[]>;
+  /** Who claims the event ARQ `uuid` owes Nova (`claimNovaEvents`), live or expired; null: nobody. */
+  novaEventClaimant(uuid: string, opts?: ReadOptions): Promise<string | null>;
+  /** How many ARQs owe Nova an event, claimed or not. */
+  novaEventsOwedCount(): Promise<number>;
 
   // migrations
   migration(uuid: string, opts?: ReadOptions): Promise<MigrationRecord | null>;
@@ -260,8 +264,29 @@ export interface UnitOfWork extends ReadUnit {
   /** false when there was none. */
   deleteProfile(name: string): Promise<boolean>;
 
+  /**
+   * Insert or replace an ARQ. When the event it owes Nova (`novaEvent`) is
+   * not the one stored, the claim on the stored one goes with it.
+   */
   putArq(arq: Arq): Promise<void>;
   deleteArq(uuid: string): Promise<void>;
+
+  // Claims on the events Nova is owed (docs/decisions.md 77): which replica
+  // tells Nova. A claim is held by one owner (a scheduler's id) until it
+  // expires; times are the database's, so the schedulers' clocks do not matter.
+  /**
+   * Claims for `owner`, until `ttlMs` from now, up to `limit` owed events that
+   * no live claim holds (unclaimed ones first, oldest ARQ first; then the
+   * longest expired); the ARQs
+   * claimed. Of two units claiming at once, each event goes to one.
+   */
+  claimNovaEvents(owner: string, ttlMs: number, limit: number): Promise<Arq[]>;
+  /** Claims ARQ `uuid`'s event for `owner` until `ttlMs` from now, whoever held it (the bind that owes it). */
+  holdNovaEvent(uuid: string, owner: string, ttlMs: number): Promise<void>;
+  /** Lets go of `owner`'s claim on ARQ `uuid`'s event; another owner's stays. */
+  releaseNovaEvent(uuid: string, owner: string): Promise<void>;
+  /** Lets go of every claim that is not `owner`'s (a scheduler alone on its database); how many. */
+  releaseNovaEventClaims(owner: string): Promise<number>;
 
   putMigration(migration: MigrationRecord): Promise<void>;
 

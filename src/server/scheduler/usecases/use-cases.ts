@@ -23,6 +23,7 @@ import * as hosts from './hosts.js';
 import * as instances from './instances.js';
 import * as migrations from './live-migrations.js';
 import * as mediaReports from './media-reports.js';
+import * as novaEvents from './nova-events.js';
 import * as profiles from './profiles.js';
 import * as retention from './retention.js';
 import type { LinkLeases, TransactionRunner } from './unit-of-work.js';
@@ -79,8 +80,12 @@ const USE_CASES = {
   revertUnconfirmedBind: arqs.revertUnconfirmedBind,
   deleteArqs: arqs.deleteArqs,
   unbindArqs: arqs.unbindArqs,
-  novaEventsOwed: arqs.novaEventsOwed,
-  novaEventDelivered: arqs.novaEventDelivered,
+  // the events Nova is owed, and the claims on them (decision 77)
+  claimNovaEvents: novaEvents.claimNovaEvents,
+  novaEventsOwedCount: novaEvents.novaEventsOwedCount,
+  releaseNovaEvents: novaEvents.releaseNovaEvents,
+  releaseOthersNovaClaims: novaEvents.releaseOthersNovaClaims,
+  novaEventDelivered: novaEvents.novaEventDelivered,
   // live migrations
   planMigration: migrations.planMigration,
   setMigrationDetails: migrations.setMigrationDetails,

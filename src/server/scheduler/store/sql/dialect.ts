@@ -33,6 +33,12 @@ export interface Dialect {
   readonly creationOrder: string;
   /** A boolean as a column returns it (SQLite 0/1, PostgreSQL true/false). */
   bool(value: unknown): boolean;
+  /** The database's time now, comparable with a `timestamp` column (claims on Nova's events). */
+  readonly now: string;
+  /** The database's time `ms` milliseconds from now (`ms` an SQL expression, a `?`). */
+  nowPlusMs(ms: string): string;
+  /** Appended to a sub-select whose rows a claim takes: rows another unit holds are passed over. */
+  readonly skipLocked: string;
 
   // --- schema (./schema.ts) -------------------------------------------------
   /** A 64-bit integer column. */
@@ -47,7 +53,7 @@ export interface Dialect {
   readonly creationOrderColumn: string;
   /** Index columns ending in creation order (every SQLite index ends in the rowid already). */
   inCreationOrder(columns: string): string;
-  /** A text field of the JSON `record` column. */
+  /** A text field of the JSON `record` column (`a.b`: field b of object a). */
   recordField(field: string): string;
 }
 
@@ -58,6 +64,10 @@ export const SQLITE: Dialect = Object.freeze({
   greatest: (a: string, b: string) => `MAX(${a}, ${b})`,
   creationOrder: 'rowid',
   bool: (v: unknown) => v === 1 || v === true,
+  // ISO 8601 to the millisecond, as text: ordered as the times are.
+  now: "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')",
+  nowPlusMs: (ms: string) => `strftime('%Y-%m-%dT%H:%M:%fZ', 'now', printf('%+.3f seconds', ${ms} / 1000.0))`,
+  skipLocked: '',
   int64: 'INTEGER',
   boolean: 'INTEGER',
   timestamp: 'TEXT',
@@ -75,6 +85,9 @@ export const POSTGRES: Dialect = Object.freeze({
   greatest: (a: string, b: string) => `GREATEST(${a}, ${b})`,
   creationOrder: 'seq',
   bool: (v: unknown) => v === true,
+  now: 'now()',
+  nowPlusMs: (ms: string) => `now() + ${ms} * interval '1 millisecond'`,
+  skipLocked: ' FOR UPDATE SKIP LOCKED',
   int64: 'BIGINT',
   boolean: 'BOOLEAN',
   timestamp: 'TIMESTAMPTZ',
@@ -82,5 +95,8 @@ export const POSTGRES: Dialect = Object.freeze({
   revisionKey: 'BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY',
   creationOrderColumn: 'seq BIGINT GENERATED ALWAYS AS IDENTITY,',
   inCreationOrder: (columns: string) => `${columns}, seq`,
-  recordField: (field: string) => `(record::jsonb ->> '${field}')`,
+  recordField: (field: string) =>
+    field.includes('.')
+      ? `(record::jsonb #>> '{${field.replaceAll('.', ',')}}')`
+      : `(record::jsonb ->> '${field}')`,
 });

@@ -238,6 +238,21 @@ UPDATE media SET host = ${d.recordField('host')};
 CREATE INDEX media_host ON media (host);
 `,
   },
+  {
+    version: 8,
+    name: 'nova_event_claims',
+    // Which replica tells Nova of a bind (docs/decisions.md 77): the event an
+    // ARQ owes (`status:instance`, or NULL) beside its record, so the senders
+    // read only what is owed, and the claim on it — the replica that holds it
+    // and until when (the database's time). A claim that expired is taken over.
+    sql: (d) => `
+ALTER TABLE arqs ADD COLUMN nova_event TEXT;
+ALTER TABLE arqs ADD COLUMN nova_claim_owner TEXT;
+ALTER TABLE arqs ADD COLUMN nova_claim_expires ${d.timestamp};
+UPDATE arqs SET nova_event = ${d.recordField('novaEvent.status')} || ':' || ${d.recordField('novaEvent.instanceUuid')};
+CREATE INDEX arqs_nova_owed ON arqs (${d.inCreationOrder('nova_claim_expires')}) WHERE nova_event IS NOT NULL;
+`,
+  },
 ];
 
 /** The table that records which migrations a database has. */

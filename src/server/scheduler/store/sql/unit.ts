@@ -41,6 +41,7 @@ import type {
   UnitOfWork,
 } from '../../usecases/unit-of-work.js';
 import type { Dialect } from './dialect.js';
+import * as claims from './nova-claims.js';
 
 /** A value now (SQLite) or later (PostgreSQL). */
 export type Maybe<T> = T | Promise<T>;
@@ -544,12 +545,50 @@ export class SqlUnit implements UnitOfWork {
 
   async putArq(a: Arq): Promise<void> {
     await this.put(
-      `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, record) VALUES (?, ?, ?, ?, ?, ?)
+      `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, nova_event, record)
+         VALUES (?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET instance_uuid = excluded.instance_uuid,
            device_uuid = excluded.device_uuid, state = excluded.state,
-           guest_address = excluded.guest_address, record = excluded.record`,
-      [a.uuid, a.instanceUuid, a.deviceUuid, a.state, a.guestAddress ?? null, JSON.stringify(a)],
+           guest_address = excluded.guest_address, record = excluded.record,
+           ${claims.KEEP_CLAIM_WHILE_SAME_EVENT}`,
+      [
+        a.uuid,
+        a.instanceUuid,
+        a.deviceUuid,
+        a.state,
+        a.guestAddress ?? null,
+        claims.novaEventColumn(a),
+        JSON.stringify(a),
+      ],
     );
+  }
+
+  // Claims on Nova's events (./nova-claims.ts).
+  async claimNovaEvents(owner: string, ttlMs: number, limit: number): Promise<Arq[]> {
+    return andThen(this.w().all<Row>(claims.claimSql(this.d), [owner, ttlMs, limit]), records<Arq>);
+  }
+
+  async holdNovaEvent(uuid: string, owner: string, ttlMs: number): Promise<void> {
+    await this.put(claims.holdSql(this.d), [owner, ttlMs, uuid]);
+  }
+
+  async releaseNovaEvent(uuid: string, owner: string): Promise<void> {
+    await this.put(claims.RELEASE_SQL, [uuid, owner]);
+  }
+
+  async releaseNovaEventClaims(owner: string): Promise<number> {
+    return this.w().run(claims.RELEASE_OTHERS_SQL, [owner]);
+  }
+
+  async novaEventClaimant(uuid: string, opts?: ReadOptions): Promise<string | null> {
+    return andThen(
+      this.r().get<{ owner: string | null }>(`${claims.CLAIMANT_SQL}${this.lock(opts)}`, [uuid]),
+      (r) => r?.owner ?? null,
+    );
+  }
+
+  async novaEventsOwedCount(): Promise<number> {
+    return this.count(claims.OWED_COUNT_SQL);
   }
 
   async deleteArq(uuid: string): Promise<void> {
