@@ -17,7 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
-import { generateStaticToken } from '../../src/server/grpc/auth.js';
+import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { getDevice } from '../helpers/invariants.js';

@@ -27,7 +27,9 @@ import {
 } from '../../plugins/pci/sysfs-reader.js';
 import type { DiscoveredDevice, MediaRecord } from '../../plugins/types.js';
 import { BERTH_VERSION } from '../../version.js';
-import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
+import { Authenticator } from '../grpc/auth/authenticator.js';
+import type { AuthOptions } from '../grpc/auth/configuration.js';
+import { authInterceptor, logAuthMode } from '../grpc/auth/interceptor.js';
 import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
 import { Lifecycle, type LifecycleState } from '../lifecycle.js';

@@ -11,13 +11,10 @@ import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
-import {
-  Authenticator,
-  type AuthOptions,
-  authInterceptor,
-  logAuthMode,
-  mintSchedulerCredential,
-} from '../grpc/auth.js';
+import { Authenticator } from '../grpc/auth/authenticator.js';
+import type { AuthOptions } from '../grpc/auth/configuration.js';
+import { authInterceptor, logAuthMode } from '../grpc/auth/interceptor.js';
+import { mintSchedulerCredential } from '../grpc/auth/tokens.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import { InstanceLock } from '../instance-lock.js';
@@ -71,7 +68,7 @@ export interface SchedulerOptions {
   logger?: Logger;
   heartbeatSeconds?: number;
   /**
-   * Who may call what (src/server/grpc/auth.ts): `{mode: 'token', jwt, staticTokens,
+   * Who may call what (src/server/grpc/auth/): `{mode: 'token', jwt, staticTokens,
    * certRoles}`, or `{mode: 'none'}` to switch authentication off explicitly.
    */
   auth?: AuthOptions;
