@@ -21,8 +21,9 @@ import { MigrationState } from '../../gen/berth/scheduler/v1/migration.js';
 import { LiveMigratable, type RequestGroup } from '../../gen/berth/scheduler/v1/profile.js';
 import { BerthClientError, type SchedulerClient } from '../sdk.js';
 import { defaultProgressStyle, followCleanup, type ProgressStyle } from './cleanup-progress.js';
-import { deviceName, deviceView, listAllDevices, listAllHosts } from './client-common.js';
 import { deviceState } from './device-commands.js';
+import { listAllDevices, listAllHosts } from './references.js';
+import { deviceName, deviceView } from './views.js';
 
 /** Sets (or clears, with null) a fault on a simulated host's controller. */
 export type FaultInjector = (
