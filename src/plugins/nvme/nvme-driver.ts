@@ -33,12 +33,7 @@ import {
   readHostFunctions,
   readHostFunctionsAt,
 } from '../pci/pci-driver.js';
-import {
-  type NvmeControllerInfo,
-  type NvmeNamespaceInfo,
-  readNvmeController,
-  readPciFunction,
-} from '../pci/sysfs-reader.js';
+import { readPciFunction } from '../pci/sysfs-reader.js';
 import type {
   DiscoveredDevice,
   DiscoveryResult,
@@ -62,6 +57,7 @@ import {
 } from './nvme-output.js';
 import { type CleanupAction, isCleanupAction, resolveCleanupAction } from './policy.js';
 import { runSanitize } from './sanitize-flow.js';
+import { type NvmeControllerInfo, type NvmeNamespaceInfo, readNvmeController } from './sysfs-nvme.js';
 import { readWriteCounters } from './write-counters.js';
 import { reachEveryNamespace, readNamespaceBack, runZeroing } from './zero-flow.js';
 
