@@ -31,7 +31,6 @@ const ALLOWED: Readonly<Record<string, string>> = {
   'src/plugins/device-spec/python-regex.ts': 'follow-up: split the parser from the matcher',
   'src/server/agent/media-ledger.ts': 'follow-up',
   'src/server/scheduler/store/sql/unit.ts': 'follow-up, after issue 41 item 8 lands',
-  'src/client/cli/demo.ts': 'follow-up: the undo and the readiness checks',
 };
 
 const TEST_CODE = /(\.test\.ts|\.support\.ts|\.soak\.ts)$/;
