@@ -45,7 +45,7 @@ async function* tsFiles(dir: string): AsyncGenerator<string> {
 }
 
 /** Production source files of `root` over `max` lines, as `path: lines`, paths relative to `root`. */
-export async function oversizedSources(root: string, max = MAX_LINES): Promise<Map<string, number>> {
+async function oversizedSources(root: string, max = MAX_LINES): Promise<Map<string, number>> {
   const out = new Map<string, number>();
   for await (const file of tsFiles(join(root, 'src'))) {
     const rel = relative(root, file).split('\\').join('/');
