@@ -10,14 +10,8 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
-import {
-  CUSTODY_MIGRATION,
-  type LegacyHold,
-  MEDIA_COUNTERS_MIGRATION,
-  MEDIA_MIGRATION,
-  MediaLedger,
-  type StoredMedia,
-} from './media-ledger.js';
+import { type LegacyHold, MediaLedger, type StoredMedia } from './media-ledger.js';
+import { CUSTODY_MIGRATION, MEDIA_COUNTERS_MIGRATION, MEDIA_MIGRATION } from './media-schema.js';
 
 const MIGRATIONS = [
   `CREATE TABLE cleanup_jobs (
