@@ -274,7 +274,6 @@ export class Scheduler {
           }),
         )
       : null;
-    if (placement) teardown.defer('Placement reporting', () => placement.stop());
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
     const binding = new Binding({ useCases, agents, logger });
@@ -317,6 +316,8 @@ export class Scheduler {
     teardown.defer('the gRPC server', () => server.stop(2_000));
     // The watches end first, so that the server's graceful stop does not wait for them.
     teardown.defer('the watches', () => hub.close());
+    // Placement reporting waits on the hub between passes (a closed hub never waits): it stops first.
+    if (placement) teardown.defer('Placement reporting', () => placement.stop());
     logAuthMode(auth, logger, 'scheduler');
     await teardown.guard(() => server.listen(options.listen));
     let cyborg: CyborgApi | null = null;
