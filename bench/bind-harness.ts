@@ -23,7 +23,7 @@ import Database from 'better-sqlite3';
 import { pino } from 'pino';
 import { promisify, SchedulerClient } from '../src/client/sdk.js';
 import { parseHostName, parsePciAddress } from '../src/identifiers.js';
-import { generateStaticToken } from '../src/server/grpc/auth.js';
+import { generateStaticToken } from '../src/server/grpc/auth/tokens.js';
 import type { ServiceBinding } from '../src/server/grpc/server.js';
 import type { DeviceFacts } from '../src/server/scheduler/domain/device-state.js';
 import { Scheduler, type SchedulerOptions } from '../src/server/scheduler/scheduler.js';

@@ -12,7 +12,7 @@ import { generateKeyPairSync } from 'node:crypto';
 import { copyFile, mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { generateStaticToken, writeStaticTokenFile } from '../../src/server/grpc/auth.js';
+import { generateStaticToken, writeStaticTokenFile } from '../../src/server/grpc/auth/tokens.js';
 import { tempDir } from '../helpers/agent.js';
 import { BERTH, berth } from '../helpers/berth-cli.js';
 import { makeCa } from '../helpers/certs.js';

@@ -17,7 +17,7 @@ import {
 } from '../../src/plugins/device-spec/arbitraries.support.js';
 import { parseDeviceSpecs } from '../../src/plugins/device-spec/parse.js';
 import { parseAgentConfig, TOP_LEVEL_KEYS } from '../../src/server/agent/config.js';
-import { parseStaticTokens } from '../../src/server/grpc/auth.js';
+import { parseStaticTokens } from '../../src/server/grpc/auth/configuration.js';
 
 // The fuzz keeps up with the config's key list by reading it.
 const TOP_KEYS = [...TOP_LEVEL_KEYS];

@@ -11,13 +11,12 @@ import { AgentClient, type BerthClientError } from '../../src/client/sdk.js';
 import { createLogger } from '../../src/logging.js';
 import {
   allowedRoles,
-  generateStaticToken,
   isOpenMethod,
   METHOD_ROLES,
   ROLES,
   type Role,
-  signHs256Token,
-} from '../../src/server/grpc/auth.js';
+} from '../../src/server/grpc/auth/policy.js';
+import { generateStaticToken, signHs256Token } from '../../src/server/grpc/auth/tokens.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { startCluster } from '../helpers/cluster.js';

@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type BerthClientError, SchedulerClient } from '../../src/client/sdk.js';
 import { createLogger } from '../../src/logging.js';
-import { generateStaticToken } from '../../src/server/grpc/auth.js';
+import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import {

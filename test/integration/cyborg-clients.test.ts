@@ -18,7 +18,7 @@ import { type BerthClientError, SchedulerClient } from '../../src/client/sdk.js'
 import { parseKeySet, publishedKeySet, verifyOffline } from '../../src/erasure/verify.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { createLogger } from '../../src/logging.js';
-import { generateStaticToken } from '../../src/server/grpc/auth.js';
+import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { getDevice } from '../helpers/invariants.js';

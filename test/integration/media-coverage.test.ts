@@ -344,7 +344,7 @@ describe("a cleanup is judged against the agent's census of the media", () => {
     expect(await readableTenantData(sim.nvmeStatePath, 'nvme1')).toEqual([]);
     // And sysfs (the kernel's view) now shows nvme1 reaching all three.
     await syncNvmeNamespaces(sim.sysfs, sim.nvmeStatePath);
-    const { readNvmeController } = await import('../../src/plugins/pci/sysfs-reader.js');
+    const { readNvmeController } = await import('../../src/plugins/nvme/sysfs-nvme.js');
     expect((await readNvmeController(sim.sysfsRoot, 'nvme1'))?.namespaces.map((n) => n.nsid)).toEqual([
       1, 2, 3,
     ]);

@@ -21,7 +21,7 @@ import {
 } from '../../src/gen/berth/scheduler/v1/registration.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { generateStaticToken } from '../../src/server/grpc/auth.js';
+import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import { MEDIA_RECORD_LIMITS } from '../../src/server/scheduler/domain/media-reports.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost } from '../../src/sim/host.js';

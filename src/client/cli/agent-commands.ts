@@ -13,7 +13,8 @@ import {
 } from '../../server/agent/config.js';
 import type { StoredMedia } from '../../server/agent/media-ledger.js';
 import { PluginHost } from '../../server/agent/plugin-host.js';
-import { Authenticator, readCertRolesFile } from '../../server/grpc/auth.js';
+import { Authenticator } from '../../server/grpc/auth/authenticator.js';
+import { readCertRolesFile } from '../../server/grpc/auth/configuration.js';
 import { loadTls, serverCredentials } from '../../server/grpc/tls.js';
 import { withListenHint } from './listen-hint.js';
 import { parseFormat, render, renderTable } from './output.js';

@@ -6,16 +6,12 @@
  */
 import type { Command } from 'commander';
 import type { AcceleratorRequest } from '../../gen/berth/scheduler/v1/accelerator_request.js';
-import {
-  type ArqView,
-  arqView,
-  clientOptions,
-  collect,
-  resolveArqUuids,
-  UsageError,
-  withClient,
-} from './client-common.js';
+import { UsageError } from '../usage-error.js';
+import { clientOptions, withClient } from './connection.js';
+import { collect } from './format.js';
 import { type OutputFormat, printList, render, renderRecord, renderTable, uniquePrefixes } from './output.js';
+import { resolveArqUuids } from './references.js';
+import { type ArqView, arqView } from './views.js';
 
 /** ARQs with a uuid prefix unique in the list (the commands accept it back); -o wide: full uuids. */
 export function arqTable(rows: readonly ArqView[], wide = false): string {

@@ -13,15 +13,10 @@ import { chainViews, linkViewLines } from '../../erasure/chain.js';
 import { parseKeySet, type Verification, type VerifyOptions, verifyOffline } from '../../erasure/verify.js';
 import type { ErasureCertificate } from '../../gen/berth/scheduler/v1/certificate.js';
 import { UsageError } from '../usage-error.js';
-import {
-  clientOptions,
-  connectionFlags,
-  connectionOptions,
-  EXIT_CODE,
-  resolveDeviceRef,
-  withClient,
-} from './client-common.js';
+import { EXIT_CODE } from './command-errors.js';
+import { clientOptions, connectionFlags, connectionOptions, withClient } from './connection.js';
 import { render, renderRecord, renderTable } from './output.js';
+import { resolveDeviceRef } from './references.js';
 
 interface CertificateFlags {
   device?: string;

@@ -16,8 +16,9 @@ import { type CleanupEvent, CleanupPhase } from '../../gen/berth/agent/v1/agent.
 import { DeviceState, deviceStateToJSON } from '../../gen/berth/scheduler/v1/device.js';
 import type { DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
 import type { SchedulerClient } from '../sdk.js';
-import { ago, cleanupEventView, formatBytes, shortEnum } from './client-common.js';
+import { ago, formatBytes, shortEnum } from './format.js';
 import { registerBar } from './interrupt.js';
+import { cleanupEventView } from './views.js';
 
 export type ProgressStyle = 'bar' | 'lines' | 'json';
 

@@ -15,15 +15,9 @@ import {
   resolveClient,
   writeClientConfig,
 } from '../client-config.js';
-import {
-  connect,
-  connectionFlags,
-  connectionOptions,
-  listAllHosts,
-  OUTPUT_HELP,
-  reportClientError,
-} from './client-common.js';
+import { connect, connectionFlags, connectionOptions, OUTPUT_HELP, reportClientError } from './connection.js';
 import { parseFormat, render, renderRecord } from './output.js';
+import { listAllHosts } from './references.js';
 
 interface SetFlags extends ClientFlagValues {
   check: boolean;

@@ -16,14 +16,10 @@ import type { ClientTls } from '../../transport/channel.js';
 import type { ResolvedClient } from '../client-config.js';
 import { BerthClientError, SchedulerClient } from '../sdk.js';
 import { startUp, type Up } from '../up/berth-up.js';
-import {
-  type ClientFlags,
-  connect,
-  connectionOptions,
-  EXIT_CODE,
-  reportClientError,
-} from './client-common.js';
-import { type DemoLedger, type FaultInjector, ledgerDone, runDemo, undoDemo } from './demo.js';
+import { EXIT_CODE } from './command-errors.js';
+import { type ClientFlags, connect, connectionOptions, reportClientError } from './connection.js';
+import { runDemo } from './demo.js';
+import { type DemoLedger, type FaultInjector, ledgerDone, undoDemo } from './demo-ledger.js';
 import { interruptible, SIGNAL_EXIT } from './interrupt.js';
 
 /** Whether a scheduler answers (a quick ListHosts, no retries). */

@@ -15,22 +15,11 @@ import {
 } from '../../gen/berth/scheduler/v1/device.js';
 import type { DeviceFilter, DeviceRef } from '../../gen/berth/scheduler/v1/device_service.js';
 import { BerthClientError, type SchedulerClient } from '../sdk.js';
+import { UsageError } from '../usage-error.js';
 import { defaultProgressStyle, followCleanup } from './cleanup-progress.js';
-import {
-  CommandFailed,
-  CommandInterrupted,
-  clientOptions,
-  type DeviceView,
-  deviceName,
-  deviceView,
-  listAllDevices,
-  listAllHosts,
-  oneLine,
-  parseEnum,
-  resolveDeviceRef,
-  UsageError,
-  withClient,
-} from './client-common.js';
+import { CommandFailed, CommandInterrupted, oneLine } from './command-errors.js';
+import { clientOptions, withClient } from './connection.js';
+import { parseEnum } from './format.js';
 import { interruptible, SIGNAL_EXIT } from './interrupt.js';
 import {
   type OutputFormat,
@@ -41,6 +30,8 @@ import {
   toYaml,
   uniquePrefixes,
 } from './output.js';
+import { listAllDevices, listAllHosts, resolveDeviceRef } from './references.js';
+import { type DeviceView, deviceName, deviceView } from './views.js';
 
 interface FilterFlags {
   host?: string;

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { ReadBack } from '../../gen/berth/agent/v1/cleanup_proof.js';
 import { CleanupOutcome, Device } from '../../gen/berth/scheduler/v1/device.js';
-import { deviceView } from './client-common.js';
 import { deviceRecord } from './device-commands.js';
+import { deviceView } from './views.js';
 
 describe('device show (text)', () => {
   const d = Device.fromPartial({

@@ -30,13 +30,8 @@ import {
   resolveClient,
 } from '../client-config.js';
 import { SchedulerClient } from '../sdk.js';
-import {
-  connectionFlags,
-  connectionOptions,
-  EXIT_CODE,
-  explainConnection,
-  oneLine,
-} from './client-common.js';
+import { EXIT_CODE, oneLine } from './command-errors.js';
+import { connectionFlags, connectionOptions, explainConnection } from './connection.js';
 import { placementHealthLine, placementStatusView } from './placement-commands.js';
 
 interface HealthFlags extends ClientFlagValues {

@@ -1,7 +1,10 @@
 /** `berth host list|show|delete`: the hosts whose agents registered with the scheduler. */
 import type { Command } from 'commander';
-import { ago, clientOptions, type HostView, hostView, listAllHosts, withClient } from './client-common.js';
+import { clientOptions, withClient } from './connection.js';
+import { ago } from './format.js';
 import { printList, render, renderRecord, renderTable } from './output.js';
+import { listAllHosts } from './references.js';
+import { type HostView, hostView } from './views.js';
 
 export function hostTable(rows: readonly HostView[], wide = false): string {
   return renderTable(

@@ -7,8 +7,11 @@
 import type { Command } from 'commander';
 import { z } from 'zod';
 import type { Disk, Nic } from '../../gen/berth/scheduler/v1/instance.js';
-import { clientOptions, hostdevView, readDocument, UsageError, withClient } from './client-common.js';
+import { UsageError } from '../usage-error.js';
+import { clientOptions, withClient } from './connection.js';
+import { readDocument } from './format.js';
 import { render } from './output.js';
+import { hostdevView } from './views.js';
 
 const nicSchema = z
   .object({

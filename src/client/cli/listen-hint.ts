@@ -1,6 +1,6 @@
 /**
  * Listen failures of the serving commands (`up`, `scheduler serve`, `agent
- * serve`), with what to do appended. Kept apart from client-common so `berth
+ * serve`), with what to do appended. Kept apart from command-errors.ts so `berth
  * agent serve` does not load the SDK.
  */
 import { BerthError, ConfigError, isBerthError } from '../../errors.js';

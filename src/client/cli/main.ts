@@ -65,11 +65,11 @@ export async function buildProgram(argv: readonly string[] = process.argv): Prom
 
 /**
  * Every error a command can end with, as one line on stderr and an exit code.
- * client-common (and the SDK behind it) loads here, on the way out, not at
+ * command-errors.ts (and the SDK behind it) loads here, on the way out, not at
  * start: `berth agent serve` never needs the scheduler's client.
  */
 export async function errorExit(err: unknown): Promise<number> {
-  const { EXIT_CODE, reportError } = await import('./client-common.js');
+  const { EXIT_CODE, reportError } = await import('./command-errors.js');
   if (err instanceof CommanderError) {
     return err.exitCode === 0 ? EXIT_CODE.ok : EXIT_CODE.usage;
   }

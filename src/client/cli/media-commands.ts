@@ -4,8 +4,9 @@
  * docs/operator-guide.md ("Forgetting a media").
  */
 import type { Command } from 'commander';
-import { clientOptions, deviceName, withClient } from './client-common.js';
+import { clientOptions, withClient } from './connection.js';
 import { render } from './output.js';
+import { deviceName } from './views.js';
 
 export function registerMediaCommands(program: Command): void {
   const media = program

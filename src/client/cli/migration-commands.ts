@@ -6,8 +6,9 @@
  */
 import type { Command } from 'commander';
 import type { Migration } from '../../gen/berth/scheduler/v1/migration.js';
-import { clientOptions, migrationView, withClient } from './client-common.js';
+import { clientOptions, withClient } from './connection.js';
 import { type OutputFormat, render, renderRecord } from './output.js';
+import { migrationView } from './views.js';
 
 function printMigration(format: OutputFormat, m: Migration): void {
   const v = migrationView(m);

@@ -2,7 +2,8 @@
 import type { Command } from 'commander';
 import type { PlacementChange, PlacementStatus } from '../../gen/berth/scheduler/v1/placement.js';
 import { PlacementMode, placementModeToJSON } from '../../gen/berth/scheduler/v1/placement.js';
-import { ago, clientOptions, withClient } from './client-common.js';
+import { clientOptions, withClient } from './connection.js';
+import { ago } from './format.js';
 import { printList, render, renderRecord, renderTable } from './output.js';
 
 const iso = (d: Date | undefined) => (d ? d.toISOString() : null);

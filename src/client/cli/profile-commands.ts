@@ -13,17 +13,11 @@ import {
   type Profile,
   type RequestGroup,
 } from '../../gen/berth/scheduler/v1/profile.js';
-import {
-  clientOptions,
-  collect,
-  type ProfileView,
-  parseEnum,
-  profileView,
-  readDocument,
-  UsageError,
-  withClient,
-} from './client-common.js';
+import { UsageError } from '../usage-error.js';
+import { clientOptions, withClient } from './connection.js';
+import { collect, parseEnum, readDocument } from './format.js';
 import { printList, render, renderRecord, renderTable } from './output.js';
+import { type ProfileView, profileView } from './views.js';
 
 const LIVE_MIGRATABLE_VALUES = [
   LiveMigratable.LIVE_MIGRATABLE_UNSPECIFIED,

@@ -2,7 +2,11 @@
 import { readFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
-import { type AuthOptions, loadAuthOptions, readCertRolesFile } from '../../server/grpc/auth.js';
+import {
+  type AuthOptions,
+  loadAuthOptions,
+  readCertRolesFile,
+} from '../../server/grpc/auth/configuration.js';
 import { type CyborgFlags, cyborgOptionsFromFlags } from '../../server/scheduler/cyborg/config.js';
 import type { RetentionPolicy } from '../../server/scheduler/domain/retention.js';
 import { type PlacementFlags, placementOptionsFromFlags } from '../../server/scheduler/placement/config.js';

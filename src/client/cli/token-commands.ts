@@ -10,15 +10,9 @@ import { randomBytes } from 'node:crypto';
 import { readFile, writeFile } from 'node:fs/promises';
 import type { Command } from 'commander';
 import { ConfigError } from '../../errors.js';
-import {
-  generateStaticToken,
-  isRole,
-  parseStaticTokens,
-  ROLES,
-  type Role,
-  signHs256Token,
-  writeStaticTokenFile,
-} from '../../server/grpc/auth.js';
+import { parseStaticTokens } from '../../server/grpc/auth/configuration.js';
+import { isRole, ROLES, type Role } from '../../server/grpc/auth/policy.js';
+import { generateStaticToken, signHs256Token, writeStaticTokenFile } from '../../server/grpc/auth/tokens.js';
 
 interface CreateFlags {
   role: string;

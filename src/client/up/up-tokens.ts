@@ -16,12 +16,8 @@ import { generateKeyPairSync } from 'node:crypto';
 import { readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { ConfigError } from '../../errors.js';
-import {
-  generateStaticToken,
-  parseStaticTokens,
-  type StaticToken,
-  writeStaticTokenFile,
-} from '../../server/grpc/auth.js';
+import { parseStaticTokens, type StaticToken } from '../../server/grpc/auth/configuration.js';
+import { generateStaticToken, writeStaticTokenFile } from '../../server/grpc/auth/tokens.js';
 
 export interface UpTokens {
   /** The operator's token (role admin), written into the client configuration. */

@@ -27,7 +27,7 @@
 import { parsePciAddress } from '../../identifiers.js';
 import type { CensusNamespace, MediaCensus, NamespaceManagement } from '../cleanup-evidence.js';
 import type { CommandRunner } from '../command-runner.js';
-import { readNvmeController, readPciFunction, readSubsystemNamespaces } from '../pci/sysfs-reader.js';
+import { readPciFunction } from '../pci/sysfs-reader.js';
 import type { WriteCounters } from '../types.js';
 import { CleanupFailedError } from './errors.js';
 import {
@@ -39,6 +39,7 @@ import {
   parseNsidList,
   parseNvmeStatus,
 } from './nvme-output.js';
+import { readNvmeController, readSubsystemNamespaces } from './sysfs-nvme.js';
 import { readWriteCounters } from './write-counters.js';
 
 /** Per-command bound: identify-like commands answer in milliseconds. */

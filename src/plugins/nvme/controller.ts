@@ -2,9 +2,9 @@
 
 import type { StorageTarget } from '../cleanup-evidence.js';
 import type { CommandResult } from '../command-runner.js';
-import type { NvmeControllerInfo, NvmeNamespaceInfo } from '../pci/sysfs-reader.js';
 import type { PciFunction } from '../types.js';
 import type { IdCtrl } from './nvme-output.js';
+import type { NvmeControllerInfo, NvmeNamespaceInfo } from './sysfs-nvme.js';
 
 /** The controller a cleanup works on, resolved fresh from sysfs at the start of the cleanup. */
 export interface ResolvedController {

@@ -9,8 +9,6 @@
  * Every host effect goes through `ctx` (runner, sysfs root, /dev root) so the
  * same code runs on a real host and on the simulator.
  */
-import { readFile, rename, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
 import { BerthError, failedPrecondition } from '../../errors.js';
 import { parsePciAddress } from '../../identifiers.js';
 import type { CleanupEvidence, StorageTarget } from '../cleanup-evidence.js';
@@ -20,11 +18,9 @@ import {
   type ClearStrategy,
   compileMatcher,
   type DeviceSpecEntry,
-  isValidPciAddress,
 } from '../device-spec/index.js';
 import { type CleanupContext, type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
 import { readDeviceSerialNumber } from '../pci/device-serial-number.js';
-import { mediaIdentityProblem } from '../pci/media-identity.js';
 import {
   baseTraits,
   deviceFromFunction,
@@ -33,12 +29,7 @@ import {
   readHostFunctions,
   readHostFunctionsAt,
 } from '../pci/pci-driver.js';
-import {
-  type NvmeControllerInfo,
-  type NvmeNamespaceInfo,
-  readNvmeController,
-  readPciFunction,
-} from '../pci/sysfs-reader.js';
+import { readPciFunction } from '../pci/sysfs-reader.js';
 import type {
   DiscoveredDevice,
   DiscoveryResult,
@@ -51,17 +42,19 @@ import { takeNvmeCensus } from './census.js';
 import { parseNvmeConfig } from './config.js';
 import type { ResolvedController, RunNvme } from './controller.js';
 import { CleanupFailedError, NvmeCommandError } from './errors.js';
+import { IdentityCache } from './identity-cache.js';
 import { fallbackNqn, nvmeMediaIdentity, readNamespaceIdentity, readSubsysNqn } from './media-identity.js';
 import {
   capabilitiesOf,
   hex,
   type IdCtrl,
   parseIdCtrl,
-  parseNvmeStatus,
   parseNvmeVersion,
+  toolFailure,
 } from './nvme-output.js';
 import { type CleanupAction, isCleanupAction, resolveCleanupAction } from './policy.js';
 import { runSanitize } from './sanitize-flow.js';
+import { type NvmeControllerInfo, type NvmeNamespaceInfo, readNvmeController } from './sysfs-nvme.js';
 import { readWriteCounters } from './write-counters.js';
 import { reachEveryNamespace, readNamespaceBack, runZeroing } from './zero-flow.js';
 
@@ -70,30 +63,6 @@ export { CleanupFailedError, NvmeCommandError } from './errors.js';
 
 /** Per-command bound for read-only commands (id-ctrl, version) run outside a cleanup. */
 const IDENTIFY_TIMEOUT_MS = 30_000;
-
-interface CachedIdentity {
-  vendorId: string;
-  productId: string;
-  controller: string;
-  id: IdCtrl;
-  /** The media identity read with it (absent in a file written before media identities). */
-  media?: MediaIdentity;
-  /**
-   * The function's PCIe Device Serial Number then ('' = none; absent in an
-   * older file). A function whose serial differs now is another card: the
-   * cached identity is not its.
-   */
-  dsn?: string;
-}
-
-/** The last line of a tool's stderr that says something, for messages. */
-function lastLine(text: string): string {
-  const lines = text
-    .split('\n')
-    .map((l) => l.trim())
-    .filter(Boolean);
-  return lines.at(-1) ?? '';
-}
 
 export class NvmeDriver extends GenericDriver {
   /** Config section name used in messages; a subclass with its own section overrides it. */
@@ -129,63 +98,8 @@ export class NvmeDriver extends GenericDriver {
 
   /** Addresses being cleaned right now: a second concurrent cleanup of one device is refused. */
   private readonly cleaning = new Set<string>();
-  /**
-   * The last identify of each address. While a guest owns a device it is bound
-   * to vfio-pci and has no controller to ask, yet it must stay in the inventory
-   * with its locked-in action, so discovery reports it from here.
-   */
-  private readonly identities = new Map<string, CachedIdentity>();
-  /** Whether the identities kept in the state dir were read (once, at the first discovery). */
-  private identitiesLoaded = false;
-
-  /** Where identities survive an agent restart: a guest may hold the device across it. */
-  private identitiesFile(ctx: HostContext): string {
-    return join(ctx.stateDir, `${this.name}-identities.json`);
-  }
-
-  private async loadIdentities(ctx: HostContext): Promise<void> {
-    if (this.identitiesLoaded) return;
-    this.identitiesLoaded = true;
-    try {
-      const raw = JSON.parse(await readFile(this.identitiesFile(ctx), 'utf8')) as Record<
-        string,
-        Omit<CachedIdentity, 'id'> & { id: Omit<IdCtrl, 'tnvmcap'> & { tnvmcap: string } }
-      >;
-      for (const [address, c] of Object.entries(raw)) {
-        if (!isValidPciAddress(address) || this.identities.has(address)) continue;
-        const { media, ...rest } = c;
-        // A media identity the file holds but that is not one is dropped, not trusted.
-        const usable =
-          media && typeof media === 'object' && mediaIdentityProblem(media) === null ? { media } : {};
-        this.identities.set(address, { ...rest, ...usable, id: { ...c.id, tnvmcap: BigInt(c.id.tnvmcap) } });
-      }
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-        ctx.logger.warn(
-          { err },
-          'cannot read the NVMe identities kept in the state dir; starting without them',
-        );
-      }
-    }
-  }
-
-  private serializeIdentities(): string {
-    const out: Record<string, unknown> = {};
-    for (const [address, c] of [...this.identities].sort(([a], [b]) => a.localeCompare(b))) {
-      out[address] = { ...c, id: { ...c.id, tnvmcap: c.id.tnvmcap.toString() } };
-    }
-    return JSON.stringify(out);
-  }
-
-  private async saveIdentities(ctx: HostContext, text: string): Promise<void> {
-    const path = this.identitiesFile(ctx);
-    try {
-      await writeFile(`${path}.tmp`, text);
-      await rename(`${path}.tmp`, path);
-    } catch (err) {
-      ctx.logger.warn({ err }, 'cannot keep the NVMe identities in the state dir');
-    }
-  }
+  /** The last identify of each address, kept across agent restarts (identity-cache.ts). */
+  private readonly identities = new IdentityCache(() => this.name);
 
   constructor(options: DriverOptions) {
     super(options);
@@ -225,17 +139,17 @@ export class NvmeDriver extends GenericDriver {
   // ---- discovery -----------------------------------------------------------
 
   async discover(ctx: HostContext): Promise<DiscoveryResult> {
-    await this.loadIdentities(ctx);
-    const known = this.serializeIdentities();
+    await this.identities.load(ctx);
+    const known = this.identities.serialize();
     const host = await readHostFunctions(ctx, this.entries);
     const result = await this.offer(ctx, host);
     // A function gone from the host takes its cached identity with it: what comes
     // back at that address (after a hot-plug or a reboot) is identified afresh.
     if (host.functions.length > 0) {
-      for (const address of [...this.identities.keys()])
+      for (const address of this.identities.addresses())
         if (!host.byAddress.has(address)) this.identities.delete(address);
     }
-    await this.keepIdentities(ctx, known);
+    await this.identities.keep(ctx, known);
     return result;
   }
 
@@ -245,20 +159,14 @@ export class NvmeDriver extends GenericDriver {
    * takes its cached identity with it.
    */
   override async discoverAt(ctx: HostContext, addresses: readonly string[]): Promise<DiscoveryResult> {
-    await this.loadIdentities(ctx);
-    const known = this.serializeIdentities();
+    await this.identities.load(ctx);
+    const known = this.identities.serialize();
     const host = await readHostFunctionsAt(ctx, this.entries, addresses);
     const result = await this.offer(ctx, host);
     const present = new Set(host.functions.map((f) => f.address));
     for (const address of addresses) if (!present.has(address)) this.identities.delete(address);
-    await this.keepIdentities(ctx, known);
+    await this.identities.keep(ctx, known);
     return result;
-  }
-
-  /** Writes the identities to the state dir when they differ from `known` (never in the dry run). */
-  private async keepIdentities(ctx: HostContext, known: string): Promise<void> {
-    const now = this.serializeIdentities();
-    if (now !== known && !ctx.readOnly) await this.saveIdentities(ctx, now);
   }
 
   /** The devices and exclusions of `host.functions`, identifying each matched controller. */
@@ -301,14 +209,7 @@ export class NvmeDriver extends GenericDriver {
   ): Promise<DiscoveredDevice | ExcludedDevice> {
     const exclude = (reason: string): ExcludedDevice => ({ address: fn.address, driver: this.name, reason });
     const dsn = readDeviceSerialNumber(ctx.sysfsRoot, fn.address) ?? '';
-    const cached = this.identities.get(fn.address);
-    const usableCache =
-      cached &&
-      cached.vendorId === fn.vendorId &&
-      cached.productId === fn.productId &&
-      (cached.dsn === undefined || cached.dsn === dsn)
-        ? cached
-        : null;
+    const usableCache = this.identities.usableFor(fn, dsn);
 
     const name = fn.nvmeControllers[0];
     const ctrl = name === undefined ? null : await readNvmeController(ctx.sysfsRoot, name);
@@ -524,10 +425,7 @@ export class NvmeDriver extends GenericDriver {
       );
     }
     if (r.code !== 0) {
-      const status = parseNvmeStatus(r.stderr);
-      const detail = status
-        ? `NVMe status ${status.text} (${hex(status.value)})`
-        : lastLine(r.stderr) || `exit ${r.code ?? r.signal}`;
+      const { status, detail } = toolFailure(r);
       throw new NvmeCommandError(`${what} failed: ${detail}`, status);
     }
     return r;

@@ -242,6 +242,25 @@ export function parseNvmeStatus(stderr: string): NvmeStatus | null {
 }
 
 /**
+ * Why a tool exited non-zero, for messages: the NVMe status with its hex when
+ * stderr carries one, else the last line of stderr that says something, else
+ * the exit code or signal.
+ */
+export function toolFailure(r: { stderr: string; code: number | null; signal: string | null }): {
+  status: NvmeStatus | null;
+  detail: string;
+} {
+  const status = parseNvmeStatus(r.stderr);
+  if (status) return { status, detail: `NVMe status ${status.text} (${hex(status.value)})` };
+  const last = r.stderr
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .at(-1);
+  return { status, detail: last || `exit ${r.code ?? r.signal}` };
+}
+
+/**
  * The controller does not implement the command at all (generic Invalid
  * Command Opcode, 0x01): QEMU answers namespace management this way although
  * OACS advertises it. A tenant got the same answer.

@@ -30,11 +30,11 @@ import {
   type WriteEvidence,
 } from '../cleanup-evidence.js';
 import type { CleanupContext } from '../driver.js';
-import { type NvmeNamespaceInfo, readNvmeController } from '../pci/sysfs-reader.js';
 import { nsDevPath, type ResolvedController, type RunNvme, targetOf } from './controller.js';
 import { CleanupFailedError, NvmeCommandError } from './errors.js';
 import { capabilitiesOf, hex, isNotImplemented, parseCreatedNsid, parseNsidList } from './nvme-output.js';
 import { pct, progressThrottle } from './progress.js';
+import { type NvmeNamespaceInfo, readNvmeController } from './sysfs-nvme.js';
 
 /** Per-command bound for identify-like and write-zeroes commands. */
 const COMMAND_TIMEOUT_MS = 30_000;

@@ -19,15 +19,14 @@ import { createLogger } from '../../logging.js';
 import type { CommandRunner } from '../../plugins/command-runner.js';
 import { DRIVER_API_VERSION } from '../../plugins/driver.js';
 import { readHostUse } from '../../plugins/host-use.js';
+import { readNvmeSubsystemFunctions } from '../../plugins/nvme/sysfs-nvme.js';
 import { MAX_MEDIA_KEY } from '../../plugins/pci/media-identity.js';
-import {
-  readIommuGroupMembers,
-  readNvmeSubsystemFunctions,
-  readPciFunctionSync,
-} from '../../plugins/pci/sysfs-reader.js';
+import { readIommuGroupMembers, readPciFunctionSync } from '../../plugins/pci/sysfs-reader.js';
 import type { DiscoveredDevice, MediaRecord } from '../../plugins/types.js';
 import { BERTH_VERSION } from '../../version.js';
-import { Authenticator, type AuthOptions, authInterceptor, logAuthMode } from '../grpc/auth.js';
+import { Authenticator } from '../grpc/auth/authenticator.js';
+import type { AuthOptions } from '../grpc/auth/configuration.js';
+import { authInterceptor, logAuthMode } from '../grpc/auth/interceptor.js';
 import { GrpcServer } from '../grpc/server.js';
 import { channelCredentials, loadTls, serverCredentials } from '../grpc/tls.js';
 import { Lifecycle, type LifecycleState } from '../lifecycle.js';

@@ -10,15 +10,13 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
+import { type LegacyHold, MediaLedger, type StoredMedia } from './media-ledger.js';
 import {
   CUSTODY_MIGRATION,
-  type LegacyHold,
   MEDIA_COUNTERS_MIGRATION,
   MEDIA_MIGRATION,
   MEDIA_PROJECT_MIGRATION,
-  MediaLedger,
-  type StoredMedia,
-} from './media-ledger.js';
+} from './media-schema.js';
 
 const MIGRATIONS = [
   `CREATE TABLE cleanup_jobs (

@@ -34,7 +34,7 @@ import { ConfigError } from '../../errors.js';
 import { type HostName, isHostName } from '../../identifiers.js';
 import { show } from '../../plugins/device-spec/messages.js';
 import { parseStrictYaml } from '../../strict-yaml.js';
-import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth.js';
+import { type AuthFileOptions, type AuthOptions, loadAuthOptions } from '../grpc/auth/configuration.js';
 import type { TlsFiles } from '../grpc/tls.js';
 import { type ApiServerConfig, apiServerConfig } from './kubelet/api-server.js';
 import {

@@ -21,51 +21,18 @@
  */
 import type Database from 'better-sqlite3';
 import type { MediaCondition, MediaRecord, WriteCounters } from '../../plugins/types.js';
+import type { MediaRow } from './media-schema.js';
+import {
+  countersFromText,
+  judgedByCounters,
+  withCounters,
+  writeCountersChange,
+} from './media-write-counters.js';
 
 /** Uninformative records of media not seen for this long are pruned at start. */
 export const PRUNE_AFTER_MS = 90 * 24 * 3600 * 1000;
 /** `last_seen` is written at most this often per record (a discovery every few seconds must not write). */
 const SEEN_RESOLUTION_MS = 24 * 3600 * 1000;
-
-export const MEDIA_MIGRATION = `
-  CREATE TABLE media (
-    key TEXT PRIMARY KEY,
-    condition TEXT NOT NULL CHECK (condition IN ('clean','held','dirty','declared_clean','not_cleanable')),
-    burned INTEGER NOT NULL DEFAULT 0 CHECK (burned IN (0, 1)),
-    since INTEGER NOT NULL,
-    last_address TEXT NOT NULL,
-    arq_uuid TEXT NOT NULL DEFAULT '',
-    instance_uuid TEXT NOT NULL DEFAULT '',
-    last_seen INTEGER NOT NULL,
-    reason TEXT NOT NULL DEFAULT ''
-  );
-  ALTER TABLE cleanup_jobs ADD COLUMN media_key TEXT NOT NULL DEFAULT '';`;
-
-/**
- * Custody (DESIGN invariant 15, decision 62): when each record's custody
- * broke (0 = unbroken) and why, and the boot id the journal last ran under.
- * `adopt_unrecorded` is 1 on a journal that predates custody: its agent kept
- * no record of unused one-time-use media, so the first discovery after the
- * upgrade takes those it finds as unused (cleared with that discovery).
- */
-export const CUSTODY_MIGRATION = `
-  ALTER TABLE media ADD COLUMN custody_broken_at INTEGER NOT NULL DEFAULT 0;
-  ALTER TABLE media ADD COLUMN custody_break TEXT NOT NULL DEFAULT '';
-  CREATE TABLE custody (
-    id INTEGER PRIMARY KEY CHECK (id = 1),
-    boot_id TEXT NOT NULL,
-    adopt_unrecorded INTEGER NOT NULL CHECK (adopt_unrecorded IN (0, 1))
-  );
-  INSERT INTO custody (id, boot_id, adopt_unrecorded) VALUES (1, '', 1);`;
-
-/**
- * The write counters a clean (or declared clean) record was made with, as
- * JSON ('' = none): decision 64.
- */
-export const MEDIA_COUNTERS_MIGRATION = `ALTER TABLE media ADD COLUMN write_counters TEXT NOT NULL DEFAULT '';`;
-
-/** The project a hold was recorded for ('' = none known): its certificate names it (decision 79). */
-export const MEDIA_PROJECT_MIGRATION = `ALTER TABLE media ADD COLUMN project_id TEXT NOT NULL DEFAULT '';`;
 
 /** A journal record with why it is in its condition (for messages and logs). */
 export interface StoredMedia extends MediaRecord {
@@ -148,70 +115,7 @@ export interface LegacyHold {
   since: number;
 }
 
-interface Row {
-  key: string;
-  condition: MediaCondition;
-  burned: number;
-  since: number;
-  last_address: string;
-  arq_uuid: string;
-  instance_uuid: string;
-  last_seen: number;
-  reason: string;
-  /** Absent from a journal read before its custody migration (the operator's dry run). */
-  custody_broken_at?: number;
-  custody_break?: string;
-  /** Absent in a journal read before MEDIA_COUNTERS_MIGRATION (the operator's dry run). */
-  write_counters?: string;
-  /** Absent in a journal read before MEDIA_PROJECT_MIGRATION (the operator's dry run). */
-  project_id?: string;
-}
-
-/** Counters kept as JSON: anything that is not what was written reads as none. */
-function countersFromText(text: string | undefined): WriteCounters | undefined {
-  if (!text) return undefined;
-  try {
-    const c = JSON.parse(text) as WriteCounters;
-    const digits = (v: unknown) => typeof v === 'string' && /^\d+$/.test(v);
-    return typeof c.controller === 'string' &&
-      Number.isInteger(c.cntlid) &&
-      Number.isFinite(c.at) &&
-      [c.dataUnitsWritten, c.hostWriteCommands, c.powerCycles, c.powerOnHours].every(digits)
-      ? c
-      : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-const COUNTER_NAMES = [
-  ['dataUnitsWritten', 'Data Units Written'],
-  ['hostWriteCommands', 'Host Write Commands'],
-  ['powerCycles', 'Power Cycles'],
-  ['powerOnHours', 'Power On Hours'],
-] as const;
-
-/**
- * Why counters read now say a clean media may hold data it did not hold at
- * its record (null when they do not): Data Units Written or Host Write
- * Commands grew (someone wrote to it), or any counter went down (a firmware
- * reset, a wrapped counter, or another drive with a cloned identity: its
- * history is unknown). Power Cycles and Power On Hours growing are not dirt.
- */
-export function writeCountersChange(recorded: WriteCounters, now: WriteCounters): string | null {
-  const through = `read through ${now.controller} (cntlid ${now.cntlid})`;
-  const lower = COUNTER_NAMES.filter(([f]) => BigInt(now[f]) < BigInt(recorded[f]));
-  if (lower.length > 0) {
-    const what = lower.map(([f, name]) => `${name} ${recorded[f]} → ${now[f]}`).join(', ');
-    return `its write counters went down since it was recorded clean (${what}, ${through}): a counter reset by firmware, a wrapped counter or another drive with the same identity; its history is unknown`;
-  }
-  const grew = COUNTER_NAMES.slice(0, 2).filter(([f]) => BigInt(now[f]) > BigInt(recorded[f]));
-  if (grew.length === 0) return null;
-  const what = grew.map(([f, name]) => `${name} ${recorded[f]} → ${now[f]}`).join(', ');
-  return `it was written since it was recorded clean (${what}, ${through})`;
-}
-
-const fromRow = (r: Row): StoredMedia => ({
+const fromRow = (r: MediaRow): StoredMedia => ({
   key: r.key,
   condition: r.condition,
   burned: r.burned === 1,
@@ -228,11 +132,6 @@ const fromRow = (r: Row): StoredMedia => ({
 });
 
 const iso = (ms: number) => new Date(ms).toISOString();
-
-const withCounters = (c: WriteCounters | undefined) => (c ? { writeCounters: c } : {});
-
-/** Whether a record's condition is one the write counters are judged by. */
-const judgedByCounters = (c: MediaCondition) => c === 'clean' || c === 'declared_clean';
 
 /** What a next tenant could be hurt by: the record must never be lost. */
 export function isInformative(r: MediaRecord): boolean {
@@ -280,7 +179,7 @@ export class MediaLedger {
   /** Reads every record as the file has them (no write: a read-only journal too). */
   read(): void {
     this.records.clear();
-    for (const r of this.db.prepare(`SELECT * FROM media`).all() as Row[])
+    for (const r of this.db.prepare(`SELECT * FROM media`).all() as MediaRow[])
       this.records.set(r.key, fromRow(r));
   }
 

@@ -10,7 +10,8 @@ import { tempDir } from '../../../test/helpers/agent.js';
 import type { WriteCounters } from '../../plugins/types.js';
 import { CleanupJournal } from './cleanup-journal.js';
 import { reportedMedia } from './media.js';
-import { type SeenMedia, writeCountersChange } from './media-ledger.js';
+import type { SeenMedia } from './media-ledger.js';
+import { writeCountersChange } from './media-write-counters.js';
 
 const dirs: { cleanup: () => Promise<void> }[] = [];
 const journals: CleanupJournal[] = [];

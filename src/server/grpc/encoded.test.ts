@@ -13,7 +13,7 @@ import {
 import { hostName, pciFacts } from '../scheduler/domain/test-fixtures.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { openSqliteStore } from '../scheduler/stores.js';
-import { generateStaticToken } from './auth.js';
+import { generateStaticToken } from './auth/tokens.js';
 import { Encoded, encodeOnce, passEncodedResponses } from './encoded.js';
 
 const HOST = hostName('fanout-host');

@@ -23,7 +23,7 @@ import {
 } from '@grpc/grpc-js';
 import { DESCRIPTOR_SET } from '../../descriptor-set.js';
 import { invalidArgument } from '../../errors.js';
-import { OPEN_SERVICES } from './auth.js';
+import { OPEN_SERVICES } from './auth/policy.js';
 import { toServiceError } from './status.js';
 
 const REFLECTION_SERVICES = [

@@ -18,7 +18,7 @@ import { RegisterRequest } from '../../gen/berth/scheduler/v1/registration.js';
 import { HOST_INFLOW_LIMITS } from '../scheduler/domain/inventory-bounds.js';
 import { CLIENT_OPTIONS } from '../scheduler/runtime/agent-link.js';
 import { Scheduler } from '../scheduler/scheduler.js';
-import { generateStaticToken } from './auth.js';
+import { generateStaticToken } from './auth/tokens.js';
 import { SERVER_OPTIONS } from './server.js';
 
 const ARQ = '/berth.scheduler.v1.AcceleratorRequestService';

@@ -55,7 +55,7 @@ export interface ServiceBinding {
 export interface GrpcServerOptions {
   services: ServiceBinding[];
   credentials?: ServerCredentials;
-  /** Server interceptors, run on every call in order (auth: src/server/grpc/auth.ts). */
+  /** Server interceptors, run on every call in order (auth: src/server/grpc/auth/interceptor.ts). */
   interceptors?: ServerInterceptor[];
 }
 

@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../../errors.js';
 import { parseAgentConfig } from '../agent/config.js';
-import { loadAuthOptions } from './auth.js';
+import { loadAuthOptions } from './auth/configuration.js';
 import { channelCredentials, loadTls, serverCredentials } from './tls.js';
 
 describe('TLS and auth configuration', () => {

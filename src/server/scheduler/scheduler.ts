@@ -11,18 +11,16 @@ import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../../errors.js';
 import { createLogger } from '../../logging.js';
-import {
-  Authenticator,
-  type AuthOptions,
-  authInterceptor,
-  logAuthMode,
-  mintSchedulerCredential,
-} from '../grpc/auth.js';
+import { Authenticator } from '../grpc/auth/authenticator.js';
+import type { AuthOptions } from '../grpc/auth/configuration.js';
+import { authInterceptor, logAuthMode } from '../grpc/auth/interceptor.js';
+import { mintSchedulerCredential } from '../grpc/auth/tokens.js';
 import { GrpcServer, type ServiceBinding } from '../grpc/server.js';
 import { agentChannelCredentials, loadTls, serverCredentials, type TlsFiles } from '../grpc/tls.js';
 import { InstanceLock } from '../instance-lock.js';
 import { Lifecycle, type LifecycleState } from '../lifecycle.js';
 import { Metrics, serveMetrics } from '../metrics.js';
+import { Teardown } from '../teardown.js';
 import { Binding } from './app/binding.js';
 import { Certificates } from './app/certificates.js';
 import { Cleaning } from './app/cleaning.js';
@@ -70,7 +68,7 @@ export interface SchedulerOptions {
   logger?: Logger;
   heartbeatSeconds?: number;
   /**
-   * Who may call what (src/server/grpc/auth.ts): `{mode: 'token', jwt, staticTokens,
+   * Who may call what (src/server/grpc/auth/): `{mode: 'token', jwt, staticTokens,
    * certRoles}`, or `{mode: 'none'}` to switch authentication off explicitly.
    */
   auth?: AuthOptions;
@@ -155,13 +153,8 @@ export class Scheduler {
     readonly leaseKeeper: LinkLeaseKeeper | null,
     /** Cyborg's v2 API for Nova, when configured. */
     readonly cyborg: CyborgApi | null,
-    private readonly parts: {
-      hub: EventHub;
-      dispatcher: CleanupDispatcher;
-      agents: AgentDirectory;
-      lock: InstanceLock | null;
-      logger: Logger;
-    },
+    /** Everything start opened, closed in reverse by stop. */
+    private readonly teardown: Teardown,
   ) {}
 
   static async start(options: SchedulerOptions): Promise<Scheduler> {
@@ -201,15 +194,17 @@ export class Scheduler {
       lock?.uncleanPredecessor && options.db && existsSync(options.db) && !existsSync(`${options.db}-wal`)
         ? lock.uncleanPredecessor
         : null;
-    let useCases: UseCases;
-    try {
-      useCases =
+    // What start opens is closed by one stack, last first: on a start that fails
+    // half-way (guard) and at stop, alike.
+    const teardown = new Teardown();
+    if (lock) teardown.defer('the database lock', () => lock.release());
+    const useCases = await teardown.guard(async () => {
+      return (
         options.store ??
-        (postgres ? await openPgStore(options.db!) : await openSqliteStore(options.db ?? ':memory:'));
-    } catch (err) {
-      lock?.release();
-      throw err;
-    }
+        (postgres ? await openPgStore(options.db!) : await openSqliteStore(options.db ?? ':memory:'))
+      );
+    });
+    teardown.defer('the store', () => useCases.close());
     const id = randomUUID();
     const lifecycle = new Lifecycle<DegradedReason>(['store_damaged']);
     const hub = new EventHub();
@@ -227,6 +222,7 @@ export class Scheduler {
       dial,
       onConnected: (h) => void dispatcher.dispatchBacklog(h),
     });
+    teardown.defer('the agent links', () => links.stopAll());
     const leases = useCases.leases;
     const dispatcher = new CleanupDispatcher(
       useCases,
@@ -235,6 +231,7 @@ export class Scheduler {
       metrics,
       leases !== undefined,
     );
+    teardown.defer('the cleanup dispatcher', () => dispatcher.stop());
     // Every committed change — this scheduler's, and on a shared database
     // another's — wakes the watches and the dispatcher.
     useCases.onChange((change) => {
@@ -259,20 +256,22 @@ export class Scheduler {
           ...(options.linkLeases ? { timing: options.linkLeases } : {}),
         })
       : null;
+    // Stopped, its hosts are adopted by the other schedulers on the database at their next look.
+    if (leaseKeeper) teardown.defer('the link leases', () => leaseKeeper.stop());
     const agents = new AgentDirectory(links, useCases, dial);
+    teardown.defer('the agent directory', () => agents.close());
     const cleaning = new Cleaning({ useCases, agents });
     // Placement is asked for its versions before serving: a server too old, or
     // credentials refused, stop the start with the reason (an unreachable one does not).
-    const placement = options.placement
-      ? await startPlacement(options.placement, schedulerSide({ useCases, hub, links }), {
-          logger,
-          registry: metrics.registry,
-          ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
-        }).catch(async (err: unknown) => {
-          await useCases.close();
-          lock?.release();
-          throw err;
-        })
+    const placementOptions = options.placement;
+    const placement = placementOptions
+      ? await teardown.guard(() =>
+          startPlacement(placementOptions, schedulerSide({ useCases, hub, links }), {
+            logger,
+            registry: metrics.registry,
+            ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
+          }),
+        )
       : null;
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
@@ -316,16 +315,13 @@ export class Scheduler {
       interceptors: [metrics.interceptor(), authInterceptor(auth, logger)],
       ...(tls ? { credentials: serverCredentials(tls) } : {}),
     });
+    teardown.defer('the gRPC server', () => server.stop(2_000));
+    // The watches end first, so that the server's graceful stop does not wait for them.
+    teardown.defer('the watches', () => hub.close());
+    // Placement reporting waits on the hub between passes (a closed hub never waits): it stops first.
+    if (placement) teardown.defer('Placement reporting', () => placement.stop());
     logAuthMode(auth, logger, 'scheduler');
-    try {
-      await server.listen(options.listen);
-    } catch (err) {
-      await placement?.stop();
-      await server.stop(0);
-      await useCases.close();
-      lock?.release();
-      throw err;
-    }
+    await teardown.guard(() => server.listen(options.listen));
     let cyborg: CyborgApi | null = null;
     if (options.cyborg && placement) {
       const c = options.cyborg;
@@ -363,16 +359,9 @@ export class Scheduler {
         logger: logger.child({ component: 'cyborg' }),
       });
       cyborg.events?.register(metrics.registry);
-      try {
-        await cyborg.listen(c.listen);
-      } catch (err) {
-        await cyborg.stop();
-        await placement.stop();
-        await server.stop(0);
-        await useCases.close();
-        lock?.release();
-        throw err;
-      }
+      const api = cyborg;
+      teardown.defer('the Cyborg API', () => api.stop());
+      await teardown.guard(() => api.listen(c.listen));
     }
     lock?.setEndpoint(server.address);
     // Health is SERVING in `serving` only; each transition is logged with its reason.
@@ -403,14 +392,16 @@ export class Scheduler {
     // this scheduler adopts them; until then they show as disconnected. Hosts
     // another live scheduler follows are left as it says.
     if (!lifecycle.is('store_damaged')) {
-      const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
-      // A page at a time: a fleet of 50,000 hosts is not held in memory to find the connected few.
-      for await (const h of everyRow(
-        (after) => useCases.hostsPage(after, 1000),
-        (h) => h.name,
-      )) {
-        if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
-      }
+      await teardown.guard(async () => {
+        const followedElsewhere = (await leases?.live()) ?? new Map<string, string>();
+        // A page at a time: a fleet of 50,000 hosts is not held in memory to find the connected few.
+        for await (const h of everyRow(
+          (after) => useCases.hostsPage(after, 1000),
+          (h) => h.name,
+        )) {
+          if (h.connected && !followedElsewhere.has(h.name)) await useCases.setHostConnected(h.name, false);
+        }
+      });
       leaseKeeper?.start();
     }
     // After the hosts known from before are marked disconnected: Placement never
@@ -422,6 +413,7 @@ export class Scheduler {
       logger.child({ component: 'retention' }),
       options.retentionIntervalMs,
     );
+    teardown.defer('the history pruner', () => pruner.stop());
     if (!lifecycle.is('store_damaged')) pruner.start();
     const scheduler = new Scheduler(
       id,
@@ -434,23 +426,14 @@ export class Scheduler {
       pruner,
       leaseKeeper,
       cyborg,
-      {
-        hub,
-        dispatcher,
-        agents,
-        lock,
-        logger,
-      },
+      teardown,
     );
     if (options.metricsListen) {
-      try {
-        const m = await serveMetrics(options.metricsListen, metrics.registry);
-        scheduler.metricsServer = m.server;
-        scheduler.metricsAddress = m.address;
-      } catch (err) {
-        await scheduler.stop();
-        throw err;
-      }
+      const listen = options.metricsListen;
+      const m = await teardown.guard(() => serveMetrics(listen, metrics.registry));
+      teardown.defer('the metrics server', () => m.server.close());
+      scheduler.metricsServer = m.server;
+      scheduler.metricsAddress = m.address;
       logger.info({ metrics: `http://${scheduler.metricsAddress}/metrics` }, 'serving metrics');
     }
     lifecycle.started();
@@ -471,21 +454,8 @@ export class Scheduler {
   }
 
   async stop(): Promise<void> {
-    const { hub, dispatcher, agents, lock } = this.parts;
     this.lifecycle.stopping();
-    await this.cyborg?.stop();
-    await this.placement?.stop();
-    dispatcher.stop();
-    await this.pruner.stop();
-    // Its hosts are adopted by the other schedulers on the database at their next look.
-    await this.leaseKeeper?.stop();
-    hub.close();
-    this.links.stopAll();
-    agents.close();
-    await this.server.stop(2_000);
-    this.metricsServer?.close();
-    await this.useCases.close();
-    lock?.release();
+    await this.teardown.run();
     this.lifecycle.stopped();
   }
 }

@@ -3,7 +3,7 @@ import { mkdtemp, readdir, readFile, readlink, realpath, rm } from 'node:fs/prom
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { readNvmeController } from '../../plugins/pci/sysfs-reader.js';
+import { readNvmeController } from '../../plugins/nvme/sysfs-nvme.js';
 import { buildSysfs, largeHostSpec, SysfsBuilder } from './index.js';
 
 let root: string;

@@ -8,7 +8,7 @@
  */
 import { createServer, type Server } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Authenticator } from '../../grpc/auth.js';
+import { Authenticator } from '../../grpc/auth/authenticator.js';
 import type { TokenSource } from '../placement/keystone.js';
 import {
   authorize,

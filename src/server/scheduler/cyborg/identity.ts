@@ -1,6 +1,6 @@
 /**
  * Who calls the Cyborg API, and what they may do: the gRPC auth's ideas
- * (src/server/grpc/auth.ts) in Keystone's terms — credentials checked once
+ * (src/server/grpc/auth/authenticator.ts) in Keystone's terms — credentials checked once
  * per request, one table of the rules (ACTIONS), fail closed for anything not
  * in it, 401 without a valid credential and 403 with one that may not.
  *
@@ -19,7 +19,7 @@
  *   to the user; any X-Service-Token counts as Nova's.
  */
 import { createHash } from 'node:crypto';
-import { isAuthRefusal, type Principal } from '../../grpc/auth.js';
+import { isAuthRefusal, type Principal } from '../../grpc/auth/authenticator.js';
 import type { TokenSource } from '../placement/keystone.js';
 import { CyborgHttpError } from './shapes.js';
 

@@ -8,10 +8,13 @@ import { LiveMigratable } from '../../gen/berth/scheduler/v1/profile.js';
 import { dialTarget } from '../../transport/channel.js';
 import { normalizeEndpoint, parseEndpoint } from '../client-config.js';
 import { BerthClientError } from '../sdk.js';
+import { UsageError } from '../usage-error.js';
 import { progressLine, timeLeft } from './cleanup-progress.js';
-import { errorLine, parseDeviceRef, parseEnum, shortEnum, UsageError } from './client-common.js';
+import { errorLine } from './command-errors.js';
+import { parseEnum, shortEnum } from './format.js';
 import { instanceDevicesFromFile } from './instance-commands.js';
 import { profileFromInput } from './profile-commands.js';
+import { parseDeviceRef } from './references.js';
 
 /** A BerthClientError as the SDK builds it from a gRPC status (fields only). */
 function clientError(fields: Partial<BerthClientError>): BerthClientError {

@@ -10,22 +10,13 @@ import { join } from 'node:path';
 import { Metadata } from '@grpc/grpc-js';
 import { exportJWK, SignJWT } from 'jose';
 import { describe, expect, it } from 'vitest';
-import { generatedServiceDefinitions } from '../../../test/helpers/grpc-services.js';
-import { ConfigError } from '../../errors.js';
-import {
-  Authenticator,
-  type AuthRefusal,
-  allowedRoles,
-  generateStaticToken,
-  isAuthRefusal,
-  isOpenMethod,
-  logAuthMode,
-  METHOD_ROLES,
-  parseStaticTokens,
-  ROLES,
-  signHs256Token,
-  writeStaticTokenFile,
-} from './auth.js';
+import { generatedServiceDefinitions } from '../../../../test/helpers/grpc-services.js';
+import { ConfigError } from '../../../errors.js';
+import { Authenticator, type AuthRefusal, isAuthRefusal } from './authenticator.js';
+import { parseStaticTokens } from './configuration.js';
+import { logAuthMode } from './interceptor.js';
+import { allowedRoles, isOpenMethod, METHOD_ROLES, ROLES } from './policy.js';
+import { generateStaticToken, signHs256Token, writeStaticTokenFile } from './tokens.js';
 
 const SECRET = 'x'.repeat(40);
 
