@@ -23,6 +23,8 @@ import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { expectCode } from '../helpers/errors.js';
 import { createAndBind, createClassProfile, getDevice } from '../helpers/invariants.js';
 import { KubeletStandIn } from '../helpers/kubelet.js';
+import { makeSpecNodes, podmanWithCdiDevice } from '../helpers/podman-cdi.js';
+import { available, podmanRunc } from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
 const HOST = 'k8s-host';
@@ -373,6 +375,51 @@ describe('the kubelet device plugin', () => {
       await rm(cdiDir, { recursive: true, force: true });
     }
   }, 90_000);
+
+  it.skipIf(!available(podmanRunc(), "a container started by podman from the device plugin's CDI spec"))(
+    "podman with runc starts a container from the device plugin's CDI name: it sees KubeVirt's variable and the VFIO nodes",
+    async () => {
+      k = await KubeletStandIn.start();
+      // podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi.
+      c = await start(k, { secondClean: true, cdiDir: '/var/run/cdi' });
+      const reg = await eventually(
+        async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
+        (r) => r !== undefined,
+        15_000,
+      );
+      const w = watch(k, reg!.endpoint);
+      await w.until((h) => h(CLEAN) === 'Healthy');
+      const container = (await allocate(w.client, [CLEAN])).containerResponses[0]!;
+      const instance = (await getDevice(c.client, HOST, CLEAN)).instanceUuid;
+      const specFile = join('/var/run/cdi', `berth.dev-${instance}.json`);
+      try {
+        await makeSpecNodes(JSON.parse(await readFile(specFile, 'utf8')));
+        const stdout = await podmanWithCdiDevice(container.cdiDevices[0]!.name, instance);
+        const group = c.host(HOST).agent!.inventory.get(CLEAN)!.iommuGroup;
+        expect(stdout).toContain(`PCI_RESOURCE_BERTH_DEV_NVME=${CLEAN}\n`);
+        expect(stdout).toContain(`BERTH_PCI_0000_01_00_0=${CLEAN}\n`);
+        expect(stdout).toMatch(/^c.* 1, +3 .* vfio$/m);
+        expect(stdout).toMatch(new RegExp(`^c.* 1, +3 .* ${group}$`, 'm'));
+        // The pod's end as pod-resources reports it: the spec goes with the release.
+        k.pods.set('vm-1', { [RESOURCE]: [CLEAN] });
+        await polls(c, 2);
+        k.pods.clear();
+        await eventually(
+          () =>
+            access(specFile).then(
+              () => true,
+              () => false,
+            ),
+          (present) => !present,
+          30_000,
+        );
+      } finally {
+        await rm(specFile, { force: true });
+        w.close();
+      }
+    },
+    180_000,
+  );
 
   it('registers again when the kubelet restarts (its socket recreated)', async () => {
     k = await KubeletStandIn.start();
