@@ -6,6 +6,9 @@
  * backing files) and from the scheduler's record, not from what the plugin
  * says of itself.
  */
+import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { Metadata, type ServiceError } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
@@ -20,6 +23,8 @@ import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { expectCode } from '../helpers/errors.js';
 import { createAndBind, createClassProfile, getDevice } from '../helpers/invariants.js';
 import { KubeletStandIn } from '../helpers/kubelet.js';
+import { makeSpecNodes, podmanWithCdiDevice } from '../helpers/podman-cdi.js';
+import { available, podmanRunc } from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
 const HOST = 'k8s-host';
@@ -61,7 +66,7 @@ function definition(opts: { secondClean: boolean }): SimHostDefinition {
   };
 }
 
-async function start(k: KubeletStandIn, opts: { secondClean: boolean }): Promise<Cluster> {
+async function start(k: KubeletStandIn, opts: { secondClean: boolean; cdiDir?: string }): Promise<Cluster> {
   const c = await startCluster([definition(opts)], {
     agentConfig: (raw) => ({
       ...raw,
@@ -73,6 +78,7 @@ async function start(k: KubeletStandIn, opts: { secondClean: boolean }): Promise
           resource_names: { [NVME_CLASS]: RESOURCE },
           poll_interval: 0.1,
           unclaimed_grace: 3600,
+          ...(opts.cdiDir ? { cdi: true, cdi_dir: opts.cdiDir } : {}),
         },
       },
     }),
@@ -305,6 +311,115 @@ describe('the kubelet device plugin', () => {
     expect(certs.certificates.length).toBeGreaterThan(0);
     w.close();
   }, 90_000);
+
+  it('with cdi: Allocate also answers CDI device names that resolve in the spec it wrote, and the spec goes with the release', async () => {
+    const cdiDir = await mkdtemp(join(tmpdir(), 'berth-dp-cdi-'));
+    try {
+      k = await KubeletStandIn.start();
+      c = await start(k, { secondClean: true, cdiDir });
+      const reg = await eventually(
+        async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
+        (r) => r !== undefined,
+        15_000,
+      );
+      const w = watch(k, reg!.endpoint);
+      await w.until((h) => h(CLEAN) === 'Healthy' && h(OTHER) === 'Healthy');
+
+      const container = (await allocate(w.client, [CLEAN, OTHER])).containerResponses[0]!;
+      // The envs and device nodes stay for runtimes that read no CDI.
+      expect(container.envs).toEqual({ PCI_RESOURCE_BERTH_DEV_NVME: `${CLEAN},${OTHER}` });
+      expect(container.devices[0]!.containerPath).toBe('/dev/vfio/vfio');
+      const instance = (await getDevice(c.client, HOST, CLEAN)).instanceUuid;
+      expect((await getDevice(c.client, HOST, OTHER)).instanceUuid).toBe(instance);
+      expect(container.cdiDevices.map((d) => d.name)).toEqual([
+        `berth.dev/pci=${instance}-pci-0000-01-00-0`,
+        `berth.dev/pci=${instance}-pci-0000-02-00-0`,
+      ]);
+      const files = await readdir(cdiDir);
+      expect(files).toEqual([`berth.dev-${instance}.json`]);
+      const spec = JSON.parse(await readFile(join(cdiDir, files[0]!), 'utf8'));
+      const inv = c.host(HOST).agent!.inventory;
+      expect(spec.kind).toBe('berth.dev/pci');
+      expect(spec.containerEdits.env).toEqual([`PCI_RESOURCE_BERTH_DEV_NVME=${CLEAN},${OTHER}`]);
+      expect(spec.containerEdits.deviceNodes).toEqual([
+        { path: '/dev/vfio/vfio', hostPath: container.devices[0]!.hostPath, type: 'c', permissions: 'rw' },
+      ]);
+      // Every name answered is a device of the spec, with its own variable and its IOMMU group's node.
+      for (const [i, address] of [CLEAN, OTHER].entries()) {
+        const name = container.cdiDevices[i]!.name.split('=')[1];
+        const dev = spec.devices.find((d: { name: string }) => d.name === name);
+        expect(dev.containerEdits.env).toEqual([`BERTH_PCI_0000_0${i + 1}_00_0=${address}`]);
+        const group = inv.get(address)!.iommuGroup;
+        const groupNode = spec.devices
+          .flatMap(
+            (d: { containerEdits: { deviceNodes?: { path: string }[] } }) =>
+              d.containerEdits.deviceNodes ?? [],
+          )
+          .map((n: { path: string }) => n.path);
+        expect(groupNode).toContain(`/dev/vfio/${group}`);
+      }
+
+      // Held while the pod runs; gone once Berth released both devices (and Healthy only after the scrub).
+      k.pods.set('vm-1', { [RESOURCE]: [CLEAN, OTHER] });
+      await polls(c, 3);
+      await access(join(cdiDir, files[0]!));
+      k.pods.clear();
+      await eventually(
+        () => readdir(cdiDir),
+        (f) => f.length === 0,
+        30_000,
+      );
+      await w.until((h) => h(CLEAN) === 'Healthy' && h(OTHER) === 'Healthy');
+      w.close();
+    } finally {
+      await rm(cdiDir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
+  it.skipIf(!available(podmanRunc(), "a container started by podman from the device plugin's CDI spec"))(
+    "podman with runc starts a container from the device plugin's CDI name: it sees KubeVirt's variable and the VFIO nodes",
+    async () => {
+      k = await KubeletStandIn.start();
+      // podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi.
+      c = await start(k, { secondClean: true, cdiDir: '/var/run/cdi' });
+      const reg = await eventually(
+        async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
+        (r) => r !== undefined,
+        15_000,
+      );
+      const w = watch(k, reg!.endpoint);
+      await w.until((h) => h(CLEAN) === 'Healthy');
+      const container = (await allocate(w.client, [CLEAN])).containerResponses[0]!;
+      const instance = (await getDevice(c.client, HOST, CLEAN)).instanceUuid;
+      const specFile = join('/var/run/cdi', `berth.dev-${instance}.json`);
+      try {
+        await makeSpecNodes(JSON.parse(await readFile(specFile, 'utf8')));
+        const stdout = await podmanWithCdiDevice(container.cdiDevices[0]!.name, instance);
+        const group = c.host(HOST).agent!.inventory.get(CLEAN)!.iommuGroup;
+        expect(stdout).toContain(`PCI_RESOURCE_BERTH_DEV_NVME=${CLEAN}\n`);
+        expect(stdout).toContain(`BERTH_PCI_0000_01_00_0=${CLEAN}\n`);
+        expect(stdout).toMatch(/^c.* 1, +3 .* vfio$/m);
+        expect(stdout).toMatch(new RegExp(`^c.* 1, +3 .* ${group}$`, 'm'));
+        // The pod's end as pod-resources reports it: the spec goes with the release.
+        k.pods.set('vm-1', { [RESOURCE]: [CLEAN] });
+        await polls(c, 2);
+        k.pods.clear();
+        await eventually(
+          () =>
+            access(specFile).then(
+              () => true,
+              () => false,
+            ),
+          (present) => !present,
+          30_000,
+        );
+      } finally {
+        await rm(specFile, { force: true });
+        w.close();
+      }
+    },
+    180_000,
+  );
 
   it('registers again when the kubelet restarts (its socket recreated)', async () => {
     k = await KubeletStandIn.start();

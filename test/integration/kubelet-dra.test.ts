@@ -7,12 +7,9 @@
  * Judged from the media (the simulator's backing files), the scheduler's
  * record and the files the plugin writes; the CDI spec is read by podman.
  */
-import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { access, mkdir, readFile, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
-import { promisify } from 'node:util';
+import { access, readFile, rm } from 'node:fs/promises';
+import { join } from 'node:path';
 import type { ServiceError } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
@@ -22,10 +19,10 @@ import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../s
 import { type Cluster, startCluster } from '../helpers/cluster.js';
 import { createAndBind, createClassProfile, getDevice } from '../helpers/invariants.js';
 import { ApiServerStandIn, DraKubelet, resourceClaim } from '../helpers/kubelet-dra.js';
+import { makeSpecNodes, podmanWithCdiDevice } from '../helpers/podman-cdi.js';
 import { available, podmanRunc } from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
-const run = promisify(execFile);
 const HOST = 'k8s-host';
 const MIB = 1 << 20;
 const CLEAN = '0000:01:00.0';
@@ -345,52 +342,12 @@ describe('the kubelet DRA plugin', () => {
       const specFile = cdiSpecFile('/var/run/cdi', uid);
       const spec = JSON.parse(await readFile(specFile, 'utf8'));
       try {
-        // No VFIO device here: real character nodes (/dev/null's numbers) stand in at the spec's host paths.
-        const nodes = [spec.containerEdits, spec.devices[0].containerEdits].flatMap(
-          (e: { deviceNodes?: { hostPath: string }[] }) => e.deviceNodes ?? [],
-        );
-        for (const n of nodes) {
-          await mkdir(dirname(n.hostPath), { recursive: true });
-          await rm(n.hostPath, { force: true });
-          await run('mknod', ['-m', '666', n.hostPath, 'c', '1', '3']);
-        }
-        const work = join(tmpdir(), `berth-podman-${uid}`);
-        await mkdir(join(work, 'root', 'bin'), { recursive: true });
-        try {
-          await writeFile(join(work, 'containers.conf'), '[containers]\ndefault_ulimits = []\n');
-          await run('cp', ['/bin/busybox', join(work, 'root', 'bin', 'busybox')]);
-          await run('ln', ['-sf', 'busybox', join(work, 'root', 'bin', 'sh')]);
-          await run('tar', ['-C', join(work, 'root'), '-cf', join(work, 'bb.tar'), '.']);
-          const podman = ['--storage-driver', 'vfs'];
-          await run('podman', [...podman, 'import', join(work, 'bb.tar'), 'localhost/berth-dra-bb:1']);
-          const { stdout } = await run(
-            'podman',
-            [
-              ...podman,
-              '--runtime',
-              'runc',
-              '--cgroup-manager',
-              'cgroupfs',
-              'run',
-              '--rm',
-              '--network',
-              'none',
-              '--device',
-              cdiId!,
-              'localhost/berth-dra-bb:1',
-              '/bin/sh',
-              '-c',
-              'env; ls -l /dev/vfio',
-            ],
-            { env: { ...process.env, CONTAINERS_CONF: join(work, 'containers.conf') }, timeout: 120_000 },
-          );
-          const group = c.host(HOST).agent!.inventory.get(CLEAN)!.iommuGroup;
-          expect(stdout).toContain(`${VARIABLE}=${CLEAN}\n`);
-          expect(stdout).toMatch(/^c.* 1, +3 .* vfio$/m);
-          expect(stdout).toMatch(new RegExp(`^c.* 1, +3 .* ${group}$`, 'm'));
-        } finally {
-          await rm(work, { recursive: true, force: true });
-        }
+        await makeSpecNodes(spec);
+        const stdout = await podmanWithCdiDevice(cdiId!, uid);
+        const group = c.host(HOST).agent!.inventory.get(CLEAN)!.iommuGroup;
+        expect(stdout).toContain(`${VARIABLE}=${CLEAN}\n`);
+        expect(stdout).toMatch(/^c.* 1, +3 .* vfio$/m);
+        expect(stdout).toMatch(new RegExp(`^c.* 1, +3 .* ${group}$`, 'm'));
         expect((await p.unprepare([ref('vm-3', uid)])).claims[uid]).toEqual({ error: '' });
         await expect(access(specFile)).rejects.toThrow();
       } finally {

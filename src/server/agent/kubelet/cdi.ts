@@ -1,6 +1,7 @@
 /**
- * The Container Device Interface spec of a prepared claim (decision 75): one
- * JSON file per claim in the CDI directory, which containerd, CRI-O and
+ * The Container Device Interface spec of a prepared claim (decision 75), and
+ * of a device plugin allocation's container (decision 74, `cdi: true`): one
+ * JSON file per claim (or container) in the CDI directory, which containerd, CRI-O and
  * podman read. Kind `<driver>/pci`; one CDI device per allocated device,
  * named `<claim uid>-<DRA device name>`. Whatever device of the claim a
  * container gets, it gets the spec's own edits too: the VFIO container node
@@ -34,6 +35,9 @@ interface DeviceNode {
 }
 
 export const cdiKind = (driver: string) => `${driver}/pci`;
+
+/** A device's own variable, from its DRA-style name: `pci-0000-01-00-0` → `BERTH_PCI_0000_01_00_0`. */
+export const ownVariable = (device: string) => `BERTH_${device.toUpperCase().replace(/-/g, '_')}`;
 
 export const cdiId = (driver: string, name: string) => `${cdiKind(driver)}=${name}`;
 

@@ -13,6 +13,8 @@
  *     poll_interval: 5
  *     unclaimed_grace: 300
  *     scheduler_token_file: /etc/berth/k8s-token
+ *     cdi: true                # Allocate also writes a CDI spec and answers its device names
+ *     cdi_dir: /var/run/cdi
  *   api_server:            # api-server.ts
  *     url: https://10.0.0.1:6443
  *     token_file: /var/run/secrets/kubernetes.io/serviceaccount/token
@@ -47,6 +49,12 @@ export interface DevicePluginConfig {
   unclaimedGraceMs: number;
   /** The bearer token of the scheduler calls that hold and release devices (role service or admin); null: the agent's own. */
   schedulerTokenFile: string | null;
+  /**
+   * When set, Allocate also writes a CDI spec per container (vendor: the DRA
+   * driver name, kind `<vendor>/pci`, ./cdi.ts) in `dir` and answers its
+   * device names; the spec goes when Berth releases the devices.
+   */
+  cdi: { dir: string; vendor: string } | null;
 }
 
 /** The kubelet's own defaults. */
@@ -56,6 +64,7 @@ export const DEVICE_PLUGIN_DEFAULTS = {
   resourcePrefix: 'berth.dev/',
   pollInterval: 5,
   unclaimedGrace: 300,
+  cdiDir: '/var/run/cdi',
 } as const;
 
 // An extended resource name: a DNS subdomain prefix (not kubernetes.io), a slash, and a name of at most 63 characters.
@@ -123,6 +132,13 @@ export const devicePluginSectionSchema = section({
     .describe(
       'token (role service) of the scheduler calls that hold and release devices (default: scheduler_token_file)',
     ),
+  cdi: z
+    .boolean({ error: (iss) => `expected true or false, got ${show(iss.input)}` })
+    .nullish()
+    .describe('Allocate also writes a CDI spec and answers its CDI device names (default false)'),
+  cdi_dir: text()
+    .nullish()
+    .describe(`where the CDI specs of allocations are written (default ${DEVICE_PLUGIN_DEFAULTS.cdiDir})`),
 }).describe("the kubelet's device plugin API (docs/kubernetes.md)");
 
 export interface DraConfig {
@@ -206,6 +222,12 @@ export function devicePluginConfig(
     pollIntervalMs: (d.poll_interval ?? DEVICE_PLUGIN_DEFAULTS.pollInterval) * 1000,
     unclaimedGraceMs: (d.unclaimed_grace ?? DEVICE_PLUGIN_DEFAULTS.unclaimedGrace) * 1000,
     schedulerTokenFile: d.scheduler_token_file ? resolve(baseDir, d.scheduler_token_file) : null,
+    cdi: d.cdi
+      ? {
+          dir: resolve(baseDir, d.cdi_dir ?? DEVICE_PLUGIN_DEFAULTS.cdiDir),
+          vendor: c?.dra?.driver_name ?? DRA_DEFAULTS.driverName,
+        }
+      : null,
   };
 }
 

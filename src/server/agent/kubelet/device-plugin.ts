@@ -11,7 +11,9 @@
  * - `Allocate`: refused for a device not clean and allocatable at that moment;
  *   otherwise held in the scheduler like any bind (./scheduler-hold.ts), which
  *   has this agent's journal record the tenancy before the answer; then
- *   KubeVirt's `PCI_RESOURCE_<NAME>` and the VFIO nodes.
+ *   KubeVirt's `PCI_RESOURCE_<NAME>` and the VFIO nodes; with `cdi`, also a
+ *   CDI spec per container (./cdi.ts, removed when Berth releases its
+ *   devices) and its fully-qualified device names.
  * - Release: the kubelet never says. pod-resources (`List`) says which devices
  *   pods hold; a device this plugin gave that no pod holds any more (once seen
  *   held, or never seen within unclaimed_grace) is released through the
@@ -19,7 +21,7 @@
  *   When pod-resources does not answer, nothing is released: hold, never guess.
  */
 import { randomUUID } from 'node:crypto';
-import { stat, unlink } from 'node:fs/promises';
+import { mkdir, stat, unlink } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import {
   type ChannelCredentials,
@@ -30,7 +32,7 @@ import {
   type ServiceError,
 } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
-import { failedPrecondition, invalidArgument } from '../../../errors.js';
+import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import {
   type AllocateResponse,
   type ContainerAllocateResponse,
@@ -47,8 +49,24 @@ import { isPciAddress } from '../../../identifiers.js';
 import type { DiscoveredDevice } from '../../../plugins/types.js';
 import { unary } from '../../grpc/handlers.js';
 import type { Inventory } from '../inventory.js';
+import {
+  type CdiInput,
+  cdiId,
+  cdiSpec,
+  cdiSpecPath,
+  ownVariable,
+  removeCdiSpec,
+  writeCdiSpec,
+} from './cdi.js';
 import type { DevicePluginConfig } from './config.js';
-import { kubevirtVariable, type PluginAgent, preferred, resourceNameOf, whyNotOffered } from './offer.js';
+import {
+  draDeviceName,
+  kubevirtVariable,
+  type PluginAgent,
+  preferred,
+  resourceNameOf,
+  whyNotOffered,
+} from './offer.js';
 import { type Hold, SchedulerHolds } from './scheduler-hold.js';
 import { dial, serveUnix } from './unix-socket.js';
 
@@ -338,24 +356,64 @@ export class KubeletDevicePlugin {
   private async allocate(r: Resource, requests: { devicesIds: string[] }[]): Promise<AllocateResponse> {
     const devices = this.checked(r, requests);
     const since = Date.now();
+    // One instance per container: its devices' holds, certificates and CDI spec.
+    const instances = devices.map(() => `${INSTANCE_PREFIX}${randomUUID()}`);
+    const wanted = devices.flatMap((list, i) =>
+      list.map((d) => ({
+        address: d.address,
+        cls: r.cls,
+        instance: instances[i]!,
+        requestId: `${instances[i]}-${d.address}`,
+      })),
+    );
     const held: Allocation[] = (
-      await this.holds.holdAll(
-        devices
-          .flat()
-          .map((d) => ({ address: d.address, cls: r.cls, instance: `${INSTANCE_PREFIX}${randomUUID()}` })),
-        (address) => this.inventory.get(address)?.mediaRecord,
-      )
-    ).map((h, i) => ({ ...h, address: devices.flat()[i]!.address, since, seen: false }));
+      await this.holds.holdAll(wanted, (address) => this.inventory.get(address)?.mediaRecord)
+    ).map((h, i) => ({ ...h, address: wanted[i]!.address, since, seen: false }));
+    const cdi = this.config.cdi;
+    if (cdi) {
+      try {
+        await mkdir(cdi.dir, { recursive: true });
+        for (const [i, list] of devices.entries()) {
+          await writeCdiSpec(
+            cdiSpecPath(cdi.dir, cdi.vendor, instances[i]!),
+            cdiSpec(cdi.vendor, this.options.agent.devRoot, this.cdiInputs(r, instances[i]!, list)),
+          );
+        }
+      } catch (err) {
+        for (const h of held) await this.holds.release(h.arqUuid).catch(() => {});
+        for (const i of instances) await removeCdiSpec(cdiSpecPath(cdi.dir, cdi.vendor, i)).catch(() => {});
+        throw new BerthError(
+          'INTERNAL',
+          `cannot write the CDI spec in ${cdi.dir}: ${(err as Error).message}`,
+        );
+      }
+    }
     for (const a of held) this.allocations.set(a.address, a);
     this.publish();
     this.logger.info(
       { resource: r.name, devices: held.map((a) => `${a.address}=${a.instance}`) },
       `allocated to the kubelet: ${held.map((a) => a.address).join(', ')}`,
     );
-    return { containerResponses: devices.map((list) => this.containerResponse(r, list)) };
+    return { containerResponses: devices.map((list, i) => this.containerResponse(r, list, instances[i]!)) };
   }
 
-  private containerResponse(r: Resource, list: DiscoveredDevice[]): ContainerAllocateResponse {
+  /** A container's devices in its CDI spec: named `<instance>-<DRA device name>`. */
+  private cdiInputs(r: Resource, instance: string, list: DiscoveredDevice[]): CdiInput[] {
+    return list.map((d) => ({
+      name: `${instance}-${draDeviceName(d.address)}`,
+      address: d.address,
+      iommuGroup: d.iommuGroup,
+      variable: kubevirtVariable(r.name),
+      own: ownVariable(draDeviceName(d.address)),
+    }));
+  }
+
+  private containerResponse(
+    r: Resource,
+    list: DiscoveredDevice[],
+    instance: string,
+  ): ContainerAllocateResponse {
+    const cdi = this.config.cdi;
     const vfio = (node: string) => ({
       containerPath: `/dev/vfio/${node}`,
       hostPath: join(this.options.agent.devRoot, 'vfio', node),
@@ -367,7 +425,9 @@ export class KubeletDevicePlugin {
       mounts: [],
       devices: [vfio('vfio'), ...groups.map((g) => vfio(String(g)))],
       annotations: {},
-      cdiDevices: [],
+      cdiDevices: cdi
+        ? this.cdiInputs(r, instance, list).map((d) => ({ name: cdiId(cdi.vendor, d.name) }))
+        : [],
     };
   }
 
@@ -440,6 +500,7 @@ export class KubeletDevicePlugin {
         await this.holds.release(a.arqUuid);
         this.allocations.delete(a.address);
         this.released.add(a.arqUuid);
+        await this.removeSpecOf(a.instance);
         this.logger.info(
           { address: a.address, instance: a.instance, arqUuid: a.arqUuid },
           `device ${a.address} is no longer held by a pod: released (scrubbed before it is offered again)`,
@@ -451,6 +512,15 @@ export class KubeletDevicePlugin {
         );
       }
     }
+  }
+
+  /** The CDI spec of a container goes once Berth released every device of it. */
+  private async removeSpecOf(instance: string): Promise<void> {
+    const cdi = this.config.cdi;
+    if (!cdi || [...this.allocations.values()].some((a) => a.instance === instance)) return;
+    await removeCdiSpec(cdiSpecPath(cdi.dir, cdi.vendor, instance)).catch((err: Error) =>
+      this.logger.warn({ instance, err: err.message }, `cannot remove the CDI spec of ${instance}`),
+    );
   }
 
   async stop(): Promise<void> {

@@ -53,7 +53,15 @@ import {
 } from '../../../gen/k8s.io/kubelet/pkg/apis/pluginregistration/v1/api.js';
 import type { DiscoveredDevice } from '../../../plugins/types.js';
 import { unary } from '../../grpc/handlers.js';
-import { type CdiInput, cdiId, cdiSpec, cdiSpecPath, removeCdiSpec, writeCdiSpec } from './cdi.js';
+import {
+  type CdiInput,
+  cdiId,
+  cdiSpec,
+  cdiSpecPath,
+  ownVariable,
+  removeCdiSpec,
+  writeCdiSpec,
+} from './cdi.js';
 import type { DraConfig } from './config.js';
 import type { DraCheckpoint, PreparedDevice } from './dra-checkpoint.js';
 import { ClaimProblem, type ClaimReader, type ClaimRef } from './dra-claims.js';
@@ -295,7 +303,7 @@ export class KubeletDraPlugin {
       address: d.address,
       iommuGroup: d.iommuGroup,
       variable: kubevirtVariable(resourceNameOf(d.resourceClass, this.config)),
-      own: `BERTH_${device.toUpperCase().replace(/-/g, '_')}`,
+      own: ownVariable(device),
     }));
     const spec = cdiSpecPath(this.config.cdiDir, this.config.driverName, ref.uid);
     try {

@@ -128,9 +128,34 @@ describe('agent config: kubernetes.device_plugin', () => {
     [{ enabled: true, resource_prefix: 'berth.dev' }, /resource_prefix.*ending in "\/"/],
     [{ enabled: true, poll_interval: 0 }, /poll_interval/],
     [{ enabled: true, socket_dir: '/x' }, /kubernetes\.device_plugin.*unknown key/],
+    [{ enabled: true, cdi: 'yes' }, /kubernetes\.device_plugin\.cdi\b.*"yes"/],
+    [{ enabled: true, cdi: true, cdi_dir: 7 }, /kubernetes\.device_plugin\.cdi_dir/],
+    [{ enabled: true, cdi: true, cdi_dir: '' }, /kubernetes\.device_plugin\.cdi_dir/],
   ])('refuses %j, naming the key', (dp, message) => {
     expect(() => parse(dp)).toThrow(ConfigError);
     expect(() => parse(dp)).toThrow(message);
+  });
+
+  it('gives CDI device names only when cdi is true: in /var/run/cdi by default, vendor the DRA driver name', () => {
+    expect(parse({ enabled: true }).devicePlugin!.cdi).toBeNull();
+    expect(parse({ enabled: true, cdi: false, cdi_dir: 'cdi' }).devicePlugin!.cdi).toBeNull();
+    expect(parse({ enabled: true, cdi: true }).devicePlugin!.cdi).toEqual({
+      dir: '/var/run/cdi',
+      vendor: 'berth.dev',
+    });
+    const named = parseAgentConfig(
+      {
+        sysfs_root: '/',
+        scheduler: '127.0.0.1:1',
+        kubernetes: {
+          device_plugin: { enabled: true, cdi: true, cdi_dir: 'cdi' },
+          dra: { driver_name: 'nvme.example.com' },
+        },
+      },
+      {},
+      '/tmp',
+    );
+    expect(named.devicePlugin!.cdi).toEqual({ dir: '/tmp/cdi', vendor: 'nvme.example.com' });
   });
 
   it('needs a scheduler to hold devices through', () => {
