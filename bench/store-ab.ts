@@ -21,8 +21,8 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs as parseNodeArgs } from 'node:util';
 import { parseHostName, type Uuid } from '../src/identifiers.js';
+import { instanceId, pciFacts } from '../src/server/scheduler/domain/fixtures.support.js';
 import { validateProfile } from '../src/server/scheduler/domain/profile.js';
-import { instanceId, pciFacts } from '../src/server/scheduler/domain/test-fixtures.js';
 import type { SqliteStore } from '../src/server/scheduler/stores.js';
 import { emit, round, sorted } from './lib.js';
 

@@ -22,7 +22,7 @@ import {
 } from '../../src/gen/berth/agent/v1/agent.js';
 import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/berth/agent/v1/device.js';
 import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
-import { hostName, pci } from '../../src/server/scheduler/domain/test-fixtures.js';
+import { hostName, pci } from '../../src/server/scheduler/domain/fixtures.support.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { SMALL_HOST, startSimAgent, tempDir } from '../helpers/agent.js';
 import { call, insecure } from '../helpers/grpc.js';

@@ -12,7 +12,7 @@ import { SchedulerClient } from '../../src/client/sdk.js';
 import { createLogger } from '../../src/logging.js';
 import { Agent } from '../../src/server/agent/agent.js';
 import { parseAgentConfig } from '../../src/server/agent/config.js';
-import { hostName } from '../../src/server/scheduler/domain/test-fixtures.js';
+import { hostName } from '../../src/server/scheduler/domain/fixtures.support.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { buildSimHost, demoHostDefinition } from '../../src/sim/host.js';
 import { tempDir } from '../helpers/agent.js';

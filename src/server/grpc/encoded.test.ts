@@ -10,7 +10,7 @@ import {
   type WatchDevicesResponse,
   WatchDevicesResponse as WatchDevicesResponseCodec,
 } from '../../gen/berth/scheduler/v1/device_service.js';
-import { hostName, pciFacts } from '../scheduler/domain/test-fixtures.js';
+import { hostName, pciFacts } from '../scheduler/domain/fixtures.support.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { openSqliteStore } from '../scheduler/stores.js';
 import { generateStaticToken } from './auth/tokens.js';

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { DeviceRecord } from '../domain/device-state.js';
-import { hostName, hostRegistration, pciFacts } from '../domain/test-fixtures.js';
+import { hostName, hostRegistration, pciFacts } from '../domain/fixtures.support.js';
 import { DeviceFeed } from '../runtime/device-feed.js';
 import { EventHub } from '../runtime/event-hub.js';
 import { openSqliteStore, type SqliteStore } from '../stores.js';

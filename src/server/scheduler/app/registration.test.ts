@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { hostName, hostRegistration } from '../domain/test-fixtures.js';
+import { hostName, hostRegistration } from '../domain/fixtures.support.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import { rejection } from '../store/store-contract.support.js';
 import { storageOutage, UnitWatch } from '../store/unit-watch.support.js';

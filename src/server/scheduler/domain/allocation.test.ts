@@ -10,8 +10,8 @@ import {
   release,
   setStatus,
 } from './device-state.js';
+import { facts, hostName, pciFacts, testUuid } from './fixtures.support.js';
 import type { RequestGroup } from './profile.js';
-import { facts, hostName, pciFacts, testUuid } from './test-fixtures.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
 const group = (g: Partial<RequestGroup> = {}): RequestGroup => ({

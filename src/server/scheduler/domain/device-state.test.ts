@@ -24,8 +24,8 @@ import {
   setStatus,
   vanished,
 } from './device-state.js';
+import { facts, hostName, PROOF, pciFacts, testUuid } from './fixtures.support.js';
 import type { RequestGroup } from './profile.js';
-import { facts, hostName, PROOF, pciFacts, testUuid } from './test-fixtures.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
 const dev = (f: DeviceFacts = facts(), uuid = 'd1') => newDevice(hostName('h1'), f, testUuid(uuid), NOW);

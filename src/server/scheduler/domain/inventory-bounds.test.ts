@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { facts, nvmeMedia } from './fixtures.support.js';
 import { InflowBudget, inventoryBoundBroken } from './inventory-bounds.js';
-import { facts, nvmeMedia } from './test-fixtures.js';
 
 describe('inventory bounds', () => {
   it('a real device is within them', () => {

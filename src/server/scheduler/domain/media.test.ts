@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest';
 import type { DeviceRecord } from './device-state.js';
 import { newDevice } from './device-state.js';
+import { facts, hostName, nvmeMedia, pciFacts, testUuid } from './fixtures.support.js';
 import {
   firstSight,
   identityDifference,
@@ -16,7 +17,6 @@ import {
   mediaUnburned,
   settleMedia,
 } from './media.js';
-import { facts, hostName, nvmeMedia, pciFacts, testUuid } from './test-fixtures.js';
 
 const NOW = '2026-01-01T00:00:00.000Z';
 const NQN = 'nqn.test:SER-A';

@@ -3,9 +3,9 @@ import { violatedFields } from '../../../../test/helpers/errors.js';
 import { BerthError } from '../../../errors.js';
 import { parseTag } from '../../../identifiers.js';
 import { type Arq, attachHandleFromAddress, canTransition, transitionArq } from './arq.js';
+import { pci, testUuid } from './fixtures.support.js';
 import { sameProfileSpec, validateProfile } from './profile.js';
 import { assertUniqueTags } from './tags.js';
-import { pci, testUuid } from './test-fixtures.js';
 
 describe('validateProfile', () => {
   it('normalises a valid profile: count 0 → 1, lower-case ids, deduplicated traits', () => {

@@ -4,7 +4,7 @@ import { available, virtXmlValidate } from '../../../../test/helpers/prerequisit
 import { isBerthError } from '../../../errors.js';
 import type { Arq } from '../domain/arq.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
-import { hostName, pci, pciFacts, testUuid } from '../domain/test-fixtures.js';
+import { hostName, pci, pciFacts, testUuid } from '../domain/fixtures.support.js';
 import { guestAddressForSlot, parsePciAddress } from './guest-address.js';
 import {
   aliasFor,

@@ -3,7 +3,7 @@ import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
 import { violations } from '../../../../test/helpers/errors.js';
 import { newDevice } from '../domain/device-state.js';
-import { facts, hostName, pciFacts, testUuid } from '../domain/test-fixtures.js';
+import { facts, hostName, pciFacts, testUuid } from '../domain/fixtures.support.js';
 import { assignGuestAddress, guestAddressForSlot } from './guest-address.js';
 import { buildHostdevs } from './hostdev-xml.js';
 import {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { newUuid } from '../../../identifiers.js';
 import { bind, newDevice, setStatus, usedOutsideBerth, vanished } from '../domain/device-state.js';
-import { facts, hostName, pciFacts } from '../domain/test-fixtures.js';
+import { facts, hostName, pciFacts } from '../domain/fixtures.support.js';
 import { desiredProviders, type HostView } from './desired.js';
 import {
   addressFromProviderName,

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { hostName, hostRegistration } from '../domain/test-fixtures.js';
+import { hostName, hostRegistration } from '../domain/fixtures.support.js';
 import { rejection } from '../store/store-contract.support.js';
 import { storageOutage, UnitWatch } from '../store/unit-watch.support.js';
 import { type UseCases, useCasesOver } from '../usecases/use-cases.js';

@@ -14,8 +14,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import type { ArqBinding } from '../domain/arq.js';
+import { facts, hostName, instanceId, testUuid } from '../domain/fixtures.support.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, instanceId, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import type { OpenStore } from './store-contract.support.js';
 

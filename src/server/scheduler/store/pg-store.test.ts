@@ -11,7 +11,7 @@ import { eventually } from '../../../../test/helpers/grpc.js';
 import { type PostgresServer, startPostgres } from '../../../../test/helpers/postgres.js';
 import { available, postgresServer } from '../../../../test/helpers/prerequisites.js';
 import { newDevice } from '../domain/device-state.js';
-import { facts, hostName, testUuid } from '../domain/test-fixtures.js';
+import { facts, hostName, testUuid } from '../domain/fixtures.support.js';
 import { openPgStore } from '../stores.js';
 import { runMediaContract } from './media-contract.support.js';
 import { runNovaClaimsContract } from './nova-claims-contract.support.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
-import { facts, hostName } from '../domain/test-fixtures.js';
+import { facts, hostName } from '../domain/fixtures.support.js';
 import { openSqliteStore } from '../stores.js';
 import { runMediaContract } from './media-contract.support.js';
 import { runNovaClaimsContract } from './nova-claims-contract.support.js';

@@ -13,9 +13,9 @@ import { BerthError } from '../../../errors.js';
 import type { ArqBinding } from '../domain/arq.js';
 import type { CleanupEvent } from '../domain/cleanup.js';
 import { allocatable, type DeviceFacts } from '../domain/device-state.js';
+import { facts, hostName, instanceId, PROOF, pciFacts, tags, testUuid } from '../domain/fixtures.support.js';
 import type { HostRegistration } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, instanceId, PROOF, pciFacts, tags, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { certifying } from './certifying.support.js';
 

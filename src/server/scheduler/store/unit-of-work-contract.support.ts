@@ -13,8 +13,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
+import { facts, hostName, pci, testUuid } from '../domain/fixtures.support.js';
 import type { HostRecord } from '../domain/host.js';
-import { facts, hostName, pci, testUuid } from '../domain/test-fixtures.js';
 import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from '../usecases/unit-of-work.js';
 import { rejection } from './store-contract.support.js';
 

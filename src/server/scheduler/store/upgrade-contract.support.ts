@@ -13,8 +13,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
+import { facts, hostName, instanceId, testUuid } from '../domain/fixtures.support.js';
 import { validateProfile } from '../domain/profile.js';
-import { facts, hostName, instanceId, testUuid } from '../domain/test-fixtures.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { MIGRATIONS } from './sql/schema.js';
 

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { facts, hostName, hostRegistration } from '../domain/test-fixtures.js';
+import { facts, hostName, hostRegistration } from '../domain/fixtures.support.js';
 import { rejection } from '../store/store-contract.support.js';
 import { openSqliteStore, type SqliteStore } from '../stores.js';
 
