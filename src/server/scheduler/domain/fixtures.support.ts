@@ -1,6 +1,6 @@
 /**
- * Device facts (and host registrations) for tests of the scheduler's domain and store. Not test code
- * itself: both the property tests and the store contract build fleets with it.
+ * Device facts (and host registrations) for tests of the scheduler's domain and store, and for the
+ * benchmarks: test support (`*.support.ts`), which no production module may import.
  */
 
 import {
