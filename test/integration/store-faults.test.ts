@@ -100,7 +100,7 @@ describe("the scheduler's database failing", () => {
     async (t) => {
       const dir = await tempDir('berth-full-');
       cleanups.push(dir.cleanup);
-      const fs = mountTinyTmpfs(dir.path, 'mnt', '512k');
+      const fs = mountTinyTmpfs(dir.path, 'mnt', '1m');
       if (fs.path === null) {
         t.skip(fs.why);
         return;
