@@ -17,7 +17,7 @@
  * `--memory` puts both databases in memory (CPU only); otherwise they are
  * files on /var/tmp with the given synchronous mode (default FULL).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs as parseNodeArgs } from 'node:util';
 import { parseHostName, type Uuid } from '../src/identifiers.js';
@@ -44,8 +44,12 @@ const rounds = values.quick ? 2 : Number(values.rounds);
 const HOSTS = 200;
 const CONCURRENCY = 64;
 const PER_ROUND = values.quick ? 128 : 1024;
-const STORE = 'src/server/scheduler/store/sqlite-store.ts';
-const sides = { base: resolve(values.base, STORE), tree: resolve(import.meta.dirname, '..', STORE) };
+/** Where a checkout opens a SQLite store: the composition root since issue 41 item 8, the store module before. */
+const storeModule = (root: string): string =>
+  ['src/server/scheduler/stores.ts', 'src/server/scheduler/store/sqlite-store.ts']
+    .map((p) => resolve(root, p))
+    .find((p) => existsSync(p))!;
+const sides = { base: storeModule(values.base), tree: storeModule(resolve(import.meta.dirname, '..')) };
 type Side = keyof typeof sides;
 
 async function open(side: Side, dir: string): Promise<SqliteStore> {

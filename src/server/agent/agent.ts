@@ -43,7 +43,7 @@ import { KubeletDevicePlugin } from './kubelet/device-plugin.js';
 import { DraCheckpoint } from './kubelet/dra-checkpoint.js';
 import { ClaimReader } from './kubelet/dra-claims.js';
 import { KubeletDraPlugin } from './kubelet/dra-plugin.js';
-import { ResourceSlicePublisher } from './kubelet/slice-publisher.js';
+import type { ResourceSlicePublisher } from './kubelet/slice-publisher.js';
 import { logObserved, publicRecord, recordFor, reportedMedia, seenMedia, withRecords } from './media.js';
 import { type HostDiscovery, PluginHost } from './plugin-host.js';
 import { RegistrationLoop } from './registration.js';
@@ -428,6 +428,8 @@ export class Agent {
       await this.dra.start();
     }
     if (cfg.resourceSlices && cfg.kubernetesApiServer) {
+      // Imported only here: it loads the Kubernetes client library (about 80 MB), which only such an agent pays.
+      const { ResourceSlicePublisher } = await import('./kubelet/slice-publisher.js');
       this.resourceSlices = new ResourceSlicePublisher({
         config: cfg.resourceSlices,
         api: await resourceApiClient(cfg.kubernetesApiServer),

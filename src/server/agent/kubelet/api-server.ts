@@ -18,7 +18,7 @@
  */
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
-import { KubeConfig, ResourceV1Api } from '@kubernetes/client-node';
+import type { ResourceV1Api } from '@kubernetes/client-node';
 import { httpUrl, readSecretFile, section, text } from '../../../config-schema.js';
 import { ConfigError } from '../../../errors.js';
 import { show } from '../../../plugins/device-spec/messages.js';
@@ -88,6 +88,9 @@ export async function resourceApiClient(cfg: ApiServerConfig): Promise<ResourceV
     }
     caData = Buffer.from(pem).toString('base64');
   }
+  // Loaded here, not at the top: the library is about 80 MB of an agent's
+  // memory, which an agent that does not speak to Kubernetes must not pay.
+  const { KubeConfig, ResourceV1Api } = await import('@kubernetes/client-node');
   const kc = new KubeConfig();
   // client-node refuses a plain http server unless skipTLSVerify is set; over https it stays false.
   const plain = cfg.url.startsWith('http://');

@@ -6,7 +6,7 @@
  * with Kubernetes' own client library. Only results of Berth's driver and of
  * this host's pool are Berth's; the others belong to other drivers.
  */
-import { ApiException, type ResourceV1Api } from '@kubernetes/client-node';
+import type { ResourceV1Api } from '@kubernetes/client-node';
 
 /** A claim as the kubelet names it. */
 export interface ClaimRef {
@@ -39,10 +39,10 @@ export class ClaimReader {
     try {
       claim = await this.api.readNamespacedResourceClaim({ namespace: ref.namespace, name: ref.name });
     } catch (err) {
-      if (err instanceof ApiException && err.code === 404) {
-        throw new ClaimProblem(`${what} is not on the API server`);
-      }
-      const why = err instanceof ApiException ? `HTTP ${err.code}` : (err as Error).message;
+      // client-node's ApiException carries the HTTP status as `code` (matched by shape: the library is loaded lazily).
+      const code = (err as { code?: unknown }).code;
+      if (code === 404) throw new ClaimProblem(`${what} is not on the API server`);
+      const why = typeof code === 'number' ? `HTTP ${code}` : (err as Error).message;
       throw new ClaimProblem(`cannot read ${what} from the API server: ${why}`);
     }
     const uid = claim.metadata?.uid ?? '';
