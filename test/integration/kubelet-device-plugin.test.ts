@@ -292,12 +292,14 @@ describe('the kubelet device plugin', () => {
 
     await c.host(HOST).stop();
     await c.host(HOST).start();
+    // Registered again by the new agent: at least once more (a loaded machine may see it register twice,
+    // as the kubelet allows: the last registration of a resource wins).
     const again = await eventually(
       async () => k!.registrations.filter((r) => r.resourceName === RESOURCE),
-      (r) => r.length === 2,
+      (r) => r.length >= 2,
       15_000,
     );
-    const w = watch(k, again[1]!.endpoint);
+    const w = watch(k, again[again.length - 1]!.endpoint);
     await w.until((h) => h(CLEAN) === 'Unhealthy');
     await polls(c, 3);
     expect((await getDevice(c.client, HOST, CLEAN)).instanceUuid).toBe(instance);
