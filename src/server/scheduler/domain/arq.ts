@@ -8,6 +8,7 @@ import { BerthError, failedPrecondition } from '../../../errors.js';
 import {
   type HostName,
   type InstanceId,
+  newUuid,
   type PciAddress,
   pciAddressParts,
   type Tag,
@@ -87,6 +88,36 @@ const ALLOWED: Record<ArqState, readonly ArqState[]> = {
   bind_failed: ['bind_started', 'deleting', 'initial'],
   deleting: [],
 };
+
+/** A new ARQ for one request group of a profile: `initial`, bound to nothing (the one place an ARQ is made). */
+export function newArq(o: {
+  profileName: string;
+  groupId: number;
+  group: RequestGroup;
+  tag: string;
+  createdAt: string;
+  /** The creating project (the Cyborg API); none over gRPC. */
+  project?: string | undefined;
+}): Arq {
+  return {
+    uuid: newUuid(),
+    profileName: o.profileName,
+    groupId: o.groupId,
+    group: o.group,
+    state: 'initial',
+    instanceUuid: null,
+    host: null,
+    deviceUuid: null,
+    deviceAddress: null,
+    attachHandle: null,
+    tag: o.tag,
+    error: '',
+    createdAt: o.createdAt,
+    deviceType: '',
+    guestAddress: null,
+    ...(o.project ? { project: o.project } : {}),
+  };
+}
 
 export const canTransition = (from: ArqState, to: ArqState): boolean => ALLOWED[from].includes(to);
 

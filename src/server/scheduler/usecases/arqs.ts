@@ -1,7 +1,7 @@
 /** Use cases: accelerator requests — created from a profile, bound to devices, deleted into release. */
 
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
-import { newUuid, type Uuid } from '../../../identifiers.js';
+import type { Uuid } from '../../../identifiers.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
 import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
 import {
@@ -10,6 +10,7 @@ import {
   arqUnbound,
   arqUnconfirmed,
   gateRefusal,
+  newArq,
   sameBinding,
   transitionArq,
 } from '../domain/arq.js';
@@ -17,7 +18,7 @@ import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags } from '../domain/tags.js';
 import { pickOnHost } from './allocate.js';
-import { read, type UseCaseDeps } from './context.js';
+import { read, type Tx, type UseCaseDeps } from './context.js';
 import { abortPlanned } from './live-migrations.js';
 import {
   idempotent,
@@ -62,24 +63,17 @@ export async function createArqs(deps: UseCaseDeps, req: CreateArqsRequest): Pro
     for (const [groupId, group] of profile.groups.entries()) {
       for (let k = 0; k < group.count; k++) {
         out.push(
-          await writeArq(tx, {
-            uuid: newUuid(),
-            profileName: profile.name,
-            groupId,
-            group,
-            state: 'initial',
-            instanceUuid: null,
-            host: null,
-            deviceUuid: null,
-            deviceAddress: null,
-            attachHandle: null,
-            tag: tags[out.length] ?? '',
-            error: '',
-            createdAt: now,
-            deviceType: '',
-            guestAddress: null,
-            ...(req.project ? { project: req.project } : {}),
-          }),
+          await writeArq(
+            tx,
+            newArq({
+              profileName: profile.name,
+              groupId,
+              group,
+              tag: tags[out.length] ?? '',
+              createdAt: now,
+              project: req.project,
+            }),
+          ),
         );
       }
     }
@@ -226,10 +220,8 @@ export async function revertUnconfirmedBind(
       await tx.uow.lockInstance(b.instanceUuid);
       const arq = await tx.uow.arq(b.arqUuid, FOR_UPDATE);
       if (!arq || !sameBinding(arq, b)) continue;
-      const d = arq.deviceUuid ? await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE) : null;
-      if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
-        released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
-      }
+      const d = await releaseIfHeld(tx, arq);
+      if (d) released.push(d);
       await writeArq(tx, arqUnconfirmed(arq, reason));
     }
     return released;
@@ -296,12 +288,8 @@ export async function deleteArqs(
     const released: DeviceRecord[] = [];
     for (const arq of arqs) {
       transitionArq(arq, 'deleting');
-      if (arq.deviceUuid) {
-        const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
-        if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
-          released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
-        }
-      }
+      const d = await releaseIfHeld(tx, arq);
+      if (d) released.push(d);
       await tx.uow.deleteArq(arq.uuid);
     }
     // A planned migration no longer matches an instance that lost ARQs: abort
@@ -335,12 +323,8 @@ export async function unbindArqs(
     const out: Arq[] = [];
     for (const arq of arqs) {
       const next = arqUnbound(arq);
-      if (arq.deviceUuid) {
-        const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
-        if (d && d.deviceState === 'allocated' && d.arqUuid === arq.uuid) {
-          released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
-        }
-      }
+      const d = await releaseIfHeld(tx, arq);
+      if (d) released.push(d);
       out.push(next === arq ? arq : await writeArq(tx, next));
     }
     for (const instance of instances) {
@@ -354,3 +338,11 @@ export async function unbindArqs(
 
 const describeGroup = (g: RequestGroup) =>
   g.resourceClass ? `resource class ${g.resourceClass}` : `vendor ${g.vendorId} product ${g.productId}`;
+
+/** The device `arq` holds, released in this unit (see records.ts releaseHeld), or null when it holds none. */
+async function releaseIfHeld(tx: Tx, arq: Arq): Promise<DeviceRecord | null> {
+  if (!arq.deviceUuid) return null;
+  const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
+  if (d?.deviceState !== 'allocated' || d.arqUuid !== arq.uuid) return null;
+  return releaseHeld(tx, d, { arqUuid: arq.uuid });
+}
