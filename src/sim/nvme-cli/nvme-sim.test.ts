@@ -638,7 +638,7 @@ describe('nvme-sim executable', () => {
     expect((await sim.run(['smart-log', ctrl, '-o', 'json'])).stdout).toBe(first.stdout);
     // A write from outside (a tenant, through the block device) is counted at the next look:
     // the simulator counts the changed file whole, 1 MiB = 3 data units, 8 commands of 128 KiB.
-    await sleep(5);
+    await clockPast(sim.dev('nvme0n1'));
     writeFileSync(sim.dev('nvme0n1'), pattern(MiB, 0x61));
     const after = JSON.parse((await sim.run(['smart-log', ctrl, '-o', 'json'])).stdout);
     expect(after).toMatchObject({
@@ -648,7 +648,7 @@ describe('nvme-sim executable', () => {
       power_on_hours: '4000',
     });
     // The simulator's own writes count too (write-zeroes of one LBA changes the file).
-    await sleep(5);
+    await clockPast(sim.dev('nvme0n1'));
     expect((await sim.run(['write-zeroes', sim.dev('nvme0n1'), '-s', '0', '-c', '0'])).code).toBe(0);
     const zeroed = JSON.parse((await sim.run(['smart-log', ctrl, '-o', 'json'])).stdout);
     expect(BigInt(zeroed.host_write_commands)).toBeGreaterThan(38n);
@@ -692,3 +692,24 @@ describe('nvme-sim executable', () => {
     }
   }, 30_000);
 });
+
+/**
+ * Waits until the filesystem's clock has moved past `file`'s mtime (a probe
+ * beside it is touched until its mtime is later), so that the next write to
+ * `file` shows as a change to the simulator, which compares mtimes. The
+ * kernel stamps files with a coarse clock (a jiffy, 4-10 ms): a fixed sleep
+ * could fall inside one tick.
+ */
+async function clockPast(file: string): Promise<void> {
+  const before = statSync(file).mtimeMs;
+  const probe = `${file}.clock`;
+  try {
+    for (;;) {
+      writeFileSync(probe, '');
+      if (statSync(probe).mtimeMs > before) return;
+      await new Promise((r) => setImmediate(r));
+    }
+  } finally {
+    rmSync(probe, { force: true });
+  }
+}
