@@ -186,6 +186,18 @@ export interface DiscoveryResult {
 
 export type CleanupPhase = 'preparing' | 'sanitizing' | 'namespace_reset' | 'zeroing' | 'verifying';
 
+const CLEANUP_ENDS = ['succeeded', 'failed', 'interrupted'] as const;
+/** How a cleanup job ended: its last event's phase, and the job's state from then on. */
+export type CleanupEnd = (typeof CLEANUP_ENDS)[number];
+/**
+ * The phase of a cleanup job's event (proto berth.agent.v1.CleanupPhase), the
+ * agent's and the scheduler's alike: queued, the driver's phases, then how it ended.
+ */
+export type CleanupJobPhase = 'queued' | CleanupPhase | CleanupEnd;
+/** Whether a phase (or a job's state) is one a cleanup job ends with. */
+export const endsCleanup = (phase: string): phase is CleanupEnd =>
+  (CLEANUP_ENDS as readonly string[]).includes(phase);
+
 export interface CleanupProgress {
   phase: CleanupPhase;
   /** Finer step name: sanitize-log, write-zeroes, create-ns, shred, ... */

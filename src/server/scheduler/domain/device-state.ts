@@ -15,7 +15,7 @@
 import type { ReasonFor } from '../../../error-reasons.js';
 import { type BerthError, failedPrecondition } from '../../../errors.js';
 import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
-import type { CensusRecord } from '../../../plugins/cleanup-evidence.js';
+import type { CleanupProof } from '../../../plugins/cleanup-evidence.js';
 import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
 
 export const DEVICE_STATES = ['available', 'allocated', 'pending_cleaning', 'cleaning', 'error'] as const;
@@ -27,19 +27,6 @@ export type DeviceType = 'PCI' | 'NVME';
 export type FunctionKind = 'PCI' | 'PF' | 'VF';
 export type CleanupOutcome = 'succeeded' | 'failed' | 'interrupted';
 
-/** What the agent accepted as proof that a cleanup erased everything (proto CleanupProof). */
-export interface CleanupProofRecord {
-  /** sanitize, read-back, or sanitize+read-back. */
-  method: string;
-  readBack: 'full' | 'sample' | 'none';
-  bytesWritten: number;
-  bytesRead: number;
-  bytesTotal: number;
-  findings: string[];
-  /** NVMe: the agent's census of the media the proof covered (absent for other devices and older agents). */
-  census?: CensusRecord;
-}
-
 /** How the last (or current) cleanup of a device went; proto CleanupRecord. */
 export interface CleanupRecord {
   jobId: string;
@@ -50,7 +37,7 @@ export interface CleanupRecord {
   startedAt: string | null;
   finishedAt: string | null;
   /** On success: how it was proven (absent on records written before proofs existed). */
-  proof?: CleanupProofRecord | null;
+  proof?: CleanupProof | null;
 }
 
 /**
@@ -330,7 +317,7 @@ function finish(
   outcome: CleanupOutcome,
   message: string,
   now: string,
-  proof: CleanupProofRecord | null = null,
+  proof: CleanupProof | null = null,
 ): CleanupRecord {
   return {
     jobId,
@@ -355,7 +342,7 @@ export function cleanupSucceeded(
   jobId: string,
   action: string,
   now: string,
-  proof: CleanupProofRecord | null,
+  proof: CleanupProof | null,
 ): DeviceRecord {
   assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
   if (!d.cleanupAction || action !== d.cleanupAction) {
