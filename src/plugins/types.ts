@@ -46,8 +46,14 @@ export interface PciFunction {
   hostUse?: string[];
 }
 
-/** A device a driver manages, as discovery reports it. */
-export interface DiscoveredDevice {
+/**
+ * A device as an agent reports it: proto berth.agent.v1.Device, field for
+ * field (src/server/device-proto.ts maps it both ways), and the one record of
+ * a device's facts: the scheduler's DeviceFacts is derived from it. A new
+ * device field is written here and in the proto, and the mappers carry it
+ * (docs/decisions.md 67).
+ */
+export interface ReportedDevice {
   address: string;
   vendorId: string;
   productId: string;
@@ -83,6 +89,10 @@ export interface DiscoveredDevice {
   media?: MediaIdentity;
   /** What the agent's journal says of that media; the agent fills it in, never a driver. */
   mediaRecord?: MediaRecord;
+}
+
+/** A device a driver manages, as discovery reports it: what the agent reports, and what only the agent reads. */
+export interface DiscoveredDevice extends ReportedDevice {
   /**
    * Its device_spec entry says `assume_clean`: media Berth never cleaned is
    * declared clean instead of cleaned before its first offer. Set by drivers
@@ -185,6 +195,18 @@ export interface DiscoveryResult {
 }
 
 export type CleanupPhase = 'preparing' | 'sanitizing' | 'namespace_reset' | 'zeroing' | 'verifying';
+
+const CLEANUP_ENDS = ['succeeded', 'failed', 'interrupted'] as const;
+/** How a cleanup job ended: its last event's phase, and the job's state from then on. */
+export type CleanupEnd = (typeof CLEANUP_ENDS)[number];
+/**
+ * The phase of a cleanup job's event (proto berth.agent.v1.CleanupPhase), the
+ * agent's and the scheduler's alike: queued, the driver's phases, then how it ended.
+ */
+export type CleanupJobPhase = 'queued' | CleanupPhase | CleanupEnd;
+/** Whether a phase (or a job's state) is one a cleanup job ends with. */
+export const endsCleanup = (phase: string): phase is CleanupEnd =>
+  (CLEANUP_ENDS as readonly string[]).includes(phase);
 
 export interface CleanupProgress {
   phase: CleanupPhase;

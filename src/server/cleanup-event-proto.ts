@@ -1,7 +1,8 @@
 /**
- * Cleanup phases and events between their one wire form (berth.agent.v1
- * CleanupEvent, which the scheduler's WatchCleanup re-serves) and the agent's
- * and the scheduler's records of them, which share the same phase names.
+ * Cleanup phases, proofs and events between their one wire form (berth.agent.v1
+ * CleanupEvent, which the scheduler's WatchCleanup re-serves) and the one
+ * record the agent and the scheduler share (CleanupJobPhase in
+ * plugins/types.ts, CleanupProof in plugins/cleanup-evidence.ts).
  */
 import { type CleanupEvent, CleanupPhase } from '../gen/berth/agent/v1/agent.js';
 import {
@@ -11,19 +12,9 @@ import {
   ReadBack,
 } from '../gen/berth/agent/v1/cleanup_proof.js';
 import type { CensusRecord, CleanupProof } from '../plugins/cleanup-evidence.js';
+import type { CleanupJobPhase } from '../plugins/types.js';
 
-export type CleanupPhaseName =
-  | 'queued'
-  | 'preparing'
-  | 'sanitizing'
-  | 'namespace_reset'
-  | 'zeroing'
-  | 'verifying'
-  | 'succeeded'
-  | 'failed'
-  | 'interrupted';
-
-const TO_PROTO: Record<CleanupPhaseName, CleanupPhase> = {
+const TO_PROTO: Record<CleanupJobPhase, CleanupPhase> = {
   queued: CleanupPhase.CLEANUP_PHASE_QUEUED,
   preparing: CleanupPhase.CLEANUP_PHASE_PREPARING,
   sanitizing: CleanupPhase.CLEANUP_PHASE_SANITIZING,
@@ -35,19 +26,16 @@ const TO_PROTO: Record<CleanupPhaseName, CleanupPhase> = {
   interrupted: CleanupPhase.CLEANUP_PHASE_INTERRUPTED,
 };
 
-const FROM_PROTO = new Map<CleanupPhase, CleanupPhaseName>(
-  Object.entries(TO_PROTO).map(([name, value]) => [value, name as CleanupPhaseName]),
+const FROM_PROTO = new Map<CleanupPhase, CleanupJobPhase>(
+  Object.entries(TO_PROTO).map(([name, value]) => [value, name as CleanupJobPhase]),
 );
 
 /** The phase name of a wire phase; null for UNSPECIFIED or a value this build does not know. */
-export function cleanupPhaseFromProto(phase: CleanupPhase): CleanupPhaseName | null {
+export function cleanupPhaseFromProto(phase: CleanupPhase): CleanupJobPhase | null {
   return FROM_PROTO.get(phase) ?? null;
 }
 
-/** What the agent accepted as proof of erasure (the scheduler's domain declares the same shape). */
-export type ProofRecord = CleanupProof;
-
-const READ_BACK_TO_PROTO: Record<ProofRecord['readBack'], ReadBack> = {
+const READ_BACK_TO_PROTO: Record<CleanupProof['readBack'], ReadBack> = {
   full: ReadBack.READ_BACK_FULL,
   sample: ReadBack.READ_BACK_SAMPLE,
   none: ReadBack.READ_BACK_NONE,
@@ -91,7 +79,7 @@ function censusFromProto(c: MediaCensusMessage): CensusRecord | undefined {
   };
 }
 
-export function proofToProto(p: ProofRecord): CleanupProofMessage {
+export function proofToProto(p: CleanupProof): CleanupProofMessage {
   return {
     method: p.method,
     readBack: READ_BACK_TO_PROTO[p.readBack],
@@ -104,9 +92,9 @@ export function proofToProto(p: ProofRecord): CleanupProofMessage {
 }
 
 /** A proof from the wire; null when absent or when its read-back kind is unknown (never guessed). */
-export function proofFromProto(p: CleanupProofMessage | undefined): ProofRecord | null {
+export function proofFromProto(p: CleanupProofMessage | undefined): CleanupProof | null {
   if (!p) return null;
-  const readBack = (Object.keys(READ_BACK_TO_PROTO) as ProofRecord['readBack'][]).find(
+  const readBack = (Object.keys(READ_BACK_TO_PROTO) as CleanupProof['readBack'][]).find(
     (k) => READ_BACK_TO_PROTO[k] === p.readBack,
   );
   if (!readBack) return null;
@@ -126,7 +114,7 @@ export function cleanupEventToProto(e: {
   jobId: string;
   address: string;
   action: string;
-  phase: CleanupPhaseName;
+  phase: CleanupJobPhase;
   step: string;
   percent: number;
   bytesDone: number;
@@ -134,7 +122,7 @@ export function cleanupEventToProto(e: {
   message: string;
   time: number | string;
   sequence: number;
-  proof?: ProofRecord | null;
+  proof?: CleanupProof | null;
   certificate?: string;
 }): CleanupEvent {
   return {

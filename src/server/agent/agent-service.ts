@@ -22,6 +22,8 @@ import {
   type WatchInventoryResponse,
 } from '../../gen/berth/agent/v1/agent.js';
 import type { MediaRecord } from '../../plugins/types.js';
+import { cleanupEventToProto } from '../cleanup-event-proto.js';
+import { deviceToProto } from '../device-proto.js';
 import { serverStream, unary } from '../grpc/handlers.js';
 import type { ServiceBinding } from '../grpc/server.js';
 import { mediaRecordToProto } from '../media-proto.js';
@@ -29,7 +31,6 @@ import { classifySqliteFailure } from '../storage-faults.js';
 import type { CleanupJournal } from './cleanup-journal.js';
 import type { CleanupRunner } from './cleanup-runner.js';
 import type { AgentConfig } from './config.js';
-import { deviceToProto, jobEventToProto } from './convert.js';
 import type { Inventory, InventoryDiff, InventoryEvent } from './inventory.js';
 import { checkMigrationDevice } from './prepare-migration.js';
 
@@ -197,7 +198,7 @@ export function agentServiceBinding(agent: ServedAgent, logger: Logger): Service
         throw agentFailure(agent, err);
       }
       for await (const e of job.follow(0, ctx.signal)) {
-        yield { event: jobEventToProto(e) } satisfies CleanupDeviceResponse;
+        yield { event: cleanupEventToProto(e) } satisfies CleanupDeviceResponse;
       }
     }),
 

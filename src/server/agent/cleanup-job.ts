@@ -5,16 +5,13 @@
  * that breaks, a scheduler that re-attaches); the job does not care.
  */
 import type { CleanupProof } from '../../plugins/cleanup-evidence.js';
-import type { CleanupPhase as DriverPhase } from '../../plugins/types.js';
-
-export type JobPhase = 'queued' | DriverPhase | 'succeeded' | 'failed' | 'interrupted';
-export const TERMINAL_PHASES: ReadonlySet<JobPhase> = new Set(['succeeded', 'failed', 'interrupted']);
+import { type CleanupJobPhase, endsCleanup } from '../../plugins/types.js';
 
 export interface JobEvent {
   jobId: string;
   address: string;
   action: string;
-  phase: JobPhase;
+  phase: CleanupJobPhase;
   step: string;
   percent: number;
   bytesDone: number;
@@ -48,7 +45,7 @@ export class CleanupJob {
 
   get finished(): boolean {
     const last = this.last;
-    return last !== undefined && TERMINAL_PHASES.has(last.phase);
+    return last !== undefined && endsCleanup(last.phase);
   }
 
   /** Appends an event (sequence and time filled in) and wakes the followers. */
@@ -77,7 +74,7 @@ export class CleanupJob {
       while (next < this.events.length) {
         const e = this.events[next++]!;
         yield e;
-        if (TERMINAL_PHASES.has(e.phase)) return;
+        if (endsCleanup(e.phase)) return;
       }
       if (signal?.aborted) return;
       await new Promise<void>((resolve) => {

@@ -9,7 +9,8 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
-import { CleanupJob, type JobEvent, TERMINAL_PHASES } from './cleanup-job.js';
+import { endsCleanup } from '../../plugins/types.js';
+import { CleanupJob, type JobEvent } from './cleanup-job.js';
 import { type LegacyHold, MediaLedger, type StoredMedia } from './media-ledger.js';
 import {
   CUSTODY_MIGRATION,
@@ -231,7 +232,7 @@ export class CleanupJournal {
       this.db
         .prepare(`INSERT INTO cleanup_events (job_id, sequence, event) VALUES (?, ?, ?)`)
         .run(e.jobId, e.sequence, JSON.stringify(e));
-      if (TERMINAL_PHASES.has(e.phase)) {
+      if (endsCleanup(e.phase)) {
         this.db
           .prepare(`UPDATE cleanup_jobs SET state = ?, finished_at = ? WHERE job_id = ?`)
           .run(e.phase, e.time, e.jobId);

@@ -1,12 +1,7 @@
 /** Conversions between the scheduler's domain records and berth.scheduler.v1 messages. */
 
 import { invalidArgument } from '../../errors.js';
-import {
-  type Device as AgentDevice,
-  DeviceType as AgentDeviceType,
-  Health as AgentHealth,
-  FunctionKind,
-} from '../../gen/berth/agent/v1/device.js';
+import type { Device as AgentDevice } from '../../gen/berth/agent/v1/device.js';
 import {
   type AcceleratorRequest,
   ArqState as ArqStatePb,
@@ -26,8 +21,10 @@ import {
   type RequestGroup as RequestGroupPb,
 } from '../../gen/berth/scheduler/v1/profile.js';
 import { parsePciAddress } from '../../identifiers.js';
+import type { ReportedDevice } from '../../plugins/types.js';
 import { proofToProto } from '../cleanup-event-proto.js';
-import { mediaIdentityFromProto, mediaIdentityToProto, mediaRecordFromProto } from '../media-proto.js';
+import { deviceFromProto, onlyFieldsOf } from '../device-proto.js';
+import { mediaIdentityToProto } from '../media-proto.js';
 import type { Arq, ArqState } from './domain/arq.js';
 import {
   type DeviceFacts,
@@ -78,60 +75,72 @@ const OUTCOMES = {
 
 const ts = (s: string | null | undefined): Date | undefined => (s ? new Date(s) : undefined);
 
+/**
+ * A device as the scheduler's API shows it. The fields the record and the
+ * message hold alike are copied by the spread: a fact an agent reports
+ * (ReportedDevice) shows here once the scheduler's Device names it, with no
+ * line in this mapper. What the scheduler keeps but does not show is named
+ * below, and `onlyFieldsOf` makes any other field of the record that the
+ * message lacks a compile error.
+ */
 export function deviceToProto(d: DeviceRecord): Device {
+  const {
+    // Kept, not shown.
+    functionKind: _functionKind,
+    iommuGroupPeers: _iommuGroupPeers,
+    hostUnallocatableReason: _hostUnallocatableReason,
+    present: _present,
+    mediaReason: _mediaReason,
+    migrationUuid: _migrationUuid,
+    cleanupJobId: _cleanupJobId,
+    createdAt: _createdAt,
+    // Shown in the message's own form.
+    kernelDriver,
+    type,
+    physfn,
+    iommuGroup,
+    cleanupAction,
+    deviceState,
+    status,
+    health,
+    arqUuid,
+    instanceUuid,
+    lastCleanup,
+    updatedAt,
+    media,
+    ...same
+  } = d;
+  const reason = unallocatableReason(d);
   return {
-    uuid: d.uuid,
-    host: d.host,
-    address: d.address,
-    vendorId: d.vendorId,
-    productId: d.productId,
-    classCode: d.classCode,
-    kernelDriver: d.kernelDriver ?? '',
-    driver: d.driver,
-    type: d.type === 'NVME' ? DeviceType.DEVICE_TYPE_NVME : DeviceType.DEVICE_TYPE_PCI,
-    physfn: d.physfn ?? '',
-    iommuGroup: d.iommuGroup ?? undefined,
-    numaNode: d.numaNode,
-    resourceClass: d.resourceClass,
-    traits: d.traits,
-    managed: d.managed,
-    liveMigratable: d.liveMigratable,
-    oneTimeUse: d.oneTimeUse,
-    burned: d.burned,
-    cleanupAction: d.cleanupAction ?? '',
-    supportsCleaning: d.supportsCleaning,
-    deviceState: STATES[d.deviceState],
+    ...onlyFieldsOf<Device & ReportedDevice>()(same),
+    kernelDriver: kernelDriver ?? '',
+    type: type === 'NVME' ? DeviceType.DEVICE_TYPE_NVME : DeviceType.DEVICE_TYPE_PCI,
+    physfn: physfn ?? '',
+    iommuGroup: iommuGroup ?? undefined,
+    cleanupAction: cleanupAction ?? '',
+    deviceState: STATES[deviceState],
     status:
-      d.status === 'enabled'
-        ? DeviceStatusPb.DEVICE_STATUS_ENABLED
-        : DeviceStatusPb.DEVICE_STATUS_MAINTAINING,
-    health: d.health === 'healthy' ? Health.HEALTH_HEALTHY : Health.HEALTH_UNHEALTHY,
-    healthReason: d.healthReason,
-    reserved: d.reserved,
-    total: d.total,
-    resourceProvider: d.resourceProvider,
-    generation: d.generation,
-    allocatable: unallocatableReason(d) === '',
-    unallocatableReason: unallocatableReason(d),
-    arqUuid: d.arqUuid ?? '',
-    instanceUuid: d.instanceUuid ?? '',
-    errorReason: d.errorReason,
-    lastCleanup: d.lastCleanup
+      status === 'enabled' ? DeviceStatusPb.DEVICE_STATUS_ENABLED : DeviceStatusPb.DEVICE_STATUS_MAINTAINING,
+    health: health === 'healthy' ? Health.HEALTH_HEALTHY : Health.HEALTH_UNHEALTHY,
+    allocatable: reason === '',
+    unallocatableReason: reason,
+    arqUuid: arqUuid ?? '',
+    instanceUuid: instanceUuid ?? '',
+    lastCleanup: lastCleanup
       ? {
-          jobId: d.lastCleanup.jobId,
-          action: d.lastCleanup.action,
-          outcome: d.lastCleanup.outcome
-            ? OUTCOMES[d.lastCleanup.outcome]
+          jobId: lastCleanup.jobId,
+          action: lastCleanup.action,
+          outcome: lastCleanup.outcome
+            ? OUTCOMES[lastCleanup.outcome]
             : CleanupOutcome.CLEANUP_OUTCOME_UNSPECIFIED,
-          message: d.lastCleanup.message,
-          startedAt: ts(d.lastCleanup.startedAt),
-          finishedAt: ts(d.lastCleanup.finishedAt),
-          proof: d.lastCleanup.proof ? proofToProto(d.lastCleanup.proof) : undefined,
+          message: lastCleanup.message,
+          startedAt: ts(lastCleanup.startedAt),
+          finishedAt: ts(lastCleanup.finishedAt),
+          proof: lastCleanup.proof ? proofToProto(lastCleanup.proof) : undefined,
         }
       : undefined,
-    attributes: d.attributes,
-    updatedAt: ts(d.updatedAt),
-    media: d.media ? mediaIdentityToProto(d.media) : undefined,
+    updatedAt: ts(updatedAt),
+    media: media ? mediaIdentityToProto(media) : undefined,
     // Filled in by DeviceService when the scheduler reports to Placement (placement/).
     placementProviderUuid: '',
     placementSyncedAt: undefined,
@@ -140,39 +149,19 @@ export function deviceToProto(d: DeviceRecord): Device {
   };
 }
 
-/** An agent's device message as the facts the scheduler stores; `field` names it in the update. */
+/**
+ * An agent's device message as the facts the scheduler stores; `field` names
+ * it in the update. The one wire mapper (device-proto.ts) reads it; here only
+ * what the scheduler's facts hold another way: the address parsed, absent
+ * media as null.
+ */
 export function factsFromAgent(d: AgentDevice, field: string): DeviceFacts {
+  const { address, media, mediaRecord, ...same } = deviceFromProto(d);
   return {
-    address: parsePciAddress(`${field}.address`, d.address),
-    vendorId: d.vendorId,
-    productId: d.productId,
-    classCode: d.classCode,
-    kernelDriver: d.kernelDriver === '' ? null : d.kernelDriver,
-    driver: d.driver,
-    type: d.type === AgentDeviceType.DEVICE_TYPE_NVME ? 'NVME' : 'PCI',
-    functionKind:
-      d.functionKind === FunctionKind.FUNCTION_KIND_VF
-        ? 'VF'
-        : d.functionKind === FunctionKind.FUNCTION_KIND_PF
-          ? 'PF'
-          : 'PCI',
-    physfn: d.physfn === '' ? null : d.physfn,
-    iommuGroup: d.iommuGroup ?? null,
-    iommuGroupPeers: d.iommuGroupPeers,
-    numaNode: d.numaNode,
-    resourceClass: d.resourceClass,
-    traits: d.traits,
-    managed: d.managed,
-    liveMigratable: d.liveMigratable,
-    oneTimeUse: d.oneTimeUse,
-    supportsCleaning: d.supportsCleaning,
-    cleanupAction: d.cleanupAction === '' ? null : d.cleanupAction,
-    health: d.health === AgentHealth.HEALTH_UNHEALTHY ? 'unhealthy' : 'healthy',
-    healthReason: d.healthReason,
-    unallocatableReason: d.unallocatableReason,
-    attributes: d.attributes,
-    media: mediaIdentityFromProto(d.media),
-    agentMedia: mediaRecordFromProto(d.mediaRecord),
+    ...same,
+    address: parsePciAddress(`${field}.address`, address),
+    media: media ?? null,
+    agentMedia: mediaRecord ?? null,
   };
 }
 

@@ -6,7 +6,8 @@
  * change committed between the read and the wait is never slept through.
  */
 import { BerthError, invalidArgument, notFound } from '../../../errors.js';
-import { type CleanupEvent, FINAL_PHASES, syntheticEnd } from '../domain/cleanup.js';
+import { endsCleanup } from '../../../plugins/types.js';
+import { type CleanupEvent, syntheticEnd } from '../domain/cleanup.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { type DeviceFilter, type DeviceRef, matchesFilter } from '../domain/inventory.js';
 import type { DeviceProviderInfo, PlacementPort } from '../placement/port.js';
@@ -185,7 +186,7 @@ export class Devices {
       for (const event of await useCases.cleanupEvents(job.jobId, after)) {
         after = event.sequence;
         yield { event, deviceUuid };
-        if (FINAL_PHASES.has(event.phase)) return;
+        if (endsCleanup(event.phase)) return;
       }
       const end = syntheticEnd(await useCases.getCleanupJob(job.jobId), after);
       if (end) {
@@ -193,7 +194,7 @@ export class Devices {
         for (const event of await useCases.cleanupEvents(job.jobId, after)) {
           after = event.sequence;
           yield { event, deviceUuid };
-          if (FINAL_PHASES.has(event.phase)) return;
+          if (endsCleanup(event.phase)) return;
         }
         yield { event: { ...end, sequence: after + 1 }, deviceUuid };
         return;

@@ -15,8 +15,9 @@ import {
   type PublicJwk,
   verifyCertificate,
 } from '../../../erasure/certificate.js';
+import type { CleanupProof } from '../../../plugins/cleanup-evidence.js';
 import type { CleanupJob } from './cleanup.js';
-import type { CleanupProofRecord, DeviceRecord } from './device-state.js';
+import type { DeviceRecord } from './device-state.js';
 import { mediaKeyOf } from './media.js';
 
 /** A key a host's agent signs with, as pinned. */
@@ -90,7 +91,7 @@ export function checkCleanupCertificate(
     job: CleanupJob;
     device: DeviceRecord;
     action: string;
-    proof: CleanupProofRecord | null | undefined;
+    proof: CleanupProof | null | undefined;
     keys: readonly AgentKeyRecord[];
     last: CertificateRecord | null;
     /** The agent's own job id, when this job adopted a cleanup it was already running. */

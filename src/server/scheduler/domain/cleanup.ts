@@ -4,28 +4,17 @@
  */
 
 import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
-import type { CleanupProofRecord, DeviceRecord } from './device-state.js';
+import type { CleanupProof } from '../../../plugins/cleanup-evidence.js';
+import { type CleanupEnd, type CleanupJobPhase, endsCleanup } from '../../../plugins/types.js';
+import type { DeviceRecord } from './device-state.js';
 
-export type CleanupJobState = 'queued' | 'dispatched' | 'running' | 'succeeded' | 'failed' | 'interrupted';
-export type CleanupPhase =
-  | 'queued'
-  | 'preparing'
-  | 'sanitizing'
-  | 'namespace_reset'
-  | 'zeroing'
-  | 'verifying'
-  | 'succeeded'
-  | 'failed'
-  | 'interrupted';
-
-/** The phases that end a job. */
-export const FINAL_PHASES: ReadonlySet<string> = new Set(['succeeded', 'failed', 'interrupted']);
+export type CleanupJobState = 'queued' | 'dispatched' | 'running' | CleanupEnd;
 
 export interface CleanupEvent {
   jobId: string;
   address: string;
   action: string;
-  phase: CleanupPhase;
+  phase: CleanupJobPhase;
   step: string;
   percent: number;
   bytesDone: number;
@@ -35,7 +24,7 @@ export interface CleanupEvent {
   /** Increases by one per event of a job; a repeated sequence is ignored. */
   sequence: number;
   /** On `succeeded`: the agent's proof of erasure. */
-  proof?: CleanupProofRecord | null;
+  proof?: CleanupProof | null;
   /** On `succeeded`: the erasure certificate the agent signed (compact JWS). */
   certificate?: string;
   /**
@@ -83,12 +72,12 @@ export interface CleanupBacklogEntry {
  * null while the job runs.
  */
 export function syntheticEnd(job: CleanupJob, lastSequence: number): CleanupEvent | null {
-  if (!FINAL_PHASES.has(job.state)) return null;
+  if (!endsCleanup(job.state)) return null;
   return {
     jobId: job.jobId,
     address: job.address,
     action: job.action,
-    phase: job.state as CleanupEvent['phase'],
+    phase: job.state,
     step: '',
     percent: 0,
     bytesDone: 0,

@@ -15,30 +15,14 @@
 import type { ReasonFor } from '../../../error-reasons.js';
 import { type BerthError, failedPrecondition } from '../../../errors.js';
 import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
-import type { CensusRecord } from '../../../plugins/cleanup-evidence.js';
-import type { MediaIdentity, MediaRecord } from '../../../plugins/types.js';
+import type { CleanupProof } from '../../../plugins/cleanup-evidence.js';
+import type { Health, MediaIdentity, MediaRecord, ReportedDevice } from '../../../plugins/types.js';
 
 export const DEVICE_STATES = ['available', 'allocated', 'pending_cleaning', 'cleaning', 'error'] as const;
 export type DeviceState = (typeof DEVICE_STATES)[number];
 export const DEVICE_STATUSES = ['enabled', 'maintaining'] as const;
 export type DeviceStatus = (typeof DEVICE_STATUSES)[number];
-export type Health = 'healthy' | 'unhealthy';
-export type DeviceType = 'PCI' | 'NVME';
-export type FunctionKind = 'PCI' | 'PF' | 'VF';
 export type CleanupOutcome = 'succeeded' | 'failed' | 'interrupted';
-
-/** What the agent accepted as proof that a cleanup erased everything (proto CleanupProof). */
-export interface CleanupProofRecord {
-  /** sanitize, read-back, or sanitize+read-back. */
-  method: string;
-  readBack: 'full' | 'sample' | 'none';
-  bytesWritten: number;
-  bytesRead: number;
-  bytesTotal: number;
-  findings: string[];
-  /** NVMe: the agent's census of the media the proof covered (absent for other devices and older agents). */
-  census?: CensusRecord;
-}
 
 /** How the last (or current) cleanup of a device went; proto CleanupRecord. */
 export interface CleanupRecord {
@@ -50,40 +34,18 @@ export interface CleanupRecord {
   startedAt: string | null;
   finishedAt: string | null;
   /** On success: how it was proven (absent on records written before proofs existed). */
-  proof?: CleanupProofRecord | null;
+  proof?: CleanupProof | null;
 }
 
 /**
  * What a host agent reports about a device: everything discovery owns. It is
- * structurally the agent's DiscoveredDevice (src/plugins/types.ts), declared
- * here so the scheduler's domain does not depend on the plugin package.
+ * the agent's ReportedDevice (src/plugins/types.ts, the one record of a
+ * device's facts; a new fact is written there and in the proto), with the
+ * address parsed, and the media and the journal's record null when the agent
+ * sent none (convert.ts factsFromAgent).
  */
-export interface DeviceFacts {
+export interface DeviceFacts extends Omit<ReportedDevice, 'address' | 'media' | 'mediaRecord'> {
   address: PciAddress;
-  vendorId: string;
-  productId: string;
-  classCode: string;
-  kernelDriver: string | null;
-  driver: string;
-  type: DeviceType;
-  functionKind: FunctionKind;
-  physfn: string | null;
-  iommuGroup: number | null;
-  iommuGroupPeers: string[];
-  numaNode: number;
-  resourceClass: string;
-  traits: string[];
-  managed: boolean;
-  liveMigratable: boolean;
-  oneTimeUse: boolean;
-  supportsCleaning: boolean;
-  /** Locked-in cleanup action; null when the device is not cleaned. */
-  cleanupAction: string | null;
-  health: Health;
-  healthReason: string;
-  /** The agent's reason the device must not be allocated ('' when it may). */
-  unallocatableReason: string;
-  attributes: Record<string, string>;
   /** The media the device gives access to (docs/media-identity.md); null from an agent that reports none. */
   media: MediaIdentity | null;
   /** What the device's agent's journal says of that media; null when it says nothing. */
@@ -330,7 +292,7 @@ function finish(
   outcome: CleanupOutcome,
   message: string,
   now: string,
-  proof: CleanupProofRecord | null = null,
+  proof: CleanupProof | null = null,
 ): CleanupRecord {
   return {
     jobId,
@@ -355,7 +317,7 @@ export function cleanupSucceeded(
   jobId: string,
   action: string,
   now: string,
-  proof: CleanupProofRecord | null,
+  proof: CleanupProof | null,
 ): DeviceRecord {
   assertJob(d, jobId, ['pending_cleaning', 'cleaning']);
   if (!d.cleanupAction || action !== d.cleanupAction) {

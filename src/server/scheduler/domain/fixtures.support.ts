@@ -14,8 +14,9 @@ import {
   type Tag,
   type Uuid,
 } from '../../../identifiers.js';
+import type { CleanupProof } from '../../../plugins/cleanup-evidence.js';
 import type { MediaRecord } from '../../../plugins/types.js';
-import type { CleanupProofRecord, DeviceFacts } from './device-state.js';
+import type { DeviceFacts } from './device-state.js';
 import type { HostRegistration } from './host.js';
 
 /** A host name a test writes as text, parsed as at the edge. */
@@ -136,7 +137,7 @@ export function nvmeMedia(
 }
 
 /** A proof of erasure as an agent reports it with a successful cleanup. */
-export const PROOF: CleanupProofRecord = {
+export const PROOF: CleanupProof = {
   method: 'sanitize',
   readBack: 'sample',
   bytesWritten: 0,

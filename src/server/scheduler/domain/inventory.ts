@@ -5,7 +5,8 @@
  */
 
 import type { HostName, PciAddress, ResourceClass, Uuid } from '../../../identifiers.js';
-import type { DeviceFacts, DeviceRecord, DeviceState, DeviceType } from './device-state.js';
+import type { DeviceType } from '../../../plugins/types.js';
+import type { DeviceFacts, DeviceRecord, DeviceState } from './device-state.js';
 
 /** A device named by uuid, or by host and PCI address (proto DeviceRef). */
 export type DeviceRef = { uuid: Uuid } | { host: HostName; address: PciAddress };

@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { certificateHash, decodeCertificate } from '../../../erasure/certificate.js';
 import { invalidArgument } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
+import { endsCleanup } from '../../../plugins/types.js';
 import { certificateRecord, checkCleanupCertificate } from '../domain/certificate.js';
 import type { CleanupBacklogEntry, CleanupEvent, CleanupJob } from '../domain/cleanup.js';
 import {
@@ -36,7 +37,6 @@ import { write } from './unit.js';
 import { FOR_UPDATE } from './unit-of-work.js';
 
 const WORKING_PHASES = new Set(['preparing', 'sanitizing', 'namespace_reset', 'zeroing', 'verifying']);
-const FINAL_PHASES = new Set(['succeeded', 'failed', 'interrupted']);
 
 /**
  * Operator CleanDevice: error → pending_cleaning under a new queued job.
@@ -132,14 +132,14 @@ export async function applyCleanupEvent(
     }
     if (!(await tx.uow.addCleanupEvent(ev))) return { device, job, applied: false };
     let nextJob: CleanupJob = { ...job, lastSequence: Math.max(job.lastSequence, ev.sequence) };
-    if (FINAL_PHASES.has(ev.phase)) {
+    if (endsCleanup(ev.phase)) {
       nextJob = {
         ...nextJob,
-        state: ev.phase as CleanupJob['state'],
+        state: ev.phase,
         message: ev.message,
         finishedAt: ev.time,
       };
-    } else if (WORKING_PHASES.has(ev.phase) && !FINAL_PHASES.has(job.state)) {
+    } else if (WORKING_PHASES.has(ev.phase) && !endsCleanup(job.state)) {
       nextJob = { ...nextJob, state: 'running' };
     }
     let next = device;
