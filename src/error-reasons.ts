@@ -161,6 +161,11 @@ export const ERROR_REASONS = {
     codes: ['FAILED_PRECONDITION'],
     meaning: 'The ARQ is bound to another device or instance.',
   },
+  ARQ_BIND_RUNNING: {
+    codes: ['FAILED_PRECONDITION'],
+    meaning:
+      'A bind of the ARQ is running (on this scheduler or another of its database); retry once it ended.',
+  },
   ARQ_NOT_BOUND: {
     codes: ['FAILED_PRECONDITION'],
     meaning: 'The ARQ is not bound, so it has no device to act on.',

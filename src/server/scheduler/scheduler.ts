@@ -24,6 +24,7 @@ import { Teardown } from '../teardown.js';
 import { Binding } from './app/binding.js';
 import { Certificates } from './app/certificates.js';
 import { Cleaning } from './app/cleaning.js';
+import { CyborgBinds } from './app/cyborg-binds.js';
 import { Devices } from './app/devices.js';
 import { Hosts } from './app/hosts.js';
 import { Instances } from './app/instances.js';
@@ -31,6 +32,7 @@ import { Migrations } from './app/migration.js';
 import { Registration } from './app/registration.js';
 import type { CyborgOptions } from './cyborg/config.js';
 import { BerthTokenIdentity, KeystoneIdentity, NoAuthIdentity } from './cyborg/identity.js';
+import { NovaEvents } from './cyborg/nova-events.js';
 import { CyborgApi } from './cyborg/server.js';
 import { HOST_INFLOW_LIMITS, type HostInflowLimits } from './domain/inventory-bounds.js';
 import { everyRow } from './domain/pages.js';
@@ -325,9 +327,35 @@ export class Scheduler {
     let cyborg: CyborgApi | null = null;
     if (options.cyborg && placement) {
       const c = options.cyborg;
+      const logged = logger.child({ component: 'cyborg' });
+      const events = c.nova
+        ? new NovaEvents(
+            useCases,
+            {
+              url: c.nova.url,
+              credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
+              timeoutMs: c.timeoutSeconds * 1000,
+              retryMaxMs: c.retryMaxSeconds * 1000,
+              claimTtlMs: c.nova.claimTtlSeconds * 1000,
+            },
+            id,
+            // Alone on its database (SQLite): claims left by an earlier run are let go.
+            leases === undefined,
+            logged.child({ component: 'nova-events' }),
+          )
+        : null;
       cyborg = new CyborgApi({
         useCases,
-        binding,
+        binds: new CyborgBinds({
+          useCases,
+          binding,
+          placement,
+          nodename: (host) => options.placement?.computeNodes[host] ?? host,
+          judge: { self: id, alone: leases === undefined },
+          nova: events,
+          logger: logged,
+        }),
+        events,
         certificates,
         placement,
         identity:
@@ -341,22 +369,10 @@ export class Scheduler {
                   timeoutMs: c.timeoutSeconds * 1000,
                   ...(options.placementFetch ? { fetch: options.placementFetch } : {}),
                 }),
-        nova: c.nova
-          ? {
-              url: c.nova.url,
-              credentials: tokenSource(c.nova.auth, c.timeoutSeconds),
-              timeoutMs: c.timeoutSeconds * 1000,
-              retryMaxMs: c.retryMaxSeconds * 1000,
-              claimTtlMs: c.nova.claimTtlSeconds * 1000,
-            }
-          : null,
-        schedulerId: id,
-        aloneOnDatabase: leases === undefined,
-        nodename: (host) => options.placement?.computeNodes[host] ?? host,
         // The same certificate as gRPC (docs/cyborg.md "TLS"); plain HTTP only when asked, behind a proxy.
         ...(tls?.cert && tls.key && !c.plaintext ? { tls: { cert: tls.cert, key: tls.key } } : {}),
         ...(c.trustProxyHeaders ? { trustProxyHeaders: true } : {}),
-        logger: logger.child({ component: 'cyborg' }),
+        logger: logged,
       });
       cyborg.events?.register(metrics.registry);
       const api = cyborg;

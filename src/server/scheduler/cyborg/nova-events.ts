@@ -89,6 +89,11 @@ export class NovaEvents {
     private readonly logger: Logger,
   ) {}
 
+  /** Nova's endpoint, for the Cyborg API's banner. */
+  get url(): string {
+    return this.o.url;
+  }
+
   /** What a bind asked through the Cyborg API holds its event with until it is final. */
   get hold(): { holder: string; holdMs: number } {
     return { holder: this.owner, holdMs: this.o.claimTtlMs + BIND_CONFIRM_MS };

@@ -4,25 +4,26 @@
  * TLS, else (or with `plaintext`, behind a TLS-terminating proxy) plain HTTP.
  * A thin adapter, as the gRPC services are:
  * each route decodes (./shapes.ts), checks the caller (./identity.ts), calls
- * the same use cases and binding workflow as the gRPC services (profiles,
- * ARQ create / bind / delete, device lookups), and encodes. The only thing it
- * adds is Cyborg's asynchronous bind: PATCH answers 202, the bind runs, and
- * Nova is told how it ended (./nova-events.ts).
+ * the same use cases as the gRPC services (profiles, ARQ create / get /
+ * delete, device lookups) or one workflow (PATCH's bind and unbind:
+ * app/cyborg-binds.ts), and encodes. Cyborg's bind is asynchronous: PATCH answers
+ * 202 once the ARQs are claimed, the bind runs on, and Nova is told how it ended
+ * (./nova-events.ts).
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
 import type { Logger } from 'pino';
 import { BerthError, isBerthError } from '../../../errors.js';
-import { instanceIdOf, type Uuid } from '../../../identifiers.js';
+import type { Uuid } from '../../../identifiers.js';
 import { listenError, parseListenAddress } from '../../listen-address.js';
-import type { Binding } from '../app/binding.js';
 import type { Certificates } from '../app/certificates.js';
-import type { Arq, ArqBinding } from '../domain/arq.js';
+import { type CyborgBinds, visibleArq } from '../app/cyborg-binds.js';
+import { type Arq, visibleTo } from '../domain/arq.js';
 import { validateProfile } from '../domain/profile.js';
 import type { PlacementPort } from '../placement/port.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { type Action, authorize, type CyborgCaller, type IdentitySource } from './identity.js';
-import { NovaEvents, type NovaEventsOptions } from './nova-events.js';
+import type { NovaEvents } from './nova-events.js';
 import {
   arqView,
   badRequest,
@@ -45,20 +46,15 @@ import {
 
 export interface CyborgApiDeps {
   useCases: UseCases;
-  binding: Binding;
+  /** The bind and unbind workflow (PATCH). */
+  binds: CyborgBinds;
   /** Erasure certificates, read by a project for its instances (the gRPC CertificateService's rules). */
   certificates: Certificates;
-  /** Placement (report mode): device_rp_uuid → devices, a device → its provider. */
+  /** Placement (report mode): a device → its provider, for the ARQs' views. */
   placement: PlacementPort;
   identity: IdentitySource;
-  /** Where events go; null: no Nova (a lab), none is owed or sent. */
-  nova: NovaEventsOptions | null;
-  /** This scheduler's id: the owner of its claims on Nova's events (decision 77). */
-  schedulerId: string;
-  /** No other scheduler shares the database (SQLite): claims left by an earlier run are let go. */
-  aloneOnDatabase: boolean;
-  /** Berth host → the name Nova knows its compute node by (Placement's compute_nodes). */
-  nodename: (host: string) => string;
+  /** Nova's outbox, started and stopped with this API; null: no Nova (a lab), none is owed or sent. */
+  events: NovaEvents | null;
   /** HTTPS with this certificate and key (the scheduler's --tls-cert, --tls-key); absent: plain HTTP. */
   tls?: { cert: Buffer; key: Buffer };
   /** Links follow X-Forwarded-Proto and X-Forwarded-Host (behind a proxy that sets them). */
@@ -83,23 +79,12 @@ type Answer = { status: number; body?: unknown };
 
 export class CyborgApi {
   private server: Server | null = null;
-  /** ARQs whose bind runs now (their event is not final yet). */
-  private readonly binding = new Set<string>();
-  private readonly running = new Set<Promise<void>>();
   /** Nova's outbox; null without a Nova. */
   readonly events: NovaEvents | null;
   address = '';
 
   constructor(private readonly deps: CyborgApiDeps) {
-    this.events = deps.nova
-      ? new NovaEvents(
-          deps.useCases,
-          deps.nova,
-          deps.schedulerId,
-          deps.aloneOnDatabase,
-          deps.logger.child({ component: 'nova-events' }),
-        )
-      : null;
+    this.events = deps.events;
   }
 
   /** The v2 endpoint as this server speaks it (`https://` with TLS), for logs and banners. */
@@ -122,7 +107,7 @@ export class CyborgApi {
     const addr = server.address();
     this.address = `${host}:${typeof addr === 'object' && addr ? addr.port : 0}`;
     this.events?.start();
-    const nova = this.deps.nova?.url ?? null;
+    const nova = this.events?.url ?? null;
     this.deps.logger.info(
       {
         cyborg: this.url,
@@ -145,7 +130,7 @@ export class CyborgApi {
     // Clients keep connections alive (Nova's keystoneauth session does): close them, or close() waits.
     this.server?.closeAllConnections();
     await closed;
-    await Promise.allSettled([...this.running]);
+    await this.deps.binds.settled();
     await this.events?.stop();
   }
 
@@ -298,7 +283,7 @@ export class CyborgApi {
       }
       if (r.method === 'GET') {
         can('arq:get');
-        const arq = await this.visibleArq(r.caller!, requireUuid('uuid', id));
+        const arq = await visibleArq(this.deps.useCases, r.caller!, requireUuid('uuid', id));
         return { status: 200, body: await this.view(arq, r.baseUrl) };
       }
       // The collection (Nova) or one ARQ's own URL (openstacksdk, `openstack accelerator arq bind`).
@@ -374,7 +359,7 @@ export class CyborgApi {
     }
     let arqs = (
       await this.deps.useCases.listArqs(instance ? requireUuid('instance', instance) : undefined)
-    ).filter((a) => visible(r.caller!, a));
+    ).filter((a) => visibleTo(r.caller!, a));
     if (bindState) {
       const resolved = (a: Arq) => a.state === 'bound' || a.state === 'bind_failed' || a.state === 'deleting';
       // Cyborg: 423 while any of the instance's ARQs is unresolved.
@@ -385,131 +370,30 @@ export class CyborgApi {
   }
 
   /**
-   * Cyborg's bind: everything checked now, 202, then the bind runs and Nova is told.
-   * `only`: sent to that ARQ's own URL, whose body is keyed by it alone.
+   * Cyborg's bind or unbind (app/cyborg-binds.ts): checked, the ARQs claimed, 202; the bind
+   * runs on and Nova is told how it ended. `only`: sent to that ARQ's own URL, whose body is
+   * keyed by it alone.
    */
   private async patch(r: Req, only?: Uuid): Promise<Answer> {
     const patches = parsePatchList(await r.body(), r.version, only);
+    const caller = r.caller;
     if (patches[0]!.op === 'remove') {
       // Unbind: the ARQs go back to Initial (Cyborg's Unbound, shown as Berth keeps it), their
       // devices through release — scrubbed with proof before they are offered again.
-      authorize('arq:unbind', r.caller);
-      const uuids: string[] = [];
-      for (const p of patches) {
-        const arq = await this.visibleArq(r.caller!, p.arqUuid);
-        if (this.binding.has(arq.uuid))
-          throw new CyborgHttpError(409, `${p.arqUuid}: a bind of ARQ ${arq.uuid} is running`);
-        uuids.push(arq.uuid);
-      }
-      await this.deps.useCases.unbindArqs(uuids);
+      authorize('arq:unbind', caller);
+      await this.deps.binds.unbind(
+        caller!,
+        patches.map((p) => p.arqUuid),
+      );
       return { status: 202 };
     }
-    authorize('arq:bind', r.caller);
-    const caller = r.caller!;
-    const bindings: ArqBinding[] = [];
-    const instance = patches[0]!.op === 'add' ? patches[0]!.instanceUuid : '';
-    const asked = new Set(patches.map((p) => p.arqUuid));
-    /** ARQs already bound as asked (Nova retrying): their bind holds nothing, and what their event's sender claims is not let go. */
-    const retried = new Set<string>();
-    let owner: string | null = null;
-    for (const p of patches) {
-      if (p.op !== 'add') continue;
-      if (p.projectId !== null && !caller.admin) {
-        throw new CyborgHttpError(403, "Policy doesn't allow cyborg:arq:update to be performed.");
-      }
-      const arq = await this.visibleArq(caller, p.arqUuid);
-      if (arq.state === 'bound' && arq.instanceUuid !== p.instanceUuid) {
-        throw new CyborgHttpError(
-          409,
-          `${p.arqUuid}: ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid}`,
-        );
-      }
-      if (this.binding.has(arq.uuid))
-        throw new CyborgHttpError(409, `${p.arqUuid}: a bind of ARQ ${arq.uuid} is running`);
-      const devices = this.deps.placement.devicesOfProvider(p.deviceRpUuid);
-      if (devices.length === 0) {
-        throw badRequest(
-          `${p.arqUuid}/device_rp_uuid`,
-          `${p.deviceRpUuid} is not the Placement provider of a device of Berth's`,
-        );
-      }
-      const host = devices[0]!.host;
-      if (p.hostname !== host && p.hostname !== this.deps.nodename(host)) {
-        throw badRequest(
-          `${p.arqUuid}/hostname`,
-          `${p.hostname} is not the host of provider ${p.deviceRpUuid} (${host})`,
-        );
-      }
-      const project = p.projectId ?? arq.project ?? null;
-      if (bindings.length > 0 && project !== owner) {
-        throw badRequest(
-          `${p.arqUuid}/project_id`,
-          `ARQ ${arq.uuid} is of project ${project ?? '(none)'}, the others of ${owner ?? '(none)'}: one instance's ARQs are one project's`,
-        );
-      }
-      owner = project;
-      if (arq.state === 'bound') retried.add(arq.uuid);
-      bindings.push({
-        arqUuid: arq.uuid,
-        instanceUuid: instanceIdOf(p.instanceUuid),
-        host,
-        devices: devices.map((d) => d.deviceUuid),
-        ...(this.events ? { notifyNova: this.events.hold } : {}),
-      });
+    authorize('arq:bind', caller);
+    const binds = patches.flatMap((p) => (p.op === 'add' ? [p] : []));
+    if (binds.some((p) => p.projectId !== null) && !caller!.admin) {
+      throw new CyborgHttpError(403, "Policy doesn't allow cyborg:arq:update to be performed.");
     }
-    // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
-    const others = (await this.deps.useCases.listArqs(instance)).filter((a) => !asked.has(a.uuid));
-    if (others.length > 0) {
-      // Named only when the caller may see them: another project's ARQ uuids are not told.
-      const shown = others.filter((a) => visible(caller, a)).map((a) => a.uuid);
-      throw badRequest(
-        'instance_uuid',
-        `Instance ${instance} already has accelerator requests${shown.length > 0 ? ` (${shown.join(', ')})` : ''}. Cannot bind additional ARQs.`,
-      );
-    }
-    // Checked again with no await before the claim: two patches of one ARQ never both run.
-    const running = bindings.find((b) => this.binding.has(b.arqUuid));
-    if (running)
-      throw new CyborgHttpError(409, `${running.arqUuid}: a bind of ARQ ${running.arqUuid} is running`);
-    for (const b of bindings) this.binding.add(b.arqUuid);
-    // The instance is the ARQs' project's: it reads the instance's erasure certificates.
-    const run = this.deps.binding
-      .bind(bindings, owner ?? undefined, owner ?? '')
-      .then(
-        // Confirmed: the bind is final, and its `completed` events anyone's to send. (An undone
-        // bind's `failed` events replaced the held ones, unclaimed, in the undo's unit.)
-        () => this.releaseHeld(bindings.filter((b) => !retried.has(b.arqUuid))),
-        (err: unknown) => {
-          const level = isBerthError(err) && err.code !== 'INTERNAL' ? 'info' : 'error';
-          this.deps.logger[level](
-            { err: (err as Error).message, arqs: bindings.map((b) => b.arqUuid), instance },
-            'Cyborg API: bind failed; Nova is told',
-          );
-        },
-      )
-      .finally(() => {
-        for (const b of bindings) this.binding.delete(b.arqUuid);
-        this.running.delete(run);
-        this.events?.poke();
-      });
-    this.running.add(run);
+    await this.deps.binds.bind(caller!, binds);
     return { status: 202 };
-  }
-
-  /** Lets go of a final bind's hold on its events; if that fails, the hold expires (decision 77). */
-  private async releaseHeld(bindings: ArqBinding[]): Promise<void> {
-    if (!this.events) return;
-    await this.deps.useCases
-      .releaseNovaEvents(
-        bindings.map((b) => b.arqUuid),
-        this.deps.schedulerId,
-      )
-      .catch((err: unknown) =>
-        this.deps.logger.warn(
-          { err: (err as Error).message, arqs: bindings.map((b) => b.arqUuid) },
-          'Cyborg API: the hold on Nova events of a confirmed bind was not let go; they are sent once it expires',
-        ),
-      );
   }
 
   private async deleteArqs(r: Req, id: string | undefined): Promise<Answer> {
@@ -527,7 +411,7 @@ export class CyborgApi {
     if (arqsParam) return this.deleteByUuids(r, arqsParam.split(','));
     authorize('arq:delete_by_instance', caller);
     const instance = requireUuid('instance', instanceParam);
-    const mine = (await this.deps.useCases.listArqs(instance)).filter((a) => visible(caller!, a));
+    const mine = (await this.deps.useCases.listArqs(instance)).filter((a) => visibleTo(caller!, a));
     // Idempotent: deleting what is gone is a no-op. The devices go through release (scrub with proof).
     if (mine.length > 0) await this.deps.useCases.deleteArqs({ uuids: mine.map((a) => a.uuid) });
     return { status: 204 };
@@ -538,7 +422,7 @@ export class CyborgApi {
     if (raw.length > 256) throw badRequest('arqs', `${raw.length} ARQs is more than 256`);
     const uuids = raw.map((u, i) => requireUuid(`arqs[${i}]`, u));
     for (const u of uuids) {
-      const arq = await this.visibleArq(r.caller!, u);
+      const arq = await visibleArq(this.deps.useCases, r.caller!, u);
       // A bound ARQ (or one binding) is Nova's to delete; a failed bind is the owner's too.
       if (arq.instanceUuid && arq.state !== 'bind_failed' && !r.caller!.service && !r.caller!.admin) {
         throw new CyborgHttpError(
@@ -549,19 +433,6 @@ export class CyborgApi {
     }
     await this.deps.useCases.deleteArqs({ uuids });
     return { status: 204 };
-  }
-
-  /** The ARQ, when the caller may see it (its project's, or any for an admin); else 404 as for none. */
-  private async visibleArq(caller: CyborgCaller, uuid: Uuid): Promise<Arq> {
-    let arq: Arq | null = null;
-    try {
-      arq = await this.deps.useCases.getArq(uuid);
-    } catch (err) {
-      if (!(isBerthError(err) && err.code === 'NOT_FOUND')) throw err;
-    }
-    if (!arq || !visible(caller, arq))
-      throw new CyborgHttpError(404, `Accelerator request ${uuid} could not be found.`);
-    return arq;
   }
 
   private async view(a: Arq, baseUrl: string) {
@@ -579,10 +450,6 @@ export class CyborgApi {
     return arqView(a, { baseUrl, deviceRpUuid, physicalNetwork });
   }
 }
-
-/** A project's ARQs are its own; an admin sees all (ARQs made over gRPC have no project: admins only). */
-const visible = (caller: CyborgCaller, a: Arq) =>
-  caller.admin || (a.project !== undefined && a.project === caller.project);
 
 const notAllowed = (): never => {
   throw new CyborgHttpError(405, 'Method not allowed');

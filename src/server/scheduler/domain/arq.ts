@@ -70,7 +70,60 @@ export interface Arq {
    * never committed (docs/decisions.md 57).
    */
   novaEvent?: NovaEvent | null;
+  /**
+   * A bind the Cyborg API runs on this ARQ (claimed before its 202, let go
+   * once the bind is final): a second bind or an unbind meanwhile is refused,
+   * by whichever scheduler of the database it reaches (docs/decisions.md 81).
+   */
+  bindClaim?: BindClaim | null;
 }
+
+/** Who runs a bind of an ARQ, and until when the claim holds if it is never let go (its holder died). */
+export interface BindClaim {
+  /** The binding scheduler's id. */
+  holder: string;
+  /** ISO time, by the claiming scheduler's clock. */
+  expires: string;
+}
+
+/**
+ * How a scheduler judges a bind claim: its own id, and whether it is alone on
+ * its database (SQLite, whose instance lock keeps others out), where a claim
+ * of another holder was left by an earlier run of this one and binds nothing.
+ */
+export interface ClaimJudge {
+  self: string;
+  alone: boolean;
+}
+
+/** Whether a bind of `arq` runs now (its claim is live at `now`) as `judge` sees it. */
+export function bindRunning(arq: Arq, now: string, judge: ClaimJudge): boolean {
+  const c = arq.bindClaim;
+  if (!c || Date.parse(c.expires) <= Date.parse(now)) return false;
+  return c.holder === judge.self || !judge.alone;
+}
+
+/** The refusal of a bind or unbind of `uuid` while another bind of it runs (Cyborg's 409). */
+export const bindRunningError = (uuid: string): BerthError =>
+  failedPrecondition('ARQ_BIND_RUNNING', `${uuid}: a bind of ARQ ${uuid} is running`, { arq_uuid: uuid });
+
+/** The refusal of a bind of `arq` to `instanceUuid` when it is bound to another instance (Cyborg's 409). */
+export const boundElsewhereError = (arq: Arq): BerthError =>
+  failedPrecondition(
+    'ARQ_ALREADY_BOUND',
+    `${arq.uuid}: ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid}`,
+    { arq_uuid: arq.uuid },
+  );
+
+/** Who reads ARQs through the Cyborg API: a project, or an admin (who sees every project's). */
+export interface ArqViewer {
+  project: string;
+  admin: boolean;
+}
+
+/** A project's ARQs are its own; an admin sees all (ARQs made over gRPC have no project: admins only). */
+export const visibleTo = (viewer: ArqViewer, a: Arq): boolean =>
+  viewer.admin || (a.project !== undefined && a.project === viewer.project);
 
 /** An event owed to Nova: the instance, and how the bind ended. */
 export interface NovaEvent {

@@ -9,6 +9,10 @@ import {
   arqBound,
   arqUnbound,
   arqUnconfirmed,
+  bindRunning,
+  bindRunningError,
+  boundElsewhereError,
+  type ClaimJudge,
   gateRefusal,
   newArq,
   sameBinding,
@@ -263,6 +267,44 @@ export async function recordBindFailure(
   });
 }
 
+/**
+ * Claims ARQs for a bind the Cyborg API runs (before it answers 202), all or
+ * nothing, in one unit: a compare-and-set on each ARQ's record, under its row
+ * lock, so of two schedulers of one database claiming one ARQ, one gets it and
+ * the other ARQ_BIND_RUNNING. Refused too: an ARQ bound to another instance
+ * (ARQ_ALREADY_BOUND). The claim lasts `ttlMs` if its holder never lets it go
+ * (`releaseBindClaims`). Returns the ARQs as they were before the claim.
+ */
+export async function claimBinds(
+  deps: UseCaseDeps,
+  req: { bindings: Array<{ arqUuid: Uuid; instanceUuid: string }>; judge: ClaimJudge; ttlMs: number },
+): Promise<Arq[]> {
+  return write(deps, async (tx) => {
+    const now = tx.now();
+    const claim = { holder: req.judge.self, expires: new Date(Date.parse(now) + req.ttlMs).toISOString() };
+    const before = new Map<string, Arq>();
+    // In uuid order: two claims of overlapping ARQs lock them in one order.
+    for (const b of [...req.bindings].sort((x, y) => x.arqUuid.localeCompare(y.arqUuid))) {
+      const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
+      if (bindRunning(arq, now, req.judge)) throw bindRunningError(arq.uuid);
+      if (arq.state === 'bound' && arq.instanceUuid !== b.instanceUuid) throw boundElsewhereError(arq);
+      await writeArq(tx, { ...arq, bindClaim: claim });
+      before.set(arq.uuid, arq);
+    }
+    return req.bindings.map((b) => before.get(b.arqUuid)!);
+  });
+}
+
+/** Lets go of `holder`'s bind claims on ARQs `uuids` (its bind is final); an ARQ gone or claimed by another is left. */
+export async function releaseBindClaims(deps: UseCaseDeps, uuids: string[], holder: string): Promise<void> {
+  await write(deps, async (tx) => {
+    for (const u of [...uuids].sort()) {
+      const arq = await tx.uow.arq(u, FOR_UPDATE);
+      if (arq?.bindClaim?.holder === holder) await writeArq(tx, { ...arq, bindClaim: null });
+    }
+  });
+}
+
 /** By uuids or instance; devices go through release. Deleting what is gone is a no-op. */
 export async function deleteArqs(
   deps: UseCaseDeps,
@@ -307,15 +349,23 @@ export async function deleteArqs(
  * Unbind ARQs (Cyborg's PATCH remove): each keeps its uuid and profile and
  * goes back to `initial`; its device goes through release like a delete's
  * (a cleanup for devices that are cleaned). Unbinding an unbound ARQ is a no-op.
+ * With `judge`, an ARQ whose bind runs (`claimBinds`) is refused, with nothing
+ * unbound: ARQ_BIND_RUNNING.
  */
 export async function unbindArqs(
   deps: UseCaseDeps,
   uuids: string[],
+  judge?: ClaimJudge,
 ): Promise<{ arqs: Arq[]; released: DeviceRecord[] }> {
   if (uuids.length === 0) throw invalidArgument('uuids', 'give ARQ uuids');
   return write(deps, async (tx) => {
     const arqs: Arq[] = [];
-    for (const u of uuids) arqs.push(await mustArq(tx.uow, u, FOR_UPDATE));
+    const now = tx.now();
+    for (const u of uuids) {
+      const arq = await mustArq(tx.uow, u, FOR_UPDATE);
+      if (judge && bindRunning(arq, now, judge)) throw bindRunningError(arq.uuid);
+      arqs.push(arq);
+    }
     const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
     // As deleteArqs by uuids: the instances are known only now.
     for (const instance of instances) await tx.uow.lockInstance(instance);

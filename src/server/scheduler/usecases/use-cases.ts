@@ -80,6 +80,8 @@ const USE_CASES = {
   revertUnconfirmedBind: arqs.revertUnconfirmedBind,
   deleteArqs: arqs.deleteArqs,
   unbindArqs: arqs.unbindArqs,
+  claimBinds: arqs.claimBinds,
+  releaseBindClaims: arqs.releaseBindClaims,
   // the events Nova is owed, and the claims on them (decision 77)
   claimNovaEvents: novaEvents.claimNovaEvents,
   novaEventsOwedCount: novaEvents.novaEventsOwedCount,
