@@ -295,9 +295,10 @@ export function functionMedia(
 ): MediaIdentity {
   const pf = fn.physfn === null ? undefined : host.byAddress.get(fn.physfn);
   if (pf) {
-    const index = pf.virtfns.indexOf(fn.address);
-    const dsn = index < 0 ? null : serialOf(ctx, serials, pf.address);
-    if (dsn) return dsnIdentity(pf.vendorId, dsn, fn.address, { pfAddress: pf.address, index });
+    // The serial first: the VF's index is looked for (among up to 256) only on a card that has one.
+    const dsn = serialOf(ctx, serials, pf.address);
+    const index = dsn ? pf.virtfns.indexOf(fn.address) : -1;
+    if (dsn && index >= 0) return dsnIdentity(pf.vendorId, dsn, fn.address, { pfAddress: pf.address, index });
   } else if (fn.physfn === null) {
     const dsn = serialOf(ctx, serials, fn.address);
     if (dsn) return dsnIdentity(fn.vendorId, dsn, fn.address);

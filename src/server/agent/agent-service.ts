@@ -10,7 +10,7 @@ import {
   type CleanupDeviceRequest,
   type CleanupDeviceResponse,
   type GetAgentInfoResponse,
-  type ListDevicesResponse,
+  ListDevicesResponse,
   type PrepareMigrationRequest,
   type PrepareMigrationResponse,
   type RecordBindingRequest,
@@ -21,9 +21,11 @@ import {
   type WatchInventoryRequest,
   type WatchInventoryResponse,
 } from '../../gen/berth/agent/v1/agent.js';
+import { Device } from '../../gen/berth/agent/v1/device.js';
 import type { MediaRecord } from '../../plugins/types.js';
 import { cleanupEventToProto } from '../cleanup-event-proto.js';
 import { deviceToProto } from '../device-proto.js';
+import { encodeItemByItem } from '../grpc/encoded.js';
 import { serverStream, unary } from '../grpc/handlers.js';
 import type { ServiceBinding } from '../grpc/server.js';
 import { mediaRecordToProto } from '../media-proto.js';
@@ -87,11 +89,13 @@ export function agentServiceBinding(agent: ServedAgent, logger: Logger): Service
     listDevices: unary(
       'ListDevices',
       logger,
-      async (): Promise<ListDevicesResponse> => ({
-        devices: inv.list().map(deviceToProto),
-        revision: inv.revision,
-        epoch: inv.epoch,
-      }),
+      // Each device converted and encoded as it is written (encoded.ts).
+      async () =>
+        encodeItemByItem(ListDevicesResponse, 1, inv.list(), Device, deviceToProto, {
+          devices: [],
+          revision: inv.revision,
+          epoch: inv.epoch,
+        }),
     ),
 
     watchInventory: serverStream('WatchInventory', logger, async function* (req: WatchInventoryRequest, ctx) {

@@ -5,6 +5,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../client/sdk.js';
+import { ListDevicesResponse } from '../../gen/berth/agent/v1/agent.js';
+import { Device as AgentDevice, MediaIdentityKind } from '../../gen/berth/agent/v1/device.js';
 import { DeviceStatus } from '../../gen/berth/scheduler/v1/device.js';
 import {
   type WatchDevicesResponse,
@@ -14,7 +16,7 @@ import { hostName, pciFacts } from '../scheduler/domain/fixtures.support.js';
 import { Scheduler } from '../scheduler/scheduler.js';
 import { openSqliteStore } from '../scheduler/stores.js';
 import { generateStaticToken } from './auth/tokens.js';
-import { Encoded, encodeOnce, passEncodedResponses } from './encoded.js';
+import { Encoded, encodeItemByItem, encodeOnce, passEncodedResponses } from './encoded.js';
 
 const HOST = hostName('fanout-host');
 
@@ -109,5 +111,42 @@ describe('responses encoded once', () => {
     expect(serialize(once)).toBe(once.bytes);
     expect(serialize(message).equals(once.bytes)).toBe(true);
     expect(WatchDevicesResponseCodec.decode(once.bytes)).toEqual(message);
+  });
+
+  it('a list encoded item by item is byte for byte the message encoded whole, nested fields and trailing fields included', () => {
+    const devices = ['0000:01:00.0', '0000:01:00.1', '0000:02:00.0'].map((address, i) =>
+      AgentDevice.fromPartial({
+        address,
+        vendorId: '8086',
+        iommuGroup: i === 1 ? undefined : i,
+        iommuGroupPeers: i === 2 ? ['0000:02:00.1'] : [],
+        traits: ['OWNER_BERTH'],
+        attributes: { device_spec: 'pci.device_spec[0]', slot: `s${i}` },
+        media: { key: `pci-slot:h:${address}`, kind: MediaIdentityKind.MEDIA_IDENTITY_KIND_PCI_SLOT },
+        mediaRecord: i === 0 ? { key: `pci-slot:h:${address}`, lastAddress: address } : undefined,
+      }),
+    );
+    // The items go through the conversion one by one, in order.
+    const seen: string[] = [];
+    const convert = (d: AgentDevice) => {
+      seen.push(d.address);
+      return d;
+    };
+    for (const [list, revision, epoch] of [
+      [devices, 12, 'epoch-1'],
+      [[], 0, ''],
+      [devices.slice(0, 1), 0, 'e'],
+    ] as const) {
+      seen.length = 0;
+      const whole = ListDevicesResponse.encode({ devices: [...list], revision, epoch }).finish();
+      const streamed = encodeItemByItem(ListDevicesResponse, 1, list, AgentDevice, convert, {
+        devices: [],
+        revision,
+        epoch,
+      });
+      expect(streamed.bytes.equals(Buffer.from(whole))).toBe(true);
+      expect(seen).toEqual(list.map((d) => d.address));
+      expect(ListDevicesResponse.decode(streamed.bytes)).toEqual({ devices: list, revision, epoch });
+    }
   });
 });

@@ -24,7 +24,8 @@ export interface CallContext {
   logger: Logger;
 }
 
-export type UnaryFn<Req, Res> = (request: Req, ctx: CallContext) => Promise<Res>;
+/** A unary handler may return its response already encoded (encoded.ts). */
+export type UnaryFn<Req, Res> = (request: Req, ctx: CallContext) => Promise<Res | Encoded<Res>>;
 /** A stream handler may yield messages or, for fan-out, messages encoded once (encoded.ts). */
 export type StreamFn<Req, Res> = (request: Req, ctx: CallContext) => AsyncIterable<Res | Encoded<Res>>;
 
@@ -46,7 +47,8 @@ export function unary<Req, Res>(
   return (call, callback) => {
     const ctx = contextFor(call as ServerUnaryCall<unknown, unknown>, method, logger);
     fn(call.request, ctx).then(
-      (res) => callback(null, res),
+      // An Encoded response passes the serializer as it is (passEncodedResponses).
+      (res) => callback(null, res as Res),
       (err: unknown) => callback(toServiceError(err, logger.child({ method }))),
     );
   };
