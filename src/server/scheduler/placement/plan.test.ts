@@ -193,7 +193,9 @@ describe('plan(desired, actual)', () => {
     expect(p.steps.map((s) => s.kind)).toEqual(c.steps);
     const shown = p.changes.map((ch) => `${ch.action} ${ch.provider}: ${ch.details.join('; ')}`);
     expect(shown).toHaveLength(c.changes.length);
-    shown.forEach((s, i) => expect(s.startsWith(c.changes[i]!), `${s} starts with ${c.changes[i]}`).toBe(true));
+    for (const [i, s] of shown.entries()) {
+      expect(s.startsWith(c.changes[i]!), `${s} starts with ${c.changes[i]}`).toBe(true);
+    }
     if (c.problem) expect(p.problem).toMatch(c.problem);
     else expect(p.problem).toBe('');
     expect(p.kept?.consumers).toEqual(c.kept);
@@ -201,7 +203,11 @@ describe('plan(desired, actual)', () => {
 
   it('writes exactly what is wanted, and ensures only the custom traits and classes it adds', () => {
     const p = plan(
-      { name: NAME, provider: desired({ traits: [OWNER_TRAIT, 'HW_GPU_API_VULKAN', 'CUSTOM_NEW'] }), host: '' },
+      {
+        name: NAME,
+        provider: desired({ traits: [OWNER_TRAIT, 'HW_GPU_API_VULKAN', 'CUSTOM_NEW'] }),
+        host: '',
+      },
       { provider: actual({ traits: [OWNER_TRAIT] }), root: present },
     );
     expect(p.steps).toEqual([
@@ -217,7 +223,10 @@ describe('plan(desired, actual)', () => {
   it('reads nothing and changes nothing it is given', () => {
     const a = actual({ inventories: inv(1, 1) });
     const before = structuredClone(a);
-    plan({ name: NAME, provider: desired({ traits: [OWNER_TRAIT] }), host: '' }, { provider: a, root: present });
+    plan(
+      { name: NAME, provider: desired({ traits: [OWNER_TRAIT] }), host: '' },
+      { provider: a, root: present },
+    );
     plan({ name: NAME, provider: null, host: '' }, { provider: a, consumers: ['c'] });
     expect(a).toEqual(before);
   });

@@ -18,6 +18,10 @@
  * pending_cleaning and cleaning; it is un-reserved only from a state change
  * to `available`, which for a cleaned device follows the accepted proof.
  *
+ * One provider at a time, what to write is planned by plan.ts (pure: the
+ * desired provider and what Placement holds in, the ordered writes out) and
+ * carried out by executor.ts; an operator's dry run prints the plan.
+ *
  * Every write carries the provider generation Berth read; a 409
  * (placement.concurrent_update) re-reads the provider and tries again (5
  * times, then the provider is a problem, retried later). Placement out of
