@@ -18,6 +18,10 @@
  * pending_cleaning and cleaning; it is un-reserved only from a state change
  * to `available`, which for a cleaned device follows the accepted proof.
  *
+ * One provider at a time, what to write is planned by plan.ts (pure: the
+ * desired provider and what Placement holds in, the ordered writes out) and
+ * carried out by executor.ts; an operator's dry run prints the plan.
+ *
  * Every write carries the provider generation Berth read; a 409
  * (placement.concurrent_update) re-reads the provider and tries again (5
  * times, then the provider is a problem, retried later). Placement out of
@@ -25,9 +29,9 @@
  * retried with backoff, and the catch-up runs in order when it answers.
  */
 import type { Logger } from 'pino';
-import { type HostName, isResourceClass, isTrait, type PciAddress, type Uuid } from '../../../identifiers.js';
+import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
-import { type Inventories, type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
+import { type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
 import type { PlacementConnection } from './connection.js';
 import { RetryDelay } from './connection.js';
 import {
@@ -38,6 +42,7 @@ import {
   providerNameOf,
 } from './desired.js';
 import { DriftCheck, type DriftTree } from './drift.js';
+import { PlanExecutor, ProviderProblem } from './executor.js';
 import { OWNER_TRAIT, providerUuid } from './names.js';
 import type { DeviceProviderInfo, PlacementChange, PlacementProblem, SchedulerSide } from './port.js';
 
@@ -61,52 +66,11 @@ export interface ReporterOptions {
   onDriftRepaired?: (changes: PlacementChange[]) => void;
 }
 
-/** What Placement holds for one provider, as Berth last read or wrote it. */
-interface ActualProvider {
-  uuid: string;
-  name: string;
-  generation: number;
-  parent: string | null;
-  traits: string[];
-  inventories: Inventories;
-}
-
-/** A provider Berth cannot make right now: reported in the status, looked at again later. */
-class ProviderProblem extends Error {}
-
 interface Pending {
   revision: number;
   /** When the change was first seen (ms): the lag. */
   since: number;
   host: string | null;
-}
-
-const sameSet = (a: readonly string[], b: readonly string[]) =>
-  a.length === b.length && [...a].sort().join() === [...b].sort().join();
-
-function describeInventory(inv: Inventories): string {
-  return (
-    Object.entries(inv)
-      .map(([rc, r]) => `${rc} total ${r.total} reserved ${r.reserved}`)
-      .join(', ') || 'none'
-  );
-}
-
-/** `CUSTOM_X: reserved 0 → 1` for what changes in a class kept; the whole inventories otherwise. */
-function inventoryChange(cur: Inventories, want: Inventories): string {
-  const rcs = Object.keys(want);
-  if (rcs.length !== Object.keys(cur).length || !rcs.every((rc) => cur[rc])) {
-    return `inventory ${describeInventory(cur)} → ${describeInventory(want)}`;
-  }
-  return rcs
-    .map((rc) => {
-      const a = cur[rc]!;
-      const w = want[rc]!;
-      const fields = (Object.keys(w) as Array<keyof typeof w>).filter((k) => a[k] !== w[k]);
-      return fields.length ? `${rc}: ${fields.map((k) => `${k} ${a[k]} → ${w[k]}`).join(', ')}` : '';
-    })
-    .filter(Boolean)
-    .join('; ');
 }
 
 export class Reporter {
@@ -128,18 +92,17 @@ export class Reporter {
   private revision = 0;
   private desired = new Map<string, DesiredProvider>();
   private readonly pending = new Map<string, Pending>();
-  private readonly actual = new Map<string, ActualProvider | null>();
-  private readonly roots = new Map<string, { uuid: string } | { missingUntil: number }>();
+  /** Reads, plans and writes one provider; holds what Placement has as Berth last read or wrote it. */
+  private readonly executor: PlanExecutor;
   private readonly problems = new Map<string, PlacementProblem & { retryAt: number }>();
   private readonly held = new Map<
     string,
     { uuid: string; host: string; consumers: string[]; retryAt: number }
   >();
+  /** The executor's: what Placement holds per provider, and the compute node providers. */
+  private readonly actual: PlanExecutor['actual'];
+  private readonly roots: PlanExecutor['roots'];
   private readonly synced = new Map<string, { at: string; uuid: string }>();
-  private readonly knownRcs = new Set<string>();
-  private readonly knownTraits = new Set<string>([OWNER_TRAIT]);
-  /** 409s on a provider generation, re-read and retried (since start). */
-  generationConflicts = 0;
   /** Providers another writer changed that Berth wrote back between resyncs (since start). */
   driftRepairs = 0;
   private resyncAt = 0;
@@ -162,6 +125,19 @@ export class Reporter {
     this.driftMs = o.driftMs ?? 5_000;
     this.drift = new DriftCheck(this.api);
     this.retry = new RetryDelay(o.retryMaxMs ?? 30_000);
+    this.executor = new PlanExecutor({
+      api: this.api,
+      log: this.log,
+      createRoots: o.createRoots,
+      pollMs: this.pollMs,
+    });
+    this.actual = this.executor.actual;
+    this.roots = this.executor.roots;
+  }
+
+  /** 409s on a provider generation, re-read and retried (since start). */
+  get generationConflicts(): number {
+    return this.executor.generationConflicts;
   }
 
   start(): void {
@@ -538,302 +514,35 @@ export class Reporter {
 
   // --- one provider ------------------------------------------------------
 
-  private async readActual(name: string): Promise<ActualProvider | null> {
-    const p = await this.api.providerByName(name);
-    if (!p) return null;
-    try {
-      for (let i = 0; ; i++) {
-        const t = await this.api.traits(p.uuid);
-        const inv = await this.api.inventories(p.uuid);
-        if (t.generation === inv.generation || i >= 3) {
-          return {
-            uuid: p.uuid,
-            name,
-            generation: inv.generation,
-            parent: p.parent_provider_uuid,
-            traits: t.traits,
-            inventories: inv.inventories,
-          };
-        }
-      }
-    } catch (err) {
-      // Deleted between the reads (by its owner, or by Berth's own earlier pass): absent.
-      if (err instanceof PlacementRefused && err.status === 404) return null;
-      throw err;
-    }
-  }
-
-  /** Reads (or trusts the cache), compares, writes; a generation conflict re-reads and tries again. */
+  /** Plans and (unless a dry run) writes one provider (plan.ts, executor.ts); a provider Berth cannot make right throws. */
   private async reconcile(
     name: string,
     desired: DesiredProvider | null,
     dryRun: boolean,
   ): Promise<PlacementChange[]> {
-    let fresh = dryRun;
-    for (let attempt = 0; attempt < 5; attempt++) {
-      let actual = fresh ? undefined : this.actual.get(name);
-      if (actual === undefined) {
-        actual = await this.readActual(name);
-        if (!dryRun) this.actual.set(name, actual);
-      }
-      try {
-        return await this.apply(name, desired, actual, dryRun);
-      } catch (err) {
-        const conflict =
-          err instanceof PlacementRefused &&
-          (err.isGenerationConflict ||
-            (err.status === 409 &&
-              (err.code === 'placement.duplicate_name' || err.code === 'placement.resource_provider.inuse')));
-        if (!conflict) throw err;
-        this.generationConflicts++;
-        this.log.info(
-          { provider: name, attempt: attempt + 1 },
-          `Placement: ${err.message}; reading the provider again`,
-        );
-        this.actual.delete(name);
-        fresh = true;
-      }
-    }
-    throw new ProviderProblem(
-      `${name}: the provider kept changing under Berth (5 generation conflicts in a row)`,
-    );
-  }
-
-  private async root(nodename: string, dryRun: boolean): Promise<{ uuid: string; created: boolean } | null> {
-    const c = this.roots.get(nodename);
-    if (c && 'uuid' in c) return { uuid: c.uuid, created: false };
-    if (c && c.missingUntil > Date.now() && !dryRun) return null;
-    const p = await this.api.providerByName(nodename);
-    if (p) {
-      if (p.parent_provider_uuid !== null) {
-        throw new ProviderProblem(
-          `provider "${nodename}" (${p.uuid}) is not a root provider: a compute node's provider has no parent`,
-        );
-      }
-      this.roots.set(nodename, { uuid: p.uuid });
-      return { uuid: p.uuid, created: false };
-    }
-    if (!this.o.createRoots) {
-      this.roots.set(nodename, { missingUntil: Date.now() + this.pollMs });
-      return null;
-    }
-    const uuid = providerUuid(nodename);
-    if (dryRun) return { uuid, created: true };
-    const made = await this.api.createProvider({ name: nodename, uuid });
-    await this.api.putTraits(made.uuid, made.generation, [OWNER_TRAIT], nodename);
-    this.roots.set(nodename, { uuid: made.uuid });
-    this.log.info(
-      { provider: nodename, uuid: made.uuid },
-      'Placement: created a root provider (no compute node provider: running without Nova)',
-    );
-    return { uuid: made.uuid, created: true };
-  }
-
-  private change(
-    action: PlacementChange['action'],
-    name: string,
-    uuid: string,
-    desired: DesiredProvider | null,
-    details: string[],
-    host = desired?.host ?? '',
-  ): PlacementChange {
-    return {
-      provider: name,
-      providerUuid: uuid,
-      host,
-      action,
-      details,
-      deviceAddresses: desired?.devices.map((d) => d.address) ?? [],
-    };
-  }
-
-  private async apply(
-    name: string,
-    desired: DesiredProvider | null,
-    actual: ActualProvider | null,
-    dryRun: boolean,
-  ): Promise<PlacementChange[]> {
-    const api = this.api;
-    if (!desired) {
-      if (!actual?.traits.includes(OWNER_TRAIT)) {
-        this.held.delete(name);
-        return [];
-      }
-      const allocs = await api.allocations(actual.uuid);
-      const consumers = Object.keys(allocs.consumers).sort();
-      if (consumers.length > 0) {
-        // Berth would delete it, but a consumer holds it: it stays, unschedulable, and Berth says so.
-        const holdAll: Inventories = {};
-        let raise = false;
-        for (const [rc, r] of Object.entries(actual.inventories)) {
-          holdAll[rc] = { ...r, reserved: r.total };
-          raise ||= r.reserved < r.total;
+    const host = this.held.get(name)?.host ?? this.pending.get(name)?.host ?? '';
+    const p = await this.executor.reconcile({ name, provider: desired, host }, dryRun);
+    if (!dryRun) {
+      if (p.kept) {
+        if (!this.held.has(name)) {
+          this.log.warn(
+            { provider: name, uuid: p.kept.uuid, consumers: p.kept.consumers },
+            `Placement: the device of ${name} went away, but Placement holds allocations of ${p.kept.consumers.join(', ')} against its provider: kept, reserved, until they go`,
+          );
         }
-        const host = this.held.get(name)?.host ?? this.pending.get(name)?.host ?? '';
-        if (!dryRun) {
-          if (raise)
-            actual.generation = await api.putInventories(actual.uuid, actual.generation, holdAll, name);
-          if (!this.held.has(name)) {
-            this.log.warn(
-              { provider: name, uuid: actual.uuid, consumers },
-              `Placement: the device of ${name} went away, but Placement holds allocations of ${consumers.join(', ')} against its provider: kept, reserved, until they go`,
-            );
-          }
-          this.held.set(name, { uuid: actual.uuid, host, consumers, retryAt: Date.now() + this.pollMs });
-        }
-        return [
-          this.change(
-            'keep',
-            name,
-            actual.uuid,
-            null,
-            [`allocations of ${consumers.join(', ')} hold it${raise ? '; reserved → total' : ''}`],
-            host,
-          ),
-        ];
-      }
-      if (!dryRun) {
-        await api.deleteProvider(actual.uuid, name);
-        this.actual.set(name, null);
-        this.held.delete(name);
-        this.synced.delete(name);
-      }
-      return [
-        this.change(
-          'delete',
-          name,
-          actual.uuid,
-          null,
-          ['its device is gone'],
-          this.pending.get(name)?.host ?? '',
-        ),
-      ];
-    }
-
-    this.held.delete(name);
-    const changes: PlacementChange[] = [];
-    const root = await this.root(desired.nodename, dryRun);
-    if (!root) {
-      throw new ProviderProblem(
-        `waiting for the compute node provider "${desired.nodename}" (nova-compute creates it; without Nova, start the scheduler with --placement-create-roots)`,
-      );
-    }
-    if (root.created)
-      changes.push(this.change('create', desired.nodename, root.uuid, null, ['root provider'], desired.host));
-    if (!actual) {
-      if (desired.problem) throw new ProviderProblem(`${name}: ${desired.problem}`);
-      if (dryRun) {
-        actual = { uuid: desired.uuid, name, generation: 0, parent: root.uuid, traits: [], inventories: {} };
+        this.held.set(name, {
+          uuid: p.kept.uuid,
+          host,
+          consumers: p.kept.consumers,
+          retryAt: Date.now() + this.pollMs,
+        });
       } else {
-        const made = await api.createProvider({ name, uuid: desired.uuid, parent: root.uuid });
-        actual = {
-          uuid: made.uuid,
-          name,
-          generation: made.generation,
-          parent: root.uuid,
-          traits: [],
-          inventories: {},
-        };
-        this.actual.set(name, actual);
-      }
-      changes.push(this.change('create', name, actual.uuid, desired, [`under ${desired.nodename}`]));
-    } else if (!actual.traits.includes(OWNER_TRAIT)) {
-      // Ours only if it carries Berth's mark, or it is the bare provider Berth created before a crash.
-      const bare = actual.traits.length === 0 && Object.keys(actual.inventories).length === 0;
-      if (!bare || actual.uuid !== desired.uuid) {
-        throw new ProviderProblem(
-          `a provider named ${name} (${actual.uuid}) exists and is not Berth's (traits: ${actual.traits.join(', ') || 'none'}): ` +
-            'Berth leaves it alone (is Nova reporting this device too? [pci] report_in_placement must be off for devices Berth reports)',
-        );
+        this.held.delete(name);
+        if (p.steps.some((s) => s.kind === 'delete')) this.synced.delete(name);
       }
     }
-    if (actual.parent !== root.uuid) {
-      throw new ProviderProblem(
-        `${name} (${actual.uuid}) is under ${actual.parent ?? 'no parent'}, not under compute node ${desired.nodename} (${root.uuid})`,
-      );
-    }
-    const wantTraits = desired.problem
-      ? [...new Set([...actual.traits, OWNER_TRAIT])].sort()
-      : desired.traits;
-    const wantInv: Inventories = {};
-    if (desired.problem) {
-      for (const [rc, r] of Object.entries(actual.inventories)) wantInv[rc] = { ...r, reserved: r.total };
-    } else {
-      wantInv[desired.resourceClass] = {
-        total: desired.total,
-        reserved: desired.reserved,
-        min_unit: 1,
-        max_unit: desired.total,
-        step_size: 1,
-        allocation_ratio: 1,
-      };
-    }
-    const invSame =
-      Object.keys(actual.inventories).length === Object.keys(wantInv).length &&
-      Object.entries(wantInv).every(([rc, w]) => {
-        const a = actual!.inventories[rc];
-        return (
-          a !== undefined &&
-          a.total === w.total &&
-          a.reserved === w.reserved &&
-          a.min_unit === w.min_unit &&
-          a.max_unit === w.max_unit &&
-          a.step_size === w.step_size &&
-          a.allocation_ratio === w.allocation_ratio
-        );
-      });
-    const cur = actual;
-    const writeTraits = async () => {
-      if (sameSet(cur.traits, wantTraits)) return null;
-      const added = wantTraits.filter((t) => !cur.traits.includes(t));
-      const removed = cur.traits.filter((t) => !wantTraits.includes(t));
-      if (!dryRun) {
-        for (const t of added) {
-          if (isTrait(t) && t.startsWith('CUSTOM_') && !this.knownTraits.has(t)) {
-            await api.ensureTrait(t);
-            this.knownTraits.add(t);
-          }
-        }
-        cur.generation = await api.putTraits(cur.uuid, cur.generation, wantTraits, name);
-        cur.traits = [...wantTraits];
-      }
-      return [...added.map((t) => `traits + ${t}`), ...removed.map((t) => `traits - ${t}`)].join(', ');
-    };
-    const writeInventory = async () => {
-      if (invSame) return null;
-      const what = inventoryChange(cur.inventories, wantInv);
-      if (!dryRun) {
-        for (const rc of Object.keys(wantInv)) {
-          if (isResourceClass(rc) && rc.startsWith('CUSTOM_') && !this.knownRcs.has(rc)) {
-            await api.ensureResourceClass(rc);
-            this.knownRcs.add(rc);
-          }
-        }
-        cur.generation = await api.putInventories(cur.uuid, cur.generation, wantInv, name);
-        cur.inventories = structuredClone(wantInv);
-      }
-      return what;
-    };
-    const prev = actual.inventories[desired.resourceClass];
-    const holding = desired.problem !== '' || !prev || desired.reserved > prev.reserved;
-    // A new provider gets its traits before it can be scheduled; a hold is written before anything else.
-    const steps =
-      holding && Object.keys(actual.inventories).length > 0
-        ? [writeInventory, writeTraits]
-        : [writeTraits, writeInventory];
-    const details: string[] = [];
-    for (const step of steps) {
-      const d = await step();
-      if (d) details.push(d);
-    }
-    if (desired.problem) details.push(desired.problem);
-    if (details.length > 0) {
-      const created = changes.find((c) => c.provider === name && c.action === 'create');
-      if (created) created.details.push(...details);
-      else changes.push(this.change('update', name, actual.uuid, desired, details));
-    }
-    if (desired.problem) throw Object.assign(new ProviderProblem(`${name}: ${desired.problem}`), { changes });
-    return changes;
+    if (p.problem) throw Object.assign(new ProviderProblem(p.problem), { changes: p.changes });
+    return p.changes;
   }
 
   // --- an operator's `placement sync` -------------------------------------
