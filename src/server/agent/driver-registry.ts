@@ -13,7 +13,6 @@
  */
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Logger } from 'pino';
 import { ConfigError } from '../../errors.js';
 import {
   DRIVER_API_VERSION,
@@ -127,7 +126,7 @@ export async function loadDriver(
   entry: string,
   section: Record<string, unknown>,
   baseDir: string,
-  o: { key?: string; logger?: Pick<Logger, 'warn'> } = {},
+  o: { key?: string; logger?: { warn(obj: object, msg: string): void } } = {},
 ): Promise<LoadedDriver> {
   const { mod, source } = await importModule(entry, baseDir);
   const x = driverExportOf(mod, entry);
