@@ -73,6 +73,18 @@ describe('loadDriver', () => {
     ).rejects.toThrow(/says it cleans 0000:01:00.0 but does not implement cleanup\(\): nothing was scrubbed/);
   });
 
+  it('calls a driver that is a class instance on itself, and gives it no capability it lacks', async () => {
+    const l = await loadDriver(join(FIXTURES, 'class-instance.ts'), {}, '/base');
+    expect([l.driver.supportsCleaning, l.driver.cleanup, l.driver.initHost]).toEqual([
+      false,
+      undefined,
+      undefined,
+    ]);
+    const ctx = {} as Parameters<typeof l.driver.discover>[0];
+    await l.driver.discover(ctx);
+    expect((await l.driver.discover(ctx)).excluded[0]!.reason).toBe('pass 2');
+  });
+
   it('refuses a definition for another major version, and a module that exports no driver', async () => {
     await expect(loadDriver(join(FIXTURES, 'future-api.ts'), {}, '/base')).rejects.toThrow(
       /was written for driver API version "4.0"; this agent speaks version 3 \(and 2, deprecated\)/,

@@ -18,6 +18,7 @@ import {
   DRIVER_API_VERSION,
   type Driver,
   type DriverDefinition,
+  type HostContext,
   instantiateDriver,
 } from '../../plugins/driver.js';
 import { DRIVER_API_V2, type DriverClass, fromV2, type GenericDriver } from '../../plugins/driver-v2.js';
@@ -151,8 +152,25 @@ export async function loadDriver(
   return { entry, source, driver };
 }
 
+/**
+ * The driver as the host keeps it: its members called on it (a driver may be
+ * a class instance), the API version, and whether it cleans — derived from
+ * the capability.
+ */
 function hosted(d: Driver, apiVersion: string): HostedDriver {
-  if (typeof d?.discover !== 'function')
+  if (typeof d?.discover !== 'function') {
     throw new ConfigError(`driver ${JSON.stringify(d?.name)} has no discover()`);
-  return Object.freeze({ ...d, apiVersion, supportsCleaning: typeof d.cleanup === 'function' });
+  }
+  const { initHost, discoverAt, cleanup } = d;
+  return Object.freeze({
+    name: d.name,
+    apiVersion,
+    supportsCleaning: typeof cleanup === 'function',
+    discover: (ctx: HostContext) => d.discover(ctx),
+    ...(initHost ? { initHost: (ctx: HostContext) => initHost.call(d, ctx) } : {}),
+    ...(discoverAt
+      ? { discoverAt: (ctx: HostContext, addresses: readonly string[]) => discoverAt.call(d, ctx, addresses) }
+      : {}),
+    ...(typeof cleanup === 'function' ? { cleanup: (device, ctx) => cleanup.call(d, device, ctx) } : {}),
+  } satisfies HostedDriver);
 }
