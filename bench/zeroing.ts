@@ -11,7 +11,7 @@
  *   after it is reported apart, `census_and_judge_ms`) vs `dd if=<loop> of=/dev/null
  *   bs=4M iflag=direct`.
  *
- * The driver runs for real (NvmeDriver.cleanup against the nvme-cli simulator
+ * The driver runs for real (the nvme driver's cleanup against the nvme-cli simulator
  * for the controller commands, its evidence judged by the agent's judge) with
  * the namespace's device node pointed at the loop device. The backing file is
  * written in full first (no sparse extents to allocate), one unmeasured round
@@ -23,7 +23,8 @@ import { execFile, execFileSync } from 'node:child_process';
 import { rm, symlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { NvmeDriver } from '../src/plugins/nvme/nvme-driver.js';
+import { instantiateDriver } from '../src/plugins/driver.js';
+import { nvmeDriver } from '../src/plugins/nvme/nvme-driver.js';
 import type { CleanupProgress } from '../src/plugins/types.js';
 import { attachLoop, detachLoop } from '../test/helpers/loop.js';
 import { cleanAndJudge, makeTestHost, writeTenantData } from '../test/helpers/nvme-host.js';
@@ -82,8 +83,9 @@ async function main() {
   const loop = attachLoop(backing);
   const target = loop.dev ?? backing;
   try {
-    const driver = new NvmeDriver({
-      config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli },
+    const driver = instantiateDriver(nvmeDriver, {
+      device_spec: [{ vendor_id: '144d' }],
+      nvme_cli: host.nvmeCli,
     });
     const [device] = (await driver.discover(host.ctx)).devices;
     if (device?.cleanupAction !== 'shred')

@@ -1,9 +1,12 @@
 /**
- * What a driver package imports: `import { NvmeDriver } from 'berth/driver'`.
- * The contract (GenericDriver, the host and cleanup contexts, the types a
- * driver reports), the built-in drivers to extend, the errors a driver throws
- * and the helpers it parses its config section with. docs/drivers.md shows a
- * vendor driver published as its own npm package.
+ * What a driver package imports: `import { defineDriver, nvmeKit } from 'berth/driver'`.
+ * The contract (driver API 3: `defineDriver`, `Driver`, the cleanup capability,
+ * the host and cleanup contexts, the types a driver reports), the kits a
+ * driver composes (`nvmeKit` and the NVMe config schema, the PCI driver), the
+ * errors a driver throws and the helpers it parses its config section with.
+ * The version-2 classes (`GenericDriver`, `NvmeDriver`, `PciDriver`) stay,
+ * deprecated, until version 4. docs/drivers.md shows a vendor driver
+ * published as its own npm package.
  */
 export { ConfigError } from '../errors.js';
 export {
@@ -30,19 +33,29 @@ export {
   parseDeviceSpecs,
 } from './device-spec/index.js';
 export {
+  type Cleanup,
   type CleanupContext,
   DRIVER_API_VERSION,
-  type DriverClass,
-  type DriverOptions,
-  GenericDriver,
+  type Driver,
+  type DriverDefinition,
+  defineDriver,
   type HostContext,
+  instantiateDriver,
 } from './driver.js';
+export { type DriverClass, type DriverOptions, GenericDriver } from './driver-v2.js';
+export { type NvmeConfig, nvmeConfigSchema } from './nvme/config.js';
 export {
   type CleanupAction,
   CleanupFailedError,
   type NvmeCapabilities,
   NvmeCommandError,
   NvmeDriver,
+  type NvmeKit,
+  type NvmeKitDriver,
+  type NvmeKitOptions,
+  nvmeDriver,
+  nvmeKit,
+  policyCleanup,
   type ResolvedController,
   resolveCleanupAction,
 } from './nvme/index.js';
@@ -53,7 +66,7 @@ export {
   readSubsysNqn,
 } from './nvme/media-identity.js';
 export { readDeviceSerialNumber } from './pci/device-serial-number.js';
-export { PciDriver } from './pci/index.js';
+export { PciDriver, pciDriver } from './pci/index.js';
 export { dsnIdentity, mediaIdentityProblem, slotIdentity } from './pci/media-identity.js';
 export type {
   CleanupPhase,

@@ -1,19 +1,34 @@
 /**
- * The driver contract (DESIGN.md "The driver contract"). A driver is a class
- * extending GenericDriver; built-in ones load by name, external ones from a
- * module path or package name whose default export (or `Driver` export) is the
- * class. The plugin host checks `apiVersion` against DRIVER_API_VERSION.
+ * The driver contract, version 3 (DESIGN.md "The driver contract";
+ * docs/drivers.md; decision 82). A driver package's default export (or its
+ * `Driver` export) is a DriverDefinition: the API version it was written
+ * against, the schema of its config section, and `create`, which gets the
+ * parsed, typed section and returns a Driver — a plain object of a few
+ * functions. Nothing is inherited: the NVMe driver's steps are a kit
+ * (`nvmeKit`, src/plugins/nvme/kit.ts) that a vendor driver composes.
+ *
+ * Cleaning is a capability: a driver that scrubs devices has `cleanup`, one
+ * that does not has none, and the plugin host asks for it. There is no flag
+ * beside it that could disagree with it.
+ *
+ * A version-2 driver (a class extending GenericDriver, driver-v2.ts) still
+ * loads, with a deprecation line, until version 4.
  */
 import type { Logger } from 'pino';
+import type { z } from 'zod';
+import { parseConfig } from '../config-schema.js';
 import type { CleanupEvidence, CleanupPolicy } from './cleanup-evidence.js';
 import type { CommandRunner } from './command-runner.js';
 import type { CleanupProgress, DiscoveredDevice, DiscoveryResult } from './types.js';
 
 /**
- * Major version of this contract; a driver written for another major is refused.
+ * Major version of this contract; a driver written for another major is refused
+ * (version 2 still loads, deprecated: docs/drivers.md).
  * 2: `cleanup()` returns CleanupEvidence, which the agent judges; the default fails.
+ * 3: a definition (typed config, `create`) and a plain Driver object; cleanup is an
+ *    optional capability; the NVMe driver's steps are a kit, not a base class.
  */
-export const DRIVER_API_VERSION = '2';
+export const DRIVER_API_VERSION = '3';
 
 /** What a driver gets from the host: every effect goes through here, so tests swap it. */
 export interface HostContext {
@@ -48,33 +63,23 @@ export interface CleanupContext extends HostContext {
   policy: CleanupPolicy;
 }
 
-/** What the plugin host passes to a driver's constructor. */
-export interface DriverOptions {
-  /** The driver's own config section (e.g. the `nvme:` mapping), as parsed from YAML; {} when absent. */
-  config: Record<string, unknown>;
-}
+/**
+ * The cleanup capability: scrub a device with its locked-in action and return
+ * the evidence — what was observed on the controller, what was written and
+ * what was read back. The agent judges it against `ctx.policy`; evidence that
+ * proves less than every byte the tenant could address is a failed cleanup.
+ * Throw an Error whose message says what failed when the scrub itself fails.
+ */
+export type Cleanup = (device: DiscoveredDevice, ctx: CleanupContext) => Promise<CleanupEvidence>;
 
-export abstract class GenericDriver {
-  /** Unique name, used in enabled_drivers. */
-  abstract readonly name: string;
-  /** The contract version the driver was written against. */
-  readonly apiVersion: string = DRIVER_API_VERSION;
-  /** Whether cleanup() scrubs anything; the scheduler relies on it. */
-  readonly supportsCleaning: boolean = false;
-
-  protected readonly config: Record<string, unknown>;
-
-  /** Parse and validate the config section here; throw ConfigError on any mistake. */
-  constructor(options: DriverOptions) {
-    this.config = options.config;
-  }
-
-  /** Validate the host (tools present, versions); throw to stop the agent. */
-  async initHost(_ctx: HostContext): Promise<void> {}
-
+/** A driver, as `create` returns it. */
+export interface Driver {
+  /** Unique name, used in enabled_drivers and as the devices' `driver`. */
+  readonly name: string;
+  /** Optional: validate the host (tools present, versions); throw to stop the agent. */
+  initHost?(ctx: HostContext): Promise<void>;
   /** Read-only: report the devices this driver manages on the host. */
-  abstract discover(ctx: HostContext): Promise<DiscoveryResult>;
-
+  discover(ctx: HostContext): Promise<DiscoveryResult>;
   /**
    * Optional, read-only: what `discover` would report of these functions
    * only — their devices and exclusions; an address in neither is not this
@@ -85,21 +90,41 @@ export abstract class GenericDriver {
    * without it is asked `discover` and its result is filtered.
    */
   discoverAt?(ctx: HostContext, addresses: readonly string[]): Promise<DiscoveryResult>;
-
-  /**
-   * Scrub a device with its locked-in action and return the evidence: what was
-   * observed on the controller, what was written and what was read back. The
-   * agent judges it against `ctx.policy`; evidence that proves less than every
-   * byte the tenant could address is a failed cleanup. Throw an Error whose
-   * message says what failed when the scrub itself fails.
-   *
-   * The default fails: a driver that sets `supportsCleaning` must implement it.
-   */
-  async cleanup(device: DiscoveredDevice, _ctx: CleanupContext): Promise<CleanupEvidence> {
-    throw new Error(
-      `driver ${JSON.stringify(this.name)} says it cleans ${device.address} but does not implement cleanup(): nothing was scrubbed`,
-    );
-  }
+  /** The cleanup capability; absent when the driver scrubs nothing. */
+  readonly cleanup?: Cleanup;
 }
 
-export type DriverClass = new (options: DriverOptions) => GenericDriver;
+/** What a driver package exports (default, or as `Driver`): `defineDriver({...})`. */
+export interface DriverDefinition<C = unknown, D extends Driver = Driver> {
+  /** The contract version the driver was written against (DRIVER_API_VERSION when written). */
+  readonly apiVersion: string;
+  /** The driver's name; also the config section a test or a tool passes when it names none. */
+  readonly name: string;
+  /** The schema of the driver's config section; `section` is the name it appears under, for messages. */
+  config(section: string): z.ZodType<C>;
+  /** Builds the driver from its parsed section; `section` is the key it was read from. */
+  create(config: C, section: string): D;
+}
+
+/** Declares a driver: the config's type is the schema's output, checked by the type checker. */
+export function defineDriver<S extends z.ZodType, D extends Driver>(definition: {
+  apiVersion: string;
+  name: string;
+  config: (section: string) => S;
+  create: (config: z.output<S>, section: string) => D;
+}): DriverDefinition<z.output<S>, D> {
+  // S's output is z.output<S> by definition; the checker only sees S's constraint here.
+  return definition as DriverDefinition<z.output<S>, D>;
+}
+
+/**
+ * Parses `section` with the definition's schema (a mistake is a ConfigError
+ * naming `<key>.<path>` and the value) and creates the driver.
+ */
+export function instantiateDriver<C, D extends Driver>(
+  definition: DriverDefinition<C, D>,
+  section: Record<string, unknown> = {},
+  key: string = definition.name,
+): D {
+  return definition.create(parseConfig(definition.config(key), section, [key]), key);
+}

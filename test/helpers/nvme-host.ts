@@ -14,9 +14,16 @@ import { pino } from 'pino';
 import type { CensusPair, CleanupEvidence } from '../../src/plugins/cleanup-evidence.js';
 import { type CleanupPolicy, DEFAULT_CLEANUP_POLICY } from '../../src/plugins/cleanup-evidence.js';
 import type { CommandRunner } from '../../src/plugins/command-runner.js';
-import type { CleanupContext, GenericDriver, HostContext } from '../../src/plugins/driver.js';
+import {
+  type CleanupContext,
+  type Driver,
+  type HostContext,
+  instantiateDriver,
+} from '../../src/plugins/driver.js';
+import type { GenericDriver } from '../../src/plugins/driver-v2.js';
 import { ExecRunner } from '../../src/plugins/exec-runner.js';
 import { takeNvmeCensus } from '../../src/plugins/nvme/census.js';
+import { type NvmeKitDriver, nvmeDriver } from '../../src/plugins/nvme/nvme-driver.js';
 import type { CleanupProgress, DiscoveredDevice } from '../../src/plugins/types.js';
 import { judgeEvidence, type Verdict } from '../../src/server/agent/cleanup-judge.js';
 import { syncNvmeNamespaces } from '../../src/sim/kernel.js';
@@ -181,25 +188,38 @@ export async function makeTestHost(opts: TestHostOptions = {}): Promise<TestHost
   };
 }
 
+/** The generic NVMe driver with this config section (`nvme:`), as the agent builds it. */
+export const newNvmeDriver = (o: { config: Record<string, unknown> }): NvmeKitDriver =>
+  instantiateDriver(nvmeDriver, o.config);
+
+/** The nvme-cli a driver runs: a kit driver's section's, a version-2 NvmeDriver's, else `nvme`. */
+function nvmeCliOf(driver: Driver | GenericDriver): string {
+  if ('kit' in driver) return (driver as NvmeKitDriver).kit.config.nvmeCli;
+  return (driver as { nvmeCli?: string }).nvmeCli ?? 'nvme';
+}
+
 /**
  * Runs a driver's cleanup and judges its evidence the way the agent does:
  * against the agent's own census of the media, taken before and after with the
  * nvme-cli the driver is configured with.
  */
 export async function cleanAndJudge(
-  driver: GenericDriver,
+  driver: Driver | GenericDriver,
   device: DiscoveredDevice,
   ctx: CleanupContext,
+  /** The nvme-cli the driver's section names (as the agent's census runs it); a kit driver's own by default. */
+  nvmeCli: string = nvmeCliOf(driver),
 ): Promise<{ evidence: CleanupEvidence; verdict: Verdict; census: CensusPair; cleanupEndedAt: number }> {
   const census = (probe: boolean) =>
     takeNvmeCensus(device.address, {
       sysfsRoot: ctx.sysfsRoot,
       devRoot: ctx.devRoot,
       runner: ctx.runner,
-      nvmeCli: (driver as { nvmeCli?: string }).nvmeCli ?? 'nvme',
+      nvmeCli,
       probe,
     });
   const before = await census(false);
+  if (!driver.cleanup) throw new Error(`driver ${driver.name} has no cleanup capability`);
   const evidence = await driver.cleanup(device, ctx);
   // performance.now() when the driver's cleanup returned, before the census after it (bench/zeroing.ts).
   const cleanupEndedAt = performance.now();

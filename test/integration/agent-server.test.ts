@@ -234,7 +234,7 @@ describe('agent start-up refusals', () => {
       { root: dir.path },
     ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as Error).message).toMatch(/driver API version "3.0"; this agent speaks version 2/);
+    expect((err as Error).message).toMatch(/driver API version "4.0"; this agent speaks version 3 \(and 2, deprecated\)/);
     await dir.cleanup();
   });
 

@@ -1,5 +1,5 @@
 /** The vendor driver template; built in under the name `nvme-vendor-example`. */
-import { VendorExampleNvmeDriver } from './vendor-example-driver.js';
+import { vendorExampleDriver } from './vendor-example-driver.js';
 
-export { VendorExampleNvmeDriver };
-export default VendorExampleNvmeDriver;
+export { vendorExampleDriver };
+export default vendorExampleDriver;

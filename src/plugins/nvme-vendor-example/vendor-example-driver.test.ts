@@ -12,8 +12,9 @@ import {
 import { ConfigError } from '../../errors.js';
 import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
 import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
-import { NvmeDriver } from '../nvme/index.js';
-import VendorDefault, { VendorExampleNvmeDriver } from './index.js';
+import { DRIVER_API_VERSION, type Driver, instantiateDriver } from '../driver.js';
+import type { GenericDriver } from '../driver-v2.js';
+import VendorDefault, { vendorExampleDriver } from './index.js';
 
 describe('VendorExampleNvmeDriver', () => {
   let host: TestHost | undefined;
@@ -30,11 +31,14 @@ describe('VendorExampleNvmeDriver', () => {
   async function setup(
     controller: Record<string, unknown> = {},
     nss: { nsid: number; sizeBytes: number; attached?: boolean }[] = namespaces,
-    Driver: typeof NvmeDriver = VendorExampleNvmeDriver,
+    make: (config: Record<string, unknown>) => Driver | GenericDriver = (config) =>
+      instantiateDriver(vendorExampleDriver, config),
   ) {
     host = await makeTestHost({ namespaces: nss, controller: { oacs: 0x1e, ...controller } });
-    const driver = new Driver({
-      config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli, poll_interval: 0.05 },
+    const driver = make({
+      device_spec: [{ vendor_id: '144d' }],
+      nvme_cli: host.nvmeCli,
+      poll_interval: 0.05,
     });
     const { devices } = await driver.discover(host.ctx);
     expect(devices).toHaveLength(1);
@@ -42,24 +46,32 @@ describe('VendorExampleNvmeDriver', () => {
     return { h: host, driver, device: devices[0]! };
   }
 
-  it('is an NvmeDriver with its own name, exported as default and by name', () => {
-    expect(VendorDefault).toBe(VendorExampleNvmeDriver);
-    const d = new VendorExampleNvmeDriver({ config: {} });
-    expect(d).toBeInstanceOf(NvmeDriver);
+  it('is a driver API 3 definition, exported as default and by name, whose driver has the cleanup capability', () => {
+    expect(VendorDefault).toBe(vendorExampleDriver);
+    expect(vendorExampleDriver.apiVersion).toBe(DRIVER_API_VERSION);
+    const d = instantiateDriver(vendorExampleDriver, {});
     expect(d.name).toBe('nvme-vendor-example');
-    expect(d.supportsCleaning).toBe(true);
-    // Only cleanup is overridden.
-    expect(Object.getOwnPropertyNames(VendorExampleNvmeDriver.prototype).sort()).toEqual([
-      'cleanup',
-      'constructor',
-    ]);
+    expect(typeof d.cleanup).toBe('function');
+    // A plain object of the contract's members: nothing inherited.
+    expect(Object.getPrototypeOf(d)).toBe(Object.prototype);
+    expect(Object.keys(d).sort()).toEqual(['cleanup', 'discover', 'discoverAt', 'initHost', 'name']);
   });
 
-  it('names its own section in configuration errors', () => {
-    expect(() => new VendorExampleNvmeDriver({ config: { cleanup_timeot: 5 } })).toThrow(ConfigError);
-    expect(() => new VendorExampleNvmeDriver({ config: { cleanup_timeot: 5 } })).toThrow(
+  it('gets its section parsed and typed, and names the section it was read under in errors', () => {
+    expect(() => instantiateDriver(vendorExampleDriver, { cleanup_timeot: 5 })).toThrow(ConfigError);
+    expect(() => instantiateDriver(vendorExampleDriver, { cleanup_timeot: 5 })).toThrow(
       /nvme-vendor-example\.cleanup_timeot/,
     );
+    expect(() => instantiateDriver(vendorExampleDriver, { cleanup_timeout: 0 }, 'acme')).toThrow(
+      /^acme\.cleanup_timeout: 0 is not a whole number of seconds/,
+    );
+    // The typed value's defaults: what the kit runs with.
+    expect(vendorExampleDriver.config('x').parse({ cleanup_timeout: 60 })).toMatchObject({
+      cleanupTimeoutMs: 60_000,
+      nvmeCli: 'nvme',
+      verify: 'full',
+      entries: [],
+    });
   });
 
   it('where namespace management works: consolidates the subsystem into one namespace, formats it, reads it back', async () => {
@@ -73,7 +85,7 @@ describe('VendorExampleNvmeDriver', () => {
     ]);
     expect(placed).toHaveLength(1);
     const ctx = h.cleanupCtx();
-    const { evidence, verdict } = await cleanAndJudge(driver, device, ctx);
+    const { evidence, verdict } = await cleanAndJudge(driver, device, ctx, h.nvmeCli);
     expect(verdict).toMatchObject({
       ok: true,
       proof: {
@@ -98,7 +110,7 @@ describe('VendorExampleNvmeDriver', () => {
       { nsid: 3, sizeBytes: 1 << 20, attached: false },
     ]);
     const ctx = h.cleanupCtx();
-    const { evidence, verdict } = await cleanAndJudge(driver, device, ctx);
+    const { evidence, verdict } = await cleanAndJudge(driver, device, ctx, h.nvmeCli);
     expect(verdict).toMatchObject({ ok: true, proof: { method: 'read-back', readBack: 'full' } });
     expect(evidence.readBack.map((r) => [r.target, r.bytesRead])).toEqual([
       ['nvme0n1', 1 << 20],
@@ -114,7 +126,7 @@ describe('VendorExampleNvmeDriver', () => {
 
   it('formats namespace by namespace when FNA bit 3 forbids the broadcast nsid', async () => {
     const { h, driver, device } = await setup({ fna: 0x8, faults: QEMU_NS_MANAGEMENT_FAULTS });
-    expect((await cleanAndJudge(driver, device, h.cleanupCtx())).verdict.ok).toBe(true);
+    expect((await cleanAndJudge(driver, device, h.cleanupCtx(), h.nvmeCli)).verdict.ok).toBe(true);
     const formats = (await h.invocations()).filter((i) => i.argv[0] === 'format').map((i) => i.argv[3]);
     expect(formats).toEqual(['1', '2']);
     for (const ns of namespaces)
@@ -125,7 +137,7 @@ describe('VendorExampleNvmeDriver', () => {
     const { h, driver, device } = await setup({
       faults: { ...QEMU_NS_MANAGEMENT_FAULTS, format: { mode: 'noop' } },
     });
-    const { verdict } = await cleanAndJudge(driver, device, h.cleanupCtx());
+    const { verdict } = await cleanAndJudge(driver, device, h.cleanupCtx(), h.nvmeCli);
     expect(verdict).toMatchObject({
       ok: false,
       reason: expect.stringMatching(
@@ -136,16 +148,16 @@ describe('VendorExampleNvmeDriver', () => {
 
   it('refuses a controller without Format NVM', async () => {
     const { h, driver, device } = await setup({ oacs: 0x8 });
-    await expect(driver.cleanup(device, h.cleanupCtx())).rejects.toThrow(/does not support Format NVM/);
+    await expect(driver.cleanup!(device, h.cleanupCtx())).rejects.toThrow(/does not support Format NVM/);
   });
 
   it("the template's old cleanup (only what sysfs shows) is refused by the judge, and the detached namespace keeps the data", async () => {
     const { h, driver, device } = await setup(
       { faults: QEMU_NS_MANAGEMENT_FAULTS },
       [...namespaces, { nsid: 3, sizeBytes: 1 << 20, attached: false }],
-      VendorExampleV1Driver,
+      (config) => new VendorExampleV1Driver({ config }),
     );
-    const { evidence, verdict } = await cleanAndJudge(driver, device, h.cleanupCtx());
+    const { evidence, verdict } = await cleanAndJudge(driver, device, h.cleanupCtx(), h.nvmeCli);
     // Its own evidence is consistent: every target it named was read back as zero.
     expect(evidence.readBack.every((r) => r.nonZeroAt === null)).toBe(true);
     expect(verdict).toEqual({

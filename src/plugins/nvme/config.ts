@@ -6,7 +6,6 @@
  */
 import { z } from 'zod';
 import { section as configSection, parseConfig } from '../../config-schema.js';
-import { ConfigError } from '../../errors.js';
 import { VERIFY_MODES, type VerifyMode } from '../cleanup-evidence.js';
 import { VERIFY_KEY } from '../cleanup-policy.js';
 import { type DeviceSpecEntry, deviceSpecListSchema } from '../device-spec/index.js';
@@ -79,19 +78,32 @@ export const nvmeSectionSchema = (section: string) =>
       .describe('how much of a zeroed namespace is read back: full (every byte, the default) or sample'),
   }).describe('the NVMe driver: device_spec entries with clear_action/clear_strategy, and its tools');
 
+const SHRED_GONE =
+  "no longer used: the host-side zero path writes with Berth's own direct-I/O writer (docs/decisions.md); remove the key";
+
+/**
+ * The section parsed into an NvmeConfig, defaults applied: what a driver
+ * built on the NVMe kit declares as its config (driver API 3, `defineDriver`).
+ */
+export const nvmeConfigSchema = (section: string) =>
+  z
+    .unknown()
+    .superRefine((v, ctx) => {
+      if (typeof v === 'object' && v !== null && (v as { shred?: unknown }).shred !== undefined)
+        ctx.addIssue({ code: 'custom', path: ['shred'], message: SHRED_GONE });
+    })
+    .pipe(nvmeSectionSchema(section))
+    .transform(
+      (c): NvmeConfig => ({
+        entries: c.device_spec,
+        cleanupTimeoutMs: (c.cleanup_timeout ?? DEFAULT_CLEANUP_TIMEOUT_S) * 1000,
+        nvmeCli: c.nvme_cli ?? 'nvme',
+        pollIntervalMs: Math.round((c.poll_interval ?? DEFAULT_POLL_INTERVAL_S) * 1000),
+        verify: c[VERIFY_KEY] ?? 'full',
+      }),
+    );
+
 /** Parses the section; `section` is the name it appears under (nvme, or a vendor driver's name). */
 export function parseNvmeConfig(section: string, config: Record<string, unknown>): NvmeConfig {
-  if (config.shred !== undefined) {
-    throw new ConfigError(
-      `${section}.shred: no longer used: the host-side zero path writes with Berth's own direct-I/O writer (docs/decisions.md); remove the key`,
-    );
-  }
-  const c = parseConfig(nvmeSectionSchema(section), config, [section]);
-  return {
-    entries: c.device_spec,
-    cleanupTimeoutMs: (c.cleanup_timeout ?? DEFAULT_CLEANUP_TIMEOUT_S) * 1000,
-    nvmeCli: c.nvme_cli ?? 'nvme',
-    pollIntervalMs: Math.round((c.poll_interval ?? DEFAULT_POLL_INTERVAL_S) * 1000),
-    verify: c[VERIFY_KEY] ?? 'full',
-  };
+  return parseConfig(nvmeConfigSchema(section), config, [section]);
 }

@@ -14,7 +14,12 @@
  */
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import { cleanAndJudge, makeTestHost, type TestHost } from '../../../test/helpers/nvme-host.js';
+import {
+  cleanAndJudge,
+  makeTestHost,
+  newNvmeDriver,
+  type TestHost,
+} from '../../../test/helpers/nvme-host.js';
 import {
   namespaceManagementWorks,
   plantTenantData,
@@ -23,7 +28,6 @@ import {
 } from '../../sim/nvme-cli/index.js';
 import { loadState, type SimFault } from '../../sim/nvme-cli/state.js';
 import type { VerifyMode } from '../cleanup-evidence.js';
-import { NvmeDriver } from './nvme-driver.js';
 
 const RUNS = Number(process.env.ERASURE_RUNS ?? 40);
 const KIB = 1024;
@@ -129,7 +133,7 @@ describe('property: an accepted cleanup leaves no tenant byte readable', () => {
               faults,
             },
           });
-          const driver = new NvmeDriver({
+          const driver = newNvmeDriver({
             config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli, poll_interval: 0.02 },
           });
           const { devices } = await driver.discover(host.ctx);

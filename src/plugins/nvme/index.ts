@@ -1,6 +1,10 @@
 /** The generic NVMe driver; built in under the name `nvme`. */
-import { NvmeDriver } from './nvme-driver.js';
+import { nvmeDriver } from './nvme-driver.js';
 
-export { CleanupFailedError, NvmeCommandError, NvmeDriver, type ResolvedController } from './nvme-driver.js';
+export type { ResolvedController } from './controller.js';
+export { CleanupFailedError, NvmeCommandError } from './errors.js';
+export { type NvmeKit, type NvmeKitOptions, nvmeKit } from './kit.js';
+export { NvmeDriver } from './legacy-driver.js';
+export { type NvmeKitDriver, nvmeDriver, policyCleanup } from './nvme-driver.js';
 export { type CleanupAction, type NvmeCapabilities, resolveCleanupAction } from './policy.js';
-export default NvmeDriver;
+export default nvmeDriver;

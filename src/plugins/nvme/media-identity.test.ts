@@ -12,13 +12,14 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, describe, expect, it } from 'vitest';
 import { tempDir } from '../../../test/helpers/agent.js';
+import { newNvmeDriver } from '../../../test/helpers/nvme-host.js';
 import { buildSimHost, type SimHost, type SimNvmeController } from '../../sim/host.js';
 import { cliEnvFrom, runCli } from '../../sim/nvme-cli/index.js';
 import type { CommandRunner } from '../command-runner.js';
 import type { HostContext } from '../driver.js';
 import type { DiscoveredDevice } from '../types.js';
 import { readNamespaceIdentity } from './media-identity.js';
-import { NvmeDriver } from './nvme-driver.js';
+import type { NvmeKitDriver } from './nvme-driver.js';
 
 const dirs: { cleanup: () => Promise<void> }[] = [];
 afterEach(async () => {
@@ -43,7 +44,7 @@ function controller(i: number, extra: Partial<SimNvmeController> = {}): SimNvmeC
 
 async function host(
   nvme: SimNvmeController[],
-): Promise<{ sim: SimHost; ctx: HostContext; driver: () => NvmeDriver }> {
+): Promise<{ sim: SimHost; ctx: HostContext; driver: () => NvmeKitDriver }> {
   const dir = await tempDir('berth-nvme-media-');
   dirs.push(dir);
   const sim = await buildSimHost(join(dir.path, 'h'), {
@@ -69,11 +70,11 @@ async function host(
     logger: pino({ level: 'silent' }),
   };
   const driver = () =>
-    new NvmeDriver({ config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: sim.nvmeCli } });
+    newNvmeDriver({ config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: sim.nvmeCli } });
   return { sim, ctx, driver };
 }
 
-async function discover(driver: NvmeDriver, ctx: HostContext): Promise<Map<string, DiscoveredDevice>> {
+async function discover(driver: NvmeKitDriver, ctx: HostContext): Promise<Map<string, DiscoveredDevice>> {
   const r = await driver.discover(ctx);
   expect(r.excluded).toEqual([]);
   return new Map(r.devices.map((d) => [d.address, d]));

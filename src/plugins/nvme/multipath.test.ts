@@ -11,12 +11,12 @@ import {
   holdsTenantData,
   isAllZero,
   makeTestHost,
+  newNvmeDriver,
   type TestHost,
   writeTenantData,
 } from '../../../test/helpers/nvme-host.js';
 import { QEMU_NS_MANAGEMENT_FAULTS } from '../../sim/host.js';
 import { plantTenantData, readableTenantData } from '../../sim/nvme-cli/index.js';
-import { NvmeDriver } from './nvme-driver.js';
 
 describe('NvmeDriver on a controller of a multipath NVM subsystem', () => {
   let host: TestHost | undefined;
@@ -33,7 +33,7 @@ describe('NvmeDriver on a controller of a multipath NVM subsystem', () => {
       controller: { sanicap: 0, oncs: 0x5f },
     });
     host = h;
-    const driver = new NvmeDriver({
+    const driver = newNvmeDriver({
       config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli },
     });
     const { devices, excluded } = await driver.discover(h.ctx);
@@ -69,7 +69,7 @@ describe('NvmeDriver on one controller of a two-controller NVM subsystem (dual-p
     const h = await makeTestHost({ subsystem: 0, peers: 1, namespaces, controller });
     host = h;
     for (const n of namespaces) await writeTenantData(join(h.devRoot, `nvme0n${n.nsid}`), n.sizeBytes);
-    const driver = new NvmeDriver({
+    const driver = newNvmeDriver({
       config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli, poll_interval: 0.02 },
     });
     const { devices } = await driver.discover(h.ctx);

@@ -11,6 +11,7 @@ import {
   holdsTenantData,
   isAllZero,
   makeTestHost,
+  newNvmeDriver,
   type TestHost,
   type TestHostOptions,
   writeTenantData,
@@ -19,7 +20,7 @@ import { judgeEvidence } from '../../server/agent/cleanup-judge.js';
 import { readNvmeSimState } from '../../sim/nvme-cli/index.js';
 import { withStateLock } from '../../sim/nvme-cli/state.js';
 import type { CleanupProgress, DiscoveredDevice } from '../types.js';
-import { NvmeDriver } from './nvme-driver.js';
+import type { NvmeKitDriver } from './nvme-driver.js';
 
 const PHASES: CleanupProgress['phase'][] = [
   'preparing',
@@ -68,9 +69,9 @@ describe('NvmeDriver on the simulator', () => {
 
   async function setup(
     opts: TestHostOptions & { spec?: Record<string, unknown>; config?: Record<string, unknown> } = {},
-  ): Promise<{ host: TestHost; driver: NvmeDriver }> {
+  ): Promise<{ host: TestHost; driver: NvmeKitDriver }> {
     host = await makeTestHost(opts);
-    const driver = new NvmeDriver({
+    const driver = newNvmeDriver({
       config: {
         device_spec: [{ vendor_id: '144d', ...opts.spec }],
         nvme_cli: host.nvmeCli,
@@ -81,7 +82,7 @@ describe('NvmeDriver on the simulator', () => {
     return { host, driver };
   }
 
-  async function discoverOne(driver: NvmeDriver, h: TestHost): Promise<DiscoveredDevice> {
+  async function discoverOne(driver: NvmeKitDriver, h: TestHost): Promise<DiscoveredDevice> {
     const result = await driver.discover(h.ctx);
     expect(result.excluded).toEqual([]);
     expect(result.devices).toHaveLength(1);
@@ -91,14 +92,14 @@ describe('NvmeDriver on the simulator', () => {
   const nsPath = (h: TestHost, nsid: number) => join(h.devRoot, `nvme0n${nsid}`);
 
   /** Cleans and expects the agent's judge to accept the evidence; returns both. */
-  async function cleanProven(driver: NvmeDriver, d: DiscoveredDevice, ctx = host!.cleanupCtx()) {
+  async function cleanProven(driver: NvmeKitDriver, d: DiscoveredDevice, ctx = host!.cleanupCtx()) {
     const r = await cleanAndJudge(driver, d, ctx);
     if (!r.verdict.ok) throw new Error(`expected proof, got: ${r.verdict.reason}`);
     return { ...r, proof: r.verdict.proof };
   }
 
   /** Cleans and expects the judge to refuse; returns the reason. */
-  async function cleanRefused(driver: NvmeDriver, d: DiscoveredDevice, ctx = host!.cleanupCtx()) {
+  async function cleanRefused(driver: NvmeKitDriver, d: DiscoveredDevice, ctx = host!.cleanupCtx()) {
     const r = await cleanAndJudge(driver, d, ctx);
     if (r.verdict.ok) throw new Error(`expected a refusal, got proof: ${JSON.stringify(r.verdict.proof)}`);
     return r.verdict.reason;
@@ -143,12 +144,12 @@ describe('NvmeDriver on the simulator', () => {
     it('accepts an nvme-cli that reports a version', async () => {
       const { host: h, driver } = await setup();
       await driver.initHost(h.ctx);
-      expect(driver.nvmeCliVersion).toBe('2.3');
+      expect(driver.kit.tool.version).toBe('2.3');
     });
 
     it('throws a clear error when nvme-cli is missing', async () => {
       const { host: h } = await setup();
-      const driver = new NvmeDriver({ config: { nvme_cli: join(h.root, 'no-nvme') } });
+      const driver = newNvmeDriver({ config: { nvme_cli: join(h.root, 'no-nvme') } });
       await expect(driver.initHost(h.ctx)).rejects.toThrow(
         /nvme-cli not usable: '.*no-nvme' cannot be run \(ENOENT\)/,
       );
@@ -156,7 +157,7 @@ describe('NvmeDriver on the simulator', () => {
 
     it('throws when the program prints no version', async () => {
       const { host: h } = await setup();
-      const driver = new NvmeDriver({ config: { nvme_cli: '/bin/false' } });
+      const driver = newNvmeDriver({ config: { nvme_cli: '/bin/false' } });
       await expect(driver.initHost(h.ctx)).rejects.toThrow(
         /nvme-cli not usable: '\/bin\/false' 'version' exited 1/,
       );
@@ -246,7 +247,7 @@ describe('NvmeDriver on the simulator', () => {
         kernelDriver: 'vfio-pci',
       });
       // An agent restart while the guest holds it: the identity kept in the state dir answers.
-      const restarted = new NvmeDriver({
+      const restarted = newNvmeDriver({
         config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli },
       });
       expect(await discoverOne(restarted, h)).toMatchObject({
@@ -255,7 +256,7 @@ describe('NvmeDriver on the simulator', () => {
       });
       // Nothing kept (a new state dir): unknown, so unhealthy and without an action.
       const empty = await mkdtemp(join(tmpdir(), 'berth-nvme-state-'));
-      const fresh = new NvmeDriver({ config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli } });
+      const fresh = newNvmeDriver({ config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: h.nvmeCli } });
       const unknown = (await fresh.discover({ ...h.ctx, stateDir: empty })).devices[0];
       expect(unknown).toMatchObject({ health: 'unhealthy', cleanupAction: null });
       await rm(empty, { recursive: true, force: true });
@@ -640,7 +641,7 @@ describe('NvmeDriver on the simulator', () => {
         controller: { faults: { 'sanitize-log': { mode: 'hang' } } },
         config: { cleanup_timeout: 1 },
       });
-      expect(driver.cleanupTimeoutMs).toBe(1000);
+      expect(driver.kit.config.cleanupTimeoutMs).toBe(1000);
       const d = await discoverOne(driver, h);
       await expect(driver.cleanup(d, h.cleanupCtx())).rejects.toMatchObject({
         code: 'DEADLINE_EXCEEDED',
@@ -692,7 +693,7 @@ describe('host-side zero path on a loop device', () => {
         return;
       }
       try {
-        const driver = new NvmeDriver({
+        const driver = newNvmeDriver({
           config: { device_spec: [{ vendor_id: '144d' }], nvme_cli: host.nvmeCli },
         });
         const [d] = (await driver.discover(host.ctx)).devices;

@@ -316,7 +316,7 @@ export async function readNamespaceBack(
  * controller does not have (detached ones, and those attached only to another
  * controller of the subsystem). Returns the namespaces to erase and read
  * back, and what bears on coverage, in words. The zero path and vendor
- * drivers (`NvmeDriver.reachEveryNamespace`) share it.
+ * drivers (the NVMe kit's `reachEveryNamespace`, kit.ts) share it.
  */
 export async function reachEveryNamespace(
   r: ResolvedController,

@@ -1,4 +1,4 @@
-import { PciDriver } from './pci-driver.js';
+import { pciDriver } from './pci-driver.js';
 
-export { PciDriver };
-export default PciDriver;
+export { PciDriver, pciDriver } from './pci-driver.js';
+export default pciDriver;

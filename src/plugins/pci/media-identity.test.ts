@@ -11,10 +11,10 @@ import { tempDir } from '../../../test/helpers/agent.js';
 import { parseAgentConfig } from '../../server/agent/config.js';
 import { PluginHost } from '../../server/agent/plugin-host.js';
 import { buildSysfs, type SimHostSpec } from '../../sim/sysfs/index.js';
-import type { HostContext } from '../driver.js';
+import { type HostContext, instantiateDriver } from '../driver.js';
 import { ExecRunner } from '../exec-runner.js';
 import type { DiscoveredDevice } from '../types.js';
-import { PciDriver } from './pci-driver.js';
+import { pciDriver } from './pci-driver.js';
 
 const dirs: { cleanup: () => Promise<void> }[] = [];
 afterEach(async () => {
@@ -97,8 +97,8 @@ const byAddress = (devices: DiscoveredDevice[]) => new Map(devices.map((d) => [d
 describe('PCI media identity', () => {
   it('the card’s serial and the function where there is one, VFs by their PF’s serial and index, else the slot', async () => {
     const root = await tree();
-    const driver = new PciDriver({
-      config: { device_spec: [{ vendor_id: '10de' }, { vendor_id: '8086', product_id: '154c' }] },
+    const driver = instantiateDriver(pciDriver, {
+      device_spec: [{ vendor_id: '10de' }, { vendor_id: '8086', product_id: '154c' }],
     });
     const media = byAddress((await driver.discover(ctxOf(root))).devices);
     expect(media.get('0000:65:00.0')).toEqual({

@@ -13,7 +13,8 @@ import {
   type FunctionLookup,
   isValidPciAddress,
 } from '../device-spec/index.js';
-import { type DriverOptions, GenericDriver, type HostContext } from '../driver.js';
+import { DRIVER_API_VERSION, type Driver, defineDriver, type HostContext } from '../driver.js';
+import { type DriverOptions, GenericDriver } from '../driver-v2.js';
 import { type HostUseRoots, readHostUse } from '../host-use.js';
 import type {
   DiscoveredDevice,
@@ -228,6 +229,24 @@ export function deviceFromFunction(
   };
 }
 
+/** The generic PCI driver; built in under the name `pci`. No cleanup capability: it scrubs nothing. */
+export const pciDriver = defineDriver({
+  apiVersion: DRIVER_API_VERSION,
+  name: 'pci',
+  config: (section) => pciSectionSchema(section),
+  create: (config, _section): Driver => {
+    const entries = config.device_spec;
+    return {
+      name: 'pci',
+      discover: async (ctx) => offerPciFunctions('pci', entries, ctx, await readHostFunctions(ctx, entries)),
+      // Hotplug: the same decisions for some functions, read on their own.
+      discoverAt: async (ctx, addresses) =>
+        offerPciFunctions('pci', entries, ctx, await readHostFunctionsAt(ctx, entries, addresses)),
+    };
+  },
+});
+
+/** @deprecated Driver API 2: the PCI driver as a class to extend; compose `pciDriver` or its functions instead. */
 export class PciDriver extends GenericDriver {
   readonly name: string = 'pci';
   readonly entries: DeviceSpecEntry[];
@@ -238,48 +257,57 @@ export class PciDriver extends GenericDriver {
   }
 
   async discover(ctx: HostContext): Promise<DiscoveryResult> {
-    return this.offer(ctx, await readHostFunctions(ctx, this.entries));
+    return offerPciFunctions(this.name, this.entries, ctx, await readHostFunctions(ctx, this.entries));
   }
 
-  /** Hotplug: the same decisions for some functions, read on their own. */
   override async discoverAt(ctx: HostContext, addresses: readonly string[]): Promise<DiscoveryResult> {
-    return this.offer(ctx, await readHostFunctionsAt(ctx, this.entries, addresses));
+    return offerPciFunctions(
+      this.name,
+      this.entries,
+      ctx,
+      await readHostFunctionsAt(ctx, this.entries, addresses),
+    );
   }
+}
 
-  /** The devices and exclusions of `host.functions`. */
-  private offer(ctx: HostContext, host: HostFunctions): DiscoveryResult {
-    const devices: DiscoveredDevice[] = [];
-    const excluded: ExcludedDevice[] = [];
-    const match = compileMatcher(this.entries, host.lookup);
-    const serials = new Map<string, string | null>();
-    // Every device of an entry gets the same traits: worked out once per entry
-    // and shared, frozen, so that no holder can change another device's.
-    const traits = new Map<DeviceSpecEntry, string[]>();
-    for (const fn of host.functions) {
-      const entry = match(fn);
-      if (!entry) continue;
-      const reason = exclusionReason(fn, entry);
-      if (reason) {
-        excluded.push({ address: fn.address, driver: this.name, reason });
-        continue;
-      }
-      let entryTraits = traits.get(entry);
-      if (entryTraits === undefined) {
-        entryTraits = Object.freeze(baseTraits(entry)) as string[];
-        traits.set(entry, entryTraits);
-      }
-      const device = deviceFromFunction(fn, entry, host, {
-        driver: this.name,
-        type: 'PCI',
-        resourceClass:
-          entry.resourceClass ?? `CUSTOM_PCI_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
-        traits: entryTraits,
-      });
-      device.media = functionMedia(ctx, fn, host, serials);
-      devices.push(device);
+/** The devices and exclusions of `host.functions` that `entries` match, as driver `name` offers them. */
+function offerPciFunctions(
+  name: string,
+  entries: readonly DeviceSpecEntry[],
+  ctx: HostContext,
+  host: HostFunctions,
+): DiscoveryResult {
+  const devices: DiscoveredDevice[] = [];
+  const excluded: ExcludedDevice[] = [];
+  const match = compileMatcher(entries, host.lookup);
+  const serials = new Map<string, string | null>();
+  // Every device of an entry gets the same traits: worked out once per entry
+  // and shared, frozen, so that no holder can change another device's.
+  const traits = new Map<DeviceSpecEntry, string[]>();
+  for (const fn of host.functions) {
+    const entry = match(fn);
+    if (!entry) continue;
+    const reason = exclusionReason(fn, entry);
+    if (reason) {
+      excluded.push({ address: fn.address, driver: name, reason });
+      continue;
     }
-    return { devices, excluded };
+    let entryTraits = traits.get(entry);
+    if (entryTraits === undefined) {
+      entryTraits = Object.freeze(baseTraits(entry)) as string[];
+      traits.set(entry, entryTraits);
+    }
+    const device = deviceFromFunction(fn, entry, host, {
+      driver: name,
+      type: 'PCI',
+      resourceClass:
+        entry.resourceClass ?? `CUSTOM_PCI_${fn.vendorId.toUpperCase()}_${fn.productId.toUpperCase()}`,
+      traits: entryTraits,
+    });
+    device.media = functionMedia(ctx, fn, host, serials);
+    devices.push(device);
   }
+  return { devices, excluded };
 }
 
 /**

@@ -22,11 +22,11 @@ import { type ChainLink, chainPosition } from '../../erasure/chain.js';
 import { BerthError, failedPrecondition, invalidArgument, notFound } from '../../errors.js';
 import { parsePciAddress } from '../../identifiers.js';
 import type { CleanupEvidence, CleanupProof, SanitizeLogSnapshot } from '../../plugins/cleanup-evidence.js';
-import type { GenericDriver } from '../../plugins/driver.js';
 import type { DiscoveredDevice, WriteCounters } from '../../plugins/types.js';
 import { CleanupJob, type JobEvent } from './cleanup-job.js';
 import type { CleanupJournal, HeldDevice } from './cleanup-journal.js';
 import { judgeEvidence } from './cleanup-judge.js';
+import type { HostedDriver } from './driver-registry.js';
 import type { StoredMedia } from './media-ledger.js';
 import type { PluginHost } from './plugin-host.js';
 import type { SigningKey } from './signing-key.js';
@@ -275,7 +275,7 @@ export class CleanupRunner {
     const device = this.lookup(address);
     if (!device) throw notFound('device', address);
     const driver = this.host.driver(device.driver);
-    if (!driver?.supportsCleaning || !device.supportsCleaning || !device.cleanupAction) {
+    if (!driver || !this.host.cleaner(driver) || !device.supportsCleaning || !device.cleanupAction) {
       throw failedPrecondition(
         'CLEANING_NOT_SUPPORTED',
         `device ${address} (driver ${device.driver}) cannot be cleaned`,
@@ -331,6 +331,8 @@ export class CleanupRunner {
   ) {
     const log = this.logger.child({ jobId: job.jobId, address: job.address, action: job.action });
     const driver = this.host.driver(device.driver)!;
+    // Accepted only with the capability (start()); a driver does not lose it while loaded.
+    const cleanup = this.host.cleaner(driver)!;
     const timer = setTimeout(
       () => abort.abort(new Error(`cleanup timed out after ${Math.round(timeoutMs / 1000)} s`)),
       timeoutMs,
@@ -349,7 +351,7 @@ export class CleanupRunner {
       // The agent's own census of the media, before the driver touches it (NVMe).
       const before = await this.takeCensus(job, driver, device, abort.signal, 'before', last);
       driverSettled = false;
-      const work = driver.cleanup(
+      const work = cleanup(
         device,
         this.host.cleanupCtx(driver, {
           jobId: job.jobId,
@@ -536,7 +538,7 @@ export class CleanupRunner {
    */
   private async takeCensus(
     job: CleanupJob,
-    driver: GenericDriver,
+    driver: HostedDriver,
     device: DiscoveredDevice,
     signal: AbortSignal,
     when: 'before' | 'after',

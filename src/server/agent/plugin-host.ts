@@ -12,15 +12,16 @@ import { isPciAddress } from '../../identifiers.js';
 import type { CleanupPolicy } from '../../plugins/cleanup-evidence.js';
 import { parseCleanupPolicy } from '../../plugins/cleanup-policy.js';
 import { show } from '../../plugins/device-spec/messages.js';
-import type { CleanupContext, GenericDriver, HostContext } from '../../plugins/driver.js';
+import type { Cleanup, CleanupContext, HostContext } from '../../plugins/driver.js';
 import { ExecRunner } from '../../plugins/exec-runner.js';
-import { type NvmeCensus, takeNvmeCensus } from '../../plugins/nvme/census.js';
+import { type AgentCensus, agentCensusFor, hasNvmeCensus } from '../../plugins/nvme/agent-census.js';
+import type { NvmeCensus } from '../../plugins/nvme/census.js';
 import { mediaIdentityProblem, slotIdentity } from '../../plugins/pci/media-identity.js';
 import { readPciFunction } from '../../plugins/pci/sysfs-reader.js';
 import type { DiscoveredDevice, DiscoveryResult, ExcludedDevice } from '../../plugins/types.js';
 import type { AgentConfig } from './config.js';
 import { driverKey } from './config.js';
-import { type LoadedDriver, loadDriver } from './driver-registry.js';
+import { type HostedDriver, type LoadedDriver, loadDriver } from './driver-registry.js';
 
 export class DuplicateClaimError extends ConfigError {
   constructor(
@@ -63,8 +64,8 @@ export class PluginHost {
     private readonly ctx: HostContext,
     /** Each driver's cleanup policy (its section's `verify`), by driver name. */
     private readonly policies: Map<string, CleanupPolicy>,
-    /** The nvme-cli each driver's section names (`nvme_cli`), by driver name: the agent's census runs it. */
-    private readonly nvmeClis: Map<string, string>,
+    /** The agent's census for each driver's devices (its section's nvme-cli), by driver name. */
+    private readonly censuses: Map<string, AgentCensus>,
   ) {}
 
   /**
@@ -93,62 +94,59 @@ export class PluginHost {
     await requireSysfs(ctx.sysfsRoot);
     const loaded: LoadedDriver[] = [];
     const policies = new Map<string, CleanupPolicy>();
-    const nvmeClis = new Map<string, string>();
+    const censuses = new Map<string, AgentCensus>();
     for (const entry of config.enabledDrivers) {
       const key = driverKey(entry);
       const section = config.driverSections[key] ?? {};
-      const l = await loadDriver(entry, section, config.baseDir);
+      const l = await loadDriver(entry, section, config.baseDir, { key, logger: ctx.logger });
       loaded.push(l);
       policies.set(l.driver.name, parseCleanupPolicy(key, section));
-      nvmeClis.set(l.driver.name, nvmeCliOf(key, section));
+      censuses.set(l.driver.name, agentCensusFor(key, section));
     }
     const names = loaded.map((l) => l.driver.name);
     const dup = names.find((n, i) => names.indexOf(n) !== i);
     if (dup) throw new ConfigError(`enabled_drivers: two entries load a driver named ${JSON.stringify(dup)}`);
-    return new PluginHost(loaded, ctx, policies, nvmeClis);
+    return new PluginHost(loaded, ctx, policies, censuses);
   }
 
   /** Whether the agent takes a census of this device's media around a cleanup (NVMe: by type or by PCI class). */
   hasCensus(device: DiscoveredDevice): boolean {
-    return device.type === 'NVME' || device.classCode.startsWith('0108');
+    return hasNvmeCensus(device);
   }
 
   /**
    * The agent's own census of a device's media, whichever driver manages it:
    * for NVMe, every allocated namespace of the subsystem and its capacity,
-   * read with the nvme-cli the driver's section names (src/plugins/nvme/census.ts).
+   * read with the nvme-cli the driver's section names (src/plugins/nvme/agent-census.ts).
    * `probe`: also ask whether namespace management works where that decides
    * the coverage. Throws when it cannot be taken; null when the device has none.
    */
   async takeCensus(
-    d: GenericDriver,
+    d: HostedDriver,
     device: DiscoveredDevice,
     signal: AbortSignal,
     probe: boolean,
   ): Promise<NvmeCensus | null> {
     if (!this.hasCensus(device)) return null;
-    return takeNvmeCensus(device.address, {
-      sysfsRoot: this.ctx.sysfsRoot,
-      devRoot: this.ctx.devRoot,
-      runner: this.ctx.runner,
-      nvmeCli: this.nvmeClis.get(d.name) ?? 'nvme',
-      signal,
-      probe,
-      // After the cleanup: the counters the clean record and the certificate are made with.
-      counters: probe,
-    });
+    const census = this.censuses.get(d.name) ?? agentCensusFor(d.name, {});
+    return census.take(device, this.ctx, signal, probe);
+  }
+
+  /** The driver's cleanup capability, or null when it scrubs nothing. */
+  cleaner(d: HostedDriver): Cleanup | null {
+    return d.cleanup ?? null;
   }
 
   /** The policy the agent judges a driver's cleanup evidence by. */
-  policy(d: GenericDriver): CleanupPolicy {
+  policy(d: HostedDriver): CleanupPolicy {
     return this.policies.get(d.name) ?? parseCleanupPolicy(d.name, {});
   }
 
-  get drivers(): GenericDriver[] {
+  get drivers(): HostedDriver[] {
     return this.loaded.map((l) => l.driver);
   }
 
-  driver(name: string): GenericDriver | undefined {
+  driver(name: string): HostedDriver | undefined {
     return this.drivers.find((d) => d.name === name);
   }
 
@@ -156,7 +154,7 @@ export class PluginHost {
   async initHost(): Promise<void> {
     for (const d of this.drivers) {
       try {
-        await d.initHost(this.childCtx(d));
+        await d.initHost?.(this.childCtx(d));
       } catch (err) {
         throw new Error(
           `driver ${JSON.stringify(d.name)} failed to initialise the host: ${(err as Error).message}`,
@@ -168,11 +166,11 @@ export class PluginHost {
     }
   }
 
-  childCtx(d: GenericDriver): HostContext {
+  childCtx(d: HostedDriver): HostContext {
     return { ...this.ctx, logger: this.ctx.logger.child({ driver: d.name }) };
   }
 
-  cleanupCtx(d: GenericDriver, extra: Pick<CleanupContext, 'jobId' | 'signal' | 'progress'>): CleanupContext {
+  cleanupCtx(d: HostedDriver, extra: Pick<CleanupContext, 'jobId' | 'signal' | 'progress'>): CleanupContext {
     return { ...this.childCtx(d), ...extra, policy: this.policy(d) };
   }
 
@@ -234,8 +232,8 @@ export class PluginHost {
 
   /** Runs `pass` for every driver at once; a driver that throws is logged and reported failed. */
   private ask(
-    pass: (d: GenericDriver) => Promise<DiscoveryResult>,
-  ): Promise<{ d: GenericDriver; result: DiscoveryResult | null; error: Error | null }[]> {
+    pass: (d: HostedDriver) => Promise<DiscoveryResult>,
+  ): Promise<{ d: HostedDriver; result: DiscoveryResult | null; error: Error | null }[]> {
     return Promise.all(
       this.drivers.map(async (d) => {
         try {
@@ -253,7 +251,7 @@ export class PluginHost {
 
   /** The drivers' results as one discovery: media identities, duplicate claims, IOMMU groups. */
   private async merge(
-    results: { d: GenericDriver; result: DiscoveryResult | null; error: Error | null }[],
+    results: { d: HostedDriver; result: DiscoveryResult | null; error: Error | null }[],
     strict: boolean,
     managedElsewhere: (address: string) => boolean,
   ): Promise<HostDiscovery> {
@@ -304,16 +302,6 @@ export class PluginHost {
     excluded.sort(byAddress);
     return { devices, excluded, failedDrivers: failed.map((f) => f.d.name) };
   }
-}
-
-/** A section's `nvme_cli` (a driver's own parser has already refused a bad one), else `nvme`. */
-function nvmeCliOf(key: string, section: Record<string, unknown>): string {
-  const v = section.nvme_cli;
-  if (v === undefined || v === null) return 'nvme';
-  if (typeof v !== 'string' || v.trim() === '' || v.includes('\0')) {
-    throw new ConfigError(`${key}.nvme_cli: ${show(v)} is not a program name or path`);
-  }
-  return v.trim();
 }
 
 function byAddress(a: { address: string }, b: { address: string }): number {
