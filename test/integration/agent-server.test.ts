@@ -234,7 +234,9 @@ describe('agent start-up refusals', () => {
       { root: dir.path },
     ).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
-    expect((err as Error).message).toMatch(/driver API version "4.0"; this agent speaks version 3 \(and 2, deprecated\)/);
+    expect((err as Error).message).toMatch(
+      /driver API version "4.0"; this agent speaks version 3 \(and 2, deprecated\)/,
+    );
     await dir.cleanup();
   });
 
