@@ -136,13 +136,13 @@ function statFields(pid: number | string): string[] | null {
 }
 
 /** A process's CPU time (utime + stime), in seconds; 0 once it ended. */
-export function processCpu(pid: number): number {
+function processCpu(pid: number): number {
   const f = statFields(pid);
   return f ? (Number(f[11]) + Number(f[12])) / TICK : 0;
 }
 
 /** CPU of one PostgreSQL server: the postmaster and its children (ended backends count in its cutime). */
-export function postgresCpu(postmaster: number): number {
+function postgresCpu(postmaster: number): number {
   let total = 0;
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
