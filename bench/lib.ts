@@ -7,9 +7,11 @@
  * figure from a busy CI box means little, a ratio against the same box at the
  * same moment means something.
  */
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
+import pg from 'pg';
 
 export interface BenchArgs {
   /** Tiny sizes for CI smoke runs. */
@@ -120,3 +122,69 @@ export async function runWorkers(
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** Clock ticks per second of /proc/PID/stat's times (USER_HZ). */
+const TICK = 100;
+
+/** Fields of /proc/PID/stat after the command's closing parenthesis (field 3 is index 0), or null once it ended. */
+function statFields(pid: number | string): string[] | null {
+  try {
+    return readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+  } catch {
+    return null;
+  }
+}
+
+/** A process's CPU time (utime + stime), in seconds; 0 once it ended. */
+function processCpu(pid: number): number {
+  const f = statFields(pid);
+  return f ? (Number(f[11]) + Number(f[12])) / TICK : 0;
+}
+
+/** CPU of one PostgreSQL server: the postmaster and its children (ended backends count in its cutime). */
+function postgresCpu(postmaster: number): number {
+  let total = 0;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const f = statFields(d);
+    if (!f || (Number(d) !== postmaster && Number(f[1]) !== postmaster)) continue;
+    total += (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / TICK;
+  }
+  return total;
+}
+
+/** The postmaster serving `url`: the parent of a backend. */
+export async function postmasterOf(url: string): Promise<number> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const pid = (await c.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
+    return Number(statFields(pid)?.[1] ?? 0);
+  } finally {
+    await c.end();
+  }
+}
+
+/** CPU seconds used since a meter started: the schedulers, the PostgreSQL server (0 without one), this process (the clients). */
+export interface CpuUsed {
+  schedulers: number;
+  postgres: number;
+  clients: number;
+}
+
+/**
+ * Starts counting the CPU of the scheduler processes `pids`, of the PostgreSQL
+ * server whose postmaster is `postmaster` (null: none) and of this process;
+ * the function returned reads what each used since.
+ */
+export function cpuMeter(pids: readonly number[], postmaster: number | null): () => CpuUsed {
+  const schedulers = () => pids.reduce((n, pid) => n + processCpu(pid), 0);
+  const server = () => (postmaster === null ? 0 : postgresCpu(postmaster));
+  const s0 = schedulers();
+  const p0 = server();
+  const c0 = process.cpuUsage();
+  return () => {
+    const c = process.cpuUsage(c0);
+    return { schedulers: schedulers() - s0, postgres: server() - p0, clients: (c.user + c.system) / 1e6 };
+  };
+}

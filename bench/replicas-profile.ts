@@ -14,7 +14,6 @@
  * (run bin/berth once first: it builds dist/), so their profiles land in DIR.
  */
 import { type ChildProcess, spawn } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -28,7 +27,7 @@ import {
   stopAllProcesses,
 } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, loadFleet, loadStore } from './bind-harness.js';
-import { round, sleep, tempDir } from './lib.js';
+import { cpuMeter, postmasterOf, round, sleep, tempDir } from './lib.js';
 
 const arg = (name: string, fallback: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -39,44 +38,6 @@ const seconds = Number(arg('seconds', '10'));
 const replicas = Number(arg('replicas', '1'));
 const sqliteOnly = process.argv.includes('--sqlite');
 const cpuProf = process.argv.includes('--cpu-prof') ? arg('cpu-prof', '/tmp') : '';
-const TICK = 100; // clock ticks per second (USER_HZ)
-
-/** utime + stime of a process, in seconds. */
-function cpuOf(pid: number): number {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return (Number(f[11]) + Number(f[12])) / TICK;
-  } catch {
-    return 0;
-  }
-}
-
-/** CPU of this server's processes: the postmaster and its children (ended backends count in its cutime). */
-function postgresCpu(postmaster: number): number {
-  let total = 0;
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const f = readFileSync(`/proc/${d}/stat`, 'utf8').split(') ')[1]!.split(' ');
-      if (Number(d) !== postmaster && Number(f[1]) !== postmaster) continue;
-      total += (Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14])) / TICK;
-    } catch {}
-  }
-  return total;
-}
-
-/** The postmaster's pid: the parent of a backend. */
-async function postmasterOf(url: string): Promise<number> {
-  const c = new pg.Client({ connectionString: url });
-  await c.connect();
-  try {
-    const pid = (await c.query<{ p: number }>('SELECT pg_backend_pid() AS p')).rows[0]!.p;
-    return Number(readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')[1]);
-  } finally {
-    await c.end();
-  }
-}
-
 /** A scheduler on dist/ with --cpu-prof (bin/berth takes no node flags, and NODE_OPTIONS refuses --cpu-prof). */
 async function profiledScheduler(db: string): Promise<{ child: ChildProcess; endpoint: string }> {
   const port = await freePort();
@@ -180,11 +141,7 @@ async function main() {
       await c.end();
     })();
     const postmaster = server ? await postmasterOf(db) : 0;
-    const cpu0 = {
-      schedulers: pids.reduce((n, pid) => n + cpuOf(pid), 0),
-      postgres: server ? postgresCpu(postmaster) : 0,
-      clients: process.cpuUsage(),
-    };
+    const cpuUsed = cpuMeter(pids, server ? postmaster : null);
     const t0 = performance.now();
     const stats = await Promise.all(
       clients.map((c, i) =>
@@ -198,14 +155,7 @@ async function main() {
     );
     const wall = (performance.now() - t0) / 1000;
     const cycles = stats.reduce((n, s) => n + s.cycles, 0);
-    const used = {
-      schedulers: pids.reduce((n, pid) => n + cpuOf(pid), 0) - cpu0.schedulers,
-      postgres: server ? postgresCpu(postmaster) - cpu0.postgres : 0,
-      clients: (() => {
-        const u = process.cpuUsage(cpu0.clients);
-        return (u.user + u.system) / 1e6;
-      })(),
-    };
+    const used = cpuUsed();
     sampling = false;
     await sampler;
     for (const c of clients) c.close();

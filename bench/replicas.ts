@@ -16,6 +16,13 @@
  * also needs no failed call and no device bound twice in the database.
  * On two cores the replicas, PostgreSQL and the clients share the same CPUs,
  * so more replicas add processes, not cores: the figures say what that costs.
+ *
+ * And what predicts scaling on real cores (issue 42): the CPU per completed
+ * cycle, read from /proc (bench/lib.ts cpuMeter) over the same loops, warm-up
+ * excluded — `pg_cpu_per_cycle`: one scheduler + the PostgreSQL server's
+ * processes ≤ 2.0 × one scheduler on SQLite (throughput ratio beside);
+ * `replicas_cpu_per_cycle`: three schedulers + the server ≤ 1.15 × one + the
+ * server. The clients' CPU (this process) is reported, not judged.
  */
 import { existsSync } from 'node:fs';
 import pg from 'pg';
@@ -25,32 +32,53 @@ import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js'
 import { postgresBin } from '../test/helpers/prerequisites.js';
 import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, type LoopStats, loadFleet, loadStore, loopStats } from './bind-harness.js';
-import { emit, loadNow, parseArgs, round, tempDir } from './lib.js';
+import { type CpuUsed, cpuMeter, emit, loadNow, parseArgs, postmasterOf, round, tempDir } from './lib.js';
 
 const CONCURRENCY = 64;
 
-/** The bind loop against `endpoints`, CONCURRENCY workers split evenly over them; merged stats. */
+/** A loop's figures and the CPU its processes used while it ran (warm-up excluded). */
+interface Measured {
+  stats: LoopStats;
+  cpu: CpuUsed;
+}
+
+/**
+ * The bind loop against `replicas`, CONCURRENCY workers split evenly over
+ * them; merged stats, and the CPU of the schedulers, of the PostgreSQL server
+ * whose postmaster is `postmaster` (null: SQLite) and of the clients from a
+ * common warm-up's end to the loop's.
+ */
 async function loopOver(
-  endpoints: string[],
+  replicas: Replicas,
+  postmaster: number | null,
   hosts: number,
   seconds: number,
   quick: boolean,
-): Promise<LoopStats> {
-  const clients = endpoints.map(
+): Promise<Measured> {
+  const clients = replicas.endpoints.map(
     (endpoint) => new SchedulerClient({ endpoint, timeoutMs: 30_000, retries: 1 }),
   );
+  const share = (i: number) =>
+    Math.floor(CONCURRENCY / clients.length) + (i < CONCURRENCY % clients.length ? 1 : 0);
   try {
-    const parts = await Promise.all(
+    await Promise.all(
       clients.map((client, i) =>
         bindLoop(client, hosts, {
-          concurrency: Math.floor(CONCURRENCY / clients.length) + (i < CONCURRENCY % clients.length ? 1 : 0),
-          seconds,
-          maxCycles: 1_000_000,
+          concurrency: share(i),
+          seconds: 0,
+          maxCycles: 0,
           warmupCycles: quick ? 16 : 256,
         }),
       ),
     );
-    return loopStats({
+    const cpuUsed = cpuMeter(replicas.pids, postmaster);
+    const parts = await Promise.all(
+      clients.map((client, i) =>
+        bindLoop(client, hosts, { concurrency: share(i), seconds, maxCycles: 1_000_000, warmupCycles: 0 }),
+      ),
+    );
+    const cpu = cpuUsed();
+    const stats = loopStats({
       bindMs: parts.flatMap((p) => p.bindMs),
       cycleMs: parts.flatMap((p) => p.cycleMs),
       seconds: Math.max(...parts.map((p) => p.seconds)),
@@ -58,17 +86,48 @@ async function loopOver(
       firstError: parts.find((p) => p.firstError)?.firstError ?? '',
       doubles: parts.reduce((n, p) => n + p.doubleAllocationsSeen, 0),
     });
+    return { stats, cpu };
   } finally {
     for (const c of clients) c.close();
   }
 }
 
+/** CPU ms per completed cycle: each process group's, and `total` (schedulers + PostgreSQL server). */
+function perCycle(m: Measured): { schedulers: number; postgres: number; clients: number; total: number } {
+  const ms = (s: number) => (s * 1000) / Math.max(1, m.stats.cycles);
+  return {
+    schedulers: ms(m.cpu.schedulers),
+    postgres: ms(m.cpu.postgres),
+    clients: ms(m.cpu.clients),
+    total: ms(m.cpu.schedulers + m.cpu.postgres),
+  };
+}
+
+const cpuDetail = (m: Measured, replicas: number) => {
+  const c = perCycle(m);
+  const wall = m.stats.seconds;
+  return {
+    replicas,
+    cycles_per_s: round(m.stats.throughput, 1),
+    cycles: m.stats.cycles,
+    errors: m.stats.errors,
+    cpu_ms_per_cycle: {
+      schedulers: round(c.schedulers, 3),
+      postgres: round(c.postgres, 3),
+      clients: round(c.clients, 3),
+    },
+    cores_used: round((m.cpu.schedulers + m.cpu.postgres + m.cpu.clients) / wall, 2),
+  };
+};
+
+/** Scheduler processes serving one database: where to reach them and their pids. */
+interface Replicas {
+  endpoints: string[];
+  pids: number[];
+}
+
 /** Starts `n` scheduler processes on `db`, runs the loop over them, stops them. */
-async function withReplicas(
-  db: string,
-  n: number,
-  run: (endpoints: string[]) => Promise<LoopStats>,
-): Promise<LoopStats> {
+async function withReplicas<T>(db: string, n: number, run: (replicas: Replicas) => Promise<T>): Promise<T> {
   const procs: BerthProcess[] = [];
   try {
     for (let i = 0; i < n; i++) {
@@ -76,7 +135,7 @@ async function withReplicas(
       await p.start();
       procs.push(p);
     }
-    return await run(procs.map((p) => p.endpoint));
+    return await run({ endpoints: procs.map((p) => p.endpoint), pids: procs.map((p) => p.pid!) });
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
   }
@@ -138,17 +197,16 @@ async function main() {
     const { store } = await loadStore(sqlitePath, large);
     await store.close();
     const sqliteAt = loadNow();
-    const sqlite = await withReplicas(sqlitePath, 1, (e) => loopOver(e, large, seconds, quick));
+    const sqliteRun = await withReplicas(sqlitePath, 1, (r) => loopOver(r, null, large, seconds, quick));
+    const sqlite = sqliteRun.stats;
 
     const pgLarge = await loadPg(server, 'bench_large', large);
-    const replicaRuns: Array<{ n: number; stats: LoopStats; at: number[] }> = [];
+    const postmaster = await postmasterOf(pgLarge);
+    const replicaRuns: Array<{ n: number; stats: LoopStats; run: Measured; at: number[] }> = [];
     for (const n of [1, 2, 3]) {
       const at = loadNow();
-      replicaRuns.push({
-        n,
-        stats: await withReplicas(pgLarge, n, (e) => loopOver(e, large, seconds, quick)),
-        at,
-      });
+      const run = await withReplicas(pgLarge, n, (r) => loopOver(r, postmaster, large, seconds, quick));
+      replicaRuns.push({ n, stats: run.stats, run, at });
     }
     const doubles = await pgDoubleAllocations(pgLarge);
     const clean = replicaRuns.every((r) => r.stats.errors === 0) && doubles === 0;
@@ -195,12 +253,51 @@ async function main() {
       loadavg_start: replicaRuns[0]!.at,
     });
 
+    // Issue 42: CPU per cycle, from /proc, on the loops above (same run, same clients).
+    const pgOne = replicaRuns[0]!.run;
+    const pgThree = replicaRuns[2]!.run;
+    const sqliteCpu = perCycle(sqliteRun).total;
+    const pgCpu = perCycle(pgOne).total;
+    emit({
+      name: 'pg_cpu_per_cycle',
+      value: pgCpu,
+      baseline: sqliteCpu,
+      ratio: pgCpu / sqliteCpu,
+      goal: 'CPU ms per cycle, scheduler + PostgreSQL server <= 2.0 x scheduler on SQLite',
+      pass: pgCpu <= 2.0 * sqliteCpu && pgOne.stats.errors === 0 && doubles === 0,
+      unit: 'ms/cycle',
+      throughput_ratio: round(pgOne.stats.throughput / sqlite.throughput, 3),
+      postgres: cpuDetail(pgOne, 1),
+      sqlite: cpuDetail(sqliteRun, 1),
+      quick,
+      loadavg_start: replicaRuns[0]!.at,
+      loadavg_start_baseline: sqliteAt,
+    });
+    const threeCpu = perCycle(pgThree).total;
+    emit({
+      name: 'replicas_cpu_per_cycle',
+      value: threeCpu,
+      baseline: pgCpu,
+      ratio: threeCpu / pgCpu,
+      goal: 'CPU ms per cycle, 3 schedulers + PostgreSQL server <= 1.15 x 1 scheduler + server',
+      pass: threeCpu <= 1.15 * pgCpu && clean,
+      unit: 'ms/cycle',
+      throughput_ratio: round(pgThree.stats.throughput / pgOne.stats.throughput, 3),
+      one: cpuDetail(pgOne, 1),
+      two: cpuDetail(replicaRuns[1]!.run, 2),
+      three: cpuDetail(pgThree, 3),
+      quick,
+      loadavg_start: replicaRuns[2]!.at,
+      loadavg_start_baseline: replicaRuns[0]!.at,
+    });
+
     // P3 on PostgreSQL: small, large, small (the baseline is the mean of both small runs).
     const pgSmall = await loadPg(server, 'bench_small', small);
     const scaleAt = loadNow();
-    const a = await withReplicas(pgSmall, 1, (e) => loopOver(e, small, seconds / 2, quick));
-    const big = await withReplicas(pgLarge, 1, (e) => loopOver(e, large, seconds, quick));
-    const b = await withReplicas(pgSmall, 1, (e) => loopOver(e, small, seconds / 2, quick));
+    const loop = (r: Replicas, h: number, s: number) => loopOver(r, postmaster, h, s, quick);
+    const a = (await withReplicas(pgSmall, 1, (r) => loop(r, small, seconds / 2))).stats;
+    const big = (await withReplicas(pgLarge, 1, (r) => loop(r, large, seconds))).stats;
+    const b = (await withReplicas(pgSmall, 1, (r) => loop(r, small, seconds / 2))).stats;
     const baseline = (a.p50 + b.p50) / 2;
     const ratio = big.p50 / baseline;
     emit({

@@ -30,6 +30,12 @@ export const BENCHMARKS = [
 const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
 /** Longer limits (full runs): fleet loads and serves 1M devices on two backends. */
 const LONGER_MS: Record<string, number> = { fleet: 45 * 60_000 };
+/**
+ * Longer limits (quick runs): replicas starts PostgreSQL and eight scheduler
+ * processes, which took 145–158 s at load 16 (2026-11-28): its CPU figures
+ * (issue 42) must still reach their end.
+ */
+const QUICK_LONGER_MS: Record<string, number> = { replicas: 4 * 60_000 };
 
 function machine() {
   let nproc = String(cpus().length);
@@ -69,7 +75,7 @@ function runOne(
     });
     const timer = setTimeout(
       () => child.kill('SIGKILL'),
-      quick ? LIMIT_MS.quick : (LONGER_MS[name] ?? LIMIT_MS.full),
+      quick ? (QUICK_LONGER_MS[name] ?? LIMIT_MS.quick) : (LONGER_MS[name] ?? LIMIT_MS.full),
     );
     child.on('close', (code) => {
       clearTimeout(timer);
