@@ -317,6 +317,12 @@ describe('NvmeDriver on the simulator', () => {
       });
       const d = await discoverOne(driver, h);
       await writeTenantData(nsPath(h, 1), 1 << 20);
+      // The preset sanitize's 5 s start now, not at set-up: a loaded machine can spend that
+      // long in set-up and discovery, and the sanitize would end before the cleanup saw it run.
+      await withStateLock(h.statePath, (st) => {
+        st.controllers[0]!.sanitize!.startedAt = Date.now();
+        return { changed: true, result: undefined };
+      });
       const ctx = h.cleanupCtx();
       const { evidence } = await cleanProven(driver, d, ctx);
       expect(evidence.sanitize).toMatchObject({ commandSent: false, before: { status: 2 }, canaries: [] });
