@@ -39,6 +39,8 @@ import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js'
 import { postgresBin } from '../test/helpers/prerequisites.js';
 import { schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, hostName, loadFleet } from './bind-harness.js';
+import { type PlacementPoint, placementReporting } from './fleet-placement.js';
+import { wholeFleetWatch } from './fleet-watch.js';
 import { emit, loadNow, median, nowMs, parseArgs, round, tempDir } from './lib.js';
 
 const PER_HOST = 20;
@@ -172,7 +174,7 @@ function vmHwmMiB(pid: number): number {
   return m ? Number(m[1]) / 1024 : Number.NaN;
 }
 
-interface Point {
+interface Point extends PlacementPoint {
   devices: number;
   hosts: number;
   peak_rss_mib: number;
@@ -183,6 +185,10 @@ interface Point {
   list_middle_page_ms: number;
   list_one_host_ms: number;
   watch_one_host_ms: number;
+  /** A whole-fleet WatchDevices (fleet-watch.ts): to `synced`, and VmHWM after it. */
+  watch_fleet_synced_ms: number;
+  watch_fleet_peak_rss_mib: number;
+  watch_fleet_changes_during: number;
   start_ms: number;
   load_s: number;
   errors: number;
@@ -199,8 +205,22 @@ async function medianOf(n: number, f: () => Promise<unknown>): Promise<number> {
   return median(ms);
 }
 
-/** One size: the scheduler process over `db`, the work, its peak. */
+/**
+ * One size: the scheduler process over `db`, the work, its peak; then a
+ * whole-fleet watch on the same process (its peak after); then a second
+ * process with Placement reporting (fleet-placement.ts).
+ */
 async function measure(db: string, hosts: number, loadS: number, quick: boolean): Promise<Point> {
+  const point = await serve(db, hosts, loadS, quick);
+  return { ...point, ...(await placementReporting(db, hosts, quick ? 1 : 20, vmHwmMiB)) };
+}
+
+async function serve(
+  db: string,
+  hosts: number,
+  loadS: number,
+  quick: boolean,
+): Promise<Omit<Point, keyof PlacementPoint>> {
   const loadStart = loadNow();
   const proc = await schedulerProcess(db, undefined, `scheduler ${hosts} hosts`);
   const t0 = nowMs();
@@ -235,10 +255,13 @@ async function measure(db: string, hosts: number, loadS: number, quick: boolean)
       }
       ac.abort();
     });
+    // The work's peak, before the whole-fleet watch.
+    const peak = round(vmHwmMiB(proc.pid!), 1);
+    const fleet = await wholeFleetWatch(client, hosts, hosts * PER_HOST);
     return {
       devices: hosts * PER_HOST,
       hosts,
-      peak_rss_mib: round(vmHwmMiB(proc.pid!), 1),
+      peak_rss_mib: peak,
       bind_p50_ms: round(stats.p50),
       bind_p99_ms: round(stats.p99),
       binds_per_s: round(stats.throughput, 1),
@@ -246,6 +269,9 @@ async function measure(db: string, hosts: number, loadS: number, quick: boolean)
       list_middle_page_ms: round(listMiddle),
       list_one_host_ms: round(listHost),
       watch_one_host_ms: round(watchHost),
+      watch_fleet_synced_ms: Math.round(fleet.synced_ms),
+      watch_fleet_peak_rss_mib: round(vmHwmMiB(proc.pid!), 1),
+      watch_fleet_changes_during: fleet.changes_during,
       start_ms: Math.round(startMs),
       load_s: round(loadS, 1),
       errors: stats.errors,
@@ -268,8 +294,43 @@ function report(backend: string, curve: Point[], quick: boolean): void {
       `  ${f(p.devices)} ${f(p.peak_rss_mib)} ${f(p.bind_p50_ms)} ${f(p.bind_p99_ms)} ${f(p.binds_per_s, 8)} ${f(p.list_first_page_ms)} ${f(p.list_middle_page_ms)} ${f(p.list_one_host_ms, 10)} ${f(p.watch_one_host_ms, 11)} ${f(p.start_ms)} ${f(p.load_s, 7)}\n`,
     );
   }
+  process.stderr.write(
+    '  devices    watch fleet: synced ms  peak MiB  changes during   Placement: peak MiB  first write s  providers\n',
+  );
+  for (const p of curve) {
+    const f = (v: number, w: number) => String(v).padStart(w);
+    process.stderr.write(
+      `  ${f(p.devices, 9)} ${f(p.watch_fleet_synced_ms, 24)} ${f(p.watch_fleet_peak_rss_mib, 9)} ${f(p.watch_fleet_changes_during, 15)} ${f(p.placement_peak_rss_mib, 20)} ${f(p.placement_first_write_s, 14)} ${f(p.placement_providers_written, 10)}\n`,
+    );
+  }
   const [small, mid, large] = curve as [Point, Point, Point];
   const errors = curve.reduce((n, p) => n + p.errors, 0);
+  emit({
+    name: `fleet-${backend}-watch-memory`,
+    value: large.watch_fleet_peak_rss_mib,
+    baseline: mid.watch_fleet_peak_rss_mib,
+    ratio: large.watch_fleet_peak_rss_mib / mid.watch_fleet_peak_rss_mib,
+    goal: `scheduler peak RSS with a whole-fleet watch read to synced, at ${large.devices} devices <= 2 x at ${mid.devices}`,
+    pass: large.watch_fleet_peak_rss_mib <= 2 * mid.watch_fleet_peak_rss_mib,
+    unit: 'MiB',
+    synced_ms: large.watch_fleet_synced_ms,
+    baseline_synced_ms: mid.watch_fleet_synced_ms,
+    curve,
+    quick,
+    loadavg_start: large.loadavg_start,
+  });
+  emit({
+    name: `fleet-${backend}-placement-memory`,
+    value: large.placement_peak_rss_mib,
+    baseline: mid.placement_peak_rss_mib,
+    ratio: large.placement_peak_rss_mib / mid.placement_peak_rss_mib,
+    goal: `scheduler peak RSS with Placement reporting, at ${large.devices} devices <= 2 x at ${mid.devices}`,
+    pass: large.placement_peak_rss_mib <= 2 * mid.placement_peak_rss_mib,
+    unit: 'MiB',
+    curve,
+    quick,
+    loadavg_start: large.loadavg_start,
+  });
   emit({
     name: `fleet-${backend}-memory`,
     value: large.peak_rss_mib,

@@ -30,6 +30,8 @@ export const BENCHMARKS = [
 const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
 /** Longer limits (full runs): fleet loads and serves 1M devices on two backends. */
 const LONGER_MS: Record<string, number> = { fleet: 45 * 60_000 };
+/** Longer limits (quick runs): fleet starts two scheduler processes a size (one with Placement), six sizes. */
+const LONGER_QUICK_MS: Record<string, number> = { fleet: 4 * 60_000 };
 
 function machine() {
   let nproc = String(cpus().length);
@@ -69,7 +71,7 @@ function runOne(
     });
     const timer = setTimeout(
       () => child.kill('SIGKILL'),
-      quick ? LIMIT_MS.quick : (LONGER_MS[name] ?? LIMIT_MS.full),
+      quick ? (LONGER_QUICK_MS[name] ?? LIMIT_MS.quick) : (LONGER_MS[name] ?? LIMIT_MS.full),
     );
     child.on('close', (code) => {
       clearTimeout(timer);
