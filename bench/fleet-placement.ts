@@ -15,6 +15,7 @@
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { SchedulerClient } from '../src/client/sdk.js';
 import { BerthProcess, freePort } from '../test/helpers/processes.js';
 import { nowMs, round, sleep } from './lib.js';
 
@@ -113,7 +114,9 @@ async function startStandIn(): Promise<StandIn> {
 export interface PlacementPoint {
   /** The scheduler's VmHWM over its start, the reporter's start and the window. */
   placement_peak_rss_mib: number;
-  /** From the process's start to the reporter's first provider written in full. */
+  /** From the process's start to the reporter's fleet read (its status shows the store's revision). */
+  placement_loaded_s: number;
+  /** From the process's start to the reporter's first provider written in full (NaN: none expected). */
   placement_first_write_s: number;
   /** Providers written in full (their inventories) by the end of the window. */
   placement_providers_written: number;
@@ -121,14 +124,19 @@ export interface PlacementPoint {
 
 /**
  * `berth scheduler serve` over `db` reporting to the stand-in (noauth,
- * --placement-create-roots: no Nova), until the reporter wrote its first
- * providers and then for `windowS` seconds; `peak(pid)` reads VmHWM.
+ * --placement-create-roots: no Nova), until the reporter read the fleet and,
+ * with `writes`, wrote its first providers, then for `windowS` seconds;
+ * `peak(pid)` reads VmHWM. Without agents, a scheduler on PostgreSQL speaks
+ * for no host (each replica reports the hosts whose agent link it holds), so
+ * there `writes` is false: the figure is the reporter's read of the fleet
+ * and its passes, without writes.
  */
 export async function placementReporting(
   db: string,
   hosts: number,
   windowS: number,
   peak: (pid: number) => number,
+  writes: boolean,
 ): Promise<PlacementPoint> {
   const standIn = await startStandIn();
   const proc = new BerthProcess({
@@ -147,26 +155,43 @@ export async function placementReporting(
       'noauth',
       '--placement-create-roots',
     ],
+    // On SQLite the reporter's first read of the fleet (one unit) holds the event loop before it listens.
+    startTimeoutMs: 30 * 60_000,
   });
+  let client: SchedulerClient | null = null;
   try {
     const t0 = nowMs();
     await proc.start();
+    client = new SchedulerClient({ endpoint: proc.endpoint, timeoutMs: 60_000, retries: 1 });
+    const c = client;
     // The reporter's start (reading the fleet) precedes its first write; a million devices take minutes.
     const limit = t0 + 30 * 60_000;
-    while (standIn.inventories === 0) {
-      if (!proc.running) throw new Error(`placement bench: the scheduler exited\n${proc.output()}`);
-      if (nowMs() > limit) throw new Error('placement bench: no provider written in 30 minutes');
-      await sleep(100);
-    }
+    const until = async (what: string, done: () => Promise<boolean>) => {
+      while (!(await done())) {
+        if (!proc.running) throw new Error(`placement bench: the scheduler exited\n${proc.output()}`);
+        if (nowMs() > limit) throw new Error(`placement bench: ${what} not in 30 minutes`);
+        await sleep(200);
+      }
+    };
+    // Loaded: the reporter read the fleet (its revision is the feed's, > 0 after the bench's work).
+    await until('the reporter read the fleet', async () => {
+      const s = await c.placement.getPlacementStatus({});
+      return Number(s.status?.storeRevision ?? 0) > 0;
+    });
+    const loadedS = (nowMs() - t0) / 1000;
+    // A scheduler on PostgreSQL speaks for the hosts whose agent it holds (none here): it writes nothing.
+    if (writes) await until('a provider written', async () => standIn.inventories > 0);
     const firstWriteS = (nowMs() - t0) / 1000;
     await sleep(windowS * 1000);
     if (!proc.running) throw new Error(`placement bench: the scheduler exited\n${proc.output()}`);
     return {
       placement_peak_rss_mib: round(peak(proc.pid!), 1),
-      placement_first_write_s: round(firstWriteS, 1),
+      placement_loaded_s: round(loadedS, 1),
+      placement_first_write_s: writes ? round(firstWriteS, 1) : Number.NaN,
       placement_providers_written: standIn.inventories,
     };
   } finally {
+    client?.close();
     await proc.stop();
     await standIn.close();
   }

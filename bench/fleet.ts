@@ -218,7 +218,8 @@ async function medianOf(n: number, f: () => Promise<unknown>): Promise<number> {
  */
 async function measure(db: string, hosts: number, loadS: number, quick: boolean): Promise<Point> {
   const point = await serve(db, hosts, loadS, quick);
-  return { ...point, ...(await placementReporting(db, hosts, quick ? 1 : 20, vmHwmMiB)) };
+  const writes = !db.startsWith('postgres');
+  return { ...point, ...(await placementReporting(db, hosts, quick ? 1 : 20, vmHwmMiB, writes)) };
 }
 
 async function serve(
@@ -301,12 +302,12 @@ function report(backend: string, curve: Point[], quick: boolean): void {
     );
   }
   process.stderr.write(
-    '  devices    watch fleet: synced ms  peak MiB  changes during   Placement: peak MiB  first write s  providers\n',
+    '  devices    watch fleet: synced ms  peak MiB  changes during   Placement: peak MiB  loaded s  first write s  providers\n',
   );
   for (const p of curve) {
     const f = (v: number, w: number) => String(v).padStart(w);
     process.stderr.write(
-      `  ${f(p.devices, 9)} ${f(p.watch_fleet_synced_ms, 24)} ${f(p.watch_fleet_peak_rss_mib, 9)} ${f(p.watch_fleet_changes_during, 15)} ${f(p.placement_peak_rss_mib, 20)} ${f(p.placement_first_write_s, 14)} ${f(p.placement_providers_written, 10)}\n`,
+      `  ${f(p.devices, 9)} ${f(p.watch_fleet_synced_ms, 24)} ${f(p.watch_fleet_peak_rss_mib, 9)} ${f(p.watch_fleet_changes_during, 15)} ${f(p.placement_peak_rss_mib, 20)} ${f(p.placement_loaded_s, 9)} ${f(p.placement_first_write_s, 14)} ${f(p.placement_providers_written, 10)}\n`,
     );
   }
   const [small, mid, large] = curve as [Point, Point, Point];
