@@ -364,6 +364,12 @@ function report(backend: string, curve: Point[], quick: boolean): void {
   });
 }
 
+/** Each size's point on stderr as it ends: a later size that fails does not take the earlier ones with it. */
+function progress(backend: string, p: Point): Point {
+  process.stderr.write(`fleet ${backend} ${p.devices}: ${JSON.stringify(p)}\n`);
+  return p;
+}
+
 async function main() {
   const { quick } = parseArgs();
   const sizes = quick ? [5, 50, 100] : [500, 5_000, 50_000];
@@ -377,7 +383,7 @@ async function main() {
       const path = dbFile(`${dir.path}`).replace(/\.db$/, `-${hosts}.db`);
       const t0 = nowMs();
       await loadSqlite(path, hosts);
-      sqlite.push(await measure(path, hosts, (nowMs() - t0) / 1000, quick));
+      sqlite.push(progress('sqlite', await measure(path, hosts, (nowMs() - t0) / 1000, quick)));
     }
     if (sqlite.length > 0) report('sqlite', sqlite, quick);
     if (only === 'sqlite') return;
@@ -391,7 +397,7 @@ async function main() {
       for (const hosts of sizes) {
         const t0 = nowMs();
         const url = await loadPostgres(server, `bench_fleet_${hosts}`, hosts);
-        postgres.push(await measure(url, hosts, (nowMs() - t0) / 1000, quick));
+        postgres.push(progress('postgres', await measure(url, hosts, (nowMs() - t0) / 1000, quick)));
       }
       report('postgres', postgres, quick);
     } finally {
