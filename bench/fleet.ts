@@ -218,6 +218,7 @@ async function medianOf(n: number, f: () => Promise<unknown>): Promise<number> {
  */
 async function measure(db: string, hosts: number, loadS: number, quick: boolean): Promise<Point> {
   const point = await serve(db, hosts, loadS, quick);
+  process.stderr.write(`fleet ${hosts * PER_HOST} before Placement: ${JSON.stringify(point)}\n`);
   const writes = !db.startsWith('postgres');
   return { ...point, ...(await placementReporting(db, hosts, quick ? 1 : 20, vmHwmMiB, writes)) };
 }
