@@ -12,10 +12,16 @@
  * - WatchDevices start-up: the time to `synced` for a watch of one host
  *   (median of 15);
  * - the scheduler's peak RSS (VmHWM, /proc/<pid>/status) over all of that,
- *   from its start (which reads the hosts it knew) to the last call.
+ *   from its start (which reads the hosts it knew) to the last call;
+ * - then, on the same process, a WatchDevices of the whole fleet read to
+ *   `synced` and checked (fleet-watch.ts): its time to `synced` and the
+ *   process's peak after it (issue 42 item 1);
+ * - then a second process on the same database with Placement reporting to a
+ *   stand-in Placement (fleet-placement.ts), its peak (issue 42 item 2).
  *
- * Goals (against the same run): peak RSS at 1M ≤ 2 × at 100k; bind p50 at
- * 1M ≤ 1.2 × at 10k; per backend.
+ * Goals (against the same run): peak RSS at 1M ≤ 2 × at 100k (the work; with
+ * the whole-fleet watch; with Placement reporting); bind p50 at 1M ≤ 1.2 ×
+ * at 10k; per backend.
  *
  * Loading: host 0 is registered through the store's own use cases
  * (registerHost, upsertInventory: every row a real registration writes);
@@ -39,6 +45,8 @@ import { type PostgresServer, startPostgres } from '../test/helpers/postgres.js'
 import { postgresBin } from '../test/helpers/prerequisites.js';
 import { schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, hostName, loadFleet } from './bind-harness.js';
+import { type PlacementPoint, placementReporting } from './fleet-placement.js';
+import { wholeFleetWatch } from './fleet-watch.js';
 import { emit, loadNow, median, nowMs, parseArgs, round, tempDir } from './lib.js';
 
 const PER_HOST = 20;
@@ -172,7 +180,7 @@ function vmHwmMiB(pid: number): number {
   return m ? Number(m[1]) / 1024 : Number.NaN;
 }
 
-interface Point {
+interface Point extends PlacementPoint {
   devices: number;
   hosts: number;
   peak_rss_mib: number;
@@ -183,6 +191,10 @@ interface Point {
   list_middle_page_ms: number;
   list_one_host_ms: number;
   watch_one_host_ms: number;
+  /** A whole-fleet WatchDevices (fleet-watch.ts): to `synced`, and VmHWM after it. */
+  watch_fleet_synced_ms: number;
+  watch_fleet_peak_rss_mib: number;
+  watch_fleet_changes_during: number;
   start_ms: number;
   load_s: number;
   errors: number;
@@ -199,8 +211,24 @@ async function medianOf(n: number, f: () => Promise<unknown>): Promise<number> {
   return median(ms);
 }
 
-/** One size: the scheduler process over `db`, the work, its peak. */
+/**
+ * One size: the scheduler process over `db`, the work, its peak; then a
+ * whole-fleet watch on the same process (its peak after); then a second
+ * process with Placement reporting (fleet-placement.ts).
+ */
 async function measure(db: string, hosts: number, loadS: number, quick: boolean): Promise<Point> {
+  const point = await serve(db, hosts, loadS, quick);
+  process.stderr.write(`fleet ${hosts * PER_HOST} before Placement: ${JSON.stringify(point)}\n`);
+  const writes = !db.startsWith('postgres');
+  return { ...point, ...(await placementReporting(db, hosts, quick ? 1 : 20, vmHwmMiB, writes)) };
+}
+
+async function serve(
+  db: string,
+  hosts: number,
+  loadS: number,
+  quick: boolean,
+): Promise<Omit<Point, keyof PlacementPoint>> {
   const loadStart = loadNow();
   const proc = await schedulerProcess(db, undefined, `scheduler ${hosts} hosts`);
   const t0 = nowMs();
@@ -235,10 +263,13 @@ async function measure(db: string, hosts: number, loadS: number, quick: boolean)
       }
       ac.abort();
     });
+    // The work's peak, before the whole-fleet watch.
+    const peak = round(vmHwmMiB(proc.pid!), 1);
+    const fleet = await wholeFleetWatch(client, hosts, hosts * PER_HOST);
     return {
       devices: hosts * PER_HOST,
       hosts,
-      peak_rss_mib: round(vmHwmMiB(proc.pid!), 1),
+      peak_rss_mib: peak,
       bind_p50_ms: round(stats.p50),
       bind_p99_ms: round(stats.p99),
       binds_per_s: round(stats.throughput, 1),
@@ -246,6 +277,9 @@ async function measure(db: string, hosts: number, loadS: number, quick: boolean)
       list_middle_page_ms: round(listMiddle),
       list_one_host_ms: round(listHost),
       watch_one_host_ms: round(watchHost),
+      watch_fleet_synced_ms: Math.round(fleet.synced_ms),
+      watch_fleet_peak_rss_mib: round(vmHwmMiB(proc.pid!), 1),
+      watch_fleet_changes_during: fleet.changes_during,
       start_ms: Math.round(startMs),
       load_s: round(loadS, 1),
       errors: stats.errors,
@@ -266,6 +300,15 @@ function report(backend: string, curve: Point[], quick: boolean): void {
     const f = (v: number, w = 9) => String(v).padStart(w);
     process.stderr.write(
       `  ${f(p.devices)} ${f(p.peak_rss_mib)} ${f(p.bind_p50_ms)} ${f(p.bind_p99_ms)} ${f(p.binds_per_s, 8)} ${f(p.list_first_page_ms)} ${f(p.list_middle_page_ms)} ${f(p.list_one_host_ms, 10)} ${f(p.watch_one_host_ms, 11)} ${f(p.start_ms)} ${f(p.load_s, 7)}\n`,
+    );
+  }
+  process.stderr.write(
+    '  devices    watch fleet: synced ms  peak MiB  changes during   Placement: peak MiB  loaded s  first write s  providers\n',
+  );
+  for (const p of curve) {
+    const f = (v: number, w: number) => String(v).padStart(w);
+    process.stderr.write(
+      `  ${f(p.devices, 9)} ${f(p.watch_fleet_synced_ms, 24)} ${f(p.watch_fleet_peak_rss_mib, 9)} ${f(p.watch_fleet_changes_during, 15)} ${f(p.placement_peak_rss_mib, 20)} ${f(p.placement_loaded_s, 9)} ${f(p.placement_first_write_s, 14)} ${f(p.placement_providers_written, 10)}\n`,
     );
   }
   const [small, mid, large] = curve as [Point, Point, Point];
@@ -294,6 +337,38 @@ function report(backend: string, curve: Point[], quick: boolean): void {
     quick,
     loadavg_start: small.loadavg_start,
   });
+  emit({
+    name: `fleet-${backend}-watch-memory`,
+    value: large.watch_fleet_peak_rss_mib,
+    baseline: mid.watch_fleet_peak_rss_mib,
+    ratio: large.watch_fleet_peak_rss_mib / mid.watch_fleet_peak_rss_mib,
+    goal: `scheduler peak RSS with a whole-fleet watch read to synced, at ${large.devices} devices <= 2 x at ${mid.devices}`,
+    pass: large.watch_fleet_peak_rss_mib <= 2 * mid.watch_fleet_peak_rss_mib,
+    unit: 'MiB',
+    synced_ms: large.watch_fleet_synced_ms,
+    baseline_synced_ms: mid.watch_fleet_synced_ms,
+    curve,
+    quick,
+    loadavg_start: large.loadavg_start,
+  });
+  emit({
+    name: `fleet-${backend}-placement-memory`,
+    value: large.placement_peak_rss_mib,
+    baseline: mid.placement_peak_rss_mib,
+    ratio: large.placement_peak_rss_mib / mid.placement_peak_rss_mib,
+    goal: `scheduler peak RSS with Placement reporting, at ${large.devices} devices <= 2 x at ${mid.devices}`,
+    pass: large.placement_peak_rss_mib <= 2 * mid.placement_peak_rss_mib,
+    unit: 'MiB',
+    curve,
+    quick,
+    loadavg_start: large.loadavg_start,
+  });
+}
+
+/** Each size's point on stderr as it ends: a later size that fails does not take the earlier ones with it. */
+function progress(backend: string, p: Point): Point {
+  process.stderr.write(`fleet ${backend} ${p.devices}: ${JSON.stringify(p)}\n`);
+  return p;
 }
 
 async function main() {
@@ -309,7 +384,7 @@ async function main() {
       const path = dbFile(`${dir.path}`).replace(/\.db$/, `-${hosts}.db`);
       const t0 = nowMs();
       await loadSqlite(path, hosts);
-      sqlite.push(await measure(path, hosts, (nowMs() - t0) / 1000, quick));
+      sqlite.push(progress('sqlite', await measure(path, hosts, (nowMs() - t0) / 1000, quick)));
     }
     if (sqlite.length > 0) report('sqlite', sqlite, quick);
     if (only === 'sqlite') return;
@@ -323,7 +398,7 @@ async function main() {
       for (const hosts of sizes) {
         const t0 = nowMs();
         const url = await loadPostgres(server, `bench_fleet_${hosts}`, hosts);
-        postgres.push(await measure(url, hosts, (nowMs() - t0) / 1000, quick));
+        postgres.push(progress('postgres', await measure(url, hosts, (nowMs() - t0) / 1000, quick)));
       }
       report('postgres', postgres, quick);
     } finally {

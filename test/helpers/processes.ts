@@ -63,6 +63,8 @@ export interface ProcessSpec {
   /** Arguments after `bin/berth`. */
   args: string[];
   env?: Record<string, string>;
+  /** How long start() waits for the "listening" line (default 30 s). */
+  startTimeoutMs?: number;
 }
 
 /**
@@ -169,11 +171,10 @@ export class BerthProcess {
     child.stdout?.setEncoding('utf8');
     const endpoint = await new Promise<string>((resolve, reject) => {
       let pending = '';
+      const limit = this.spec.startTimeoutMs ?? START_TIMEOUT_MS;
       const timer = setTimeout(() => {
-        reject(
-          new Error(`${this.spec.name}: no "listening" line after ${START_TIMEOUT_MS} ms\n${this.output()}`),
-        );
-      }, START_TIMEOUT_MS);
+        reject(new Error(`${this.spec.name}: no "listening" line after ${limit} ms\n${this.output()}`));
+      }, limit);
       child.stdout?.on('data', (s: string) => {
         this.stdoutBuf = (this.stdoutBuf + s).slice(-KEEP_CHARS);
         pending += s;
