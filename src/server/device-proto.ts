@@ -43,33 +43,43 @@ const KINDS: Record<string, FunctionKindPb> = {
   VF: FunctionKindPb.FUNCTION_KIND_VF,
 } satisfies Record<FunctionKind, FunctionKindPb>;
 
-/** A discovered device on the wire; what only the agent reads (assume_clean, the write counters) stays on the host. */
+/**
+ * A discovered device on the wire; what only the agent reads (assume_clean, the
+ * write counters) stays on the host. Written out field by field, not spread: the
+ * inventory's records grew a field after their literal (the drivers set `media`,
+ * the agent `mediaRecord`), and V8 gives every spread copy of such an object a
+ * hidden class of its own — 4,352 of them in one WatchInventory snapshot, ~10 MiB
+ * of the agent's peak (bench/README.md, "Regressions, stop 45"). `Device` names
+ * every field as required, so a field the message gains and this literal lacks
+ * is a compile error, and device-proto.test.ts round-trips every field.
+ */
 export function deviceToProto(d: DiscoveredDevice): Device {
-  const {
-    assumeClean: _assumeClean,
-    writeCounters: _writeCounters,
-    kernelDriver,
-    type,
-    functionKind,
-    physfn,
-    iommuGroup,
-    cleanupAction,
-    health,
-    media,
-    mediaRecord,
-    ...same
-  } = d;
   return {
-    ...onlyFieldsOf<Device>()(same),
-    kernelDriver: kernelDriver ?? '',
-    type: TYPES[type] ?? DeviceTypePb.DEVICE_TYPE_UNSPECIFIED,
-    functionKind: KINDS[functionKind] ?? FunctionKindPb.FUNCTION_KIND_UNSPECIFIED,
-    physfn: physfn ?? '',
-    iommuGroup: iommuGroup ?? undefined,
-    cleanupAction: cleanupAction ?? '',
-    health: health === 'healthy' ? HealthPb.HEALTH_HEALTHY : HealthPb.HEALTH_UNHEALTHY,
-    media: media ? mediaIdentityToProto(media) : undefined,
-    mediaRecord: mediaRecord ? mediaRecordToProto(mediaRecord) : undefined,
+    address: d.address,
+    vendorId: d.vendorId,
+    productId: d.productId,
+    classCode: d.classCode,
+    kernelDriver: d.kernelDriver ?? '',
+    driver: d.driver,
+    type: TYPES[d.type] ?? DeviceTypePb.DEVICE_TYPE_UNSPECIFIED,
+    functionKind: KINDS[d.functionKind] ?? FunctionKindPb.FUNCTION_KIND_UNSPECIFIED,
+    physfn: d.physfn ?? '',
+    iommuGroup: d.iommuGroup ?? undefined,
+    iommuGroupPeers: d.iommuGroupPeers,
+    numaNode: d.numaNode,
+    resourceClass: d.resourceClass,
+    traits: d.traits,
+    managed: d.managed,
+    liveMigratable: d.liveMigratable,
+    oneTimeUse: d.oneTimeUse,
+    supportsCleaning: d.supportsCleaning,
+    cleanupAction: d.cleanupAction ?? '',
+    health: d.health === 'healthy' ? HealthPb.HEALTH_HEALTHY : HealthPb.HEALTH_UNHEALTHY,
+    healthReason: d.healthReason,
+    unallocatableReason: d.unallocatableReason,
+    attributes: d.attributes,
+    media: d.media ? mediaIdentityToProto(d.media) : undefined,
+    mediaRecord: d.mediaRecord ? mediaRecordToProto(d.mediaRecord) : undefined,
   };
 }
 
