@@ -217,12 +217,10 @@ async function main() {
         value: stats.throughput,
         baseline: sqlite.throughput,
         ratio,
-        // Issue 33: one scheduler on PostgreSQL >= 0.5 x one on SQLite; the others are reported.
-        goal:
-          n === 1
-            ? '>= 0.5 x 1 scheduler on SQLite; 0 errors, 0 double allocations'
-            : 'reported against 1 scheduler on SQLite; 0 errors, 0 double allocations',
-        pass: stats.errors === 0 && doubles === 0 && (n !== 1 || ratio >= 0.5),
+        // Issue 33's throughput goal (>= 0.5 x SQLite) was retired by issue 42: on two cores one
+        // replica and its database already use both; CPU per cycle is judged below instead.
+        goal: 'reported against 1 scheduler on SQLite; 0 errors, 0 double allocations',
+        pass: stats.errors === 0 && doubles === 0,
         unit: 'binds/s',
         replicas: n,
         hosts: large,
@@ -237,7 +235,8 @@ async function main() {
       });
     }
 
-    // Issue 33: three replicas >= 1.5 x one, with 0 errors and 0 double allocations.
+    // Issue 33's goal (three replicas >= 1.5 x one) was retired by issue 42 for the same reason:
+    // reported, with 0 errors and 0 double allocations; replicas_cpu_per_cycle is the goal now.
     const one = replicaRuns[0]!.stats;
     const three = replicaRuns[2]!.stats;
     emit({
@@ -245,8 +244,8 @@ async function main() {
       value: three.throughput,
       baseline: one.throughput,
       ratio: three.throughput / one.throughput,
-      goal: '3 schedulers on PostgreSQL >= 1.5 x 1; 0 errors, 0 double allocations',
-      pass: three.throughput >= 1.5 * one.throughput && clean,
+      goal: 'reported (3 schedulers on PostgreSQL against 1); 0 errors, 0 double allocations',
+      pass: clean,
       unit: 'binds/s',
       devices_with_two_arqs: doubles,
       quick,
