@@ -58,6 +58,7 @@ export {
   policyCleanup,
   type ResolvedController,
   resolveCleanupAction,
+  targetOf,
 } from './nvme/index.js';
 export {
   fallbackNqn,

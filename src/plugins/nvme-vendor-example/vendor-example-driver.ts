@@ -56,7 +56,7 @@
 import type { CleanupEvidence } from '../cleanup-evidence.js';
 import { type CleanupContext, DRIVER_API_VERSION, type Driver, defineDriver } from '../driver.js';
 import { nvmeConfigSchema } from '../nvme/config.js';
-import { CleanupFailedError, type NvmeKit, nvmeKit } from '../nvme/index.js';
+import { CleanupFailedError, type NvmeKit, nvmeKit, targetOf } from '../nvme/index.js';
 import type { DiscoveredDevice } from '../types.js';
 
 /** OACS bit 1: the controller supports Format NVM. */
@@ -129,12 +129,7 @@ async function formatAndReadBack(
   for (const ns of namespaces) readBack.push(await kit.verifyZeroed(r, ns, ctx));
   return {
     action: ACTION,
-    targets: namespaces.map((ns) => ({
-      name: ns.name,
-      sizeBytes: ns.sizeBytes,
-      blockSize: ns.lbaSize,
-      nsid: ns.nsid,
-    })),
+    targets: namespaces.map(targetOf),
     writes: namespaces.map((ns) => ({
       target: ns.name,
       method: 'format-ses1',

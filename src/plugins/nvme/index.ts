@@ -1,7 +1,7 @@
 /** The generic NVMe driver; built in under the name `nvme`. */
 import { nvmeDriver } from './nvme-driver.js';
 
-export type { ResolvedController } from './controller.js';
+export { type ResolvedController, targetOf } from './controller.js';
 export { CleanupFailedError, NvmeCommandError } from './errors.js';
 export { type NvmeKit, type NvmeKitOptions, nvmeKit } from './kit.js';
 export { NvmeDriver } from './legacy-driver.js';
