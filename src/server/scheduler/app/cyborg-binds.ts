@@ -98,12 +98,12 @@ export class CyborgBinds {
   async bind(viewer: ArqViewer, patches: CyborgBindPatch[]): Promise<void> {
     const { useCases, placement, judge } = this.deps;
     const instance = patches[0]!.instanceUuid;
-    const asked = new Set<string>(patches.map((p) => p.arqUuid));
     const bindings: ArqBinding[] = [];
     /** ARQs already bound as asked (Nova retrying): their bind holds nothing, and what their event's sender claims is not let go. */
     const retried = new Set<string>();
     let owner: string | null = null;
-    const now = new Date().toISOString();
+    // Claims are judged by the database's time, never this scheduler's clock (docs/decisions.md 89).
+    const now = await useCases.databaseNow();
     for (const p of patches) {
       const arq = await visibleArq(useCases, viewer, p.arqUuid);
       if (arq.state === 'bound' && arq.instanceUuid !== p.instanceUuid) throw boundElsewhereError(arq);
@@ -137,23 +137,17 @@ export class CyborgBinds {
         host,
         devices: devices.map((d) => d.deviceUuid),
         ...(this.deps.nova ? { notifyNova: this.deps.nova.hold } : {}),
+        claimed: true,
       });
     }
-    // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
-    const others = (await useCases.listArqs(instance)).filter((a) => !asked.has(a.uuid));
-    if (others.length > 0) {
-      // Named only when the caller may see them: another project's ARQ uuids are not told.
-      const shown = others.filter((a) => visibleTo(viewer, a)).map((a) => a.uuid);
-      throw invalidArgument(
-        'instance_uuid',
-        `Instance ${instance} already has accelerator requests${shown.length > 0 ? ` (${shown.join(', ')})` : ''}. Cannot bind additional ARQs.`,
-      );
-    }
-    // The claim, in the database: checked again under the ARQs' row locks, so no other bind runs too.
+    // The claim, in the database: checked again under the ARQs' row locks, so no other bind runs
+    // too; and, under the instance's lock, no hot add (Cyborg: an instance that has other ARQs,
+    // or another bind's claim, cannot bind more), so two binds to one instance cannot both pass.
     const claimed = await useCases.claimBinds({
       bindings,
       judge,
       ttlMs: this.deps.claimTtlMs ?? BIND_CLAIM_TTL_MS,
+      viewer,
     });
     // Bound meanwhile as asked (another scheduler's bind ended): a retry now.
     for (const a of claimed) if (a.state === 'bound') retried.add(a.uuid);
