@@ -7,14 +7,16 @@
  *
  * - A bind is checked whole before anything is done: every ARQ visible to
  *   the caller, none bound to another instance, none with a bind running, the
- *   provider Nova allocated one of Berth's devices on the host named, one
- *   project for the instance, and no ARQ of the instance left out (Cyborg
- *   refuses a hot add).
+ *   provider Nova allocated one of Berth's devices on the host named, and one
+ *   project for the instance.
  * - Then its ARQs are claimed in the database (`claimBinds`, one unit): of two
  *   binds of one ARQ, on one scheduler or on two over one database, one runs
  *   and the other is refused (ARQ_BIND_RUNNING, Cyborg's 409) — the rule a
  *   per-process set of running binds used to keep on one process only
- *   (docs/decisions.md 81). `bind` resolves once claimed: the bind itself
+ *   (docs/decisions.md 81). The claim names the instance, and the same unit,
+ *   under the instance's lock, refuses a hot add (the instance has other ARQs,
+ *   bound or claimed: Cyborg's 400), so two binds to one instance cannot both
+ *   pass (89). Claims are judged by the database's time. `bind` resolves once claimed: the bind itself
  *   (app/binding.ts: the unit, each agent records it, undo) runs on, and Nova
  *   is told how it ended by the event its units wrote.
  * - When the bind is final its hold on Nova's events is let go (confirmed
