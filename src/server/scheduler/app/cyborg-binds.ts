@@ -16,9 +16,10 @@
  *   (docs/decisions.md 81). The claim names the instance, and the same unit,
  *   under the instance's lock, refuses a hot add (the instance has other ARQs,
  *   bound or claimed: Cyborg's 400), so two binds to one instance cannot both
- *   pass (89). Claims are judged by the database's time. `bind` resolves once claimed: the bind itself
- *   (app/binding.ts: the unit, each agent records it, undo) runs on, and Nova
- *   is told how it ended by the event its units wrote.
+ *   pass (89). Claims are judged by the database's time. `bind` resolves
+ *   once claimed: the bind itself (app/binding.ts: the unit, each agent
+ *   records it, undo) runs on, and Nova is told how it ended by the event its
+ *   units wrote.
  * - When the bind is final its hold on Nova's events is let go (confirmed
  *   binds), then its claim. A scheduler that dies meanwhile leaves the claim
  *   until it expires (`claimTtlMs`); on SQLite, where a scheduler is alone on
