@@ -164,7 +164,7 @@ export const ERROR_REASONS = {
   ARQ_BIND_RUNNING: {
     codes: ['FAILED_PRECONDITION'],
     meaning:
-      'A bind of the ARQ is running (on this scheduler or another of its database); retry once it ended.',
+      'A bind of the ARQ through the Cyborg API is running (on this scheduler or another of its database): a second Cyborg bind or unbind of it, or a `BindAcceleratorRequests` of it, is refused; retry once it ended.',
   },
   ARQ_NOT_BOUND: {
     codes: ['FAILED_PRECONDITION'],

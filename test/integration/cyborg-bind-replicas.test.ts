@@ -71,7 +71,7 @@ class HeldAgent implements AgentPort {
   }
 }
 
-describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one PostgreSQL database', () => {
+describe.skipIf(!usable)('binds racing through two Cyborg APIs on one PostgreSQL database', () => {
   let pgServer: PostgresServer;
   const stores: PgStore[] = [];
   const apis: CyborgApi[] = [];
@@ -95,6 +95,11 @@ describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one Po
   }
   const fault = (body: Record<string, unknown>): string =>
     JSON.parse(body.error_message as string).faultstring as string;
+  const newArq = async (api: CyborgApi): Promise<string> => {
+    const made = await http(api, 'POST', '/accelerator_requests', { device_profile_name: 'nvme' });
+    expect(made.status, JSON.stringify(made.body)).toBe(201);
+    return (made.body.arqs as Array<{ uuid: string }>)[0]!.uuid;
+  };
   const bindBody = (arq: string, instance: string) => ({
     [arq]: [
       { path: '/hostname', op: 'add', value: HOST },
@@ -117,7 +122,8 @@ describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one Po
           rp === provider ? devices.map((deviceUuid) => ({ deviceUuid, host: HOST, address: '' })) : [],
         deviceProvider: () => ({ providerUuid: provider }),
       } as unknown as PlacementPort;
-      const binding = new Binding({ useCases, agents: agent, logger: silent });
+      const judge = { self: `replica-${name}`, alone: false };
+      const binding = new Binding({ useCases, agents: agent, judge, logger: silent });
       const api = new CyborgApi({
         useCases,
         binds: new CyborgBinds({
@@ -125,7 +131,7 @@ describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one Po
           binding,
           placement,
           nodename: (h) => h,
-          judge: { self: `replica-${name}`, alone: false },
+          judge,
           nova: null,
           logger: silent,
         }),
@@ -144,7 +150,8 @@ describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one Po
     await a!.upsertInventory(HOST, {
       kind: 'snapshot',
       revision: 1,
-      devices: Array.from({ length: ROUNDS }, (_, index) => facts({ index })),
+      // One device a round of each test: each round binds one ARQ.
+      devices: Array.from({ length: 2 * ROUNDS }, (_, index) => facts({ index })),
     });
     devices = (await a!.listDevices({})).devices.map((d) => d.uuid);
     await a!.createProfile(
@@ -193,5 +200,41 @@ describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one Po
       expect(held.map((d) => d.uuid)).toEqual([bound.deviceUuid]);
     }
     expect(agent.recorded).toHaveLength(ROUNDS);
+  }, 120_000);
+
+  it('two ARQs bound to one new instance by two PATCHes at once, one through each: one 202, one hot add (400), one bind', async () => {
+    const [a, b] = apis as [CyborgApi, CyborgApi];
+    const store = stores[0]!;
+    const recorded = agent.recorded.length;
+    for (let round = 0; round < ROUNDS; round++) {
+      const arqs = [await newArq(a), await newArq(b)];
+      const instance = randomUUID();
+      agent.hold();
+      // Nova binds an instance's ARQs in one PATCH; two PATCHes for one instance are a hot add.
+      const answers = await Promise.all([
+        http(a, 'PATCH', '/accelerator_requests', bindBody(arqs[0]!, instance)),
+        http(b, 'PATCH', '/accelerator_requests', bindBody(arqs[1]!, instance)),
+      ]);
+      expect(answers.map((r) => r.status).sort(), JSON.stringify(answers.map((r) => r.body))).toEqual([
+        202, 400,
+      ]);
+      const won = arqs[answers.findIndex((r) => r.status === 202)]!;
+      const lost = arqs[answers.findIndex((r) => r.status === 400)]!;
+      expect(fault(answers.find((r) => r.status === 400)!.body)).toBe(
+        `instance_uuid: Instance ${instance} already has accelerator requests (${won}). Cannot bind additional ARQs.`,
+      );
+      agent.let();
+      const bound = await eventually(
+        () => store.getArq(won as Uuid),
+        (now) => now.state === 'bound' && !now.bindClaim,
+        30_000,
+      );
+      expect(bound.instanceUuid).toBe(instance);
+      // The loser was never claimed nor bound: the instance has the winner's ARQ alone.
+      const loser = await store.getArq(lost as Uuid);
+      expect([loser.state, loser.bindClaim ?? null]).toEqual(['initial', null]);
+      expect((await store.listArqs(instance)).map((x) => x.uuid)).toEqual([won]);
+    }
+    expect(agent.recorded.length - recorded).toBe(ROUNDS);
   }, 120_000);
 });

@@ -277,7 +277,9 @@ export class Scheduler {
       : null;
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
-    const binding = new Binding({ useCases, agents, logger });
+    // How bind claims are judged here: this scheduler's id, and alone on its database (SQLite) or not.
+    const judge = { self: id, alone: leases === undefined };
+    const binding = new Binding({ useCases, agents, judge, logger });
     const certificates = new Certificates({ useCases, logger });
     const instances = new Instances(useCases);
     const registration = new Registration({
@@ -351,7 +353,7 @@ export class Scheduler {
           binding,
           placement,
           nodename: (host) => options.placement?.computeNodes[host] ?? host,
-          judge: { self: id, alone: leases === undefined },
+          judge,
           nova: events,
           logger: logged,
         }),

@@ -49,7 +49,12 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
     vi.spyOn(RemoteAgent.prototype, 'recordBinding').mockImplementation(
       async () => void seen('recordBinding'),
     );
-    binding = new Binding({ useCases, agents, logger: pino({ level: 'silent' }) });
+    binding = new Binding({
+      useCases,
+      agents,
+      judge: { self: 'grpc', alone: false },
+      logger: pino({ level: 'silent' }),
+    });
 
     await useCases.registerHost({ ...hostRegistration('h1'), features: ['cleanup.v1', BINDING_FEATURE] });
     await useCases.setHostConnected(H1, true);

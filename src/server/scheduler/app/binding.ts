@@ -26,7 +26,7 @@
 import type { Logger } from 'pino';
 import { relayedReason } from '../../../error-reasons.js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
-import type { Arq, ArqBinding, BindGate, BindResult } from '../domain/arq.js';
+import type { Arq, ArqBinding, BindGate, BindResult, ClaimJudge } from '../domain/arq.js';
 import { type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { type AgentHandle, type AgentPort, BINDING_FEATURE } from './agent-port.js';
@@ -36,6 +36,12 @@ import { type AgentHandle, type AgentPort, BINDING_FEATURE } from './agent-port.
 export interface BindingDeps {
   useCases: UseCases;
   agents: AgentPort;
+  /**
+   * This scheduler's id and whether it is alone on its database: how a Cyborg
+   * bind's claim on an ARQ is judged, which refuses any other bind of it
+   * (gRPC's) while it runs (ARQ_BIND_RUNNING, docs/decisions.md 89).
+   */
+  judge: ClaimJudge;
   logger: Logger;
 }
 
@@ -72,7 +78,12 @@ export class Binding {
     }
     let result: BindResult;
     try {
-      result = await this.deps.useCases.bindArqs(bindings, undefined, await this.gate(bindings));
+      result = await this.deps.useCases.bindArqs(
+        bindings,
+        undefined,
+        await this.gate(bindings),
+        this.deps.judge,
+      );
     } catch (err) {
       await this.deps.useCases.recordBindFailure(bindings, err);
       throw err;

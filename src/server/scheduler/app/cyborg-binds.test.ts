@@ -4,11 +4,12 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
-import { newUuid, type Uuid } from '../../../identifiers.js';
+import { instanceIdOf, newUuid, type Uuid } from '../../../identifiers.js';
 import type { ClaimJudge } from '../domain/arq.js';
 import { facts, hostName, hostRegistration } from '../domain/fixtures.support.js';
 import { validateProfile } from '../domain/profile.js';
 import { openSqliteStore, type SqliteStore } from '../stores.js';
+import { type UseCases, useCasesOver } from '../usecases/use-cases.js';
 import { type AgentHandle, type AgentPort, BINDING_FEATURE } from './agent-port.js';
 import { Binding } from './binding.js';
 import { type CyborgBindPatch, CyborgBinds } from './cyborg-binds.js';
@@ -58,9 +59,9 @@ describe("the Cyborg API's bind workflow: its ARQs are claimed in the database",
   /** h1's two devices, both of provider RP (as a PF's VFs are). */
   let devices: Uuid[];
   /** The Cyborg workflow of one scheduler of the database (`alone`: SQLite's, nobody else on it). */
-  const replica = (self: string, alone = false, claimTtlMs?: number) =>
+  const replica = (self: string, alone = false, claimTtlMs?: number, over: UseCases = useCases) =>
     new CyborgBinds({
-      useCases,
+      useCases: over,
       binding,
       placement: {
         devicesOfProvider: (rp) =>
@@ -96,7 +97,13 @@ describe("the Cyborg API's bind workflow: its ARQs are claimed in the database",
     dir = mkdtempSync(join(tmpdir(), 'berth-cyborg-binds-'));
     useCases = await openSqliteStore(join(dir, 's.db'));
     agents = new HeldAgents();
-    binding = new Binding({ useCases, agents, logger: pino({ level: 'silent' }) });
+    // BindAcceleratorRequests' bind (gRPC), on a scheduler of the database that runs no Cyborg bind.
+    binding = new Binding({
+      useCases,
+      agents,
+      judge: { self: 'grpc', alone: false },
+      logger: pino({ level: 'silent' }),
+    });
     await useCases.registerHost({ ...hostRegistration('h1'), features: ['cleanup.v1', BINDING_FEATURE] });
     await useCases.setHostConnected(H1, true);
     await useCases.upsertInventory(H1, {
@@ -167,6 +174,7 @@ describe("the Cyborg API's bind workflow: its ARQs are claimed in the database",
         bindings: [{ arqUuid: arq, instanceUuid: instance }],
         judge: { self, alone: false },
         ttlMs,
+        viewer: PROJECT,
       });
     await died('dead', 60_000);
     // A replica sharing the database waits for the claim to expire.
@@ -222,5 +230,144 @@ describe("the Cyborg API's bind workflow: its ARQs are claimed in the database",
     expect(hot?.code).toBe('INVALID_ARGUMENT');
     expect(hot?.message).toContain(`already has accelerator requests (${arq})`);
     expect((await useCases.getArq(more)).bindClaim ?? null).toBeNull();
+  });
+
+  /** The use cases of a scheduler of this database whose clock is `skewMs` off. */
+  const skewed = (skewMs: number) => useCasesOver(useCases.db, { now: () => new Date(Date.now() + skewMs) });
+  const HOUR = 3_600_000;
+  /** Waits until the database's time is past `iso` (a claim expired by it). */
+  const pastInDatabase = async (iso: string) => {
+    while (Date.parse(await useCases.databaseNow()) <= Date.parse(iso))
+      await new Promise((r) => setImmediate(r));
+  };
+
+  it("claims are written and judged by the database's time: a clock far off neither ends a live claim nor keeps a dead one", async () => {
+    const arq = await newArq();
+    const instance = newUuid();
+    agents.hold();
+    const a = replica('A');
+    await a.bind(PROJECT, [patch(arq, instance)]);
+    // An hour ahead: A's claim (120 s) would look expired by this clock; it is not.
+    const ahead = replica('ahead', false, undefined, skewed(HOUR));
+    expect((await refusal(ahead.bind(PROJECT, [patch(arq, instance)])))?.reason).toBe('ARQ_BIND_RUNNING');
+    expect((await refusal(ahead.unbind(PROJECT, [arq])))?.reason).toBe('ARQ_BIND_RUNNING');
+    agents.let();
+    await a.settled();
+    await useCases.unbindArqs([arq]);
+    // A holder that died, its claim expired by the database's time.
+    const claim = await useCases.claimBinds({
+      bindings: [{ arqUuid: arq, instanceUuid: instance }],
+      judge: { self: 'dead', alone: false },
+      ttlMs: 1,
+      viewer: PROJECT,
+    });
+    expect(claim).toHaveLength(1);
+    await pastInDatabase((await useCases.getArq(arq)).bindClaim!.expires);
+    // An hour behind, the dead claim would still look live by this clock; it is taken.
+    const behindUseCases = skewed(-HOUR);
+    const behind = replica('behind', false, undefined, behindUseCases);
+    agents.hold();
+    const before = Date.parse(await useCases.databaseNow());
+    await behind.bind(PROJECT, [patch(arq, instance)]);
+    // Its own claim runs from the database's now, not from its clock's (an hour early).
+    const expires = Date.parse((await useCases.getArq(arq)).bindClaim!.expires);
+    expect(expires).toBeGreaterThanOrEqual(before + 120_000);
+    expect(expires).toBeLessThan(Date.parse(await useCases.databaseNow()) + 120_000 + 1);
+    agents.let();
+    await behind.settled();
+    expect(await useCases.getArq(arq)).toMatchObject({
+      state: 'bound',
+      instanceUuid: instance,
+      bindClaim: null,
+    });
+  });
+
+  it('a bind of other ARQs to an instance another bind has claimed is a hot add, before that bind commits', async () => {
+    // A third device of provider RP: this test binds three ARQs.
+    await useCases.upsertInventory(H1, {
+      kind: 'snapshot',
+      revision: 2,
+      devices: [facts({ index: 0 }), facts({ index: 1 }), facts({ index: 2 })],
+    });
+    devices = (await useCases.listDevices({})).devices.map((d) => d.uuid);
+    const [first, second] = [await newArq(), await newArq()];
+    const instance = newUuid();
+    // Scheduler A claimed `first` for the instance; its bind has not committed (the ARQ names no instance yet).
+    await useCases.claimBinds({
+      bindings: [{ arqUuid: first, instanceUuid: instance }],
+      judge: { self: 'A', alone: false },
+      ttlMs: 60_000,
+      viewer: PROJECT,
+    });
+    expect(await useCases.getArq(first)).toMatchObject({ state: 'initial', instanceUuid: null });
+    const hot = await refusal(replica('B').bind(PROJECT, [patch(second, instance)]));
+    expect(hot).toMatchObject({ code: 'INVALID_ARGUMENT' });
+    expect(hot?.message).toBe(
+      `instance_uuid: Instance ${instance} already has accelerator requests (${first}). Cannot bind additional ARQs.`,
+    );
+    // Another project's caller is not told the uuid.
+    const theirs = await newArq('p2');
+    const hidden = await refusal(
+      replica('B').bind({ project: 'p2', admin: false }, [patch(theirs, instance)]),
+    );
+    expect(hidden?.message).toBe(
+      `instance_uuid: Instance ${instance} already has accelerator requests. Cannot bind additional ARQs.`,
+    );
+    expect((await useCases.getArq(second)).bindClaim ?? null).toBeNull();
+    // Both of the instance's ARQs in one PATCH are one bind, not a hot add (once A's claim is gone).
+    await useCases.releaseBindClaims([first], 'A');
+    const both = replica('B');
+    await both.bind(PROJECT, [patch(first, instance), patch(second, instance)]);
+    await both.settled();
+    expect((await useCases.listArqs(instance)).map((a) => a.state)).toEqual(['bound', 'bound']);
+    // A claim that expired (its holder died) does not make a hot add.
+    const later = await newArq();
+    const other = newUuid();
+    await useCases.claimBinds({
+      bindings: [{ arqUuid: later, instanceUuid: other }],
+      judge: { self: 'dead', alone: false },
+      ttlMs: 1,
+      viewer: PROJECT,
+    });
+    await pastInDatabase((await useCases.getArq(later)).bindClaim!.expires);
+    const third = await newArq();
+    await both.bind(PROJECT, [patch(third, other)]);
+    await both.settled();
+    expect((await useCases.getArq(third)).state).toBe('bound');
+  });
+
+  it('BindAcceleratorRequests (gRPC) of an ARQ whose Cyborg bind runs is refused ARQ_BIND_RUNNING, and leaves the ARQ as it was', async () => {
+    const arq = await newArq();
+    const instance = newUuid();
+    agents.hold();
+    const cyborg = replica('A');
+    await cyborg.bind(PROJECT, [patch(arq, instance)]);
+    // As arq-service.ts builds it: the same instance (a retry would pass) and another.
+    for (const to of [instance, newUuid()]) {
+      const e = await refusal(
+        binding.bind([{ arqUuid: arq, instanceUuid: instanceIdOf(to), host: H1 }], 'svc'),
+      );
+      expect(e).toEqual({
+        code: 'FAILED_PRECONDITION',
+        reason: 'ARQ_BIND_RUNNING',
+        message: `${arq}: a bind of ARQ ${arq} is running`,
+      });
+    }
+    // Not recorded as a failure on the ARQ: the Cyborg bind goes on, and is the one bind.
+    expect((await useCases.getArq(arq)).state).not.toBe('bind_failed');
+    agents.let();
+    await cyborg.settled();
+    expect(await useCases.getArq(arq)).toMatchObject({
+      state: 'bound',
+      instanceUuid: instance,
+      bindClaim: null,
+    });
+    expect(agents.recorded).toEqual([arq]);
+    // Once it ended, gRPC's retry of the same binding is one (the claim is gone).
+    const again = await binding.bind(
+      [{ arqUuid: arq, instanceUuid: instanceIdOf(instance), host: H1 }],
+      'svc',
+    );
+    expect(again.map((a) => a.uuid)).toEqual([arq]);
   });
 });

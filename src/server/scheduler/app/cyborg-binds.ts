@@ -7,16 +7,19 @@
  *
  * - A bind is checked whole before anything is done: every ARQ visible to
  *   the caller, none bound to another instance, none with a bind running, the
- *   provider Nova allocated one of Berth's devices on the host named, one
- *   project for the instance, and no ARQ of the instance left out (Cyborg
- *   refuses a hot add).
+ *   provider Nova allocated one of Berth's devices on the host named, and one
+ *   project for the instance.
  * - Then its ARQs are claimed in the database (`claimBinds`, one unit): of two
  *   binds of one ARQ, on one scheduler or on two over one database, one runs
  *   and the other is refused (ARQ_BIND_RUNNING, Cyborg's 409) — the rule a
  *   per-process set of running binds used to keep on one process only
- *   (docs/decisions.md 81). `bind` resolves once claimed: the bind itself
- *   (app/binding.ts: the unit, each agent records it, undo) runs on, and Nova
- *   is told how it ended by the event its units wrote.
+ *   (docs/decisions.md 81). The claim names the instance, and the same unit,
+ *   under the instance's lock, refuses a hot add (the instance has other ARQs,
+ *   bound or claimed: Cyborg's 400), so two binds to one instance cannot both
+ *   pass (89). Claims are judged by the database's time. `bind` resolves
+ *   once claimed: the bind itself (app/binding.ts: the unit, each agent
+ *   records it, undo) runs on, and Nova is told how it ended by the event its
+ *   units wrote.
  * - When the bind is final its hold on Nova's events is let go (confirmed
  *   binds), then its claim. A scheduler that dies meanwhile leaves the claim
  *   until it expires (`claimTtlMs`); on SQLite, where a scheduler is alone on
@@ -98,12 +101,12 @@ export class CyborgBinds {
   async bind(viewer: ArqViewer, patches: CyborgBindPatch[]): Promise<void> {
     const { useCases, placement, judge } = this.deps;
     const instance = patches[0]!.instanceUuid;
-    const asked = new Set<string>(patches.map((p) => p.arqUuid));
     const bindings: ArqBinding[] = [];
     /** ARQs already bound as asked (Nova retrying): their bind holds nothing, and what their event's sender claims is not let go. */
     const retried = new Set<string>();
     let owner: string | null = null;
-    const now = new Date().toISOString();
+    // Claims are judged by the database's time, never this scheduler's clock (docs/decisions.md 89).
+    const now = await useCases.databaseNow();
     for (const p of patches) {
       const arq = await visibleArq(useCases, viewer, p.arqUuid);
       if (arq.state === 'bound' && arq.instanceUuid !== p.instanceUuid) throw boundElsewhereError(arq);
@@ -137,23 +140,17 @@ export class CyborgBinds {
         host,
         devices: devices.map((d) => d.deviceUuid),
         ...(this.deps.nova ? { notifyNova: this.deps.nova.hold } : {}),
+        claimed: true,
       });
     }
-    // Cyborg: an instance that already has other ARQs cannot bind more (no hot add).
-    const others = (await useCases.listArqs(instance)).filter((a) => !asked.has(a.uuid));
-    if (others.length > 0) {
-      // Named only when the caller may see them: another project's ARQ uuids are not told.
-      const shown = others.filter((a) => visibleTo(viewer, a)).map((a) => a.uuid);
-      throw invalidArgument(
-        'instance_uuid',
-        `Instance ${instance} already has accelerator requests${shown.length > 0 ? ` (${shown.join(', ')})` : ''}. Cannot bind additional ARQs.`,
-      );
-    }
-    // The claim, in the database: checked again under the ARQs' row locks, so no other bind runs too.
+    // The claim, in the database: checked again under the ARQs' row locks, so no other bind runs
+    // too; and, under the instance's lock, no hot add (Cyborg: an instance that has other ARQs,
+    // or another bind's claim, cannot bind more), so two binds to one instance cannot both pass.
     const claimed = await useCases.claimBinds({
       bindings,
       judge,
       ttlMs: this.deps.claimTtlMs ?? BIND_CLAIM_TTL_MS,
+      viewer,
     });
     // Bound meanwhile as asked (another scheduler's bind ended): a retry now.
     for (const a of claimed) if (a.state === 'bound') retried.add(a.uuid);

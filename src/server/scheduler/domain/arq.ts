@@ -4,7 +4,7 @@
  * every change goes through `transitionArq`, so an ARQ cannot skip a state.
  */
 
-import { BerthError, failedPrecondition } from '../../../errors.js';
+import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import {
   type HostName,
   type InstanceId,
@@ -82,8 +82,14 @@ export interface Arq {
 export interface BindClaim {
   /** The binding scheduler's id. */
   holder: string;
-  /** ISO time, by the claiming scheduler's clock. */
+  /** ISO time, by the database's clock (docs/decisions.md 89). */
   expires: string;
+  /**
+   * The instance the bind is for: a claim covers its instance too, so a bind of
+   * other ARQs to it is a hot add while this one runs (absent in claims of
+   * schedulers before decision 89).
+   */
+  instanceUuid?: string;
 }
 
 /**
@@ -114,6 +120,19 @@ export const boundElsewhereError = (arq: Arq): BerthError =>
     `${arq.uuid}: ARQ ${arq.uuid} is already bound to instance ${arq.instanceUuid}`,
     { arq_uuid: arq.uuid },
   );
+
+/**
+ * Cyborg's refusal of a hot add: instance `instance` already has ARQs
+ * (`others`: bound, failed, or claimed by a bind that runs) besides those
+ * asked. Their uuids are named only when `viewer` may see them.
+ */
+export function hotAddError(instance: string, others: readonly Arq[], viewer: ArqViewer): BerthError {
+  const shown = others.filter((a) => visibleTo(viewer, a)).map((a) => a.uuid);
+  return invalidArgument(
+    'instance_uuid',
+    `Instance ${instance} already has accelerator requests${shown.length > 0 ? ` (${shown.join(', ')})` : ''}. Cannot bind additional ARQs.`,
+  );
+}
 
 /** Who reads ARQs through the Cyborg API: a project, or an admin (who sees every project's). */
 export interface ArqViewer {
@@ -273,6 +292,12 @@ export interface ArqBinding {
    * API's binds), held by the binding scheduler until the bind is final.
    */
   notifyNova?: NovaHold;
+  /**
+   * The bind runs under its ARQs' bind claims (the Cyborg API's, taken by
+   * `claimBinds`), which therefore do not refuse it; any other bind (gRPC's) of
+   * an ARQ with a live claim is refused ARQ_BIND_RUNNING (docs/decisions.md 89).
+   */
+  claimed?: true;
 }
 
 /**

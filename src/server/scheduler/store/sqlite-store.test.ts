@@ -81,7 +81,7 @@ describe('SqliteStore specifics', () => {
       try {
         expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
         const rows = db.prepare('SELECT version FROM schema_migrations').all() as Array<{ version: number }>;
-        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+        expect(rows.map((r) => r.version)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9]);
         const plan = db
           .prepare(
             "EXPLAIN QUERY PLAN SELECT record FROM devices WHERE host = ? AND resource_class = ? AND device_state = 'available'",

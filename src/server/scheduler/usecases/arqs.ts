@@ -3,7 +3,14 @@
 import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import type { Uuid } from '../../../identifiers.js';
 import { describeRejections, type PickFn, pickDevice } from '../domain/allocation.js';
-import type { ArqBinding, BindGate, BindResult, CreateArqsRequest, DeleteArqsResult } from '../domain/arq.js';
+import type {
+  ArqBinding,
+  ArqViewer,
+  BindGate,
+  BindResult,
+  CreateArqsRequest,
+  DeleteArqsResult,
+} from '../domain/arq.js';
 import {
   type Arq,
   arqBound,
@@ -14,6 +21,7 @@ import {
   boundElsewhereError,
   type ClaimJudge,
   gateRefusal,
+  hotAddError,
   newArq,
   sameBinding,
   transitionArq,
@@ -112,6 +120,7 @@ export async function bindArqs(
   bindings: ArqBinding[],
   pick: PickFn = pickDevice,
   gate?: BindGate,
+  judge?: ClaimJudge,
 ): Promise<BindResult> {
   const seenUuids = new Set<string>();
   // The identifiers and tags were parsed where they entered (branded types); what is left is the request's own rule.
@@ -125,9 +134,16 @@ export async function bindArqs(
     const arqs: Arq[] = [];
     const devices: DeviceRecord[] = [];
     const newlyBound: string[] = [];
+    /** The database's time, read once an ARQ has a bind claim to judge. */
+    let now: string | undefined;
     for (const [i, b] of bindings.entries()) {
       await tx.uow.lockInstance(b.instanceUuid);
       const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
+      // A Cyborg bind runs on this ARQ (its claim): no other bind meanwhile, retry or not.
+      if (judge && arq.bindClaim && !b.claimed) {
+        now ??= await tx.uow.databaseNow();
+        if (bindRunning(arq, now, judge)) throw bindRunningError(arq.uuid);
+      }
       if (sameBinding(arq, b)) {
         arqs.push(arq);
         devices.push(await mustDevice(tx.uow, { uuid: arq.deviceUuid! }));
@@ -237,7 +253,7 @@ export async function revertUnconfirmedBind(
  * on the ARQs that could have been bound: a refusal (FAILED_PRECONDITION), or
  * anything that stopped a bind Nova waits for — it ends in an event whatever
  * stopped it (an agent away, a bad tag too). Not for an ARQ bound elsewhere
- * (ARQ_ALREADY_BOUND): that one stays bound. Its own unit, after the bind's.
+ * (ARQ_ALREADY_BOUND): that one stays bound; nor one whose Cyborg bind runs (ARQ_BIND_RUNNING). Its own unit, after the bind's.
  * Each keeps the instance it was asked for (Cyborg's BindFailed), so the
  * instance's deletion (`DELETE ?instance=`) finds it.
  */
@@ -247,7 +263,9 @@ export async function recordBindFailure(
   err: unknown,
 ): Promise<void> {
   const owed = bindings.some((b) => b.notifyNova);
-  if (!(err instanceof BerthError) || err.reason === 'ARQ_ALREADY_BOUND') return;
+  // Refusals that are another bind's ARQ: bound to it, or its bind running.
+  if (!(err instanceof BerthError) || err.reason === 'ARQ_ALREADY_BOUND' || err.reason === 'ARQ_BIND_RUNNING')
+    return;
   if (err.code !== 'FAILED_PRECONDITION' && !owed) return;
   const message = err.message;
   await write(deps, async (tx) => {
@@ -272,27 +290,62 @@ export async function recordBindFailure(
  * nothing, in one unit: a compare-and-set on each ARQ's record, under its row
  * lock, so of two schedulers of one database claiming one ARQ, one gets it and
  * the other ARQ_BIND_RUNNING. Refused too: an ARQ bound to another instance
- * (ARQ_ALREADY_BOUND). The claim lasts `ttlMs` if its holder never lets it go
- * (`releaseBindClaims`). Returns the ARQs as they were before the claim.
+ * (ARQ_ALREADY_BOUND), and a hot add — the instance has other ARQs, bound,
+ * failed or claimed by a bind that runs (INVALID_ARGUMENT, Cyborg's 400,
+ * their uuids told to `viewer` when it may see them). The claim covers its
+ * instance, and the instance is locked first, so of two binds of different
+ * ARQs to one new instance the second sees the first (docs/decisions.md 89).
+ * Times are the database's: the claim lasts `ttlMs` from its now if its holder
+ * never lets it go (`releaseBindClaims`). Returns the ARQs as they were before the claim.
  */
 export async function claimBinds(
   deps: UseCaseDeps,
-  req: { bindings: Array<{ arqUuid: Uuid; instanceUuid: string }>; judge: ClaimJudge; ttlMs: number },
+  req: {
+    bindings: Array<{ arqUuid: Uuid; instanceUuid: string }>;
+    judge: ClaimJudge;
+    ttlMs: number;
+    viewer: ArqViewer;
+  },
 ): Promise<Arq[]> {
+  const asked = new Set<string>(req.bindings.map((b) => b.arqUuid));
   return write(deps, async (tx) => {
-    const now = tx.now();
-    const claim = { holder: req.judge.self, expires: new Date(Date.parse(now) + req.ttlMs).toISOString() };
+    const instances = [...new Set(req.bindings.map((b) => b.instanceUuid))].sort();
+    // The port's lock order, instance before ARQ: two claims for one instance decide one after the other.
+    for (const instance of instances) await tx.uow.lockInstance(instance);
+    const now = await tx.uow.databaseNow();
+    const expires = new Date(Date.parse(now) + req.ttlMs).toISOString();
     const before = new Map<string, Arq>();
     // In uuid order: two claims of overlapping ARQs lock them in one order.
     for (const b of [...req.bindings].sort((x, y) => x.arqUuid.localeCompare(y.arqUuid))) {
       const arq = await mustArq(tx.uow, b.arqUuid, FOR_UPDATE);
       if (bindRunning(arq, now, req.judge)) throw bindRunningError(arq.uuid);
       if (arq.state === 'bound' && arq.instanceUuid !== b.instanceUuid) throw boundElsewhereError(arq);
-      await writeArq(tx, { ...arq, bindClaim: claim });
       before.set(arq.uuid, arq);
+    }
+    for (const instance of instances) {
+      const others = [
+        ...(await tx.uow.arqs({ instanceUuid: instance })),
+        // Claimed for it by a bind that runs, not yet bound to it.
+        ...(await tx.uow.arqs({ bindClaimFor: instance })).filter(
+          (a) => a.instanceUuid !== instance && bindRunning(a, now, req.judge),
+        ),
+      ].filter((a) => !asked.has(a.uuid));
+      if (others.length > 0) throw hotAddError(instance, others, req.viewer);
+    }
+    for (const b of req.bindings) {
+      const arq = before.get(b.arqUuid)!;
+      await writeArq(tx, {
+        ...arq,
+        bindClaim: { holder: req.judge.self, expires, instanceUuid: b.instanceUuid },
+      });
     }
     return req.bindings.map((b) => before.get(b.arqUuid)!);
   });
+}
+
+/** The database's time now: what bind claims are judged by (`claimBinds`). */
+export async function databaseNow(deps: UseCaseDeps): Promise<string> {
+  return read(deps, (r) => r.databaseNow());
 }
 
 /** Lets go of `holder`'s bind claims on ARQs `uuids` (its bind is final); an ARQ gone or claimed by another is left. */
@@ -360,7 +413,7 @@ export async function unbindArqs(
   if (uuids.length === 0) throw invalidArgument('uuids', 'give ARQ uuids');
   return write(deps, async (tx) => {
     const arqs: Arq[] = [];
-    const now = tx.now();
+    const now = judge ? await tx.uow.databaseNow() : '';
     for (const u of uuids) {
       const arq = await mustArq(tx.uow, u, FOR_UPDATE);
       if (judge && bindRunning(arq, now, judge)) throw bindRunningError(arq.uuid);

@@ -160,8 +160,17 @@ export interface ReadUnit {
 
   // accelerator requests
   arq(uuid: string, opts?: ReadOptions): Promise<Arq | null>;
-  /** All ARQs, or one instance's, in creation order. */
-  arqs(filter: { instanceUuid?: string }, opts?: ReadOptions): Promise<Arq[]>;
+  /**
+   * All ARQs, or one instance's, in creation order; or (`bindClaimFor`) those
+   * whose bind claim, live or expired, is for that instance (its ARQs may not
+   * name it yet: their bind has not committed).
+   */
+  arqs(filter: { instanceUuid?: string; bindClaimFor?: string }, opts?: ReadOptions): Promise<Arq[]>;
+  /**
+   * The database's time now (ISO): what bind claims are written and judged by,
+   * as Nova's events' claims are, so no scheduler's clock decides (docs/decisions.md 89).
+   */
+  databaseNow(): Promise<string>;
   /** Who claims the event ARQ `uuid` owes Nova (`claimNovaEvents`), live or expired; null: nobody. */
   novaEventClaimant(uuid: string, opts?: ReadOptions): Promise<string | null>;
   /** How many ARQs owe Nova an event, claimed or not. */

@@ -97,6 +97,7 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   arqs: each(upgradeArq),
   novaEventClaimant: null,
   novaEventsOwedCount: null,
+  databaseNow: null,
   claimNovaEvents: each(upgradeArq),
   holdNovaEvent: null,
   releaseNovaEvent: null,

@@ -82,6 +82,7 @@ const USE_CASES = {
   unbindArqs: arqs.unbindArqs,
   claimBinds: arqs.claimBinds,
   releaseBindClaims: arqs.releaseBindClaims,
+  databaseNow: arqs.databaseNow,
   // the events Nova is owed, and the claims on them (decision 77)
   claimNovaEvents: novaEvents.claimNovaEvents,
   novaEventsOwedCount: novaEvents.novaEventsOwedCount,

@@ -19,6 +19,13 @@ export const KEEP_CLAIM_WHILE_SAME_EVENT = `nova_claim_owner = CASE WHEN arqs.no
            nova_claim_expires = CASE WHEN arqs.nova_event = excluded.nova_event THEN arqs.nova_claim_expires END,
            nova_event = excluded.nova_event`;
 
+/**
+ * The database's time now, as one row's `now`: the one clock every claim is
+ * judged by — Nova's events here, the Cyborg API's bind claims through the
+ * port's `databaseNow` (docs/decisions.md 89) — so the schedulers' clocks do not matter.
+ */
+export const nowSql = (d: Dialect) => `SELECT ${d.now} AS now`;
+
 const free = (d: Dialect) =>
   `nova_event IS NOT NULL AND (nova_claim_expires IS NULL OR nova_claim_expires <= ${d.now})`;
 

@@ -253,6 +253,18 @@ UPDATE arqs SET nova_event = ${d.recordField('novaEvent.status')} || ':' || ${d.
 CREATE INDEX arqs_nova_owed ON arqs (${d.inCreationOrder('nova_claim_expires')}) WHERE nova_event IS NOT NULL;
 `,
   },
+  {
+    version: 9,
+    name: 'bind_claim_instance',
+    // The instance a Cyborg bind's claim is for (docs/decisions.md 89), beside
+    // the record, so the claim of another bind to one instance finds it (no hot
+    // add) before its ARQs carry the instance. Claims of older schedulers name none.
+    sql: (d) => `
+ALTER TABLE arqs ADD COLUMN bind_instance TEXT;
+UPDATE arqs SET bind_instance = ${d.recordField('bindClaim.instanceUuid')};
+CREATE INDEX arqs_bind_instance ON arqs (bind_instance) WHERE bind_instance IS NOT NULL;
+`,
+  },
 ];
 
 /** The table that records which migrations a database has. */

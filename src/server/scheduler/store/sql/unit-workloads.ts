@@ -39,20 +39,30 @@ export abstract class WorkloadRows extends EvidenceRows {
     return this.one(`SELECT record FROM arqs WHERE uuid = ?${this.lock(opts)}`, [uuid]);
   }
 
-  async arqs(filter: { instanceUuid?: string }, opts?: ReadOptions): Promise<Arq[]> {
+  async arqs(filter: { instanceUuid?: string; bindClaimFor?: string }, opts?: ReadOptions): Promise<Arq[]> {
     const order = `ORDER BY ${this.d.creationOrder}${this.lock(opts)}`;
+    if (filter.bindClaimFor) {
+      return this.all(`SELECT record FROM arqs WHERE bind_instance = ? ${order}`, [filter.bindClaimFor]);
+    }
     return filter.instanceUuid
       ? this.all(`SELECT record FROM arqs WHERE instance_uuid = ? ${order}`, [filter.instanceUuid])
       : this.all(`SELECT record FROM arqs ${order}`);
   }
 
+  async databaseNow(): Promise<string> {
+    return andThen(this.r().get<{ now: string | Date }>(claims.nowSql(this.d)), (row) =>
+      new Date(row!.now).toISOString(),
+    );
+  }
+
   async putArq(a: Arq): Promise<void> {
     await this.put(
-      `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, nova_event, record)
-         VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO arqs (uuid, instance_uuid, device_uuid, state, guest_address, nova_event, bind_instance, record)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)
          ON CONFLICT (uuid) DO UPDATE SET instance_uuid = excluded.instance_uuid,
            device_uuid = excluded.device_uuid, state = excluded.state,
-           guest_address = excluded.guest_address, record = excluded.record,
+           guest_address = excluded.guest_address, bind_instance = excluded.bind_instance,
+           record = excluded.record,
            ${claims.KEEP_CLAIM_WHILE_SAME_EVENT}`,
       [
         a.uuid,
@@ -61,6 +71,7 @@ export abstract class WorkloadRows extends EvidenceRows {
         a.state,
         a.guestAddress ?? null,
         claims.novaEventColumn(a),
+        a.bindClaim?.instanceUuid ?? null,
         JSON.stringify(a),
       ],
     );
