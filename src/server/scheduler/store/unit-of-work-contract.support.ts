@@ -15,7 +15,12 @@ import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
 import { facts, hostName, pci, testUuid } from '../domain/fixtures.support.js';
 import type { HostRecord } from '../domain/host.js';
-import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from '../usecases/unit-of-work.js';
+import {
+  ADDRESSES_PER_QUERY,
+  FOR_UPDATE,
+  type TransactionRunner,
+  type UnitOfWork,
+} from '../usecases/unit-of-work.js';
 import { rejection } from './store-contract.support.js';
 
 export type OpenRunner = (path: string) => Promise<TransactionRunner>;
@@ -74,6 +79,23 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       db = await open(path);
       expect(await db.read((r) => r.host('h1'))).toEqual(hostRecord('h1'));
       expect(await db.read((r) => r.deviceCount('h1'))).toBe(1);
+    });
+
+    it('devices by addresses: only those named, of that host, in address order; none named is none; beyond the bound refused', async () => {
+      const ds = [0, 1, 2, 3].map((i) => device(`d-${i}`, i));
+      await db.run(async (uow) => {
+        await uow.putHost(hostRecord('h1'));
+        for (const d of ds) await uow.putDevice(d, null);
+      });
+      const named = [ds[3]!.address, ds[1]!.address, '0000:ff:1f.7'];
+      const got = await db.run((uow) => uow.devices({ host: hostName('h1'), addresses: named }, FOR_UPDATE));
+      expect(got.map((d) => d.address)).toEqual([ds[1]!.address, ds[3]!.address]);
+      expect(await db.read((r) => r.devices({ host: hostName('h2'), addresses: named }))).toEqual([]);
+      expect(await db.read((r) => r.devices({ host: hostName('h1'), addresses: [] }))).toEqual([]);
+      const tooMany = Array.from({ length: ADDRESSES_PER_QUERY + 1 }, () => ds[0]!.address);
+      await expect(db.read((r) => r.devices({ host: hostName('h1'), addresses: tooMany }))).rejects.toThrow(
+        /more than 500/,
+      );
     });
 
     it('a unit that throws leaves nothing, events included, and its error passes through unchanged', async () => {

@@ -63,11 +63,19 @@ export interface ReadOptions {
 export const FOR_UPDATE: ReadOptions = Object.freeze({ forUpdate: true });
 
 /** Devices of a query, always ordered by (host, address). */
+/** Addresses one device query may name (its SQL parameters stay far below any backend's limit). */
+export const ADDRESSES_PER_QUERY = 500;
+
 export interface DeviceQuery extends DeviceFilter {
   /** device_state IN states (with `state`, both must hold). */
   states?: readonly DeviceState[];
   /** Devices whose media has this key (domain/media.ts), on any host. */
   mediaKey?: string;
+  /**
+   * Only these addresses (with `host`: the devices one inventory delta names).
+   * At most ADDRESSES_PER_QUERY of them; none matches nothing.
+   */
+  addresses?: readonly string[];
   /** Keyset paging: only devices after this (host, address). */
   after?: { host: string; address: string };
   /**

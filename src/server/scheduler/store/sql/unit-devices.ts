@@ -5,7 +5,12 @@ import type { DeviceRecord } from '../../domain/device-state.js';
 import type { HostRecord } from '../../domain/host.js';
 import type { DeviceEvent, DeviceRef } from '../../domain/inventory.js';
 import type { MediaState } from '../../domain/media.js';
-import type { DeviceCount, DeviceQuery, ReadOptions } from '../../usecases/unit-of-work.js';
+import {
+  ADDRESSES_PER_QUERY,
+  type DeviceCount,
+  type DeviceQuery,
+  type ReadOptions,
+} from '../../usecases/unit-of-work.js';
 import { andThen, SqlUnitBase } from './unit-base.js';
 
 export abstract class DeviceRows extends SqlUnitBase {
@@ -63,6 +68,16 @@ export abstract class DeviceRows extends SqlUnitBase {
     if (query.states) {
       where.push(`device_state IN (${query.states.map(() => '?').join(', ')})`);
       params.push(...query.states);
+    }
+    if (query.addresses) {
+      if (query.addresses.length === 0) return [];
+      if (query.addresses.length > ADDRESSES_PER_QUERY) {
+        throw new Error(
+          `a device query names ${query.addresses.length} addresses, more than ${ADDRESSES_PER_QUERY}`,
+        );
+      }
+      where.push(`address IN (${query.addresses.map(() => '?').join(', ')})`);
+      params.push(...query.addresses);
     }
     if (query.after) {
       where.push('(host, address) > (?, ?)');
