@@ -26,7 +26,7 @@ import { pageKeyOf, pageSizeOf, pageTokenAfter } from '../domain/pages.js';
 import { read, type Tx, type UseCaseDeps } from './context.js';
 import { checkGeneration, mustDevice, mustHost, writeDevice, writeHost } from './records.js';
 import { write } from './unit.js';
-import { ADDRESSES_PER_QUERY, type DeviceQuery, FOR_UPDATE } from './unit-of-work.js';
+import { type DeviceQuery, FOR_UPDATE, NAMES_PER_QUERY } from './unit-of-work.js';
 
 /**
  * Apply an agent snapshot or delta: insert new devices, update changed ones
@@ -96,7 +96,7 @@ export async function upsertInventory(
   });
 }
 
-/** The host's devices, locked: all of them, or those at `addresses` (a query per ADDRESSES_PER_QUERY). */
+/** The host's devices, locked: all of them, or those at `addresses` (a query per NAMES_PER_QUERY). */
 async function hostDevices(
   tx: Tx,
   host: HostName,
@@ -106,8 +106,8 @@ async function hostDevices(
   // In address order, as a full read locks them.
   const unique = [...new Set(addresses)].sort();
   const out: DeviceRecord[] = [];
-  for (let i = 0; i < unique.length; i += ADDRESSES_PER_QUERY) {
-    const chunk = unique.slice(i, i + ADDRESSES_PER_QUERY);
+  for (let i = 0; i < unique.length; i += NAMES_PER_QUERY) {
+    const chunk = unique.slice(i, i + NAMES_PER_QUERY);
     out.push(...(await tx.uow.devices({ host, addresses: chunk }, FOR_UPDATE)));
   }
   return out;

@@ -63,8 +63,8 @@ export interface ReadOptions {
 export const FOR_UPDATE: ReadOptions = Object.freeze({ forUpdate: true });
 
 /** Devices of a query, always ordered by (host, address). */
-/** Addresses one device query may name (its SQL parameters stay far below any backend's limit). */
-export const ADDRESSES_PER_QUERY = 500;
+/** Addresses or media keys one query may name (its SQL parameters stay far below any backend's limit). */
+export const NAMES_PER_QUERY = 500;
 
 export interface DeviceQuery extends DeviceFilter {
   /** device_state IN states (with `state`, both must hold). */
@@ -73,9 +73,11 @@ export interface DeviceQuery extends DeviceFilter {
   mediaKey?: string;
   /**
    * Only these addresses (with `host`: the devices one inventory delta names).
-   * At most ADDRESSES_PER_QUERY of them; none matches nothing.
+   * At most NAMES_PER_QUERY of them; none matches nothing.
    */
   addresses?: readonly string[];
+  /** Devices whose media has one of these keys, on any host (at most NAMES_PER_QUERY; none matches nothing). */
+  mediaKeys?: readonly string[];
   /** Keyset paging: only devices after this (host, address). */
   after?: { host: string; address: string };
   /**
@@ -122,6 +124,8 @@ export interface ReadUnit {
   // media (docs/media-identity.md)
   /** The scheduler's record of a media, by key. */
   media(key: string, opts?: ReadOptions): Promise<MediaState | null>;
+  /** The records of the media with these keys (those the scheduler has), in key order; at most NAMES_PER_QUERY. */
+  mediaByKeys(keys: readonly string[], opts?: ReadOptions): Promise<MediaState[]>;
   /**
    * How many media records the scheduler keeps that only `host` reported: its
    * rows last seen or reported on that host, not forgotten, of which no device

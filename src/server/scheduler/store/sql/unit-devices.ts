@@ -6,9 +6,9 @@ import type { HostRecord } from '../../domain/host.js';
 import type { DeviceEvent, DeviceRef } from '../../domain/inventory.js';
 import type { MediaState } from '../../domain/media.js';
 import {
-  ADDRESSES_PER_QUERY,
   type DeviceCount,
   type DeviceQuery,
+  NAMES_PER_QUERY,
   type ReadOptions,
 } from '../../usecases/unit-of-work.js';
 import { andThen, SqlUnitBase } from './unit-base.js';
@@ -69,15 +69,14 @@ export abstract class DeviceRows extends SqlUnitBase {
       where.push(`device_state IN (${query.states.map(() => '?').join(', ')})`);
       params.push(...query.states);
     }
-    if (query.addresses) {
-      if (query.addresses.length === 0) return [];
-      if (query.addresses.length > ADDRESSES_PER_QUERY) {
-        throw new Error(
-          `a device query names ${query.addresses.length} addresses, more than ${ADDRESSES_PER_QUERY}`,
-        );
-      }
-      where.push(`address IN (${query.addresses.map(() => '?').join(', ')})`);
-      params.push(...query.addresses);
+    for (const [column, names] of [
+      ['address', query.addresses],
+      ['media_key', query.mediaKeys],
+    ] as const) {
+      if (!names) continue;
+      if (names.length === 0) return [];
+      where.push(`${column} IN (${inList(names, column)})`);
+      params.push(...names);
     }
     if (query.after) {
       where.push('(host, address) > (?, ?)');
@@ -185,6 +184,14 @@ export abstract class DeviceRows extends SqlUnitBase {
     return this.one(`SELECT record FROM media WHERE key = ?${this.lock(opts)}`, [key]);
   }
 
+  async mediaByKeys(keys: readonly string[], opts?: ReadOptions): Promise<MediaState[]> {
+    if (keys.length === 0) return [];
+    return this.all(
+      `SELECT record FROM media WHERE key IN (${inList(keys, 'key')}) ORDER BY key${this.lock(opts)}`,
+      [...keys],
+    );
+  }
+
   async putMedia(m: MediaState): Promise<void> {
     await this.put(
       `INSERT INTO media (key, record, host) VALUES (?, ?, ?)
@@ -244,4 +251,12 @@ export abstract class DeviceRows extends SqlUnitBase {
       (row) => row?.value ?? 0,
     );
   }
+}
+
+/** The placeholders of an IN list of at most NAMES_PER_QUERY names. */
+function inList(names: readonly string[], column: string): string {
+  if (names.length > NAMES_PER_QUERY) {
+    throw new Error(`a query names ${names.length} values of ${column}, more than ${NAMES_PER_QUERY}`);
+  }
+  return names.map(() => '?').join(', ');
 }
