@@ -1,5 +1,5 @@
 /** The inventory stream taken a batch at a time, and cut into units (a burst of VFs is one unit). */
-import { PassThrough } from 'node:stream';
+import { PassThrough, Readable } from 'node:stream';
 import { describe, expect, it } from 'vitest';
 import type { WatchInventoryResponse } from '../../../gen/berth/agent/v1/agent.js';
 import type { Device } from '../../../gen/berth/agent/v1/device.js';
@@ -56,6 +56,24 @@ describe('inBatches', () => {
     expect(batches.flat()).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
     expect(batches.every((b) => b.length <= 4)).toBe(true);
     expect(batches.length).toBeLessThan(10);
+  });
+
+  it("reads past the stream's high-water mark while more keeps coming, as gRPC's client streams deliver", async () => {
+    // gRPC asks the transport for one message per _read and pushes it a few
+    // microtasks later, so at most 16 are ever buffered (decision 87).
+    let next = 0;
+    const stream = new Readable({
+      objectMode: true,
+      highWaterMark: 16,
+      read() {
+        const n = next++;
+        void Promise.resolve().then(() => this.push(n < 1000 ? n : null));
+      },
+    });
+    const batches: number[][] = [];
+    for await (const b of inBatches<number>(stream, 600)) batches.push(b);
+    expect(batches.flat()).toEqual(Array.from({ length: 1000 }, (_, i) => i));
+    expect(batches.map((b) => b.length)).toEqual([600, 400]);
   });
 
   it('waits for a message that is not there yet', async () => {

@@ -449,7 +449,12 @@ const INVENTORY_BATCH = 1024;
 
 /**
  * The messages of a stream that are already there, a batch at a time: the
- * first waits, the rest are those buffered behind it (at most `max`).
+ * first waits, the rest are those that arrived behind it (at most `max`).
+ * The stream buffers only its high-water mark (16 objects for gRPC's client
+ * streams) and asks the transport for the next message once one is read, so
+ * a batch keeps reading across turns of the event loop while each turn brings
+ * more, and ends at the first two turns that bring none (decision 87: batches
+ * of 16 made a burst of 1,024 functions 64 units).
  */
 export async function* inBatches<T>(stream: NodeJS.ReadableStream, max: number): AsyncGenerator<T[]> {
   const it = stream[Symbol.asyncIterator]();
@@ -457,10 +462,16 @@ export async function* inBatches<T>(stream: NodeJS.ReadableStream, max: number):
     const next = await it.next();
     if (next.done) return;
     const batch = [next.value as T];
-    while (batch.length < max) {
-      const more = stream.read() as T | null;
-      if (more === null) break;
-      batch.push(more);
+    for (let idle = 0; ; ) {
+      const before = batch.length;
+      while (batch.length < max) {
+        const more = stream.read() as T | null;
+        if (more === null) break;
+        batch.push(more);
+      }
+      idle = batch.length === before ? idle + 1 : 0;
+      if (batch.length === max || idle === 2) break;
+      await new Promise<void>((r) => setImmediate(r));
     }
     yield batch;
   }

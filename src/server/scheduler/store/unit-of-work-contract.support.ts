@@ -13,9 +13,15 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { BerthError } from '../../../errors.js';
 import type { CleanupJob } from '../domain/cleanup.js';
 import { type DeviceRecord, newDevice } from '../domain/device-state.js';
-import { facts, hostName, pci, testUuid } from '../domain/fixtures.support.js';
+import { facts, hostName, nvmeMedia, pci, testUuid } from '../domain/fixtures.support.js';
 import type { HostRecord } from '../domain/host.js';
-import { FOR_UPDATE, type TransactionRunner, type UnitOfWork } from '../usecases/unit-of-work.js';
+import { firstSight } from '../domain/media.js';
+import {
+  FOR_UPDATE,
+  NAMES_PER_QUERY,
+  type TransactionRunner,
+  type UnitOfWork,
+} from '../usecases/unit-of-work.js';
 import { rejection } from './store-contract.support.js';
 
 export type OpenRunner = (path: string) => Promise<TransactionRunner>;
@@ -74,6 +80,40 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       db = await open(path);
       expect(await db.read((r) => r.host('h1'))).toEqual(hostRecord('h1'));
       expect(await db.read((r) => r.deviceCount('h1'))).toBe(1);
+    });
+
+    it('devices by addresses or media keys, media by keys: only those named, in order; none named is none; beyond the bound refused', async () => {
+      const ds = [0, 1, 2, 3].map((i) => ({
+        ...newDevice(
+          hostName('h1'),
+          facts({ index: i, ...nvmeMedia(`nqn.test:m${i % 3}`) }),
+          testUuid(`d-${i}`),
+          NOW,
+        ),
+        generation: 1,
+      }));
+      await db.run(async (uow) => {
+        await uow.putHost(hostRecord('h1'));
+        for (const d of ds) await uow.putDevice(d, null);
+        for (const d of [ds[0]!, ds[2]!]) await uow.putMedia(firstSight(d, null, NOW));
+      });
+      const named = [ds[3]!.address, ds[1]!.address, '0000:ff:1f.7'];
+      const got = await db.run((uow) => uow.devices({ host: hostName('h1'), addresses: named }, FOR_UPDATE));
+      expect(got.map((d) => d.address)).toEqual([ds[1]!.address, ds[3]!.address]);
+      expect(await db.read((r) => r.devices({ host: hostName('h2'), addresses: named }))).toEqual([]);
+      expect(await db.read((r) => r.devices({ host: hostName('h1'), addresses: [] }))).toEqual([]);
+      // m0 has devices 0 and 3; m2 has device 2 and m1 device 1, but only m0 and m2 have records.
+      const keys = ['nvme:nqn.test:m2', 'nvme:nqn.test:m0', 'nvme:nqn.test:none'];
+      const byMedia = await db.run((uow) => uow.devices({ mediaKeys: keys }, FOR_UPDATE));
+      expect(byMedia.map((d) => d.uuid)).toEqual(['d-0', 'd-2', 'd-3']);
+      const media = await db.run((uow) => uow.mediaByKeys(keys, FOR_UPDATE));
+      expect(media.map((m) => m.key)).toEqual(['nvme:nqn.test:m0', 'nvme:nqn.test:m2']);
+      expect(await db.read((r) => r.mediaByKeys([]))).toEqual([]);
+      const tooMany = Array.from({ length: NAMES_PER_QUERY + 1 }, () => ds[0]!.address);
+      await expect(db.read((r) => r.devices({ host: hostName('h1'), addresses: tooMany }))).rejects.toThrow(
+        /more than 500/,
+      );
+      await expect(db.read((r) => r.mediaByKeys(tooMany))).rejects.toThrow(/more than 500/);
     });
 
     it('a unit that throws leaves nothing, events included, and its error passes through unchanged', async () => {

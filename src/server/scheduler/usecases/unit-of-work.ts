@@ -63,11 +63,21 @@ export interface ReadOptions {
 export const FOR_UPDATE: ReadOptions = Object.freeze({ forUpdate: true });
 
 /** Devices of a query, always ordered by (host, address). */
+/** Addresses or media keys one query may name (its SQL parameters stay far below any backend's limit). */
+export const NAMES_PER_QUERY = 500;
+
 export interface DeviceQuery extends DeviceFilter {
   /** device_state IN states (with `state`, both must hold). */
   states?: readonly DeviceState[];
   /** Devices whose media has this key (domain/media.ts), on any host. */
   mediaKey?: string;
+  /**
+   * Only these addresses (with `host`: the devices one inventory delta names).
+   * At most NAMES_PER_QUERY of them; none matches nothing.
+   */
+  addresses?: readonly string[];
+  /** Devices whose media has one of these keys, on any host (at most NAMES_PER_QUERY; none matches nothing). */
+  mediaKeys?: readonly string[];
   /** Keyset paging: only devices after this (host, address). */
   after?: { host: string; address: string };
   /**
@@ -114,6 +124,8 @@ export interface ReadUnit {
   // media (docs/media-identity.md)
   /** The scheduler's record of a media, by key. */
   media(key: string, opts?: ReadOptions): Promise<MediaState | null>;
+  /** The records of the media with these keys (those the scheduler has), in key order; at most NAMES_PER_QUERY. */
+  mediaByKeys(keys: readonly string[], opts?: ReadOptions): Promise<MediaState[]>;
   /**
    * How many media records the scheduler keeps that only `host` reported: its
    * rows last seen or reported on that host, not forgotten, of which no device

@@ -79,6 +79,7 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   busyIommuGroups: null,
   deviceCounts: null,
   media: (m) => m && upgradeMedia(m),
+  mediaByKeys: each(upgradeMedia),
   reportedMediaCount: null,
   mediaForgotten: null,
   agentKeys: null,

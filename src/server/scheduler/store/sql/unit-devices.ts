@@ -5,7 +5,12 @@ import type { DeviceRecord } from '../../domain/device-state.js';
 import type { HostRecord } from '../../domain/host.js';
 import type { DeviceEvent, DeviceRef } from '../../domain/inventory.js';
 import type { MediaState } from '../../domain/media.js';
-import type { DeviceCount, DeviceQuery, ReadOptions } from '../../usecases/unit-of-work.js';
+import {
+  type DeviceCount,
+  type DeviceQuery,
+  NAMES_PER_QUERY,
+  type ReadOptions,
+} from '../../usecases/unit-of-work.js';
 import { andThen, SqlUnitBase } from './unit-base.js';
 
 export abstract class DeviceRows extends SqlUnitBase {
@@ -63,6 +68,15 @@ export abstract class DeviceRows extends SqlUnitBase {
     if (query.states) {
       where.push(`device_state IN (${query.states.map(() => '?').join(', ')})`);
       params.push(...query.states);
+    }
+    for (const [column, names] of [
+      ['address', query.addresses],
+      ['media_key', query.mediaKeys],
+    ] as const) {
+      if (!names) continue;
+      if (names.length === 0) return [];
+      where.push(`${column} IN (${inList(names, column)})`);
+      params.push(...names);
     }
     if (query.after) {
       where.push('(host, address) > (?, ?)');
@@ -170,6 +184,14 @@ export abstract class DeviceRows extends SqlUnitBase {
     return this.one(`SELECT record FROM media WHERE key = ?${this.lock(opts)}`, [key]);
   }
 
+  async mediaByKeys(keys: readonly string[], opts?: ReadOptions): Promise<MediaState[]> {
+    if (keys.length === 0) return [];
+    return this.all(
+      `SELECT record FROM media WHERE key IN (${inList(keys, 'key')}) ORDER BY key${this.lock(opts)}`,
+      [...keys],
+    );
+  }
+
   async putMedia(m: MediaState): Promise<void> {
     await this.put(
       `INSERT INTO media (key, record, host) VALUES (?, ?, ?)
@@ -229,4 +251,12 @@ export abstract class DeviceRows extends SqlUnitBase {
       (row) => row?.value ?? 0,
     );
   }
+}
+
+/** The placeholders of an IN list of at most NAMES_PER_QUERY names. */
+function inList(names: readonly string[], column: string): string {
+  if (names.length > NAMES_PER_QUERY) {
+    throw new Error(`a query names ${names.length} values of ${column}, more than ${NAMES_PER_QUERY}`);
+  }
+  return names.map(() => '?').join(', ');
 }

@@ -1,0 +1,242 @@
+/**
+ * A burst of inventory changes reaches the store in a bounded number of units
+ * and every device's WatchDevices event once per change (decisions 73, 87).
+ * The agent here is scripted, to send what the simulator does not: within one
+ * burst, functions that appear and disappear again, and functions of the
+ * snapshot that go and come back, all written at once.
+ */
+import { join } from 'node:path';
+import {
+  type handleServerStreamingCall,
+  type handleUnaryCall,
+  Server,
+  ServerCredentials,
+  type ServerWritableStream,
+} from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import {
+  AgentServiceService,
+  type WatchInventoryRequest,
+  type WatchInventoryResponse,
+} from '../../src/gen/berth/agent/v1/agent.js';
+import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/berth/agent/v1/device.js';
+import { Health as SchedulerHealth } from '../../src/gen/berth/scheduler/v1/device.js';
+import {
+  DeviceServiceClient,
+  type WatchDevicesResponse,
+} from '../../src/gen/berth/scheduler/v1/device_service.js';
+import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
+import { hostName } from '../../src/server/scheduler/domain/fixtures.support.js';
+import { Scheduler } from '../../src/server/scheduler/scheduler.js';
+import { tempDir } from '../helpers/agent.js';
+import { call, insecure } from '../helpers/grpc.js';
+import { waitFor } from '../helpers/wait.js';
+
+const HOST = hostName('burst');
+const EPOCH = 'burst-epoch';
+
+const vf = (address: string): Device => ({
+  address,
+  vendorId: '8086',
+  productId: '154c',
+  classCode: '020000',
+  kernelDriver: 'vfio-pci',
+  driver: 'pci',
+  type: DeviceType.DEVICE_TYPE_PCI,
+  functionKind: FunctionKind.FUNCTION_KIND_VF,
+  physfn: '0000:3b:00.0',
+  iommuGroup: 0,
+  iommuGroupPeers: [],
+  numaNode: 0,
+  resourceClass: 'CUSTOM_PCI_8086_154C',
+  traits: [],
+  managed: true,
+  liveMigratable: false,
+  oneTimeUse: false,
+  supportsCleaning: false,
+  cleanupAction: '',
+  health: Health.HEALTH_HEALTHY,
+  healthReason: '',
+  unallocatableReason: '',
+  attributes: {},
+  media: undefined,
+  mediaRecord: undefined,
+});
+
+const at = (bus: number, i: number) =>
+  `0000:${bus.toString(16).padStart(2, '0')}:${(i >> 3).toString(16).padStart(2, '0')}.${i & 7}`;
+
+/** In the snapshot: 16 functions on bus 3c; the burst adds 256 on bus 3d. */
+const BEFORE = Array.from({ length: 16 }, (_, i) => at(0x3c, i));
+const NEW = Array.from({ length: 256 }, (_, i) => at(0x3d, i));
+/** Added by the burst and removed again within it. */
+const FLASH = NEW.slice(0, 8);
+/** Of the snapshot: removed by the burst; the first two come back within it. */
+const GONE = BEFORE.slice(0, 4);
+const BACK = GONE.slice(0, 2);
+/** Changed after the burst: its event says every event of the burst came before. */
+const SENTINEL = BEFORE[15]!;
+
+type Event = WatchInventoryResponse['event'];
+
+/** The burst, in the order the agent sends it. */
+function burst(): Event[] {
+  return [
+    ...NEW.map((a) => ({ $case: 'added', value: vf(a) }) as const),
+    ...GONE.map((a) => ({ $case: 'removed', value: { address: a } }) as const),
+    ...FLASH.map((a) => ({ $case: 'removed', value: { address: a } }) as const),
+    ...BACK.map((a) => ({ $case: 'added', value: vf(a) }) as const),
+  ];
+}
+
+/** An agent that sends a snapshot, then on `send` writes its events all at once. */
+async function startScriptedAgent() {
+  let stream: ServerWritableStream<WatchInventoryRequest, WatchInventoryResponse> | null = null;
+  let revision = 1;
+  const watch: handleServerStreamingCall<WatchInventoryRequest, WatchInventoryResponse> = (c) => {
+    stream = c;
+    c.write({
+      epoch: EPOCH,
+      revision,
+      event: { $case: 'snapshot', value: { devices: BEFORE.map(vf) } },
+    });
+  };
+  const refuse: handleUnaryCall<unknown, unknown> = (_c, done) => done({ code: 12, details: 'not here' });
+  const server = new Server();
+  server.addService(AgentServiceService, {
+    watchInventory: watch,
+    getAgentInfo: refuse,
+    listDevices: refuse,
+    rediscover: refuse,
+    cleanupDevice: refuse,
+    prepareMigration: refuse,
+    recordBinding: refuse,
+    releaseDevice: refuse,
+  });
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) =>
+      err ? reject(err) : resolve(p),
+    ),
+  );
+  return {
+    address: `127.0.0.1:${port}`,
+    connected: () => stream !== null,
+    send(events: Event[]) {
+      for (const event of events) {
+        revision += 1;
+        stream!.write({ epoch: EPOCH, revision, event });
+      }
+    },
+    stop: () =>
+      new Promise<void>((resolve) => {
+        const s = stream as ServerWritableStream<WatchInventoryRequest, WatchInventoryResponse> | null;
+        s?.end();
+        server.tryShutdown(() => resolve());
+        setTimeout(() => server.forceShutdown(), 2000).unref();
+      }),
+  };
+}
+
+describe('a burst of inventory changes', () => {
+  let dir: Awaited<ReturnType<typeof tempDir>>;
+  let scheduler: Scheduler;
+  let agent: Awaited<ReturnType<typeof startScriptedAgent>>;
+
+  beforeAll(async () => {
+    dir = await tempDir('berth-burst-');
+    scheduler = await Scheduler.start({
+      db: join(dir.path, 'scheduler.db'),
+      listen: '127.0.0.1:0',
+      auth: { mode: 'none' },
+    });
+    agent = await startScriptedAgent();
+    const reg = new RegistrationServiceClient(scheduler.address, insecure());
+    await call(reg, reg.register, {
+      host: HOST,
+      endpoint: agent.address,
+      bootId: 'b',
+      epoch: EPOCH,
+      agentVersion: '0.0.0',
+      features: [],
+      drivers: ['pci'],
+      heldDevices: [],
+      mediaRecords: [],
+      signingKey: '',
+      certificates: [],
+      retiredSigningKeys: [],
+    });
+    reg.close();
+  }, 60_000);
+
+  afterAll(async () => {
+    await agent?.stop();
+    await scheduler?.stop();
+    await dir?.cleanup();
+  });
+
+  it('is a bounded number of units, cut only where an address comes again, with every change one event', async () => {
+    const units = vi.spyOn(scheduler.useCases, 'upsertInventory');
+    const devices = new DeviceServiceClient(scheduler.address, insecure());
+    const events: WatchDevicesResponse[] = [];
+    const watch = devices.watchDevices({ filter: undefined, fromRevision: 0 });
+    watch.on('data', (m: WatchDevicesResponse) => events.push(m));
+    watch.on('error', () => {});
+    try {
+      // The snapshot applied and the watch past its initial state.
+      const present = new Set<string>();
+      await waitFor(
+        () => {
+          for (const e of events) if (e.device?.host === HOST) present.add(e.device.address);
+          return events.some((e) => e.synced) && BEFORE.every((a) => present.has(a));
+        },
+        30_000,
+        "the snapshot's 16 devices in WatchDevices",
+      );
+      const from = events.length;
+      const snapshotUnits = units.mock.calls.length;
+      const sent = burst();
+      agent.send(sent);
+      // The sentinel's event comes after every event of the burst (units apply in order).
+      agent.send([{ $case: 'removed', value: { address: SENTINEL } }]);
+      const sentinelGone = (e: WatchDevicesResponse) =>
+        e.device?.address === SENTINEL && e.device.health === SchedulerHealth.HEALTH_UNHEALTHY;
+      await waitFor(() => events.slice(from).some(sentinelGone), 30_000, "the sentinel's removal");
+
+      // Every address's events, in order: healthy (present) or unhealthy (gone).
+      const seen = new Map<string, string[]>();
+      for (const e of events.slice(from)) {
+        const d = e.device!;
+        if (d.address === SENTINEL) continue;
+        const list = seen.get(d.address) ?? [];
+        list.push(d.health === SchedulerHealth.HEALTH_HEALTHY ? 'present' : 'gone');
+        seen.set(d.address, list);
+      }
+      const expected = new Map<string, string[]>();
+      for (const a of NEW) expected.set(a, FLASH.includes(a) ? ['present', 'gone'] : ['present']);
+      for (const a of GONE) expected.set(a, BACK.includes(a) ? ['gone', 'present'] : ['gone']);
+      expect(Object.fromEntries(seen)).toEqual(Object.fromEntries(expected));
+
+      // Units: the burst is cut where an address comes again (the first flash
+      // removal), so at least two; batches of the stream's 16 buffered messages
+      // made 17 or more of 271 messages (decision 87).
+      const burstUnits = units.mock.calls.slice(snapshotUnits);
+      const applied = burstUnits.flatMap(([, u]) =>
+        u.kind === 'delta' ? [...u.added.map((f) => `+${f.address}`), ...u.removed.map((a) => `-${a}`)] : [],
+      );
+      expect(burstUnits.every(([, u]) => u.kind === 'delta')).toBe(true);
+      expect(applied).toHaveLength(sent.length + 1);
+      expect(burstUnits.length).toBeGreaterThanOrEqual(2);
+      expect(burstUnits.length).toBeLessThanOrEqual(6);
+      // No unit holds two changes of one address.
+      for (const [, u] of burstUnits) {
+        if (u.kind !== 'delta') continue;
+        const addresses = [...u.added.map((f) => f.address), ...u.removed];
+        expect(new Set(addresses).size).toBe(addresses.length);
+      }
+    } finally {
+      watch.cancel();
+      devices.close();
+      units.mockRestore();
+    }
+  }, 60_000);
+});
