@@ -75,8 +75,10 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   deviceCount: null,
   device: (d) => d && upgradeDevice(d),
   devices: each(upgradeDevice),
-  allocationCandidates: each(upgradeDevice),
-  busyIommuGroups: null,
+  allocationView: (v) => {
+    each(upgradeDevice)(v.candidates);
+    return v;
+  },
   deviceCounts: null,
   media: (m) => m && upgradeMedia(m),
   reportedMediaCount: null,
