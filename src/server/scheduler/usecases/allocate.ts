@@ -12,6 +12,7 @@ import type { ReadUnit } from './unit-of-work.js';
  * candidates need no row locks.
  */
 export async function pickOnHost(r: ReadUnit, host: string, group: RequestGroup, pick: PickFn) {
-  const { candidates, busyIommuGroups } = await r.allocationView(candidateQuery(host, group));
-  return { result: pick(group, candidates, { busyIommuGroups: new Set(busyIommuGroups) }), candidates };
+  const candidates = await r.allocationCandidates(candidateQuery(host, group));
+  const busy = await r.busyIommuGroups(host);
+  return { result: pick(group, candidates, { busyIommuGroups: new Set(busy) }), candidates };
 }

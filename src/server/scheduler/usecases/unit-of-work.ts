@@ -94,12 +94,6 @@ export interface IdempotencyRecord {
 }
 
 /** What a read-only unit may do: read a consistent view, lock nothing. */
-/** What an allocation on one host reads (ReadUnit.allocationView). */
-export interface AllocationView {
-  candidates: DeviceRecord[];
-  busyIommuGroups: number[];
-}
-
 export interface ReadUnit {
   // hosts
   /** The stored host; its `deviceCount` is not maintained by the backend (see `deviceCount`). */
@@ -111,12 +105,10 @@ export interface ReadUnit {
   // devices
   device(ref: DeviceRef, opts?: ReadOptions): Promise<DeviceRecord | null>;
   devices(query: DeviceQuery, opts?: ReadOptions): Promise<DeviceRecord[]>;
-  /**
-   * What an allocation on `query.host` reads, in one read: the host's `available` devices
-   * of one resource class (or vendor/product), by address, and its IOMMU groups with a
-   * device allocated, pending_cleaning or cleaning.
-   */
-  allocationView(query: CandidateQuery): Promise<AllocationView>;
+  /** The host's `available` devices of one resource class (or vendor/product), by address. */
+  allocationCandidates(query: CandidateQuery, opts?: ReadOptions): Promise<DeviceRecord[]>;
+  /** IOMMU groups of the host with a device allocated, pending_cleaning or cleaning. */
+  busyIommuGroups(host: string): Promise<number[]>;
   deviceCounts(): Promise<DeviceCount[]>;
 
   // media (docs/media-identity.md)

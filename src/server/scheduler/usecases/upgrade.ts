@@ -75,10 +75,8 @@ const UPGRADES: { [K in keyof UnitOfWork]: ((result: Result<K>) => Result<K>) | 
   deviceCount: null,
   device: (d) => d && upgradeDevice(d),
   devices: each(upgradeDevice),
-  allocationView: (v) => {
-    each(upgradeDevice)(v.candidates);
-    return v;
-  },
+  allocationCandidates: each(upgradeDevice),
+  busyIommuGroups: null,
   deviceCounts: null,
   media: (m) => m && upgradeMedia(m),
   reportedMediaCount: null,

@@ -5,7 +5,7 @@ import type { DeviceRecord } from '../../domain/device-state.js';
 import type { HostRecord } from '../../domain/host.js';
 import type { DeviceEvent, DeviceRef } from '../../domain/inventory.js';
 import type { MediaState } from '../../domain/media.js';
-import type { AllocationView, DeviceCount, DeviceQuery, ReadOptions } from '../../usecases/unit-of-work.js';
+import type { DeviceCount, DeviceQuery, ReadOptions } from '../../usecases/unit-of-work.js';
 import { andThen, SqlUnitBase } from './unit-base.js';
 
 export abstract class DeviceRows extends SqlUnitBase {
@@ -81,35 +81,28 @@ export abstract class DeviceRows extends SqlUnitBase {
     return this.all(sql + this.lock(opts), params);
   }
 
-  async allocationView(query: CandidateQuery): Promise<AllocationView> {
-    // One statement, one round trip on PostgreSQL (decision 86): the candidates (a
-    // record, by address) and the busy groups (a group, no record). Not the host's
-    // lock as well: on READ COMMITTED a statement reads the snapshot it started with,
-    // so reads that waited for the lock in the same statement would miss what its
-    // holder committed; the caller locks the host in a statement before this one.
-    const [match, params] =
-      'resourceClass' in query
-        ? ['resource_class = ?', [query.host, query.resourceClass]]
-        : ['vendor_id = ? AND product_id = ?', [query.host, query.vendorId, query.productId]];
+  async allocationCandidates(query: CandidateQuery, opts?: ReadOptions): Promise<DeviceRecord[]> {
+    return 'resourceClass' in query
+      ? this.all(
+          `SELECT record FROM devices WHERE host = ? AND resource_class = ? AND device_state = 'available'
+             ORDER BY host, address${this.lock(opts)}`,
+          [query.host, query.resourceClass],
+        )
+      : this.all(
+          `SELECT record FROM devices WHERE host = ? AND vendor_id = ? AND product_id = ?
+             AND device_state = 'available' ORDER BY host, address${this.lock(opts)}`,
+          [query.host, query.vendorId, query.productId],
+        );
+  }
+
+  async busyIommuGroups(host: string): Promise<number[]> {
     return andThen(
-      this.r().all<{ record: string | null; g: number | null }>(
-        `SELECT record, g FROM (
-           SELECT address AS a, record, NULL AS g FROM devices
-             WHERE host = ? AND ${match} AND device_state = 'available'
-           UNION ALL
-           SELECT DISTINCT NULL, NULL, iommu_group FROM devices WHERE host = ? AND iommu_group IS NOT NULL
-             AND device_state IN ('allocated', 'pending_cleaning', 'cleaning')
-         ) AS v ORDER BY a`,
-        [...params, query.host],
+      this.r().all<{ g: number }>(
+        `SELECT DISTINCT iommu_group AS g FROM devices WHERE host = ? AND iommu_group IS NOT NULL
+           AND device_state IN ('allocated', 'pending_cleaning', 'cleaning')`,
+        [host],
       ),
-      (rows) => {
-        const view: AllocationView = { candidates: [], busyIommuGroups: [] };
-        for (const r of rows) {
-          if (r.record !== null) view.candidates.push(JSON.parse(r.record) as DeviceRecord);
-          else view.busyIommuGroups.push(r.g!);
-        }
-        return view;
-      },
+      (rows) => rows.map((r) => r.g),
     );
   }
 
