@@ -188,14 +188,16 @@ export async function instanceOwner(deps: UseCaseDeps, instanceUuid: string): Pr
   return read(deps, (r) => r.instanceOwner(instanceUuid));
 }
 
-/** The first principal to create an ARQ for an instance owns it; later ones change nothing. */
+/**
+ * The first principal to create an ARQ for an instance owns it; later ones change nothing
+ * (the insert does nothing when the instance has an owner). One unit, no read first: on
+ * PostgreSQL the insert goes with the COMMIT, one round trip (decision 86).
+ */
 export async function recordInstanceOwner(
   deps: UseCaseDeps,
   instanceUuid: string,
   subject: string,
 ): Promise<void> {
   if (!instanceUuid || !subject) return;
-  const known = await read(deps, (r) => r.instanceOwner(instanceUuid));
-  if (known !== null) return;
   await write(deps, async (tx) => tx.uow.putInstanceOwner(instanceUuid, subject, tx.now()));
 }

@@ -125,7 +125,7 @@ export abstract class EvidenceRows extends DeviceRows {
   }
 
   async putInstanceOwner(instanceUuid: string, subject: string, at: string): Promise<void> {
-    await this.w().run(
+    await this.put(
       'INSERT INTO instance_owners (instance_uuid, subject, created_at) VALUES (?, ?, ?) ON CONFLICT (instance_uuid) DO NOTHING',
       [instanceUuid, subject, at],
     );
