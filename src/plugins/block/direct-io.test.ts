@@ -64,6 +64,18 @@ describe.skipIf(!loopAvailable('the direct I/O tests on a loop device'))(
 
       const dirty = await readBack(loop, target, 'full', { chunkBytes: 4 * MIB, depth: 3 });
       expect(dirty).toMatchObject({ nonZeroAt: at, direct: true });
+      // The read-back's own request size (1 MiB): the chunks before the one with data were read and found clean.
+      const byDefault = await readBack(loop, target, 'full');
+      expect(byDefault).toMatchObject({ nonZeroAt: at, bytesRead: 31 * MIB, direct: true });
+      // One byte, the device's last: the final request is checked too.
+      const lastBlock = Buffer.alloc(4096);
+      lastBlock[4095] = 1;
+      await writeAt(loop, at, Buffer.alloc(4096));
+      await writeAt(loop, size - 4096, lastBlock);
+      expect(await readBack(loop, target, 'full')).toMatchObject({
+        nonZeroAt: size - 1,
+        bytesRead: size - MIB,
+      });
 
       const written = await writeZeros(loop, target, { chunkBytes: 4 * MIB });
       expect(written).toMatchObject({ bytes: size, ranges: [[0, size]], direct: true });

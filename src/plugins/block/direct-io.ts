@@ -19,7 +19,11 @@ import { constants } from 'node:fs';
 import { type FileHandle, open, stat } from 'node:fs/promises';
 import type { ByteRange } from '../cleanup-evidence.js';
 
-/** One request's size: large enough that per-request overhead vanishes. */
+/**
+ * One request's size: large enough that per-request overhead vanishes. The
+ * writer's; the read-back uses smaller ones, so that what it checks is still
+ * in the CPU's cache (read-back.ts).
+ */
 export const DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024;
 /** Requests in flight at once. */
 export const DEFAULT_DEPTH = 2;

@@ -3,7 +3,8 @@
  * 0 for commands that erased nothing (firmware bugs, a mis-targeted namespace,
  * a range skipped), so the zero path reads the device itself.
  *
- * `full` (the default) reads every byte with large aligned direct reads.
+ * `full` (the default) reads every byte with aligned direct reads, several in
+ * flight, each chunk checked while it is still in the CPU's cache.
  * `sample` (only by the operator's explicit `verify: sample`) reads a
  * representative sample in the sense of NIST SP 800-88: the first and the last
  * block, and one randomly placed chunk in each of N equal regions of the target
@@ -28,6 +29,18 @@ import { openDirect, type PipelineOptions, pipeline } from './direct-io.js';
 export const SAMPLE_FULL_BELOW = 64 * 1024 * 1024;
 /** The chunk read in each region of a sample. */
 const SAMPLE_CHUNK = 1024 * 1024;
+
+/**
+ * One read-back request. Small on purpose: the check reads every byte the
+ * device just wrote into our buffer, and a 1 MiB chunk is still in the CPU's
+ * cache when it is compared, where an 8 MiB one (the writer's size) has left
+ * it and is compared from RAM at ~3 GB/s — slower than the read itself, and
+ * competing with it for memory bandwidth (0.65x dd before, bench/README.md
+ * stop 46). More of them are in flight instead, so the device never waits.
+ */
+const READ_CHUNK_BYTES = 1024 * 1024;
+/** Read-back requests in flight at once (4 MiB, dd bs=4M's worth). */
+const READ_DEPTH = 4;
 
 /** Zeros to compare against: Buffer.compare is a native memcmp. */
 const ZEROS = Buffer.alloc(1024 * 1024);
@@ -118,7 +131,7 @@ export async function readBack(
         options.onProgress?.(done, total);
         return true;
       },
-      options,
+      { ...options, chunkBytes: options.chunkBytes ?? READ_CHUNK_BYTES, depth: options.depth ?? READ_DEPTH },
     );
   } finally {
     await fh.close();

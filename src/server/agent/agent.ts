@@ -39,10 +39,8 @@ import { type AgentConfig, agentAuthOptions } from './config.js';
 import { DiscoveryLoop } from './discovery-loop.js';
 import { Inventory, type InventoryDiff } from './inventory.js';
 import { resourceApiClient } from './kubelet/api-server.js';
-import { KubeletDevicePlugin } from './kubelet/device-plugin.js';
-import { DraCheckpoint } from './kubelet/dra-checkpoint.js';
-import { ClaimReader } from './kubelet/dra-claims.js';
-import { KubeletDraPlugin } from './kubelet/dra-plugin.js';
+import type { KubeletDevicePlugin } from './kubelet/device-plugin.js';
+import type { KubeletDraPlugin } from './kubelet/dra-plugin.js';
 import type { ResourceSlicePublisher } from './kubelet/slice-publisher.js';
 import { publicRecord, recordFor, reportedMedia } from './media.js';
 import { PluginHost } from './plugin-host.js';
@@ -323,7 +321,9 @@ export class Agent {
       isCleaning: (key: string) => this.cleanups.isCleaning(key),
       logger: this.logger,
     };
+    // The kubelet plugins (with their generated Kubernetes protos) load only for an agent configured with them.
     if (cfg.devicePlugin && cfg.scheduler) {
+      const { KubeletDevicePlugin } = await import('./kubelet/device-plugin.js');
       this.devicePlugin = new KubeletDevicePlugin({
         config: cfg.devicePlugin,
         agent: pluginAgent,
@@ -334,6 +334,11 @@ export class Agent {
       this.devicePlugin.start();
     }
     if (cfg.dra && cfg.scheduler && cfg.kubernetesApiServer) {
+      const [{ KubeletDraPlugin }, { ClaimReader }, { DraCheckpoint }] = await Promise.all([
+        import('./kubelet/dra-plugin.js'),
+        import('./kubelet/dra-claims.js'),
+        import('./kubelet/dra-checkpoint.js'),
+      ]);
       this.dra = new KubeletDraPlugin({
         config: cfg.dra,
         agent: pluginAgent,
