@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { mkdtemp, open, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { attachLoop, detachLoop, loopAvailable } from '../../../test/helpers/loop.js';
 import {
   ADDRESS,
@@ -310,26 +310,31 @@ describe('NvmeDriver on the simulator', () => {
     });
 
     it('polls a sanitize that is already running instead of starting another', async () => {
+      // The preset sanitize does not end by the clock: it runs until the cleanup has said it
+      // saw it running, and only then does the test end it. A fixed window (it was 5 s) ran out
+      // on a loaded machine before the cleanup looked, and the sanitize ended unseen.
       const { host: h, driver } = await setup({
         controller: {
-          sanitize: { sstat: 2, sprog: 0, startedAt: Date.now(), durationMs: 5000, action: 4, cdw10: 4 },
+          sanitize: { sstat: 2, sprog: 0, startedAt: Date.now(), durationMs: 3_600_000, action: 4, cdw10: 4 },
         },
       });
       const d = await discoverOne(driver, h);
       await writeTenantData(nsPath(h, 1), 1 << 20);
-      // The preset sanitize's 5 s start now, not at set-up: a loaded machine can spend that
-      // long in set-up and discovery, and the sanitize would end before the cleanup saw it run.
+      const ctx = h.cleanupCtx();
+      const cleaning = cleanProven(driver, d, ctx);
+      await vi.waitFor(
+        () => expect(ctx.events.some((e) => /already running/.test(e.message ?? ''))).toBe(true),
+        { timeout: 60_000, interval: 50 },
+      );
       await withStateLock(h.statePath, (st) => {
-        st.controllers[0]!.sanitize!.startedAt = Date.now();
+        st.controllers[0]!.sanitize!.startedAt = Date.now() - 3_600_000;
         return { changed: true, result: undefined };
       });
-      const ctx = h.cleanupCtx();
-      const { evidence } = await cleanProven(driver, d, ctx);
+      const { evidence } = await cleaning;
       expect(evidence.sanitize).toMatchObject({ commandSent: false, before: { status: 2 }, canaries: [] });
       const argv = (await h.invocations()).map((i) => i.argv[0]);
       expect(argv.filter((a) => a === 'sanitize')).toHaveLength(0);
       expect(argv.filter((a) => a === 'sanitize-log').length).toBeGreaterThan(1);
-      expect(ctx.events.some((e) => /already running/.test(e.message ?? ''))).toBe(true);
       expect(await holdsTenantData(nsPath(h, 1))).toBe(false);
     });
 
