@@ -113,7 +113,7 @@ describe.skipIf(!usable)('two binds of one ARQ through two Cyborg APIs on one Po
       const useCases = await openPgStore(url);
       stores.push(useCases);
       const placement = {
-        devicesOfProvider: (rp: string) =>
+        devicesOfProvider: async (rp: string) =>
           rp === provider ? devices.map((deviceUuid) => ({ deviceUuid, host: HOST, address: '' })) : [],
         deviceProvider: () => ({ providerUuid: provider }),
       } as unknown as PlacementPort;
