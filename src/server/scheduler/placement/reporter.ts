@@ -518,30 +518,23 @@ export class Reporter {
     if (!this.side.ownsHost(null)) return;
     if (children.length > 0) await this.passHost(NO_HOST, children, true, changes, dryRun);
     for (const r of roots) {
-      if (dryRun) {
+      const gone =
+        dryRun ||
+        (await this.api.deleteProvider(r.uuid, r.name).catch((err) => {
+          if (err instanceof PlacementRefused) return false; // children left, or in use: the next resync
+          throw err;
+        }));
+      const why = `root provider of a host Berth no longer has${dryRun ? ' (once its children are gone)' : ''}`;
+      if (gone) {
         changes.push({
           provider: r.name,
           providerUuid: r.uuid,
           host: '',
           action: 'delete',
-          details: ['root provider of a host Berth no longer has (once its children are gone)'],
+          details: [why],
           deviceAddresses: [],
         });
-        continue;
       }
-      const gone = await this.api.deleteProvider(r.uuid, r.name).catch((err) => {
-        if (err instanceof PlacementRefused) return false; // children left, or in use: the next resync
-        throw err;
-      });
-      if (gone)
-        changes.push({
-          provider: r.name,
-          providerUuid: r.uuid,
-          host: '',
-          action: 'delete',
-          details: ['root provider of a host Berth no longer has'],
-          deviceAddresses: [],
-        });
     }
   }
 
