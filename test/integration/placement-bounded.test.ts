@@ -24,7 +24,7 @@ import { available, placementApi } from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
 const have = available(placementApi(), 'the Placement reporter in bounded memory');
-const HOSTS = 150;
+const HOSTS = 100;
 const VFS = 20;
 const PF = '0000:3b:00.0';
 const NOW = '2026-01-01T00:00:00.000Z';
