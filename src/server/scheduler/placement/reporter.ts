@@ -35,8 +35,7 @@
  * (placement.concurrent_update) re-reads the provider and tries again (5
  * times, then the provider is a problem, retried later). Placement out of
  * reach: nothing is lost (the pending hosts stay, the lag shows), the pass is
- * retried with backoff, and the catch-up runs in order when it answers.
- */
+ * retried with backoff, and the catch-up runs in order when it answers. */
 import type { Logger } from 'pino';
 import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
@@ -91,7 +90,6 @@ interface Walk {
   revision: number;
   since: number;
   catchUp: boolean;
-  /** The providers Placement holds under each host are read afresh (`in_tree`). */
 }
 
 export class Reporter {
@@ -110,11 +108,11 @@ export class Reporter {
   /** Whether each host's agent is connected (by host: the fleet's hosts, never its devices). */
   private connected = new Map<string, boolean>();
   private loaded = false;
-  private revision = 0;
+  private revision = 0; // the device change feed's, read up to
   private readonly pending = new Map<string, PendingHost>();
   private walk: Walk | null = null;
-  /** The pending host a pass is writing now. */
-  private writing: PendingHost | null = null;
+  private hostsRead = { version: -1, at: 0 };
+  private writing: PendingHost | null = null; // the pending host a pass is writing now
   /** Reads, plans and writes one provider; holds what Placement has as Berth last read or wrote it. */
   private readonly executor: PlanExecutor;
   private readonly problems = new Map<string, PlacementProblem & { retryAt: number }>();
@@ -126,8 +124,7 @@ export class Reporter {
   private readonly actual: PlanExecutor['actual'];
   /** What Placement holds of the providers of the last hosts written (bounded by hosts). */
   private readonly cached: HostCache;
-  /** When each host was last written in full (ms). */
-  private readonly synced = new Map<string, number>();
+  private readonly synced = new Map<string, number>(); // when each host was last written in full (ms)
   /** Providers Placement had before Berth, under a uuid not derived from their name: name → uuid, uuid → name. */
   private readonly adopted = new Map<string, string>();
   private readonly adoptedName = new Map<string, string>();
@@ -306,7 +303,11 @@ export class Reporter {
             this.retry.reset();
           } catch (err) {
             if (!(err instanceof PlacementUnreachable)) throw err;
-            this.conn.down(err, () => this.behind());
+            this.conn.down(
+              err,
+              () =>
+                `${this.pendingCount} provider(s) wait, the oldest change ${Math.round(this.lagSeconds)} s ago`,
+            );
             this.retryAt = Date.now() + this.retry.next();
           }
         }
@@ -329,10 +330,6 @@ export class Reporter {
       // A burst of changes (cleanup progress, a fleet's inventory) is one pass, not one each.
       await new Promise((r) => setTimeout(r, 20));
     }
-  }
-
-  private behind(): string {
-    return `${this.pendingCount} provider(s) wait, the oldest change ${Math.round(this.lagSeconds)} s ago`;
   }
 
   private withLock<T>(fn: () => Promise<T>): Promise<T> {
@@ -382,6 +379,10 @@ export class Reporter {
       }
       if (events.length < 1000) break;
     }
+    // Every host again (by pages) when the scheduler's state moved or a poll passed, not at each page of a walk.
+    const version = this.side.changeVersion;
+    if (version === this.hostsRead.version && Date.now() - this.hostsRead.at < this.pollMs) return;
+    this.hostsRead = { version, at: Date.now() };
     const hosts = new Map((await this.side.hosts()).map((h) => [h.name as string, h.connected]));
     for (const [name, c] of hosts) if (this.connected.get(name) !== c) this.mark(name, this.revision);
     for (const name of this.connected.keys()) if (!hosts.has(name)) this.mark(name, this.revision);
@@ -627,7 +628,7 @@ export class Reporter {
     return this.withLock(async () => {
       await this.pull();
       if (!dryRun) {
-        if (!this.walk || this.walk.after !== '') this.startWalk(this.walk?.catchUp ?? false);
+        if (this.walk?.after !== '') this.startWalk(this.walk?.catchUp ?? false);
         return this.pass(Number.POSITIVE_INFINITY);
       }
       await this.conn.ready();
