@@ -128,7 +128,7 @@ describe.skipIf(!have)('the Placement reporter in bounded memory', () => {
       retryMaxMs: 500,
     });
     reporter.start();
-  }, 60_000);
+  }, 180_000);
 
   afterAll(async () => {
     await reporter?.stop();
