@@ -111,7 +111,7 @@ export class Reporter {
   private revision = 0; // the device change feed's, read up to
   private readonly pending = new Map<string, PendingHost>();
   private walk: Walk | null = null;
-  private hostsRead = { version: -1, at: 0 };
+  private hostsReadAt = 0;
   private writing: PendingHost | null = null; // the pending host a pass is writing now
   /** Reads, plans and writes one provider; holds what Placement has as Berth last read or wrote it. */
   private readonly executor: PlanExecutor;
@@ -379,10 +379,9 @@ export class Reporter {
       }
       if (events.length < 1000) break;
     }
-    // Every host again (by pages) when the scheduler's state moved or a poll passed, not at each page of a walk.
-    const version = this.side.changeVersion;
-    if (version === this.hostsRead.version && Date.now() - this.hostsRead.at < this.pollMs) return;
-    this.hostsRead = { version, at: Date.now() };
+    // Every host again (by pages), but during a walk once a poll, not at each of its pages.
+    if (this.walk && Date.now() - this.hostsReadAt < this.pollMs) return;
+    this.hostsReadAt = Date.now();
     const hosts = new Map((await this.side.hosts()).map((h) => [h.name as string, h.connected]));
     for (const [name, c] of hosts) if (this.connected.get(name) !== c) this.mark(name, this.revision);
     for (const name of this.connected.keys()) if (!hosts.has(name)) this.mark(name, this.revision);
