@@ -371,22 +371,70 @@ function progress(backend: string, p: Point): Point {
   return p;
 }
 
+/** `--flag value` from the command line ('' when absent). */
+const argOf = (flag: string): string =>
+  process.argv.includes(flag) ? (process.argv[process.argv.indexOf(flag) + 1] ?? '') : '';
+
+/**
+ * `--placement-only`: each size loaded, then only the Placement figure (no
+ * work, no whole-fleet watch), at the sizes of `--hosts` (e.g. 5000,50000:
+ * the last is judged against the one before it).
+ */
+async function placementOnly(
+  db: string,
+  hosts: number,
+  quick: boolean,
+): Promise<PlacementPoint & { devices: number; loadavg_start: number[] }> {
+  const loadStart = loadNow();
+  const p = await placementReporting(db, hosts, quick ? 1 : 20, vmHwmMiB, !db.startsWith('postgres'));
+  const point = { devices: hosts * PER_HOST, ...p, loadavg_start: loadStart };
+  process.stderr.write(`fleet placement ${hosts * PER_HOST}: ${JSON.stringify(point)}\n`);
+  return point;
+}
+
+function reportPlacement(
+  backend: string,
+  curve: Array<PlacementPoint & { devices: number; loadavg_start: number[] }>,
+  quick: boolean,
+): void {
+  const large = curve[curve.length - 1]!;
+  const mid = curve[curve.length - 2] ?? large;
+  emit({
+    name: `fleet-${backend}-placement-memory`,
+    value: large.placement_peak_rss_mib,
+    baseline: mid.placement_peak_rss_mib,
+    ratio: large.placement_peak_rss_mib / mid.placement_peak_rss_mib,
+    goal: `scheduler peak RSS with Placement reporting, at ${large.devices} devices <= 2 x at ${mid.devices}`,
+    pass: large.placement_peak_rss_mib <= 2 * mid.placement_peak_rss_mib,
+    unit: 'MiB',
+    curve,
+    quick,
+    placement_only: true,
+    loadavg_start: large.loadavg_start,
+  });
+}
+
 async function main() {
   const { quick } = parseArgs();
-  const sizes = quick ? [5, 50, 100] : [500, 5_000, 50_000];
+  const hostsArg = argOf('--hosts');
+  const sizes = hostsArg ? hostsArg.split(',').map(Number) : quick ? [5, 50, 100] : [500, 5_000, 50_000];
+  const onlyPlacement = process.argv.includes('--placement-only');
   // `--backend sqlite|postgres`: one of them only.
-  const only = process.argv.includes('--backend') ? process.argv[process.argv.indexOf('--backend') + 1] : '';
+  const only = argOf('--backend');
   const base = existsSync('/var/tmp') ? '/var/tmp' : '/tmp';
   const dir = await tempDir(base, 'berth-bench-fleet-');
   try {
     const sqlite: Point[] = [];
+    const sqlitePlacement: Awaited<ReturnType<typeof placementOnly>>[] = [];
     for (const hosts of only === 'postgres' ? [] : sizes) {
       const path = dbFile(`${dir.path}`).replace(/\.db$/, `-${hosts}.db`);
       const t0 = nowMs();
       await loadSqlite(path, hosts);
-      sqlite.push(progress('sqlite', await measure(path, hosts, (nowMs() - t0) / 1000, quick)));
+      if (onlyPlacement) sqlitePlacement.push(await placementOnly(path, hosts, quick));
+      else sqlite.push(progress('sqlite', await measure(path, hosts, (nowMs() - t0) / 1000, quick)));
     }
     if (sqlite.length > 0) report('sqlite', sqlite, quick);
+    if (sqlitePlacement.length > 0) reportPlacement('sqlite', sqlitePlacement, quick);
     if (only === 'sqlite') return;
     if (!postgresBin()) {
       process.stderr.write('fleet: PostgreSQL skipped, it is not installed (apt-get install postgresql)\n');
@@ -395,12 +443,15 @@ async function main() {
     const server = await startPostgres({ durable: true, baseDir: base });
     try {
       const postgres: Point[] = [];
+      const pgPlacement: Awaited<ReturnType<typeof placementOnly>>[] = [];
       for (const hosts of sizes) {
         const t0 = nowMs();
         const url = await loadPostgres(server, `bench_fleet_${hosts}`, hosts);
-        postgres.push(progress('postgres', await measure(url, hosts, (nowMs() - t0) / 1000, quick)));
+        if (onlyPlacement) pgPlacement.push(await placementOnly(url, hosts, quick));
+        else postgres.push(progress('postgres', await measure(url, hosts, (nowMs() - t0) / 1000, quick)));
       }
-      report('postgres', postgres, quick);
+      if (postgres.length > 0) report('postgres', postgres, quick);
+      if (pgPlacement.length > 0) reportPlacement('postgres', pgPlacement, quick);
     } finally {
       await server.stop();
     }

@@ -118,7 +118,7 @@ describe.skipIf(!usable)('binds racing through two Cyborg APIs on one PostgreSQL
       const useCases = await openPgStore(url);
       stores.push(useCases);
       const placement = {
-        devicesOfProvider: (rp: string) =>
+        devicesOfProvider: async (rp: string) =>
           rp === provider ? devices.map((deviceUuid) => ({ deviceUuid, host: HOST, address: '' })) : [],
         deviceProvider: () => ({ providerUuid: provider }),
       } as unknown as PlacementPort;

@@ -178,7 +178,7 @@ describe.skipIf(!have)("Nova's one-time-use devices: Berth scrubs them and retur
     const shown = await getDevice(client, HOST, address);
     expect(shown.placementProviderUuid).toBe(providers.get(address));
     // Nova's (random) provider uuid → Berth's device, through the port.
-    expect(c.scheduler.placement!.devicesOfProvider(providers.get(address)!)).toEqual([
+    expect(await c.scheduler.placement!.devicesOfProvider(providers.get(address)!)).toEqual([
       { deviceUuid: shown.uuid, host: HOST, address },
     ]);
     expect(shown.placementNote).toMatch(new RegExp(`in use in Nova \\(allocations of ${instance}\\)`));

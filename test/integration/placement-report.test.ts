@@ -160,11 +160,13 @@ describe.skipIf(!have)('Berth reports its devices to Placement', () => {
     expect((await getDevice(client, HOST, vf.address)).placementProviderUuid).toBe(vfs!.uuid);
     // The port's lookups, provider uuid → devices (what a Cyborg ARQ's device_rp_uuid names).
     const port = c.scheduler.placement!;
-    expect(port.devicesOfProvider(nvme0!.uuid)).toEqual([
+    expect(await port.devicesOfProvider(nvme0!.uuid)).toEqual([
       { deviceUuid: shown.uuid, host: HOST, address: NVME.nvme0 },
     ]);
-    expect(port.devicesOfProvider(vfs!.uuid).map((d) => d.address)).toHaveLength(4);
-    expect(port.devicesOfProvider(root!.uuid)).toEqual([]);
+    expect((await port.devicesOfProvider(vfs!.uuid)).map((d) => d.address)).toHaveLength(4);
+    // Near its host: from the store alone.
+    expect((await port.devicesOfProvider(vfs!.uuid, HOST)).map((d) => d.address)).toHaveLength(4);
+    expect(await port.devicesOfProvider(root!.uuid)).toEqual([]);
   }, 60_000);
 
   it('follows a cleaned device through its life: reserved once bound, through release and scrub, 0 only after the proof', async () => {

@@ -64,7 +64,7 @@ describe("the Cyborg API's bind workflow: its ARQs are claimed in the database",
       useCases: over,
       binding,
       placement: {
-        devicesOfProvider: (rp) =>
+        devicesOfProvider: async (rp) =>
           rp === RP ? devices.map((deviceUuid) => ({ deviceUuid, host: H1, address: facts().address })) : [],
       },
       nodename: (h) => `${h}.nova`,

@@ -111,7 +111,7 @@ export class CyborgBinds {
       const arq = await visibleArq(useCases, viewer, p.arqUuid);
       if (arq.state === 'bound' && arq.instanceUuid !== p.instanceUuid) throw boundElsewhereError(arq);
       if (bindRunning(arq, now, judge)) throw bindRunningError(arq.uuid);
-      const devices = placement.devicesOfProvider(p.deviceRpUuid);
+      const devices = await placement.devicesOfProvider(p.deviceRpUuid, p.hostname);
       if (devices.length === 0) {
         throw invalidArgument(
           `${p.arqUuid}/device_rp_uuid`,

@@ -64,6 +64,7 @@ export async function startPlacement(
     logger.warn('Placement does not answer at start: Berth serves, and reports to Placement once it answers');
   }
   const nodename = (host: string) => options.computeNodes[host] ?? host;
+  const hostByNodename = new Map(Object.entries(options.computeNodes).map(([h, n]) => [n, h]));
   const common = {
     conn,
     side,
@@ -79,6 +80,7 @@ export async function startPlacement(
       ? new Reporter({
           ...common,
           createRoots: options.createRoots,
+          hostOf: (n: string) => hostByNodename.get(n) ?? n,
           resyncMs: options.resyncSeconds * 1000,
           driftMs: options.driftSeconds * 1000,
           onChanges,
@@ -123,8 +125,8 @@ export async function startPlacement(
     mode: options.mode,
     status,
     deviceProvider: (d) => (reporter ? reporter.deviceProvider(d) : (cleaner?.deviceProvider(d) ?? null)),
-    devicesOfProvider: (uuid) =>
-      reporter ? reporter.devicesOfProvider(uuid) : (cleaner?.devicesOfProvider(uuid) ?? []),
+    devicesOfProvider: async (uuid, near) =>
+      reporter ? reporter.devicesOfProvider(uuid, near) : (cleaner?.devicesOfProvider(uuid) ?? []),
     sync: ({ dryRun }) => (reporter ? reporter.sync(dryRun) : cleaner!.sync(dryRun)),
     async heldOutside(d) {
       if (!cleaner) return null;

@@ -16,8 +16,12 @@ import type { DeviceEvent } from '../domain/inventory.js';
 import type { HostView } from './desired.js';
 
 export interface SchedulerSide {
-  /** Every device, consistent with `revision` (the device change feed's). */
-  snapshot(): Promise<{ revision: number; devices: DeviceRecord[] }>;
+  /** The device change feed's revision now. */
+  revision(): Promise<number>;
+  /** One host's devices, read in one short unit (the reporter reads a host at a time, never the fleet). */
+  hostDevices(host: HostName): Promise<DeviceRecord[]>;
+  /** A page of hosts by name after `after` ('' first), without device counts (ListHosts' paging). */
+  hostsPage(after: string, limit: number): Promise<HostView[]>;
   /** Device changes after `revision`, oldest first; 'compacted' when retention removed some (read a snapshot). */
   changesSince(revision: number, limit: number): Promise<DeviceEvent[] | 'compacted'>;
   hosts(): Promise<HostView[]>;
@@ -80,7 +84,7 @@ export interface PlacementStatus {
   /** The device change feed revision Placement reflects (every change up to it is written). */
   appliedRevision: number;
   storeRevision: number;
-  /** Providers with a change Placement does not show yet. */
+  /** Providers with a change Placement does not show yet (a host to read again counts one, decision 85). */
   pendingProviders: number;
   /** Age of the oldest change Placement does not show yet, in seconds (0 = in step). */
   lagSeconds: number;
@@ -109,8 +113,15 @@ export interface PlacementPort {
   readonly mode: PlacementMode;
   status(): PlacementStatus;
   deviceProvider(device: DeviceRecord): DeviceProviderInfo | null;
-  /** Provider uuid → the devices it stands for (Cyborg's device_rp_uuid); [] when none. */
-  devicesOfProvider(providerUuid: string): Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }>;
+  /**
+   * Provider uuid → the devices it stands for (Cyborg's device_rp_uuid); [] when none.
+   * `near` (a host or compute node name the caller expects it on) is looked at
+   * first, in the store alone; otherwise Placement says the provider's name.
+   */
+  devicesOfProvider(
+    providerUuid: string,
+    near?: string,
+  ): Promise<Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }>>;
   /**
    * Why a cleanup Berth starts on its own (a media never cleaned, or reported
    * dirty) must wait because someone outside Berth may be using the device:

@@ -2,14 +2,23 @@
  * Report mode: Placement shows Berth's devices (desired.ts says what), and
  * follows every change of their state.
  *
- * How it stays in step. Berth's own state is read as an informer does: a
- * snapshot, then the device change feed in revision order, into a mirror;
- * every change marks the provider(s) it touches as pending, with its revision
- * and when it was first seen; a host whose agent connects or goes away marks
- * all of its providers. A pass writes the pending providers: those to hold
- * back (reserved going up, providers to delete) first, then the rest, each
- * group in revision order. Writes are level-based (the latest state, not a
- * replay), so a catch-up after an outage writes each provider once.
+ * How it stays in step, in bounded memory (decision 85). The reporter holds
+ * no copy of the fleet: it follows the device change feed in revision order,
+ * and every change marks its device's *host* as pending (with the provider
+ * names the change touched, its revision and when it was first seen); a host
+ * whose agent connects or goes away is marked too. A pass takes the pending
+ * hosts in revision order and, for each, reads that host's devices from the
+ * store (one short unit, tens of devices), computes the host's desired
+ * providers (desired.ts), and writes each provider the host has or had: those
+ * to hold back (reserved going up, providers to delete) first. A full resync
+ * walks the hosts by pages (ListHosts' paging) a page per pass, reading each
+ * host's provider tree in Placement afresh (`in_tree`), so a provider Berth
+ * no longer wants under a host it knows is found there; Berth's providers
+ * under hosts it no longer knows are found at the walk's end (see
+ * sweepUnknownHosts). What Placement holds is cached for the last
+ * CACHED_HOSTS hosts written (host-cache.ts) (the drift check compares those), never for the
+ * fleet. Writes are level-based (the latest state, not a replay), so a
+ * catch-up after an outage writes each provider once.
  *
  * Safety (decision 43). Berth commits its own state first and writes
  * Placement after, so the order of the two matters only one way: a device
@@ -25,32 +34,33 @@
  * Every write carries the provider generation Berth read; a 409
  * (placement.concurrent_update) re-reads the provider and tries again (5
  * times, then the provider is a problem, retried later). Placement out of
- * reach: nothing is lost (the pending set grows, the lag shows), the pass is
- * retried with backoff, and the catch-up runs in order when it answers.
- */
+ * reach: nothing is lost (the pending hosts stay, the lag shows), the pass is
+ * retried with backoff, and the catch-up runs in order when it answers. */
 import type { Logger } from 'pino';
 import type { HostName, PciAddress, Uuid } from '../../../identifiers.js';
 import type { DeviceRecord } from '../domain/device-state.js';
 import { type PlacementApi, PlacementRefused, PlacementUnreachable } from './api.js';
 import type { PlacementConnection } from './connection.js';
 import { RetryDelay } from './connection.js';
-import {
-  type DesiredProvider,
-  desiredProviders,
-  type HostView,
-  notReportedBecause,
-  providerNameOf,
-} from './desired.js';
-import { DriftCheck, type DriftTree } from './drift.js';
+import { type DesiredProvider, desiredProviders, notReportedBecause, providerNameOf } from './desired.js';
+import { DriftCheck } from './drift.js';
 import { PlanExecutor, ProviderProblem } from './executor.js';
-import { OWNER_TRAIT, providerUuid } from './names.js';
+import { HostCache, providersOfUnknownHosts, providersUnder } from './host-cache.js';
+import { providerUuid } from './names.js';
 import type { DeviceProviderInfo, PlacementChange, PlacementProblem, SchedulerSide } from './port.js';
+
+/** Hosts a resync walk reads per pass (a page of ListHosts' paging). */
+const WALK_PAGE = 100;
+/** The key of providers of hosts Berth no longer knows. */
+const NO_HOST = '';
 
 export interface ReporterOptions {
   conn: PlacementConnection;
   side: SchedulerSide;
   logger: Logger;
   nodename: (host: string) => string;
+  /** The host of a compute node name (the inverse of `nodename`). */
+  hostOf: (nodename: string) => string;
   /** No Nova: Berth creates a root provider per host (else it waits for nova-compute's). */
   createRoots: boolean;
   /** How often held providers, problems and missing compute nodes are looked at again (default 10 s). */
@@ -66,11 +76,20 @@ export interface ReporterOptions {
   onDriftRepaired?: (changes: PlacementChange[]) => void;
 }
 
-interface Pending {
+interface PendingHost {
   revision: number;
   /** When the change was first seen (ms): the lag. */
   since: number;
-  host: string | null;
+  /** Providers the changes named (besides the host's desired ones): a device that went, or changed provider. */
+  names: Set<string>;
+}
+
+/** A resync walk over the hosts: where it is, and whether it is the catch-up after a (re)start. */
+interface Walk {
+  after: string;
+  revision: number;
+  since: number;
+  catchUp: boolean;
 }
 
 export class Reporter {
@@ -86,12 +105,14 @@ export class Reporter {
   private readonly drifted = new Set<string>();
   private readonly retry: RetryDelay;
 
-  private mirror = new Map<string, DeviceRecord>();
-  private hosts = new Map<HostName, HostView>();
+  /** Whether each host's agent is connected (by host: the fleet's hosts, never its devices). */
+  private connected = new Map<string, boolean>();
   private loaded = false;
-  private revision = 0;
-  private desired = new Map<string, DesiredProvider>();
-  private readonly pending = new Map<string, Pending>();
+  private revision = 0; // the device change feed's, read up to
+  private readonly pending = new Map<string, PendingHost>();
+  private walk: Walk | null = null;
+  private hostsReadAt = 0;
+  private writing: PendingHost | null = null; // the pending host a pass is writing now
   /** Reads, plans and writes one provider; holds what Placement has as Berth last read or wrote it. */
   private readonly executor: PlanExecutor;
   private readonly problems = new Map<string, PlacementProblem & { retryAt: number }>();
@@ -99,10 +120,14 @@ export class Reporter {
     string,
     { uuid: string; host: string; consumers: string[]; retryAt: number }
   >();
-  /** The executor's: what Placement holds per provider, and the compute node providers. */
+  /** The executor's: what Placement holds per provider (cached hosts only). */
   private readonly actual: PlanExecutor['actual'];
-  private readonly roots: PlanExecutor['roots'];
-  private readonly synced = new Map<string, { at: string; uuid: string }>();
+  /** What Placement holds of the providers of the last hosts written (bounded by hosts). */
+  private readonly cached: HostCache;
+  private readonly synced = new Map<string, number>(); // when each host was last written in full (ms)
+  /** Providers Placement had before Berth, under a uuid not derived from their name: name → uuid, uuid → name. */
+  private readonly adopted = new Map<string, string>();
+  private readonly adoptedName = new Map<string, string>();
   /** Providers another writer changed that Berth wrote back between resyncs (since start). */
   driftRepairs = 0;
   private resyncAt = 0;
@@ -132,7 +157,7 @@ export class Reporter {
       pollMs: this.pollMs,
     });
     this.actual = this.executor.actual;
-    this.roots = this.executor.roots;
+    this.cached = new HostCache(this.executor);
   }
 
   /** 409s on a provider generation, re-read and retried (since start). */
@@ -151,19 +176,28 @@ export class Reporter {
 
   // --- what the port shows ---------------------------------------------
 
+  /** Providers a change waits for (a host marked without one counts one), and a catch-up walk under way. */
   get pendingCount(): number {
-    return this.pending.size;
+    let n = 0;
+    for (const p of this.waiting()) n += Math.max(1, 'names' in p ? p.names.size : 0);
+    return n;
+  }
+
+  private *waiting(): Iterable<PendingHost | Walk> {
+    yield* this.pending.values();
+    if (this.writing) yield this.writing;
+    if (this.walk?.catchUp) yield this.walk;
   }
 
   get lagSeconds(): number {
     let oldest = Number.POSITIVE_INFINITY;
-    for (const p of this.pending.values()) oldest = Math.min(oldest, p.since);
+    for (const p of this.waiting()) oldest = Math.min(oldest, p.since);
     return Number.isFinite(oldest) ? Math.max(0, (Date.now() - oldest) / 1000) : 0;
   }
 
   get appliedRevision(): number {
     let min = Number.POSITIVE_INFINITY;
-    for (const p of this.pending.values()) min = Math.min(min, p.revision);
+    for (const p of this.waiting()) min = Math.min(min, p.revision);
     return Number.isFinite(min) ? Math.max(0, min - 1) : this.revision;
   }
 
@@ -185,8 +219,6 @@ export class Reporter {
 
   deviceProvider(d: DeviceRecord): DeviceProviderInfo {
     const name = providerNameOf(d, this.o.nodename);
-    const cached = this.actual.get(name);
-    const synced = this.synced.get(name);
     const notes: string[] = [];
     const why = notReportedBecause(d);
     if (why) notes.push(`not reported: ${why}`);
@@ -198,23 +230,53 @@ export class Reporter {
     }
     const problem = this.problems.get(name);
     if (problem) notes.push(problem.note);
-    if (this.pending.has(name))
+    const p = this.pending.get(d.host);
+    if (p && (p.names.size === 0 || p.names.has(name)))
       notes.push(`a change waits to be written (${this.conn.reachable ? 'now' : this.conn.lastError})`);
+    const at = why ? undefined : this.synced.get(d.host);
     return {
-      providerUuid: cached?.uuid ?? synced?.uuid ?? providerUuid(name),
+      providerUuid: this.adopted.get(name) ?? this.actual.get(name)?.uuid ?? providerUuid(name),
       providerName: name,
-      syncedAt: synced?.at ?? '',
+      syncedAt: at === undefined ? '' : new Date(at).toISOString(),
       note: notes.join('; '),
     };
   }
 
-  devicesOfProvider(uuid: string): Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }> {
-    // Berth's uuids are derived from the name; one Placement had before (adopted) is in the cache.
-    let p = this.desired.get(this.nameByUuid.get(uuid) ?? '');
-    if (!p) {
-      for (const [name, a] of this.actual) if (a?.uuid === uuid) p = this.desired.get(name);
+  /**
+   * The devices a provider stands for, from the store: the host `near` names
+   * first (no call to Placement), else the host Placement says the provider
+   * is under (its name and its parent's, the compute node).
+   */
+  async devicesOfProvider(
+    uuid: string,
+    near?: string,
+  ): Promise<Array<{ deviceUuid: Uuid; host: HostName; address: PciAddress }>> {
+    const of = (p: DesiredProvider | undefined) =>
+      p?.devices.map((d) => ({ deviceUuid: d.uuid, host: d.host, address: d.address })) ?? [];
+    if (near) {
+      const desired = await this.desiredOf(this.o.hostOf(near));
+      const name = this.adoptedName.get(uuid);
+      const p = [...desired.values()].find((x) => x.uuid === uuid || x.name === name);
+      if (p) return of(p);
     }
-    return p?.devices.map((d) => ({ deviceUuid: d.uuid, host: d.host, address: d.address })) ?? [];
+    const p = await this.api.provider(uuid);
+    if (!p?.parent_provider_uuid) return [];
+    const root = await this.api.provider(p.parent_provider_uuid);
+    if (!root) return [];
+    return of((await this.desiredOf(this.o.hostOf(root.name))).get(p.name));
+  }
+
+  /** A host's desired providers, from its devices in the store (desired.ts). */
+  private async desiredOf(host: string): Promise<Map<string, DesiredProvider>> {
+    const devices = host === NO_HOST ? [] : await this.side.hostDevices(host as HostName);
+    const view = new Map([
+      [host as HostName, { name: host as HostName, connected: !!this.connected.get(host) }],
+    ]);
+    return desiredProviders(devices, view, {
+      nodename: this.o.nodename,
+      standardTraits: this.conn.standardTraits,
+      ownsHost: (h) => this.side.ownsHost(h),
+    });
   }
 
   // --- the loop ----------------------------------------------------------
@@ -227,27 +289,32 @@ export class Reporter {
       try {
         await this.pull();
         const now = Date.now();
-        for (const [name, p] of this.problems) if (p.retryAt <= now) this.mark(name, this.revision, p.host);
-        for (const [name, h] of this.held) if (h.retryAt <= now) this.mark(name, this.revision, h.host);
+        for (const [name, p] of this.problems) if (p.retryAt <= now) this.mark(p.host, this.revision, name);
+        for (const [name, h] of this.held) if (h.retryAt <= now) this.mark(h.host, this.revision, name);
         if (now >= this.retryAt) {
           try {
-            const full = now >= this.resyncAt;
-            const drift = !full && this.loaded && now >= this.driftAt;
+            if (now >= this.resyncAt && !this.walk) this.startWalk(false);
+            const drift = !this.walk && this.loaded && now >= this.driftAt;
             await this.withLock(async () => {
               if (drift) await this.checkDrift();
-              return this.pass(full);
+              return this.pass(1);
             });
-            if (full || drift) this.driftAt = Date.now() + this.driftMs;
+            if (drift) this.driftAt = Date.now() + this.driftMs;
             this.retry.reset();
           } catch (err) {
             if (!(err instanceof PlacementUnreachable)) throw err;
-            this.conn.down(err, () => this.behind());
+            this.conn.down(
+              err,
+              () =>
+                `${this.pendingCount} provider(s) wait, the oldest change ${Math.round(this.lagSeconds)} s ago`,
+            );
             this.retryAt = Date.now() + this.retry.next();
           }
         }
         const due = [this.resyncAt, this.driftAt, ...[...this.problems.values()].map((p) => p.retryAt)];
         due.push(...[...this.held.values()].map((h) => h.retryAt));
         if (!this.conn.reachable) due.push(this.retryAt);
+        else if (this.walk) due.push(0);
         waitMs = Math.max(10, Math.min(this.pollMs, ...due.map((t) => t - Date.now())));
       } catch (err) {
         if (signal.aborted) break;
@@ -265,183 +332,108 @@ export class Reporter {
     }
   }
 
-  private behind(): string {
-    return `${this.pending.size} provider(s) wait, the oldest change ${Math.round(this.lagSeconds)} s ago`;
-  }
-
   private withLock<T>(fn: () => Promise<T>): Promise<T> {
     const run = this.lock.then(fn, fn);
     this.lock = run.catch(() => {});
     return run;
   }
 
-  private mark(name: string, revision: number, host: string | null): void {
-    if (!this.pending.has(name)) this.pending.set(name, { revision, since: Date.now(), host });
+  /** A change to `host` (naming the provider `name`, when it is known) waits to be written. */
+  private mark(host: string, revision: number, name?: string): void {
+    let p = this.pending.get(host);
+    if (!p) {
+      p = { revision, since: Date.now(), names: new Set() };
+      this.pending.set(host, p);
+    }
+    if (name !== undefined) p.names.add(name);
   }
 
-  /** Berth's side → the mirror and the pending set (never touches Placement). */
+  private startWalk(catchUp: boolean): void {
+    this.walk = { after: '', revision: this.revision, since: Date.now(), catchUp };
+  }
+
+  /** Berth's side → the pending hosts (never touches Placement, never reads the fleet's devices). */
   private async pull(): Promise<void> {
     const nodename = this.o.nodename;
     if (!this.loaded) {
-      const snap = await this.side.snapshot();
-      this.mirror = new Map(snap.devices.map((d) => [d.uuid, d]));
-      this.revision = snap.revision;
-      this.hosts = new Map((await this.side.hosts()).map((h) => [h.name, h]));
+      // Everything is compared again by a walk over the hosts, from the feed's revision now on.
+      this.revision = await this.side.revision();
+      this.connected = new Map((await this.side.hosts()).map((h) => [h.name, h.connected]));
       this.loaded = true;
-      this.mirrorVersion++;
-      for (const d of this.mirror.values()) this.mark(providerNameOf(d, nodename), this.revision, d.host);
-      // What Placement has that the snapshot no longer says (devices of a deleted host) is swept by the resync.
-      this.resyncAt = 0;
-    } else {
-      for (;;) {
-        const events = await this.side.changesSince(this.revision, 1000);
-        if (events === 'compacted') {
-          this.log.warn(
-            { revision: this.revision },
-            'Placement reporting: the change feed was compacted; reading everything again',
-          );
-          this.loaded = false;
-          return this.pull();
-        }
-        for (const e of events) {
-          const before = this.mirror.get(e.device.uuid);
-          if (e.removed) this.mirror.delete(e.device.uuid);
-          else this.mirror.set(e.device.uuid, e.device);
-          if (before) this.mark(providerNameOf(before, nodename), e.revision, before.host);
-          this.mark(providerNameOf(e.device, nodename), e.revision, e.device.host);
-          this.revision = e.revision;
-        }
-        if (events.length > 0) this.mirrorVersion++;
-        if (events.length < 1000) break;
-      }
-      const hosts = new Map((await this.side.hosts()).map((h) => [h.name, h]));
-      const changed = new Set<string>();
-      for (const [name, h] of hosts) if (this.hosts.get(name)?.connected !== h.connected) changed.add(name);
-      for (const name of this.hosts.keys()) if (!hosts.has(name)) changed.add(name);
-      this.hosts = hosts;
-      if (changed.size > 0) {
-        this.mirrorVersion++;
-        for (const d of this.mirror.values()) {
-          if (changed.has(d.host)) this.mark(providerNameOf(d, nodename), this.revision, d.host);
-        }
-      }
+      this.startWalk(true);
+      return;
     }
-    this.refreshDesired();
+    for (;;) {
+      const events = await this.side.changesSince(this.revision, 1000);
+      if (events === 'compacted') {
+        this.log.warn(
+          { revision: this.revision },
+          'Placement reporting: the change feed was compacted; comparing every host again',
+        );
+        this.loaded = false;
+        return this.pull();
+      }
+      for (const e of events) {
+        this.mark(e.device.host, e.revision, providerNameOf(e.device, nodename));
+        this.revision = e.revision;
+      }
+      if (events.length < 1000) break;
+    }
+    // Every host again (by pages), but during a walk once a poll, not at each of its pages.
+    if (this.walk && Date.now() - this.hostsReadAt < this.pollMs) return;
+    this.hostsReadAt = Date.now();
+    const hosts = new Map((await this.side.hosts()).map((h) => [h.name as string, h.connected]));
+    for (const [name, c] of hosts) if (this.connected.get(name) !== c) this.mark(name, this.revision);
+    for (const name of this.connected.keys()) if (!hosts.has(name)) this.mark(name, this.revision);
+    this.connected = hosts;
   }
-
-  private desiredFrom: { traits: ReadonlySet<string>; version: number; owned: string } | null = null;
-  private nameByUuid = new Map<string, string>();
-  private mirrorVersion = 0;
 
   /**
-   * desired.ts over the mirror, again only when the mirror, the hosts, the
-   * known traits or the hosts this scheduler speaks for changed (a replica that
-   * adopts a host, or follows it again after a restart, knows its providers).
+   * Writes the pending hosts (in revision order), then up to `walkPages`
+   * pages of a resync walk (Infinity: to its end, with the sweep of hosts
+   * Berth no longer knows).
    */
-  private refreshDesired(): void {
-    const traits = this.conn.standardTraits;
-    const owned = [...this.hosts.keys()].filter((h) => this.side.ownsHost(h)).join('\n');
-    if (
-      this.desiredFrom?.traits === traits &&
-      this.desiredFrom.version === this.mirrorVersion &&
-      this.desiredFrom.owned === owned
-    )
-      return;
-    this.desired = desiredProviders(this.mirror.values(), this.hosts, {
-      nodename: this.o.nodename,
-      standardTraits: traits,
-      ownsHost: (h) => this.side.ownsHost(h),
-    });
-    this.desiredFrom = { traits, version: this.mirrorVersion, owned };
-    this.nameByUuid = new Map([...this.desired.values()].map((p) => [p.uuid, p.name]));
-  }
-
-  /** Writes the pending providers (holds first); with `full`, compares everything and sweeps orphans. */
-  private async pass(full: boolean): Promise<PlacementChange[]> {
+  private async pass(walkPages: number): Promise<PlacementChange[]> {
     await this.conn.ready();
-    // The traits the server knows are known after ready().
-    this.refreshDesired();
     const changes: PlacementChange[] = [];
-    let orphanRoots: Array<{ uuid: string; name: string }> = [];
-    if (full) {
-      this.actual.clear();
-      this.roots.clear();
-      for (const [name, p] of this.desired) this.mark(name, this.revision, p.host);
-      ({ orphanRoots } = await this.findOrphans());
+    const order = [...this.pending.entries()].sort((a, b) => a[1].revision - b[1].revision);
+    for (const [host, p] of order) {
+      // A change that comes in meanwhile marks the host again, for the next pass; until
+      // written, this one still counts as waiting.
+      this.pending.delete(host);
+      this.writing = p;
+      try {
+        await this.passHost(host, p.names, false, changes);
+      } catch (err) {
+        // Not written: it waits on, as old as it was.
+        const again = this.pending.get(host);
+        this.pending.set(host, p);
+        for (const n of again?.names ?? []) p.names.add(n);
+        throw err;
+      } finally {
+        this.writing = null;
+      }
     }
-    const order = [...this.pending.entries()]
-      .map(([name, p]) => ({ name, p, hold: this.isHold(name) }))
-      .sort((a, b) => (a.hold === b.hold ? a.p.revision - b.p.revision : a.hold ? -1 : 1));
-    for (const { name, p } of order) {
-      if (!this.side.ownsHost(p.host)) {
-        this.pending.delete(name);
+    for (let i = 0; i < walkPages && this.walk; i++) {
+      const page = await this.side.hostsPage(this.walk.after, WALK_PAGE);
+      for (const h of page) await this.passHost(h.name, [], true, changes);
+      if (page.length === WALK_PAGE) {
+        this.walk.after = page[page.length - 1]!.name;
         continue;
       }
-      const desired = this.desired.get(name) ?? null;
-      try {
-        const made = await this.reconcile(name, desired, false);
-        if (this.drifted.delete(name) && made.length > 0) this.driftRepaired(name, made);
-        this.pending.delete(name);
-        this.problems.delete(name);
-        const uuid = this.actual.get(name)?.uuid ?? desired?.uuid;
-        if (uuid) this.synced.set(name, { at: new Date().toISOString(), uuid });
-        changes.push(...made);
-      } catch (err) {
-        if (err instanceof PlacementUnreachable) throw err;
-        this.drifted.delete(name);
-        const note =
-          err instanceof ProviderProblem || err instanceof PlacementRefused ? err.message : String(err);
-        if (!(err instanceof ProviderProblem) && !(err instanceof PlacementRefused)) {
-          this.log.error({ err, provider: name }, 'Placement reporting: unexpected failure');
-        }
-        const before = this.problems.get(name);
-        if (before?.note !== note) this.log.warn({ provider: name, host: p.host }, `Placement: ${note}`);
-        this.problems.set(name, {
-          provider: name,
-          host: p.host ?? '',
-          note,
-          retryAt: Date.now() + this.pollMs,
-        });
-        this.pending.delete(name);
-        this.actual.delete(name);
-        // What was written before the problem (a hold on a provider Berth cannot otherwise make right).
-        changes.push(...((err as { changes?: PlacementChange[] }).changes ?? []));
-        changes.push({
-          provider: name,
-          providerUuid: desired?.uuid ?? '',
-          host: p.host ?? '',
-          action: 'blocked',
-          details: [note],
-          deviceAddresses: desired?.devices.map((d) => d.address) ?? [],
-        });
-      }
+      await this.sweepUnknownHosts(false, changes);
+      this.walk = null;
+      this.lastFullSyncAt = new Date();
+      this.resyncAt = Date.now() + this.resyncMs;
+      this.driftAt = Date.now() + this.driftMs;
     }
     // Nothing to write for a while: still ask whether Placement answers, so an
     // outage shows in the status before the next change has to wait for it.
-    if (order.length === 0 && orphanRoots.length === 0 && !full) {
+    if (order.length === 0 && walkPages === 1 && !this.walk) {
       const last = this.conn.lastContactAt?.getTime() ?? 0;
       if (Date.now() - last >= this.pollMs) await this.api.versions();
     }
-    for (const r of orphanRoots) {
-      const gone = await this.api.deleteProvider(r.uuid, r.name).catch((err) => {
-        if (err instanceof PlacementRefused) return false; // children left, or in use: the next resync
-        throw err;
-      });
-      if (gone)
-        changes.push({
-          provider: r.name,
-          providerUuid: r.uuid,
-          host: '',
-          action: 'delete',
-          details: ['root provider of a host Berth no longer has'],
-          deviceAddresses: [],
-        });
-    }
     this.conn.ok();
-    if (full) {
-      this.lastFullSyncAt = new Date();
-      this.resyncAt = Date.now() + this.resyncMs;
-    }
     if (changes.length > 0) this.o.onChanges?.(changes);
     for (const c of changes) {
       const line = `Placement: ${c.action} ${c.provider}${c.details.length ? `: ${c.details.join('; ')}` : ''}`;
@@ -451,27 +443,113 @@ export class Reporter {
     return changes;
   }
 
+  /**
+   * One host: its devices read from the store, its desired providers, and
+   * each provider it has or had written (holds first). `fresh` (a resync, a
+   * dry run) forgets what Berth knew of the host's providers and lists its
+   * tree in Placement, so providers Berth no longer wants there are found.
+   */
+  private async passHost(
+    host: string,
+    names: Iterable<string>,
+    fresh: boolean,
+    changes: PlacementChange[],
+    dryRun = false,
+  ): Promise<void> {
+    if (!this.side.ownsHost(host === NO_HOST ? null : host)) return;
+    const desired = await this.desiredOf(host);
+    const all = new Set([...desired.keys(), ...names]);
+    if (host !== NO_HOST) {
+      const nodename = this.o.nodename(host);
+      if (fresh && !dryRun) this.cached.forget(host);
+      for (const n of this.cached.namesOf(host)) all.add(n);
+      if (fresh) for (const n of await providersUnder(this.api, nodename)) all.add(n);
+    }
+    const order = [...all]
+      .map((name) => ({ name, hold: this.isHold(desired.get(name), name) }))
+      .sort((a, b) => (a.hold === b.hold ? a.name.localeCompare(b.name) : a.hold ? -1 : 1));
+    let failed = false;
+    for (const { name } of order) {
+      const want = desired.get(name) ?? null;
+      try {
+        const made = await this.reconcile(name, want, host, dryRun);
+        if (dryRun) {
+          changes.push(...made.map((c) => (c.host ? c : { ...c, host })));
+          continue;
+        }
+        if (this.drifted.delete(name) && made.length > 0) this.driftRepaired(name, made);
+        this.problems.delete(name);
+        changes.push(...made);
+      } catch (err) {
+        if (err instanceof PlacementUnreachable) throw err;
+        failed = true;
+        const note =
+          err instanceof ProviderProblem || err instanceof PlacementRefused ? err.message : String(err);
+        // What was written before the problem (a hold on a provider Berth cannot otherwise make right).
+        changes.push(...((err as { changes?: PlacementChange[] }).changes ?? []));
+        changes.push({
+          provider: name,
+          providerUuid: want?.uuid ?? '',
+          host,
+          action: 'blocked',
+          details: [note],
+          deviceAddresses: want?.devices.map((d) => d.address) ?? [],
+        });
+        if (dryRun) continue;
+        this.drifted.delete(name);
+        if (!(err instanceof ProviderProblem) && !(err instanceof PlacementRefused)) {
+          this.log.error({ err, provider: name }, 'Placement reporting: unexpected failure');
+        }
+        if (this.problems.get(name)?.note !== note)
+          this.log.warn({ provider: name, host }, `Placement: ${note}`);
+        this.problems.set(name, { provider: name, host, note, retryAt: Date.now() + this.pollMs });
+        this.actual.delete(name);
+      }
+    }
+    if (dryRun || host === NO_HOST) return;
+    this.cached.remember(host, this.o.nodename(host), all);
+    if (!failed) this.synced.set(host, Date.now());
+  }
+
+  /** Berth's providers under hosts Berth no longer knows (deleted while away, their events compacted): they go. */
+  private async sweepUnknownHosts(dryRun: boolean, changes: PlacementChange[]): Promise<void> {
+    const known = new Set([...this.connected.keys()].map((h) => this.o.nodename(h)));
+    const { roots, children } = await providersOfUnknownHosts(this.api, known);
+    if (!this.side.ownsHost(null)) return;
+    if (children.length > 0) await this.passHost(NO_HOST, children, true, changes, dryRun);
+    for (const r of roots) {
+      const gone =
+        dryRun ||
+        (await this.api.deleteProvider(r.uuid, r.name).catch((err) => {
+          if (err instanceof PlacementRefused) return false; // children left, or in use: the next resync
+          throw err;
+        }));
+      const why = `root provider of a host Berth no longer has${dryRun ? ' (once its children are gone)' : ''}`;
+      if (gone) {
+        changes.push({
+          provider: r.name,
+          providerUuid: r.uuid,
+          host: '',
+          action: 'delete',
+          details: [why],
+          deviceAddresses: [],
+        });
+      }
+    }
+  }
+
   /** Providers whose generation moved since Berth read or wrote them (drift.ts): forgotten, read again, written. */
   private async checkDrift(): Promise<void> {
     await this.conn.ready();
-    const trees = new Map<string, DriftTree & { known: Map<string, number | null> }>();
-    for (const [name, d] of this.desired) {
-      const root = this.roots.get(d.nodename);
-      const a = this.actual.get(name);
-      // Not read yet, or waiting to be written anyway: nothing to compare.
-      if (!root || !('uuid' in root) || a === undefined || this.pending.has(name)) continue;
-      const tree = trees.get(root.uuid) ?? { root: root.uuid, known: new Map<string, number | null>() };
-      trees.set(root.uuid, tree);
-      tree.known.set(name, a?.generation ?? null);
-    }
-    for (const m of await this.drift.check([...trees.values()])) {
+    const { trees, hostOf } = this.cached.driftTrees((host) => this.pending.has(host));
+    for (const m of await this.drift.check(trees)) {
       this.log.debug(
         { provider: m.name, was: m.was, now: m.now },
         `Placement: the generation of ${m.name} moved (${m.was ?? 'absent'} → ${m.now ?? 'absent'}); reading it again`,
       );
       this.actual.delete(m.name);
       this.drifted.add(m.name);
-      this.mark(m.name, this.revision, this.desired.get(m.name)?.host ?? null);
+      this.mark(hostOf.get(m.name) ?? NO_HOST, this.revision, m.name);
     }
   }
 
@@ -484,28 +562,8 @@ export class Reporter {
     this.o.onDriftRepaired?.(made);
   }
 
-  /** Berth's providers Placement has that Berth no longer wants: marked pending (they go, or are kept while allocated). */
-  private async findOrphans(): Promise<{ orphanRoots: Array<{ uuid: string; name: string }> }> {
-    const owned = await this.api.providers({ required: OWNER_TRAIT });
-    const byNodename = new Map<string, string>();
-    for (const h of this.hosts.keys()) byNodename.set(this.o.nodename(h), h);
-    const orphanRoots: Array<{ uuid: string; name: string }> = [];
-    for (const p of owned) {
-      if (this.desired.has(p.name)) continue;
-      if (p.parent_provider_uuid === null) {
-        if (!byNodename.has(p.name) && this.side.ownsHost(null))
-          orphanRoots.push({ uuid: p.uuid, name: p.name });
-        continue;
-      }
-      const host = [...byNodename].find(([n]) => p.name.startsWith(`${n}_`))?.[1] ?? null;
-      this.mark(p.name, this.revision, host);
-    }
-    return { orphanRoots };
-  }
-
   /** Whether writing this provider holds a device back (those go first). */
-  private isHold(name: string): boolean {
-    const d = this.desired.get(name);
+  private isHold(d: DesiredProvider | undefined, name: string): boolean {
     const a = this.actual.get(name);
     if (!d || a === undefined || a === null) return true;
     const inv = a.inventories[d.resourceClass];
@@ -518,11 +576,16 @@ export class Reporter {
   private async reconcile(
     name: string,
     desired: DesiredProvider | null,
+    host: string,
     dryRun: boolean,
   ): Promise<PlacementChange[]> {
-    const host = this.held.get(name)?.host ?? this.pending.get(name)?.host ?? '';
-    const p = await this.executor.reconcile({ name, provider: desired, host }, dryRun);
+    const p = await this.executor.reconcile(
+      { name, provider: desired, host: this.held.get(name)?.host ?? host },
+      dryRun,
+    );
     if (!dryRun) {
+      const uuid = this.actual.get(name)?.uuid;
+      this.adopt(name, uuid && uuid !== providerUuid(name) ? uuid : null);
       if (p.kept) {
         if (!this.held.has(name)) {
           this.log.warn(
@@ -538,68 +601,46 @@ export class Reporter {
         });
       } else {
         this.held.delete(name);
-        if (p.steps.some((s) => s.kind === 'delete')) this.synced.delete(name);
       }
     }
     if (p.problem) throw Object.assign(new ProviderProblem(p.problem), { changes: p.changes });
     return p.changes;
   }
 
+  /** Remembers (or forgets, null) that the provider's uuid in Placement is not the one derived from its name. */
+  private adopt(name: string, uuid: string | null): void {
+    const before = this.adopted.get(name);
+    if (before === uuid || (before === undefined && uuid === null)) return;
+    if (before !== undefined) this.adoptedName.delete(before);
+    if (uuid === null) {
+      this.adopted.delete(name);
+      return;
+    }
+    this.adopted.set(name, uuid);
+    this.adoptedName.set(uuid, name);
+  }
+
   // --- an operator's `placement sync` -------------------------------------
 
   /** A full pass now. With dryRun, every provider is read fresh and nothing is written. */
   async sync(dryRun: boolean): Promise<PlacementChange[]> {
-    if (!dryRun) {
-      return this.withLock(async () => {
-        await this.pull();
-        return this.pass(true);
-      });
-    }
     return this.withLock(async () => {
       await this.pull();
+      if (!dryRun) {
+        if (this.walk?.after !== '') this.startWalk(this.walk?.catchUp ?? false);
+        return this.pass(Number.POSITIVE_INFINITY);
+      }
       await this.conn.ready();
-      this.refreshDesired();
-      const names = new Map<string, string | null>();
-      for (const [n, p] of this.desired) names.set(n, p.host);
-      const owned = await this.api.providers({ required: OWNER_TRAIT });
-      const byNodename = new Map([...this.hosts.keys()].map((h) => [this.o.nodename(h), h]));
-      for (const p of owned) {
-        if (names.has(p.name) || p.parent_provider_uuid === null) continue;
-        names.set(p.name, [...byNodename].find(([n]) => p.name.startsWith(`${n}_`))?.[1] ?? null);
-      }
       const out: PlacementChange[] = [];
-      for (const [name, host] of names) {
-        if (!this.side.ownsHost(host)) continue;
-        const desired = this.desired.get(name) ?? null;
-        try {
-          const made = await this.reconcile(name, desired, true);
-          out.push(...made.map((c) => (c.host ? c : { ...c, host: host ?? '' })));
-        } catch (err) {
-          if (err instanceof PlacementUnreachable) throw err;
-          const made = (err as { changes?: PlacementChange[] }).changes ?? [];
-          out.push(...made);
-          out.push({
-            provider: name,
-            providerUuid: desired?.uuid ?? '',
-            host: host ?? '',
-            action: 'blocked',
-            details: [(err as Error).message],
-            deviceAddresses: desired?.devices.map((d) => d.address) ?? [],
-          });
-        }
+      let after = '';
+      for (;;) {
+        const page = await this.side.hostsPage(after, WALK_PAGE);
+        for (const h of page)
+          await this.passHost(h.name, this.pending.get(h.name)?.names ?? [], true, out, true);
+        if (page.length < WALK_PAGE) break;
+        after = page[page.length - 1]!.name;
       }
-      for (const p of owned) {
-        if (p.parent_provider_uuid === null && !byNodename.has(p.name) && this.side.ownsHost(null)) {
-          out.push({
-            provider: p.name,
-            providerUuid: p.uuid,
-            host: '',
-            action: 'delete',
-            details: ['root provider of a host Berth no longer has (once its children are gone)'],
-            deviceAddresses: [],
-          });
-        }
-      }
+      await this.sweepUnknownHosts(true, out);
       return out;
     });
   }

@@ -18,7 +18,11 @@ export interface SchedulerSideDeps {
 
 export function schedulerSide({ useCases, hub, links }: SchedulerSideDeps): SchedulerSide {
   return {
-    snapshot: () => useCases.snapshot(),
+    revision: () => useCases.currentRevision(),
+    // One host's devices in one read-only unit: a host is ~tens of devices, whatever the fleet.
+    hostDevices: async (host) => (await useCases.snapshot({ host })).devices,
+    hostsPage: async (after, limit) =>
+      (await useCases.hostsPage(after, limit)).map((h) => ({ name: h.name, connected: h.connected })),
     async changesSince(revision, limit) {
       try {
         return await useCases.eventsSince(revision, limit);
