@@ -146,9 +146,10 @@ export function deviceServiceBinding(
     }),
 
     getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest, ctx) => {
+      const ref = deviceRef('device', req.device);
       const caller = callerOf(ctx.metadata);
       const own = hostClientOf(caller, ANY_HOST_READERS, hostPrincipals);
-      const { device, provider } = await devices.get(deviceRef('device', req.device));
+      const { device, provider } = await devices.get(ref);
       requireOwnHost(caller.subject, own, device.host, `device ${device.uuid} is there`);
       return { device: withPlacement(deviceToProto(device), provider) };
     }),
