@@ -36,9 +36,15 @@ describe('berth token', () => {
     const adminToken = admin.stdout.trim();
     expect(adminToken).toMatch(/^berth_[A-Za-z0-9_-]{43}$/);
     const reader = await berth(['token', 'create', '--role', 'reader', '--static-tokens', tokens], env);
+    const hostClient = await berth(
+      ['token', 'create', '--role', 'host-client', '--subject', 'node-7', '--static-tokens', tokens],
+      env,
+    );
+    expect(hostClient.code, hostClient.stderr).toBe(0);
     expect(parseYaml(await readFile(tokens, 'utf8'))).toEqual({
       [adminToken]: { roles: ['admin'], subject: 'ops' },
       [reader.stdout.trim()]: 'reader',
+      [hostClient.stdout.trim()]: { roles: ['host-client'], subject: 'node-7' },
     });
     expect((await stat(tokens)).mode & 0o777).toBe(0o600);
 
@@ -94,8 +100,11 @@ describe('berth token', () => {
     const bad = await berth(['token', 'create', '--role', 'wizard'], env);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain(
-      '--role: expected one of admin, service, reader, agent, scheduler, got "wizard"',
+      '--role: expected one of admin, service, reader, agent, scheduler, host-client, got "wizard"',
     );
+    const noHost = await berth(['token', 'create', '--role', 'host-client'], env);
+    expect(noHost.code).toBe(2);
+    expect(noHost.stderr).toContain('--subject: a host-client token acts for one host');
     const secret = join(dir.path, 'short.secret');
     await writeFile(secret, 'too short\n');
     const noSub = await berth(['token', 'create', '--role', 'reader', '--jwt-secret-file', secret], env);

@@ -31,8 +31,11 @@ export interface Cluster {
 export async function startCluster(
   defs: SimHostDefinition[],
   options: {
-    agent?: Partial<AgentOptions>;
+    /** Every agent's options, or each host's (e.g. its own token with authentication on). */
+    agent?: Partial<AgentOptions> | ((host: string) => Partial<AgentOptions>);
     scheduler?: Partial<SchedulerOptions>;
+    /** The token the cluster's client calls with (authentication on). */
+    clientToken?: string;
     /** Rewrites each agent's configuration (as written, before parsing), e.g. to load another driver. */
     agentConfig?: (config: Record<string, unknown>) => Record<string, unknown>;
   } = {},
@@ -48,7 +51,13 @@ export async function startCluster(
     auth: { mode: 'none' },
     ...options.scheduler,
   });
-  let client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000 });
+  const connect = () =>
+    new SchedulerClient({
+      endpoint: scheduler.address,
+      timeoutMs: 15_000,
+      ...(options.clientToken ? { token: options.clientToken } : {}),
+    });
+  let client = connect();
   const hosts = new Map<string, ClusterHost>();
   for (const def of defs) {
     const sim = await buildSimHost(join(dir.path, def.host), def);
@@ -63,7 +72,8 @@ export async function startCluster(
           discovery_interval: 3600,
         };
         const config = parseAgentConfig(options.agentConfig ? options.agentConfig(raw) : raw, {}, dir.path);
-        h.agent = await Agent.start({ config, bootIdFile: sim.bootIdFile, ...options.agent, ...extra });
+        const own = typeof options.agent === 'function' ? options.agent(def.host) : options.agent;
+        h.agent = await Agent.start({ config, bootIdFile: sim.bootIdFile, ...own, ...extra });
         await h.agent.registered;
         return h.agent;
       },
@@ -119,7 +129,7 @@ export async function startCluster(
         ...options.scheduler,
         ...extra,
       });
-      client = new SchedulerClient({ endpoint: scheduler.address, timeoutMs: 15_000 });
+      client = connect();
     },
     async stop() {
       client.close();

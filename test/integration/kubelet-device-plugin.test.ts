@@ -6,17 +6,20 @@
  * backing files) and from the scheduler's record, not from what the plugin
  * says of itself.
  */
-import { access, mkdtemp, readdir, readFile, rm } from 'node:fs/promises';
+import { access, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Metadata, type ServiceError } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
+import { SchedulerClient } from '../../src/client/sdk.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import type {
   AllocateResponse,
   ListAndWatchResponse,
   PreferredAllocationResponse,
 } from '../../src/gen/k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1/api.js';
+import type { StaticToken } from '../../src/server/grpc/auth/configuration.js';
+import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import type { SimHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
@@ -28,6 +31,7 @@ import { available, podmanRunc } from '../helpers/prerequisites.js';
 import { eventually } from '../helpers/wait.js';
 
 const HOST = 'k8s-host';
+const HOST_B = 'k8s-host-b';
 const MIB = 1 << 20;
 const CLEAN = '0000:01:00.0';
 const OTHER = '0000:02:00.0';
@@ -35,10 +39,10 @@ const RESOURCE = 'berth.dev/nvme';
 const NVME_CLASS = 'CUSTOM_NVME_144D_A824';
 
 /** Two drives of one class; the second, never cleaned by Berth, is dirty at first sight (a long scrub: `slowSecond`). */
-function definition(opts: { secondClean: boolean }): SimHostDefinition {
+function definition(opts: { secondClean: boolean }, host = HOST): SimHostDefinition {
   const drive = { vendorId: '144d', productId: 'a824', model: 'PM1733 (simulated)', caps: { ces: true } };
   return {
-    host: HOST,
+    host,
     pci: { functions: [] },
     pciDeviceSpec: [],
     nvme: [
@@ -66,24 +70,55 @@ function definition(opts: { secondClean: boolean }): SimHostDefinition {
   };
 }
 
-async function start(k: KubeletStandIn, opts: { secondClean: boolean; cdiDir?: string }): Promise<Cluster> {
-  const c = await startCluster([definition(opts)], {
-    agentConfig: (raw) => ({
-      ...raw,
-      kubernetes: {
-        device_plugin: {
-          enabled: true,
-          kubelet_socket_dir: k.pluginDir,
-          pod_resources_socket: k.podResourcesSocket,
-          resource_names: { [NVME_CLASS]: RESOURCE },
-          poll_interval: 0.1,
-          unclaimed_grace: 3600,
-          ...(opts.cdiDir ? { cdi: true, cdi_dir: opts.cdiDir } : {}),
-        },
-      },
-    }),
+/**
+ * Authentication on, and a second host (HOST_B, no plugin) beside the
+ * plugin's: each agent registers with its own token, the plugin calls with
+ * `pluginToken` (read from its scheduler_token_file), the cluster's client
+ * with `admin`.
+ */
+interface TwoHosts {
+  tokens: StaticToken[];
+  agentTokens: Record<string, string>;
+  admin: string;
+  pluginToken: string;
+}
+
+async function start(
+  k: KubeletStandIn,
+  opts: { secondClean: boolean; cdiDir?: string; twoHosts?: TwoHosts },
+): Promise<Cluster> {
+  const auth = opts.twoHosts;
+  const tokenFile = join(k.dir, 'scheduler-token');
+  if (auth) await writeFile(tokenFile, auth.pluginToken, { mode: 0o600 });
+  const c = await startCluster([definition(opts), ...(auth ? [definition(opts, HOST_B)] : [])], {
+    agentConfig: (raw) =>
+      raw['host'] !== HOST
+        ? raw
+        : {
+            ...raw,
+            kubernetes: {
+              device_plugin: {
+                enabled: true,
+                kubelet_socket_dir: k.pluginDir,
+                pod_resources_socket: k.podResourcesSocket,
+                resource_names: { [NVME_CLASS]: RESOURCE },
+                poll_interval: 0.1,
+                unclaimed_grace: 3600,
+                ...(opts.cdiDir ? { cdi: true, cdi_dir: opts.cdiDir } : {}),
+                ...(auth ? { scheduler_token_file: tokenFile } : {}),
+              },
+            },
+          },
+    ...(auth
+      ? {
+          scheduler: { auth: { mode: 'token', staticTokens: auth.tokens } },
+          agent: (host: string) => ({ schedulerToken: auth.agentTokens[host]! }),
+          clientToken: auth.admin,
+        }
+      : {}),
   });
   await c.waitForDevices(HOST, 2);
+  if (auth) await c.waitForDevices(HOST_B, 2);
   return c;
 }
 
@@ -221,6 +256,104 @@ describe('the kubelet device plugin', () => {
     expect(states.slice(firstUnhealthy, states.lastIndexOf('Healthy'))).not.toContain('Healthy');
     w.close();
   }, 90_000);
+
+  it("with a host-client token: the plugin holds and releases its host's devices; every call for another host's device or ARQ is refused naming it (decision 90)", async () => {
+    const t = {
+      admin: generateStaticToken(),
+      agentA: generateStaticToken(),
+      agentB: generateStaticToken(),
+      hostClient: generateStaticToken(),
+    };
+    k = await KubeletStandIn.start();
+    c = await start(k, {
+      secondClean: true,
+      twoHosts: {
+        tokens: [
+          { token: t.admin, roles: ['admin'] },
+          { token: t.agentA, roles: ['agent'], subject: HOST },
+          { token: t.agentB, roles: ['agent'], subject: HOST_B },
+          { token: t.hostClient, roles: ['host-client'], subject: HOST },
+        ],
+        agentTokens: { [HOST]: t.agentA, [HOST_B]: t.agentB },
+        admin: t.admin,
+        pluginToken: t.hostClient,
+      },
+    });
+    const reg = await eventually(
+      async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
+      (r) => r !== undefined,
+      15_000,
+    );
+    const w = watch(k, reg!.endpoint);
+    await w.until((h) => h(CLEAN) === 'Healthy');
+
+    // Profiles stay an admin's: the plugin's own is made beforehand.
+    const noProfile = await refusal(w.client, [CLEAN]);
+    expect(noProfile?.details).toContain('ProfileService/CreateProfile requires role admin');
+    const profile = await createClassProfile(c.client, 'k8s-custom-nvme-144d-a824', NVME_CLASS);
+
+    // The plugin's flow with the narrow token: Allocate holds, the pod's end releases.
+    await allocate(w.client, [CLEAN]);
+    const held = await getDevice(c.client, HOST, CLEAN);
+    expect(held.deviceState).toBe(DeviceState.DEVICE_STATE_ALLOCATED);
+    expect(held.instanceUuid).toMatch(/^k8s-dp-/);
+    k.pods.set('vm-1', { [RESOURCE]: [CLEAN] });
+    await polls(c, 2);
+    k.pods.clear();
+    await eventually(
+      () => getDevice(c!.client, HOST, CLEAN),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
+      30_000,
+    );
+
+    // Host B's device and ARQ, through the five calls with host A's token.
+    const bDevice = await getDevice(c.client, HOST_B, CLEAN);
+    const bArq = await createAndBind(c.client, profile, 'tenant-b', HOST_B);
+    const narrow = new SchedulerClient({
+      endpoint: c.scheduler.address,
+      timeoutMs: 15_000,
+      token: t.hostClient,
+    });
+    try {
+      const denied = async (p: Promise<unknown>) => {
+        const e = await expectCode(p, 'PERMISSION_DENIED', 'PRINCIPAL_NOT_FOR_HOST');
+        expect(e.message).toContain(`may act only for host ${HOST}, not for host ${HOST_B}`);
+      };
+      await denied(getDevice(narrow, HOST_B, CLEAN));
+      await denied(narrow.devices.getDevice({ device: { ref: { $case: 'uuid', value: bDevice.uuid } } }));
+      expect((await getDevice(narrow, HOST, OTHER)).host).toBe(HOST);
+      expect((await narrow.profiles.getProfile({ name: profile })).profile?.name).toBe(profile);
+      await expectCode(createClassProfile(narrow, 'wider', NVME_CLASS), 'PERMISSION_DENIED');
+      const [mine] = (
+        await narrow.arqs.createAcceleratorRequests({ profileName: profile, requestId: '', tags: [] })
+      ).acceleratorRequests;
+      const bindTo = (host: string, deviceUuids: string[] = []) =>
+        narrow.arqs.bindAcceleratorRequests({
+          bindings: [{ arqUuid: mine!.uuid, instanceUuid: 'stolen', host, tag: '', deviceUuids }],
+        });
+      await denied(bindTo(HOST_B));
+      await denied(bindTo(HOST_B, [bDevice.uuid]));
+      // No bind without a host: the field is required, and with it the bind stays on host A.
+      await expectCode(bindTo(''), 'INVALID_ARGUMENT');
+      await expectCode(bindTo(HOST, [bDevice.uuid]), 'FAILED_PRECONDITION', 'NO_ALLOCATABLE_DEVICE');
+      await denied(narrow.arqs.deleteAcceleratorRequests({ uuids: [bArq.uuid], instanceUuid: '' }));
+      await denied(narrow.arqs.deleteAcceleratorRequests({ uuids: [], instanceUuid: 'tenant-b' }));
+      // Nothing of host B moved: its ARQ bound, its devices as they were.
+      expect((await c.client.arqs.getAcceleratorRequest({ uuid: bArq.uuid })).acceleratorRequest?.host).toBe(
+        HOST_B,
+      );
+      const bNow = await getDevice(c.client, HOST_B, CLEAN);
+      expect(bNow.instanceUuid).toBe('tenant-b');
+      expect((await getDevice(c.client, HOST_B, OTHER)).deviceState).toBe(DeviceState.DEVICE_STATE_AVAILABLE);
+      // Its own unbound ARQ (what the plugin deletes after a refused bind) goes.
+      expect(
+        (await narrow.arqs.deleteAcceleratorRequests({ uuids: [mine!.uuid], instanceUuid: '' })).deletedUuids,
+      ).toEqual([mine!.uuid]);
+    } finally {
+      narrow.close();
+      w.close();
+    }
+  }, 120_000);
 
   it('refuses a dirty device and one a gRPC bind holds (both Unhealthy), and an unknown device id with a status naming the field', async () => {
     k = await KubeletStandIn.start();

@@ -8,12 +8,13 @@
  * record and the files the plugin writes; the CDI spec is read by podman.
  */
 import { randomUUID } from 'node:crypto';
-import { access, readFile, rm } from 'node:fs/promises';
+import { access, readFile, rm, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ServiceError } from '@grpc/grpc-js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { HealthStatus } from '../../src/gen/k8s.io/kubelet/pkg/apis/dra-health/v1/api.js';
+import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import type { SimHostDefinition } from '../../src/sim/host.js';
 import { plantTenantData, readableTenantData, spreadTenantWrites } from '../../src/sim/nvme-cli/index.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
@@ -68,9 +69,29 @@ function definition(opts: { secondClean: boolean }): SimHostDefinition {
 async function start(
   k: DraKubelet,
   api: ApiServerStandIn,
-  opts: { secondClean: boolean; cdiDir?: string },
+  opts: { secondClean: boolean; cdiDir?: string; auth?: { admin: string; agent: string; plugin: string } },
 ): Promise<Cluster> {
+  // With authentication on: the agent's token, the plugin's (scheduler_token_file), the cluster client's.
+  const auth = opts.auth;
+  const tokenFile = join(k.dir, 'scheduler-token');
+  if (auth) await writeFile(tokenFile, auth.plugin, { mode: 0o600 });
   const c = await startCluster([definition(opts)], {
+    ...(auth
+      ? {
+          scheduler: {
+            auth: {
+              mode: 'token',
+              staticTokens: [
+                { token: auth.admin, roles: ['admin'] },
+                { token: auth.agent, roles: ['agent'], subject: HOST },
+                { token: auth.plugin, roles: ['host-client'], subject: HOST },
+              ],
+            },
+          },
+          agent: { schedulerToken: auth.agent },
+          clientToken: auth.admin,
+        }
+      : {}),
     agentConfig: (raw) => ({
       ...raw,
       kubernetes: {
@@ -83,6 +104,7 @@ async function start(
           plugin_dir: k.pluginDir,
           cdi_dir: opts.cdiDir ?? k.cdiDir,
           checkpoint_file: k.checkpointFile,
+          ...(auth ? { scheduler_token_file: tokenFile } : {}),
         },
       },
     }),
@@ -215,6 +237,38 @@ describe('the kubelet DRA plugin', () => {
     // An unprepare of a claim the plugin does not know (any more) succeeds.
     expect((await p.unprepare([ref('vm-1', uid)])).claims[uid]).toEqual({ error: '' });
     expect((await p.unprepare([ref('never', randomUUID())])).claims).toBeDefined();
+    h.close();
+    p.close();
+  }, 120_000);
+
+  it('holds and releases a claim with a host-client token for its host (decision 90)', async () => {
+    k = await DraKubelet.start();
+    api = await ApiServerStandIn.start();
+    const auth = {
+      admin: generateStaticToken(),
+      agent: generateStaticToken(),
+      plugin: generateStaticToken(),
+    };
+    c = await start(k, api, { secondClean: true, auth });
+    const info = await registered(k);
+    const h = k.health(info.endpoint);
+    await until(h, CLEAN_NAME, HealthStatus.HEALTHY);
+    const p = k.plugin(info.endpoint);
+    const uid = randomUUID();
+    api.put(resourceClaim('default', 'vm-hc', uid, [ours('nvme', CLEAN_NAME)]));
+    // Profiles stay an admin's: until the plugin's own is made, the claim is refused naming the call.
+    const first = await p.prepare([ref('vm-hc', uid)]);
+    expect(first.claims[uid]!.error).toContain('ProfileService/CreateProfile requires role admin');
+    await createClassProfile(c.client, 'k8s-custom-nvme-144d-a824', NVME_CLASS);
+    const res = await p.prepare([ref('vm-hc', uid)]);
+    expect(res.claims[uid]!.error).toBe('');
+    expect((await getDevice(c.client, HOST, CLEAN)).instanceUuid).toBe(`k8s-dra-${uid}`);
+    expect((await p.unprepare([ref('vm-hc', uid)])).claims[uid]).toEqual({ error: '' });
+    await eventually(
+      () => getDevice(c!.client, HOST, CLEAN),
+      (d) => d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE,
+      30_000,
+    );
     h.close();
     p.close();
   }, 120_000);

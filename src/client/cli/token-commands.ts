@@ -69,6 +69,11 @@ export function registerTokenCommands(program: Command): void {
         throw new ConfigError(`--role: expected one of ${ROLES.join(', ')}, got ${JSON.stringify(o.role)}`);
       }
       const role: Role = o.role;
+      if (role === 'host-client' && !o.subject) {
+        throw new ConfigError(
+          '--subject: a host-client token acts for one host; give the host name (decision 90)',
+        );
+      }
       if (o.jwtSecretFile) {
         if (o.staticTokens) throw new ConfigError('--static-tokens and --jwt-secret-file exclude each other');
         if (!o.subject) throw new ConfigError('--subject: a JWT needs a subject (its "sub" claim)');

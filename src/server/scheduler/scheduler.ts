@@ -282,11 +282,13 @@ export class Scheduler {
     const binding = new Binding({ useCases, agents, judge, logger });
     const certificates = new Certificates({ useCases, logger });
     const instances = new Instances(useCases);
+    // Operator-written principal subject → host: whose host an agent or a host-client speaks for (invariant 10).
+    const hostPrincipals: ReadonlyMap<string, string> = new Map(Object.entries(options.hostPrincipals ?? {}));
     const registration = new Registration({
       useCases,
       links,
       claimLink: (host) => leaseKeeper?.claim(host) ?? Promise.resolve(true),
-      hostPrincipals: new Map(Object.entries(options.hostPrincipals ?? {})),
+      hostPrincipals,
       schedulerId: id,
       heartbeatSeconds: options.heartbeatSeconds ?? 15,
       mediaRecordsRefused: (host, reason, count) => metrics.mediaRecordsRefused(host, reason, count),
@@ -300,11 +302,12 @@ export class Scheduler {
           useCases,
           devices: new Devices({ useCases, hub, feed: new DeviceFeed(useCases), placement }),
           cleaning,
+          hostPrincipals,
         },
         logger,
       ),
       profileServiceBinding(useCases, logger),
-      arqServiceBinding({ useCases, binding }, logger),
+      arqServiceBinding({ useCases, binding, hostPrincipals }, logger),
       instanceServiceBinding({ useCases, instances }, logger),
       migrationServiceBinding(
         { useCases, migrations: new Migrations({ useCases, agents, binding, instances }) },

@@ -47,7 +47,7 @@ export interface DevicePluginConfig {
   pollIntervalMs: number;
   /** Seconds a device given by Allocate may go unseen in pod-resources before it is released (a pod refused after Allocate). */
   unclaimedGraceMs: number;
-  /** The bearer token of the scheduler calls that hold and release devices (role service or admin); null: the agent's own. */
+  /** The bearer token of the scheduler calls that hold and release devices (role host-client for this host, decision 90; service or admin work, wider); null: the agent's own. */
   schedulerTokenFile: string | null;
   /**
    * When set, Allocate also writes a CDI spec per container (vendor: the DRA
@@ -130,7 +130,7 @@ export const devicePluginSectionSchema = section({
   scheduler_token_file: text()
     .nullish()
     .describe(
-      'token (role service) of the scheduler calls that hold and release devices (default: scheduler_token_file)',
+      'token (role host-client, its subject the host; decision 90) of the scheduler calls that hold and release devices (default: scheduler_token_file)',
     ),
   cdi: z
     .boolean({ error: (iss) => `expected true or false, got ${show(iss.input)}` })
@@ -195,7 +195,9 @@ export const draSectionSchema = section({
     .describe(`the prepared claims (default <state_dir>/${DRA_DEFAULTS.checkpointFile})`),
   scheduler_token_file: text()
     .nullish()
-    .describe('token of the scheduler calls that hold and release devices (default: scheduler_token_file)'),
+    .describe(
+      'token (role host-client, its subject the host; decision 90) of the scheduler calls that hold and release devices (default: scheduler_token_file)',
+    ),
 }).describe("the kubelet's DRA plugin API (docs/kubernetes.md)");
 
 export const kubernetesSectionSchema = section({

@@ -81,6 +81,23 @@ describe('the method → roles table', () => {
     for (const roles of Object.values(METHOD_ROLES)) expect(roles).toContain('admin');
   });
 
+  it('gives host-client exactly the calls the kubelet plugins make, no profile write (decision 90)', () => {
+    const hostClient = Object.entries(METHOD_ROLES)
+      .filter(([, r]) => r.includes('host-client'))
+      .map(([k]) => k)
+      .sort();
+    expect(hostClient).toEqual(
+      [
+        'AcceleratorRequestService/BindAcceleratorRequests',
+        'AcceleratorRequestService/CreateAcceleratorRequests',
+        'AcceleratorRequestService/DeleteAcceleratorRequests',
+        'DeviceService/GetDevice',
+        'ProfileService/GetProfile',
+      ].map((m) => `berth.scheduler.v1.${m}`),
+    );
+    expect(ROLES).toContain('host-client');
+  });
+
   it('opens health and reflection only', () => {
     expect(isOpenMethod('/grpc.health.v1.Health/Check')).toBe(true);
     expect(isOpenMethod('/grpc.reflection.v1.ServerReflection/ServerReflectionInfo')).toBe(true);

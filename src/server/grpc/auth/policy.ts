@@ -33,8 +33,13 @@
  * - agent: host agents; only Register on the scheduler. A stolen agent token
  *   cannot create ARQs, read other hosts' bindings or clean devices.
  * - scheduler: the scheduler calling agents (inventory, cleanup, migration prep).
+ * - host-client: a host's kubelet device plugin and DRA driver (decision 90):
+ *   exactly the calls they make, for their own host only (the token's subject
+ *   names the host, as an agent's does). The table lets the calls through; the
+ *   handlers refuse another host's device or ARQ (domain/host.ts `hostClientOf`).
+ *   No profile writes: the plugin's profiles are made beforehand by an admin.
  */
-export const ROLES = ['admin', 'service', 'reader', 'agent', 'scheduler'] as const;
+export const ROLES = ['admin', 'service', 'reader', 'agent', 'scheduler', 'host-client'] as const;
 export type Role = (typeof ROLES)[number];
 
 const A: Role = 'admin';
@@ -42,6 +47,7 @@ const SV: Role = 'service';
 const R: Role = 'reader';
 const AG: Role = 'agent';
 const SC: Role = 'scheduler';
+const HC: Role = 'host-client';
 
 const S = 'berth.scheduler.v1';
 const AGENT = 'berth.agent.v1.AgentService';
@@ -55,7 +61,7 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
   [`${S}.HostService/DeleteHost`]: [A],
 
   [`${S}.DeviceService/ListDevices`]: [A, SV, R],
-  [`${S}.DeviceService/GetDevice`]: [A, SV, R],
+  [`${S}.DeviceService/GetDevice`]: [A, SV, R, HC],
   [`${S}.DeviceService/WatchDevices`]: [A, SV, R],
   [`${S}.DeviceService/WatchCleanup`]: [A, SV, R],
   [`${S}.DeviceService/CleanDevice`]: [A],
@@ -65,12 +71,12 @@ export const METHOD_ROLES: Readonly<Record<string, readonly Role[]>> = {
 
   [`${S}.ProfileService/CreateProfile`]: [A],
   [`${S}.ProfileService/DeleteProfile`]: [A],
-  [`${S}.ProfileService/GetProfile`]: [A, SV, R],
+  [`${S}.ProfileService/GetProfile`]: [A, SV, R, HC],
   [`${S}.ProfileService/ListProfiles`]: [A, SV, R],
 
-  [`${S}.AcceleratorRequestService/CreateAcceleratorRequests`]: [A, SV],
-  [`${S}.AcceleratorRequestService/BindAcceleratorRequests`]: [A, SV],
-  [`${S}.AcceleratorRequestService/DeleteAcceleratorRequests`]: [A, SV],
+  [`${S}.AcceleratorRequestService/CreateAcceleratorRequests`]: [A, SV, HC],
+  [`${S}.AcceleratorRequestService/BindAcceleratorRequests`]: [A, SV, HC],
+  [`${S}.AcceleratorRequestService/DeleteAcceleratorRequests`]: [A, SV, HC],
   [`${S}.AcceleratorRequestService/GetAcceleratorRequest`]: [A, SV, R],
   [`${S}.AcceleratorRequestService/ListAcceleratorRequests`]: [A, SV, R],
 

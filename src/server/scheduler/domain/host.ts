@@ -129,6 +129,44 @@ export function principalFor(
 }
 
 /**
+ * The host a host-scoped client acts for (role `host-client`, decision 90: a
+ * host's kubelet plugin), or undefined when the caller is not one: it holds a
+ * role in `wider` (the roles the call allows for any host), or auth is off
+ * (every role). A host-client whose subject names no host is refused here.
+ */
+export function hostClientOf(
+  caller: Caller,
+  wider: readonly string[],
+  table: ReadonlyMap<string, string>,
+): string | undefined {
+  if (!caller.roles.includes('host-client') || caller.roles.some((r) => wider.includes(r))) return undefined;
+  const own = hostOfSubject(caller.subject, table);
+  if (own === null) {
+    throw permissionDenied(
+      'PRINCIPAL_NOT_FOR_HOST',
+      `principal ${caller.subject} (host-client) names no host (its subject names none; map it in host_principals)`,
+      { principal: caller.subject },
+    );
+  }
+  return own;
+}
+
+/** Refuses a host-client (`own`, from hostClientOf) acting on another host's `what`; undefined `own` passes. */
+export function requireOwnHost(
+  principal: string,
+  own: string | undefined,
+  host: string | null,
+  what: string,
+): void {
+  if (own === undefined || host === null || host === own) return;
+  throw permissionDenied(
+    'PRINCIPAL_NOT_FOR_HOST',
+    `principal ${principal} may act only for host ${own}, not for host ${host} (${what})`,
+    { principal, host },
+  );
+}
+
+/**
  * The principal the host stays pinned to: the first one; another principal
  * is refused (HOST_PINNED_TO_ANOTHER_PRINCIPAL). `principal` undefined (not
  * an agent principal) changes no pin.

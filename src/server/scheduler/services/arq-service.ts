@@ -20,15 +20,19 @@ import { unary } from '../../grpc/handlers.js';
 import type { ServiceBinding } from '../../grpc/server.js';
 import type { Binding } from '../app/binding.js';
 import { arqToProto } from '../convert.js';
+import { hostClientOf, requireOwnHost } from '../domain/host.js';
 import { PROFILE_NAME } from '../domain/profile.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { maxItems, optionalRequestId, requireHost, requireInstance, requireUuid } from './validate.js';
 
+/** The roles that write ARQs on any host; a `host-client` without one of them only on its own (decision 90). */
+const ANY_HOST: readonly string[] = ['admin', 'service'];
+
 export function arqServiceBinding(
-  app: { useCases: UseCases; binding: Binding },
+  app: { useCases: UseCases; binding: Binding; hostPrincipals: ReadonlyMap<string, string> },
   logger: Logger,
 ): ServiceBinding {
-  const { useCases, binding } = app;
+  const { useCases, binding, hostPrincipals } = app;
   const impl: AcceleratorRequestServiceServer = {
     createAcceleratorRequests: unary(
       'CreateAcceleratorRequests',
@@ -68,8 +72,13 @@ export function arqServiceBinding(
             ? { devices: b.deviceUuids.map((u, j) => requireUuid(`bindings[${i}].device_uuids[${j}]`, u)) }
             : {}),
         }));
+        const caller = callerOf(ctx.metadata);
+        const own = hostClientOf(caller, ANY_HOST, hostPrincipals);
+        for (const [i, b] of bindings.entries()) {
+          requireOwnHost(caller.subject, own, b.host, `bindings[${i}].host`);
+        }
         return {
-          acceleratorRequests: (await binding.bind(bindings, callerOf(ctx.metadata).subject)).map(arqToProto),
+          acceleratorRequests: (await binding.bind(bindings, caller.subject)).map(arqToProto),
         };
       },
     ),
@@ -95,7 +104,7 @@ export function arqServiceBinding(
     deleteAcceleratorRequests: unary(
       'DeleteAcceleratorRequests',
       logger,
-      async (req: DeleteAcceleratorRequestsRequest) => {
+      async (req: DeleteAcceleratorRequestsRequest, ctx) => {
         if (req.uuids.length === 0 && req.instanceUuid === '') {
           throw invalidArgument('uuids', 'give uuids or instance_uuid');
         }
@@ -103,11 +112,15 @@ export function arqServiceBinding(
           throw invalidArgument('instance_uuid', 'give uuids or instance_uuid, not both');
         }
         maxItems('uuids', req.uuids, 256);
+        const caller = callerOf(ctx.metadata);
+        const own = hostClientOf(caller, ANY_HOST, hostPrincipals);
         // The released devices' cleanups are dispatched once the unit commits.
         const result = await useCases.deleteArqs(
           req.instanceUuid !== ''
             ? { instanceUuid: requireInstance('instance_uuid', req.instanceUuid) }
             : { uuids: req.uuids.map((u, i) => requireUuid(`uuids[${i}]`, u)) },
+          // An unbound ARQ (no host) holds no device: a host-client may delete it.
+          (arq) => requireOwnHost(caller.subject, own, arq.host, `ARQ ${arq.uuid} is bound there`),
         );
         return { deletedUuids: result.deletedUuids };
       },

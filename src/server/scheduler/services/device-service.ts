@@ -38,6 +38,7 @@ import {
   deviceTypeFromProto,
 } from '../convert.js';
 import type { DeviceRecord } from '../domain/device-state.js';
+import { hostClientOf, requireOwnHost } from '../domain/host.js';
 import type { DeviceFilter } from '../domain/inventory.js';
 import { pageTokenAfter } from '../domain/pages.js';
 import type { DeviceProviderInfo } from '../placement/port.js';
@@ -121,11 +122,19 @@ function withPlacement(pb: DevicePb, p: DeviceProviderInfo | null): DevicePb {
   };
 }
 
+/** The roles that read any host's device; a `host-client` without one of them only its own host's (decision 90). */
+const ANY_HOST_READERS: readonly string[] = ['admin', 'service', 'reader'];
+
 export function deviceServiceBinding(
-  app: { useCases: UseCases; devices: Devices; cleaning: Cleaning },
+  app: {
+    useCases: UseCases;
+    devices: Devices;
+    cleaning: Cleaning;
+    hostPrincipals: ReadonlyMap<string, string>;
+  },
   logger: Logger,
 ): ServiceBinding {
-  const { useCases, devices, cleaning } = app;
+  const { useCases, devices, cleaning, hostPrincipals } = app;
   const impl: DeviceServiceServer = {
     listDevices: unary('ListDevices', logger, async (req: ListDevicesRequest) => {
       if (req.pageSize > PAGE_MAX) throw invalidArgument('page_size', `${req.pageSize}; at most ${PAGE_MAX}`);
@@ -136,8 +145,12 @@ export function deviceServiceBinding(
       return boundedPage(page.devices, page.nextPageToken, PAGE_BYTES);
     }),
 
-    getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest) => {
-      const { device, provider } = await devices.get(deviceRef('device', req.device));
+    getDevice: unary('GetDevice', logger, async (req: GetDeviceRequest, ctx) => {
+      const ref = deviceRef('device', req.device);
+      const caller = callerOf(ctx.metadata);
+      const own = hostClientOf(caller, ANY_HOST_READERS, hostPrincipals);
+      const { device, provider } = await devices.get(ref);
+      requireOwnHost(caller.subject, own, device.host, `device ${device.uuid} is there`);
       return { device: withPlacement(deviceToProto(device), provider) };
     }),
 

@@ -358,10 +358,16 @@ export async function releaseBindClaims(deps: UseCaseDeps, uuids: string[], hold
   });
 }
 
-/** By uuids or instance; devices go through release. Deleting what is gone is a no-op. */
+/**
+ * By uuids or instance; devices go through release. Deleting what is gone is a
+ * no-op. `mayDelete` (the caller's authorization, decided by the edge) sees
+ * every ARQ as locked in this unit before anything is deleted, and throws to
+ * refuse them all.
+ */
 export async function deleteArqs(
   deps: UseCaseDeps,
   selector: { uuids?: Uuid[]; instanceUuid?: string },
+  mayDelete?: (arq: Arq) => void,
 ): Promise<DeleteArqsResult> {
   if (!selector.uuids?.length && !selector.instanceUuid) {
     throw invalidArgument('uuids', 'give ARQ uuids or an instance_uuid');
@@ -377,6 +383,7 @@ export async function deleteArqs(
       await tx.uow.lockInstance(selector.instanceUuid!);
       arqs.push(...(await tx.uow.arqs({ instanceUuid: selector.instanceUuid! }, FOR_UPDATE)));
     }
+    for (const arq of arqs) mayDelete?.(arq);
     const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
     // By uuids, the instances are known only now (the one exception to the lock order).
     if (selector.uuids?.length) for (const instance of instances) await tx.uow.lockInstance(instance);
