@@ -4,7 +4,7 @@
  * controller by its capability traits (so a test knows which device it binds).
  */
 import { expect } from 'vitest';
-import type { SchedulerClient } from '../../src/client/sdk.js';
+import { BerthClientError, type SchedulerClient } from '../../src/client/sdk.js';
 import type { Device } from '../../src/gen/berth/scheduler/v1/device.js';
 import { DeviceState } from '../../src/gen/berth/scheduler/v1/device.js';
 import { LiveMigratable } from '../../src/gen/berth/scheduler/v1/profile.js';
@@ -51,21 +51,34 @@ export async function getDevice(client: SchedulerClient, host: string, address: 
 
 /**
  * Waits until a device's cleanup has settled — available or error — and
- * returns it (checked against invariant 1 on every read).
+ * returns it (checked against invariant 1 on every read). A device the
+ * scheduler does not know yet (NOT_FOUND: its agent registered, its inventory
+ * not applied yet) is waited for like an unsettled one.
  */
-export function settledDevice(
+export async function settledDevice(
   client: SchedulerClient,
   host: string,
   address: string,
   timeoutMs = 30_000,
 ): Promise<Device> {
-  return eventually(
-    () => getDevice(client, host, address),
-    (d) =>
-      d.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
-      d.deviceState === DeviceState.DEVICE_STATE_ERROR,
+  const known = async () => {
+    try {
+      return await getDevice(client, host, address);
+    } catch (err) {
+      if (err instanceof BerthClientError && err.codeName === 'NOT_FOUND')
+        return `${host} ${address} not found yet`;
+      throw err;
+    }
+  };
+  const d = await eventually(
+    known,
+    (v) =>
+      typeof v !== 'string' &&
+      (v.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||
+        v.deviceState === DeviceState.DEVICE_STATE_ERROR),
     timeoutMs,
   );
+  return d as Device;
 }
 
 export const uuidRef = (uuid: string) => ({ ref: { $case: 'uuid' as const, value: uuid } });
