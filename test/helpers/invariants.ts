@@ -49,6 +49,20 @@ export async function getDevice(client: SchedulerClient, host: string, address: 
   return device;
 }
 
+/** The device, or undefined while the scheduler does not know it (NOT_FOUND: its inventory not applied yet). */
+export async function knownDevice(
+  client: SchedulerClient,
+  host: string,
+  address: string,
+): Promise<Device | undefined> {
+  try {
+    return await getDevice(client, host, address);
+  } catch (err) {
+    if (err instanceof BerthClientError && err.codeName === 'NOT_FOUND') return undefined;
+    throw err;
+  }
+}
+
 /**
  * Waits until a device's cleanup has settled — available or error — and
  * returns it (checked against invariant 1 on every read). A device the
@@ -61,17 +75,8 @@ export async function settledDevice(
   address: string,
   timeoutMs = 30_000,
 ): Promise<Device> {
-  const known = async () => {
-    try {
-      return await getDevice(client, host, address);
-    } catch (err) {
-      if (err instanceof BerthClientError && err.codeName === 'NOT_FOUND')
-        return `${host} ${address} not found yet`;
-      throw err;
-    }
-  };
   const d = await eventually(
-    known,
+    async () => (await knownDevice(client, host, address)) ?? `${host} ${address} not found yet`,
     (v) =>
       typeof v !== 'string' &&
       (v.deviceState === DeviceState.DEVICE_STATE_AVAILABLE ||

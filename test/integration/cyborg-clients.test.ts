@@ -21,7 +21,7 @@ import { createLogger } from '../../src/logging.js';
 import { generateStaticToken } from '../../src/server/grpc/auth/tokens.js';
 import { demoHostDefinition } from '../../src/sim/host.js';
 import { type Cluster, startCluster } from '../helpers/cluster.js';
-import { getDevice } from '../helpers/invariants.js';
+import { getDevice, knownDevice } from '../helpers/invariants.js';
 import {
   type PlacementServer,
   providerView,
@@ -104,7 +104,8 @@ describe.skipIf(!have)("every client's bind through one ARQ's URL; the tenant's 
   const available_ = (address: string) =>
     eventually(
       async () => [
-        (await getDevice(admin, HOST, address)).deviceState,
+        // Not known yet (the agent registered, its inventory not applied yet): undefined.
+        (await knownDevice(admin, HOST, address))?.deviceState,
         (await providerView(placement, `${HOST}_${address.toUpperCase()}`))?.inventories[RC]?.reserved,
       ],
       ([s, reserved]) => s === DeviceState.DEVICE_STATE_AVAILABLE && reserved === 0,
