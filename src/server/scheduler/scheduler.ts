@@ -10,6 +10,7 @@ import type { Server } from 'node:http';
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { ConfigError } from '../../errors.js';
+import type { HostName } from '../../identifiers.js';
 import { createLogger } from '../../logging.js';
 import { Authenticator } from '../grpc/auth/authenticator.js';
 import type { AuthOptions } from '../grpc/auth/configuration.js';
@@ -216,13 +217,18 @@ export class Scheduler {
       credentials: agentChannelCredentials(tls, host),
       ...(credentialFor ? { credential: credentialFor } : {}),
     });
+    /** Placement reporting, told of this scheduler's links at once (set once it has started, below). */
+    let placementConnection: ((host: HostName, connected: boolean) => void) | null = null;
     const links: AgentLinks = new AgentLinks({
       useCases,
       logger,
       metrics,
       inflow,
       dial,
-      onConnected: (h) => void dispatcher.dispatchBacklog(h),
+      onConnection: (h, up) => {
+        if (up) void dispatcher.dispatchBacklog(h);
+        placementConnection?.(h, up);
+      },
     });
     teardown.defer('the agent links', () => links.stopAll());
     const leases = useCases.leases;
@@ -277,6 +283,7 @@ export class Scheduler {
       : null;
     // With Nova owning the devices, no cleanup of Berth's own starts under a Nova instance.
     if (placement) dispatcher.setGate((d) => placement.heldOutside(d));
+    if (placement) placementConnection = (h, up) => placement.hostConnection(h, up);
     // How bind claims are judged here: this scheduler's id, and alone on its database (SQLite) or not.
     const judge = { self: id, alone: leases === undefined };
     const binding = new Binding({ useCases, agents, judge, logger });

@@ -128,6 +128,7 @@ export async function startPlacement(
     devicesOfProvider: async (uuid, near) =>
       reporter ? reporter.devicesOfProvider(uuid, near) : (cleaner?.devicesOfProvider(uuid) ?? []),
     sync: ({ dryRun }) => (reporter ? reporter.sync(dryRun) : cleaner!.sync(dryRun)),
+    hostConnection: (host, connected) => reporter?.hostConnection(host, connected),
     async heldOutside(d) {
       if (!cleaner) return null;
       const rp = cleaner.deviceProvider(d);

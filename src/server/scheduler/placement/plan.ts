@@ -120,6 +120,13 @@ function change(
 }
 
 /** The writes that make `actual` what `want` says, and the changes they make. */
+/** Whether writing this provider holds a device back (those are written first): new, unread, or more reserved. */
+export function holdsBack(d: DesiredProvider | undefined, a: ActualProvider | null | undefined): boolean {
+  if (!d || a === undefined || a === null) return true;
+  const inv = a.inventories[d.resourceClass];
+  return !inv || d.reserved > inv.reserved;
+}
+
 export function plan(want: Want, actual: Actual): ProviderPlan {
   const { name, provider: desired } = want;
   const current = actual.provider;

@@ -130,6 +130,11 @@ export interface PlacementPort {
    * never scrubbed under its instance. null when nothing stops it.
    */
   heldOutside(device: DeviceRecord): Promise<string | null>;
+  /**
+   * This scheduler's link to `host` connected or went (written in the store):
+   * its providers wait to be written again at once, not at the next read of the hosts.
+   */
+  hostConnection(host: HostName, connected: boolean): void;
   /** A full pass now: with dryRun, what it would change (nothing written). */
   sync(options: { dryRun: boolean }): Promise<PlacementChange[]>;
   /** Starts following Berth's changes (once the scheduler knows which hosts it reaches). */

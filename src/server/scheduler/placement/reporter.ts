@@ -47,6 +47,7 @@ import { DriftCheck } from './drift.js';
 import { PlanExecutor, ProviderProblem } from './executor.js';
 import { HostCache, providersOfUnknownHosts, providersUnder } from './host-cache.js';
 import { providerUuid } from './names.js';
+import { holdsBack } from './plan.js';
 import type { DeviceProviderInfo, PlacementChange, PlacementProblem, SchedulerSide } from './port.js';
 
 /** Hosts a resync walk reads per pass (a page of ListHosts' paging). */
@@ -348,6 +349,13 @@ export class Reporter {
     if (name !== undefined) p.names.add(name);
   }
 
+  /** This scheduler's link to `host` connected or went: the host waits to be written now, not at the next hosts read. */
+  hostConnection(host: string, connected: boolean): void {
+    if (!this.loaded || this.connected.get(host) === connected) return;
+    this.connected.set(host, connected);
+    this.mark(host, this.revision);
+  }
+
   private startWalk(catchUp: boolean): void {
     this.walk = { after: '', revision: this.revision, since: Date.now(), catchUp };
   }
@@ -466,7 +474,7 @@ export class Reporter {
       if (fresh) for (const n of await providersUnder(this.api, nodename)) all.add(n);
     }
     const order = [...all]
-      .map((name) => ({ name, hold: this.isHold(desired.get(name), name) }))
+      .map((name) => ({ name, hold: holdsBack(desired.get(name), this.actual.get(name)) }))
       .sort((a, b) => (a.hold === b.hold ? a.name.localeCompare(b.name) : a.hold ? -1 : 1));
     let failed = false;
     for (const { name } of order) {
@@ -561,16 +569,6 @@ export class Reporter {
     );
     this.o.onDriftRepaired?.(made);
   }
-
-  /** Whether writing this provider holds a device back (those go first). */
-  private isHold(d: DesiredProvider | undefined, name: string): boolean {
-    const a = this.actual.get(name);
-    if (!d || a === undefined || a === null) return true;
-    const inv = a.inventories[d.resourceClass];
-    return !inv || d.reserved > inv.reserved;
-  }
-
-  // --- one provider ------------------------------------------------------
 
   /** Plans and (unless a dry run) writes one provider (plan.ts, executor.ts); a provider Berth cannot make right throws. */
   private async reconcile(

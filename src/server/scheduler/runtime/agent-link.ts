@@ -61,8 +61,8 @@ export interface AgentDialDeps {
 export interface AgentLinkDeps extends AgentDialDeps {
   useCases: UseCases;
   logger: Logger;
-  /** Called when the inventory stream is (re)established: the moment to dispatch cleanups. */
-  onConnected: (host: HostName) => void;
+  /** Called once the host is written connected (the stream is (re)established) or disconnected. */
+  onConnection: (host: HostName, connected: boolean) => void;
   /** What one host may store and send (default HOST_INFLOW_LIMITS). */
   inflow?: HostInflowLimits;
   /**
@@ -245,7 +245,11 @@ export class AgentLink extends AgentCalls {
       // the host over) says nothing of the agent: the host's state is not its to write.
       if (this.connected && !this.abort.signal.aborted) {
         this.connected = false;
-        await this.deps.useCases.setHostConnected(this.host, false).catch(() => {});
+        const written = await this.deps.useCases.setHostConnected(this.host, false).then(
+          () => true,
+          () => false,
+        );
+        if (written) this.deps.onConnection(this.host, false);
       }
       this.wake = new AbortController();
       // A refused update waits for the budget to refill (a heartbeat does not cut it short).
@@ -313,7 +317,7 @@ export class AgentLink extends AgentCalls {
           this.connected = true;
           await this.deps.useCases.setHostConnected(this.host, true);
           this.log.info({ revision: msg.revision }, 'following the agent inventory');
-          this.deps.onConnected(this.host);
+          this.deps.onConnection(this.host, true);
         }
       }
     } finally {

@@ -20,8 +20,12 @@ export interface AgentLinksDeps {
   inflow: HostInflowLimits;
   /** The channel and credential for a host's agent. */
   dial: (host: string) => AgentDialDeps;
-  /** A link's inventory stream is (re)established: the moment to dispatch the host's cleanups. */
-  onConnected: (host: HostName) => void;
+  /**
+   * A link's inventory stream is (re)established (`connected`: the moment to
+   * dispatch the host's cleanups), or it broke and the host is written
+   * disconnected.
+   */
+  onConnection: (host: HostName, connected: boolean) => void;
 }
 
 export class AgentLinks {
@@ -52,7 +56,7 @@ export class AgentLinks {
     this.links.get(host)?.stop();
     const budget = this.budgets.get(host) ?? new InflowBudget(this.deps.inflow, Date.now());
     this.budgets.set(host, budget);
-    const { useCases, logger, metrics, inflow, dial, onConnected } = this.deps;
+    const { useCases, logger, metrics, inflow, dial, onConnection } = this.deps;
     const link = new AgentLink(host, endpoint, features, {
       useCases,
       logger,
@@ -60,7 +64,7 @@ export class AgentLinks {
       metrics,
       inflow,
       budget,
-      onConnected,
+      onConnection,
     });
     this.links.set(host, link);
     link.start();
