@@ -6,26 +6,20 @@
  */
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
-import {
-  type handleServerStreamingCall,
-  type handleUnaryCall,
-  Server,
-  ServerCredentials,
-  type ServerWritableStream,
-} from '@grpc/grpc-js';
+import type { ServerWritableStream } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../src/client/sdk.js';
-import {
-  AgentServiceService,
-  type WatchInventoryRequest,
-  type WatchInventoryResponse,
-} from '../../src/gen/berth/agent/v1/agent.js';
-import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/berth/agent/v1/device.js';
-import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
+import type { WatchInventoryRequest, WatchInventoryResponse } from '../../src/gen/berth/agent/v1/agent.js';
+import type { Device } from '../../src/gen/berth/agent/v1/device.js';
 import { hostName, pci } from '../../src/server/scheduler/domain/fixtures.support.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { SMALL_HOST, startSimAgent, tempDir } from '../helpers/agent.js';
-import { call, insecure } from '../helpers/grpc.js';
+import {
+  agentVf,
+  registerScriptedAgent,
+  serveScriptedAgent,
+  type WatchInventoryHandler,
+} from '../helpers/scripted-agent.js';
 import { eventually } from '../helpers/wait.js';
 
 const LIMITS = { storedBytes: 1 << 20, burstBytes: 2 << 20, bytesPerSecond: 128 << 10 };
@@ -33,35 +27,13 @@ const LIMITS = { storedBytes: 1 << 20, burstBytes: 2 << 20, bytesPerSecond: 128 
 /** A fat device: 30 attributes of 200 characters, as the attacker sent them. */
 function fat(i: number, generation: number): Device {
   const address = `0001:${((i >> 8) & 0xff).toString(16).padStart(2, '0')}:${((i >> 3) & 0x1f).toString(16).padStart(2, '0')}.${i & 7}`;
-  return {
-    address,
-    vendorId: '8086',
-    productId: '154c',
-    classCode: '020000',
-    kernelDriver: 'vfio-pci',
-    driver: 'pci',
-    type: DeviceType.DEVICE_TYPE_PCI,
-    functionKind: FunctionKind.FUNCTION_KIND_VF,
-    physfn: '',
+  return agentVf(address, {
     iommuGroup: i,
-    iommuGroupPeers: [],
-    numaNode: 0,
-    resourceClass: 'CUSTOM_PCI_8086_154C',
     traits: ['OWNER_BERTH'],
-    managed: true,
-    liveMigratable: false,
-    oneTimeUse: false,
-    supportsCleaning: false,
-    cleanupAction: '',
-    health: Health.HEALTH_HEALTHY,
-    healthReason: '',
-    unallocatableReason: '',
     attributes: Object.fromEntries(
       Array.from({ length: 30 }, (_, k) => [`attr${k}`, `${generation}`.padEnd(200, 'x')]),
     ),
-    media: undefined,
-    mediaRecord: undefined,
-  };
+  });
 }
 
 /**
@@ -78,7 +50,7 @@ async function startFloodingAgent(): Promise<{
   let sent = 0;
   let connections = 0;
   const streams = new Set<ServerWritableStream<WatchInventoryRequest, WatchInventoryResponse>>();
-  const watch: handleServerStreamingCall<WatchInventoryRequest, WatchInventoryResponse> = (call) => {
+  const watch: WatchInventoryHandler = (call) => {
     streams.add(call);
     let live = true;
     call.on('cancelled', () => {
@@ -109,31 +81,13 @@ async function startFloodingAgent(): Promise<{
     };
     pump();
   };
-  const refuse: handleUnaryCall<unknown, unknown> = (_c, done) => done({ code: 12, details: 'not here' });
-  const server = new Server();
-  server.addService(AgentServiceService, {
-    watchInventory: watch,
-    getAgentInfo: refuse,
-    listDevices: refuse,
-    rediscover: refuse,
-    cleanupDevice: refuse,
-    prepareMigration: refuse,
-    recordBinding: refuse,
-    releaseDevice: refuse,
-  });
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) =>
-      err ? reject(err) : resolve(p),
-    ),
-  );
+  const agent = await serveScriptedAgent(watch);
   return {
-    address: `127.0.0.1:${port}`,
+    address: agent.address,
     sent: () => sent,
     stop: () =>
-      new Promise((resolve) => {
+      agent.stop(() => {
         for (const s of streams) s.end();
-        server.tryShutdown(() => resolve());
-        setTimeout(() => server.forceShutdown(), 2000).unref();
       }),
   };
 }
@@ -156,22 +110,7 @@ describe('one host cannot exhaust the scheduler', () => {
     });
     client = new SchedulerClient({ endpoint: scheduler.address });
     flood = await startFloodingAgent();
-    const reg = new RegistrationServiceClient(scheduler.address, insecure());
-    await call(reg, reg.register, {
-      host: hostName('flood'),
-      endpoint: flood.address,
-      bootId: 'b',
-      epoch: 'flood',
-      agentVersion: '0.0.0',
-      features: [],
-      drivers: ['pci'],
-      heldDevices: [],
-      mediaRecords: [],
-      signingKey: '',
-      certificates: [],
-      retiredSigningKeys: [],
-    });
-    reg.close();
+    await registerScriptedAgent(scheduler.address, hostName('flood'), flood.address, 'flood');
     honest = await startSimAgent(SMALL_HOST, {
       host: hostName('honest'),
       scheduler: scheduler.address,

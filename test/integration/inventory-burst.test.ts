@@ -6,62 +6,31 @@
  * snapshot that go and come back, all written at once.
  */
 import { join } from 'node:path';
-import {
-  type handleServerStreamingCall,
-  type handleUnaryCall,
-  Server,
-  ServerCredentials,
-  type ServerWritableStream,
-} from '@grpc/grpc-js';
+import type { ServerWritableStream } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import {
-  AgentServiceService,
-  type WatchInventoryRequest,
-  type WatchInventoryResponse,
-} from '../../src/gen/berth/agent/v1/agent.js';
-import { type Device, DeviceType, FunctionKind, Health } from '../../src/gen/berth/agent/v1/device.js';
+import type { WatchInventoryRequest, WatchInventoryResponse } from '../../src/gen/berth/agent/v1/agent.js';
+import type { Device } from '../../src/gen/berth/agent/v1/device.js';
 import { Health as SchedulerHealth } from '../../src/gen/berth/scheduler/v1/device.js';
 import {
   DeviceServiceClient,
   type WatchDevicesResponse,
 } from '../../src/gen/berth/scheduler/v1/device_service.js';
-import { RegistrationServiceClient } from '../../src/gen/berth/scheduler/v1/registration.js';
 import { hostName } from '../../src/server/scheduler/domain/fixtures.support.js';
 import { Scheduler } from '../../src/server/scheduler/scheduler.js';
 import { tempDir } from '../helpers/agent.js';
-import { call, insecure } from '../helpers/grpc.js';
+import { insecure } from '../helpers/grpc.js';
+import {
+  agentVf,
+  registerScriptedAgent,
+  serveScriptedAgent,
+  type WatchInventoryHandler,
+} from '../helpers/scripted-agent.js';
 import { waitFor } from '../helpers/wait.js';
 
 const HOST = hostName('burst');
 const EPOCH = 'burst-epoch';
 
-const vf = (address: string): Device => ({
-  address,
-  vendorId: '8086',
-  productId: '154c',
-  classCode: '020000',
-  kernelDriver: 'vfio-pci',
-  driver: 'pci',
-  type: DeviceType.DEVICE_TYPE_PCI,
-  functionKind: FunctionKind.FUNCTION_KIND_VF,
-  physfn: '0000:3b:00.0',
-  iommuGroup: 0,
-  iommuGroupPeers: [],
-  numaNode: 0,
-  resourceClass: 'CUSTOM_PCI_8086_154C',
-  traits: [],
-  managed: true,
-  liveMigratable: false,
-  oneTimeUse: false,
-  supportsCleaning: false,
-  cleanupAction: '',
-  health: Health.HEALTH_HEALTHY,
-  healthReason: '',
-  unallocatableReason: '',
-  attributes: {},
-  media: undefined,
-  mediaRecord: undefined,
-});
+const vf = (address: string): Device => agentVf(address, { physfn: '0000:3b:00.0' });
 
 const at = (bus: number, i: number) =>
   `0000:${bus.toString(16).padStart(2, '0')}:${(i >> 3).toString(16).padStart(2, '0')}.${i & 7}`;
@@ -93,7 +62,7 @@ function burst(): Event[] {
 async function startScriptedAgent() {
   let stream: ServerWritableStream<WatchInventoryRequest, WatchInventoryResponse> | null = null;
   let revision = 1;
-  const watch: handleServerStreamingCall<WatchInventoryRequest, WatchInventoryResponse> = (c) => {
+  const watch: WatchInventoryHandler = (c) => {
     stream = c;
     c.write({
       epoch: EPOCH,
@@ -101,25 +70,9 @@ async function startScriptedAgent() {
       event: { $case: 'snapshot', value: { devices: BEFORE.map(vf) } },
     });
   };
-  const refuse: handleUnaryCall<unknown, unknown> = (_c, done) => done({ code: 12, details: 'not here' });
-  const server = new Server();
-  server.addService(AgentServiceService, {
-    watchInventory: watch,
-    getAgentInfo: refuse,
-    listDevices: refuse,
-    rediscover: refuse,
-    cleanupDevice: refuse,
-    prepareMigration: refuse,
-    recordBinding: refuse,
-    releaseDevice: refuse,
-  });
-  const port = await new Promise<number>((resolve, reject) =>
-    server.bindAsync('127.0.0.1:0', ServerCredentials.createInsecure(), (err, p) =>
-      err ? reject(err) : resolve(p),
-    ),
-  );
+  const agent = await serveScriptedAgent(watch);
   return {
-    address: `127.0.0.1:${port}`,
+    address: agent.address,
     connected: () => stream !== null,
     send(events: Event[]) {
       for (const event of events) {
@@ -128,12 +81,9 @@ async function startScriptedAgent() {
       }
     },
     stop: () =>
-      new Promise<void>((resolve) => {
-        const s = stream as ServerWritableStream<WatchInventoryRequest, WatchInventoryResponse> | null;
-        s?.end();
-        server.tryShutdown(() => resolve());
-        setTimeout(() => server.forceShutdown(), 2000).unref();
-      }),
+      agent.stop(() =>
+        (stream as ServerWritableStream<WatchInventoryRequest, WatchInventoryResponse> | null)?.end(),
+      ),
   };
 }
 
@@ -150,22 +100,7 @@ describe('a burst of inventory changes', () => {
       auth: { mode: 'none' },
     });
     agent = await startScriptedAgent();
-    const reg = new RegistrationServiceClient(scheduler.address, insecure());
-    await call(reg, reg.register, {
-      host: HOST,
-      endpoint: agent.address,
-      bootId: 'b',
-      epoch: EPOCH,
-      agentVersion: '0.0.0',
-      features: [],
-      drivers: ['pci'],
-      heldDevices: [],
-      mediaRecords: [],
-      signingKey: '',
-      certificates: [],
-      retiredSigningKeys: [],
-    });
-    reg.close();
+    await registerScriptedAgent(scheduler.address, HOST, agent.address, EPOCH);
   }, 60_000);
 
   afterAll(async () => {
