@@ -351,18 +351,7 @@ function report(backend: string, curve: Point[], quick: boolean): void {
     quick,
     loadavg_start: large.loadavg_start,
   });
-  emit({
-    name: `fleet-${backend}-placement-memory`,
-    value: large.placement_peak_rss_mib,
-    baseline: mid.placement_peak_rss_mib,
-    ratio: large.placement_peak_rss_mib / mid.placement_peak_rss_mib,
-    goal: `scheduler peak RSS with Placement reporting, at ${large.devices} devices <= 2 x at ${mid.devices}`,
-    pass: large.placement_peak_rss_mib <= 2 * mid.placement_peak_rss_mib,
-    unit: 'MiB',
-    curve,
-    quick,
-    loadavg_start: large.loadavg_start,
-  });
+  reportPlacement(backend, curve, quick, false);
 }
 
 /** Each size's point on stderr as it ends: a later size that fails does not take the earlier ones with it. */
@@ -392,10 +381,12 @@ async function placementOnly(
   return point;
 }
 
+/** The Placement figure: the curve's last size against the one before it. */
 function reportPlacement(
   backend: string,
   curve: Array<PlacementPoint & { devices: number; loadavg_start: number[] }>,
   quick: boolean,
+  placementOnly: boolean,
 ): void {
   const large = curve[curve.length - 1]!;
   const mid = curve[curve.length - 2] ?? large;
@@ -409,7 +400,7 @@ function reportPlacement(
     unit: 'MiB',
     curve,
     quick,
-    placement_only: true,
+    ...(placementOnly ? { placement_only: true } : {}),
     loadavg_start: large.loadavg_start,
   });
 }
@@ -434,7 +425,7 @@ async function main() {
       else sqlite.push(progress('sqlite', await measure(path, hosts, (nowMs() - t0) / 1000, quick)));
     }
     if (sqlite.length > 0) report('sqlite', sqlite, quick);
-    if (sqlitePlacement.length > 0) reportPlacement('sqlite', sqlitePlacement, quick);
+    if (sqlitePlacement.length > 0) reportPlacement('sqlite', sqlitePlacement, quick, true);
     if (only === 'sqlite') return;
     if (!postgresBin()) {
       process.stderr.write('fleet: PostgreSQL skipped, it is not installed (apt-get install postgresql)\n');
@@ -451,7 +442,7 @@ async function main() {
         else postgres.push(progress('postgres', await measure(url, hosts, (nowMs() - t0) / 1000, quick)));
       }
       if (postgres.length > 0) report('postgres', postgres, quick);
-      if (pgPlacement.length > 0) reportPlacement('postgres', pgPlacement, quick);
+      if (pgPlacement.length > 0) reportPlacement('postgres', pgPlacement, quick, true);
     } finally {
       await server.stop();
     }
