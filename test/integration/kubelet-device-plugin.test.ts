@@ -123,6 +123,16 @@ async function start(
 }
 
 /** Every list ListAndWatch streams, and a wait for one that satisfies a predicate. */
+/** The plugin's registration of RESOURCE with the kubelet, once it has come. */
+async function registration(k: KubeletStandIn) {
+  const reg = await eventually(
+    async () => k.registrations.find((r) => r.resourceName === RESOURCE),
+    (r) => r !== undefined,
+    15_000,
+  );
+  return reg!;
+}
+
 function watch(k: KubeletStandIn, endpoint: string) {
   const client = k.plugin(endpoint);
   const lists: ListAndWatchResponse[] = [];
@@ -189,14 +199,10 @@ describe('the kubelet device plugin', () => {
   it('registers, offers only clean devices, allocates with KubeVirt variable and VFIO nodes, and scrubs with proof at the pod end before the device is Healthy again', async () => {
     k = await KubeletStandIn.start();
     c = await start(k, { secondClean: true });
-    const reg = await eventually(
-      async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
-      (r) => r !== undefined,
-      15_000,
-    );
-    expect(reg!.version).toBe('v1beta1');
-    expect(reg!.options?.getPreferredAllocationAvailable).toBe(true);
-    const w = watch(k, reg!.endpoint);
+    const reg = await registration(k);
+    expect(reg.version).toBe('v1beta1');
+    expect(reg.options?.getPreferredAllocationAvailable).toBe(true);
+    const w = watch(k, reg.endpoint);
     await w.until((h) => h(CLEAN) === 'Healthy' && h(OTHER) === 'Healthy');
 
     const preferredIds = await new Promise<PreferredAllocationResponse>((resolve, reject) =>
@@ -279,12 +285,8 @@ describe('the kubelet device plugin', () => {
         pluginToken: t.hostClient,
       },
     });
-    const reg = await eventually(
-      async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
-      (r) => r !== undefined,
-      15_000,
-    );
-    const w = watch(k, reg!.endpoint);
+    const reg = await registration(k);
+    const w = watch(k, reg.endpoint);
     await w.until((h) => h(CLEAN) === 'Healthy');
 
     // Profiles stay an admin's: the plugin's own is made beforehand.
@@ -358,12 +360,8 @@ describe('the kubelet device plugin', () => {
   it('refuses a dirty device and one a gRPC bind holds (both Unhealthy), and an unknown device id with a status naming the field', async () => {
     k = await KubeletStandIn.start();
     c = await start(k, { secondClean: false });
-    const reg = await eventually(
-      async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
-      (r) => r !== undefined,
-      15_000,
-    );
-    const w = watch(k, reg!.endpoint);
+    const reg = await registration(k);
+    const w = watch(k, reg.endpoint);
     await w.until((h) => h(CLEAN) === 'Healthy' && h(OTHER) === 'Unhealthy');
 
     const dirty = await refusal(w.client, [OTHER]);
@@ -410,12 +408,8 @@ describe('the kubelet device plugin', () => {
   it("keeps a pod's device held across an agent restart and releases it, scrubbed, once the pod ends", async () => {
     k = await KubeletStandIn.start();
     c = await start(k, { secondClean: true });
-    const reg = await eventually(
-      async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
-      (r) => r !== undefined,
-      15_000,
-    );
-    const first = watch(k, reg!.endpoint);
+    const reg = await registration(k);
+    const first = watch(k, reg.endpoint);
     await first.until((h) => h(CLEAN) === 'Healthy');
     await allocate(first.client, [CLEAN]);
     first.close();
@@ -452,12 +446,8 @@ describe('the kubelet device plugin', () => {
     try {
       k = await KubeletStandIn.start();
       c = await start(k, { secondClean: true, cdiDir });
-      const reg = await eventually(
-        async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
-        (r) => r !== undefined,
-        15_000,
-      );
-      const w = watch(k, reg!.endpoint);
+      const reg = await registration(k);
+      const w = watch(k, reg.endpoint);
       await w.until((h) => h(CLEAN) === 'Healthy' && h(OTHER) === 'Healthy');
 
       const container = (await allocate(w.client, [CLEAN, OTHER])).containerResponses[0]!;
@@ -517,12 +507,8 @@ describe('the kubelet device plugin', () => {
       k = await KubeletStandIn.start();
       // podman 4.3 reads CDI specs only from /etc/cdi and /var/run/cdi.
       c = await start(k, { secondClean: true, cdiDir: '/var/run/cdi' });
-      const reg = await eventually(
-        async () => k!.registrations.find((r) => r.resourceName === RESOURCE),
-        (r) => r !== undefined,
-        15_000,
-      );
-      const w = watch(k, reg!.endpoint);
+      const reg = await registration(k);
+      const w = watch(k, reg.endpoint);
       await w.until((h) => h(CLEAN) === 'Healthy');
       const container = (await allocate(w.client, [CLEAN])).containerResponses[0]!;
       const instance = (await getDevice(c.client, HOST, CLEAN)).instanceUuid;
