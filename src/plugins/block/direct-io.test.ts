@@ -12,7 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { attachLoop, detachLoop, loopAvailable } from '../../../test/helpers/loop.js';
 import { alignedBuffer, openDirect, readAt, writeAt } from './direct-io.js';
-import { readBack, sampleRanges } from './read-back.js';
+import { firstNonZero, readBack, sampleRanges } from './read-back.js';
 import { writeZeros } from './zero-writer.js';
 
 const MIB = 1024 * 1024;
@@ -64,9 +64,9 @@ describe.skipIf(!loopAvailable('the direct I/O tests on a loop device'))(
 
       const dirty = await readBack(loop, target, 'full', { chunkBytes: 4 * MIB, depth: 3 });
       expect(dirty).toMatchObject({ nonZeroAt: at, direct: true });
-      // The read-back's own request size (1 MiB): the chunks before the one with data were read and found clean.
+      // The read-back's own request size (2 MiB): the chunks before the one with data were read and found clean.
       const byDefault = await readBack(loop, target, 'full');
-      expect(byDefault).toMatchObject({ nonZeroAt: at, bytesRead: 31 * MIB, direct: true });
+      expect(byDefault).toMatchObject({ nonZeroAt: at, bytesRead: 30 * MIB, direct: true });
       // One byte, the device's last: the final request is checked too.
       const lastBlock = Buffer.alloc(4096);
       lastBlock[4095] = 1;
@@ -74,7 +74,7 @@ describe.skipIf(!loopAvailable('the direct I/O tests on a loop device'))(
       await writeAt(loop, size - 4096, lastBlock);
       expect(await readBack(loop, target, 'full')).toMatchObject({
         nonZeroAt: size - 1,
-        bytesRead: size - MIB,
+        bytesRead: size - 2 * MIB,
       });
 
       const written = await writeZeros(loop, target, { chunkBytes: 4 * MIB });
@@ -91,6 +91,41 @@ describe.skipIf(!loopAvailable('the direct I/O tests on a loop device'))(
     });
   },
 );
+
+describe('the zero check', () => {
+  it('finds the first non-zero byte wherever it is, and nothing past the length', () => {
+    const length = 2 * MIB + 512;
+    const buf = Buffer.alloc(length + 4096);
+    expect(firstNonZero(buf, length)).toBe(-1);
+    // The head, both sides of the 4 KiB shift and of its multiples, a lone high bit, the last byte.
+    for (const at of [0, 1, 4095, 4096, 4097, 8191, 8192, 65536 + 3, MIB + 4095, 2 * MIB, length - 1]) {
+      for (const value of [1, 0x80, 0xff]) {
+        buf[at] = value;
+        expect(firstNonZero(buf, length), `byte ${value} at ${at}`).toBe(at);
+        buf[at] = 0;
+      }
+    }
+    // Two non-zero bytes: the first is reported, also when the later one is in the head's shadow.
+    buf[3 * 4096 + 7] = 9;
+    buf[5] = 1;
+    expect(firstNonZero(buf, length)).toBe(5);
+    buf[5] = 0;
+    expect(firstNonZero(buf, length)).toBe(3 * 4096 + 7);
+    buf[3 * 4096 + 7] = 0;
+    // Bytes after `length` (the rest of a reused buffer) are not the chunk's.
+    buf[length] = 1;
+    expect(firstNonZero(buf, length)).toBe(-1);
+    // Lengths shorter than the shift, and a repeating non-zero pattern the self-compare would call equal.
+    expect(firstNonZero(buf, 100)).toBe(-1);
+    buf[99] = 2;
+    expect(firstNonZero(buf, 100)).toBe(99);
+    expect(firstNonZero(buf, 99)).toBe(-1);
+    buf.fill(0x5a, 0, length);
+    expect(firstNonZero(buf, length)).toBe(0);
+    buf.fill(0, 0, 4096);
+    expect(firstNonZero(buf, length)).toBe(4096);
+  });
+});
 
 describe('read-back sampling', () => {
   it('reads everything of small targets', () => {

@@ -4,7 +4,7 @@
  * a range skipped), so the zero path reads the device itself.
  *
  * `full` (the default) reads every byte with aligned direct reads, several in
- * flight, each chunk checked while it is still in the CPU's cache.
+ * flight, each chunk checked for zeros as it arrives.
  * `sample` (only by the operator's explicit `verify: sample`) reads a
  * representative sample in the sense of NIST SP 800-88: the first and the last
  * block, and one randomly placed chunk in each of N equal regions of the target
@@ -31,28 +31,37 @@ export const SAMPLE_FULL_BELOW = 64 * 1024 * 1024;
 const SAMPLE_CHUNK = 1024 * 1024;
 
 /**
- * One read-back request. Small on purpose: the check reads every byte the
- * device just wrote into our buffer, and a 1 MiB chunk is still in the CPU's
- * cache when it is compared, where an 8 MiB one (the writer's size) has left
- * it and is compared from RAM at ~3 GB/s — slower than the read itself, and
- * competing with it for memory bandwidth (0.65x dd before, bench/README.md
- * stop 46). More of them are in flight instead, so the device never waits.
+ * One read-back request, and how many are in flight: 2 MiB × 2, the same 4 MiB
+ * of buffers as the 1 MiB × 4 of stop 46. A request of more than 1 MiB (256
+ * pages) takes the kernel's multi-bio direct-I/O path, which releases the
+ * pinned pages at completion instead of in the reading thread, and half the
+ * requests are half the thread-pool round trips: the read-back's CPU per byte
+ * fell by a quarter (bench/README.md "readback, second pass"), and on two
+ * shared cores that CPU is what the loop device's copy waits for.
  */
-const READ_CHUNK_BYTES = 1024 * 1024;
-/** Read-back requests in flight at once (4 MiB, dd bs=4M's worth). */
-const READ_DEPTH = 4;
+const READ_CHUNK_BYTES = 2 * 1024 * 1024;
+/** Read-back requests in flight at once. */
+const READ_DEPTH = 2;
 
-/** Zeros to compare against: Buffer.compare is a native memcmp. */
-const ZEROS = Buffer.alloc(1024 * 1024);
+/**
+ * The check reads the chunk once: the first SHIFT bytes against zeros, then
+ * the chunk against itself SHIFT bytes on (buf[i + SHIFT] === buf[i] for every
+ * i and a zero head make every byte zero, by induction over SHIFT-sized
+ * steps). Both of memcmp's streams walk the same cache lines, where a compare
+ * against a zero buffer as large as the chunk streamed twice the bytes.
+ */
+const SHIFT = 4096;
+const ZEROS = Buffer.alloc(SHIFT);
 
 /** Index of the first non-zero byte of buf[0, length), or -1. */
 export function firstNonZero(buf: Buffer, length: number): number {
-  for (let off = 0; off < length; off += ZEROS.length) {
-    const end = Math.min(length, off + ZEROS.length);
-    if (buf.compare(ZEROS, 0, end - off, off, end) === 0) continue;
-    for (let i = off; i < end; i++) if (buf[i] !== 0) return i;
-  }
-  return -1;
+  const head = Math.min(SHIFT, length);
+  const clean =
+    buf.compare(ZEROS, 0, head, 0, head) === 0 &&
+    (length <= SHIFT || buf.compare(buf, 0, length - SHIFT, SHIFT, length) === 0);
+  if (clean) return -1;
+  for (let i = 0; i < length; i++) if (buf[i] !== 0) return i;
+  throw new Error('firstNonZero: the compare found a difference that the scan did not');
 }
 
 const alignDown = (n: number, a: number) => n - (n % a);
