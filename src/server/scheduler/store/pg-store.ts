@@ -26,8 +26,7 @@
  *   committed event ≤ R.
  * - Read-only units run REPEATABLE READ, READ ONLY: one consistent snapshot.
  * - The NOTIFY that wakes the other schedulers is sent after COMMIT, one for
- *   every unit that committed in 10 ms, in the same string as the next unit's
- *   COMMIT (after it) or alone 10 ms later: a NOTIFY inside a transaction takes
+ *   every unit that committed in 10 ms: a NOTIFY inside a transaction takes
  *   PostgreSQL's one notification-queue lock to the end of its commit, which
  *   would serialise every writing unit again.
  * - What need not wait for an answer — a unit's BEGIN, the writes and locks
@@ -109,11 +108,7 @@ function redact(url: string): string {
 
 /** The channel every writing unit notifies at commit, so other schedulers on the database wake their watches. */
 const CHANGES_CHANNEL = 'berth_changes';
-/**
- * How long a NOTIFY waits for more commits to tell of; then it goes with the
- * next unit's COMMIT, or alone after as long again (the other schedulers'
- * watches wake up to twice that later).
- */
+/** How long a NOTIFY waits for more commits to tell of (the other schedulers' watches wake that much later). */
 const NOTIFY_WINDOW_MS = 10;
 
 export class PgDatabase implements TransactionRunner {
@@ -288,43 +283,24 @@ export class PgDatabase implements TransactionRunner {
     await this.pool.end();
   }
 
-  /** Set while a NOTIFY is owed: the window's end, then the NOTIFY sent alone. */
   private notifyTimer: NodeJS.Timeout | null = null;
-  /** The window is over: the next unit's commit string carries the NOTIFY. */
-  private notifyDue = false;
 
   /**
    * Tells the other schedulers that something committed: one NOTIFY, outside
    * any unit, for every unit that committed in the next NOTIFY_WINDOW_MS (a
-   * round trip each would be a tenth of a bind cycle's). It goes after the
-   * COMMIT of the next unit to end after the window (`takeDueNotify`), in the
-   * same string, so a busy scheduler spends no round trip on it; with no such
-   * unit within NOTIFY_WINDOW_MS more, alone (decision 92). Lost only if this
-   * process dies before it goes; the other schedulers' next change or look
+   * round trip each would be a tenth of a bind cycle's). Lost only if this
+   * process dies inside that window; the other schedulers' next change or look
    * then catches up (decision 59). A clean close sends a pending one first.
    */
   private notifySoon(): void {
     if (this.notifyTimer || this.closed) return;
-    this.notifyTimer = setTimeout(() => {
-      this.notifyDue = true;
-      this.notifyTimer = setTimeout(() => void this.notifyNow(), NOTIFY_WINDOW_MS);
-    }, NOTIFY_WINDOW_MS);
-  }
-
-  /** Whether the commit string about to be sent carries the NOTIFY owed (its window is over); it is no longer owed. */
-  private takeDueNotify(): boolean {
-    if (!this.notifyDue) return false;
-    this.notifyDue = false;
-    if (this.notifyTimer) clearTimeout(this.notifyTimer);
-    this.notifyTimer = null;
-    return true;
+    this.notifyTimer = setTimeout(() => void this.notifyNow(), NOTIFY_WINDOW_MS);
   }
 
   private async notifyNow(): Promise<void> {
     if (!this.notifyTimer) return;
     clearTimeout(this.notifyTimer);
     this.notifyTimer = null;
-    this.notifyDue = false;
     await this.withClient((client) => client.query(`NOTIFY ${CHANGES_CHANNEL}`)).catch(() => {});
   }
 
@@ -387,32 +363,20 @@ export class PgDatabase implements TransactionRunner {
             const result = await fn(unit);
             const commit = commitSql(client, unit, x.takePending(), x.begun);
             unit.end();
-            let notified = false;
             if (commit) {
               // From here the transaction may be open (the string starts with BEGIN when
               // nothing went before): a failure must roll it back, not leave it to the pool.
               x.begun = true;
               committing = true;
-              notified = this.takeDueNotify();
-              try {
-                await client.query(notified ? `${commit}; NOTIFY ${CHANGES_CHANNEL}` : commit);
-              } catch (err) {
-                // The NOTIFY failed after the COMMIT (the notification queue is full): the unit is
-                // written; anything else stopped the string before the NOTIFY ran, which is owed again.
-                if (notified && (err as { file?: unknown }).file === 'async.c')
-                  return { result, wrote: false };
-                if (notified) this.notifySoon();
-                throw err;
-              }
+              await client.query(commit);
             }
-            return { result, wrote: unit.wrote && !notified };
+            return { result, wrote: unit.wrote };
           } catch (err) {
             unit.end();
             if (x.begun) await client.query('ROLLBACK').catch(() => {});
             throw err;
           }
         });
-        // A unit whose commit string carried the NOTIFY is told of already (it ran after its COMMIT).
         if (result.wrote) this.notifySoon();
         return result.result;
       } catch (err) {
