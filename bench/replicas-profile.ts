@@ -4,11 +4,16 @@
  * bench/replicas.ts (64 clients, `--hosts` hosts × 8, `--seconds`) against
  * `--replicas N` scheduler processes on one durable PostgreSQL database, or
  * `--sqlite` for one scheduler on a SQLite file, while
- * - `pg_stat_activity` is sampled every 20 ms: each Berth session's state and
- *   wait (or the statement it runs), counted;
+ * - `pg_stat_activity` is sampled every 20 ms (not with `--statements`): each
+ *   Berth session's state and wait (or the statement it runs), counted;
  * - the CPU time of the schedulers, of every PostgreSQL process and of this
  *   process (the clients) is read from /proc before and after: CPU per bind
  *   of each, and the share of the two cores they used.
+ * - the round trips each scheduler made to PostgreSQL (bench/pg-floor.ts
+ *   `countRoundTrips`), per cycle;
+ * - with `--statements`, pg_stat_statements (reset after the warm-up): calls
+ *   and execution time per cycle of each statement, and the commits,
+ *   rollbacks and deadlocks of the database per cycle (pg_stat_database).
  * `--socket` reaches PostgreSQL through its Unix socket rather than TCP.
  * `--cpu-prof DIR` starts the schedulers on dist/ with node's `--cpu-prof`
  * (run bin/berth once first: it builds dist/), so their profiles land in DIR.
@@ -28,6 +33,7 @@ import {
 } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, loadFleet, loadStore } from './bind-harness.js';
 import { cpuMeter, postmasterOf, round, sleep, tempDir } from './lib.js';
+import { countRoundTrips } from './pg-floor.js';
 
 const arg = (name: string, fallback: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -38,6 +44,36 @@ const seconds = Number(arg('seconds', '10'));
 const replicas = Number(arg('replicas', '1'));
 const sqliteOnly = process.argv.includes('--sqlite');
 const cpuProf = process.argv.includes('--cpu-prof') ? arg('cpu-prof', '/tmp') : '';
+const statementStats = process.argv.includes('--statements');
+
+/** The database's transaction counters (pg_stat_database), to subtract. */
+async function databaseCounters(c: pg.Client): Promise<Record<string, number>> {
+  const r = await c.query<Record<string, string>>(
+    `SELECT xact_commit, xact_rollback, deadlocks, conflicts FROM pg_stat_database WHERE datname = current_database()`,
+  );
+  return Object.fromEntries(Object.entries(r.rows[0]!).map(([k, v]) => [k, Number(v)]));
+}
+
+/** pg_stat_statements of this database since its reset: per cycle, calls and execution ms of each statement. */
+async function statementsPerCycle(c: pg.Client, cycles: number) {
+  const r = await c.query<{ q: string; calls: string; ms: number; rows: string }>(
+    `SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90) AS q, calls, total_exec_time AS ms, rows
+     FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+     ORDER BY calls DESC`,
+  );
+  const calls = r.rows.reduce((n, x) => n + Number(x.calls), 0);
+  const ms = r.rows.reduce((n, x) => n + x.ms, 0);
+  return {
+    calls_per_cycle: round(calls / cycles, 2),
+    exec_ms_per_cycle: round(ms / cycles, 3),
+    top: r.rows
+      .slice(0, 30)
+      .map(
+        (x) =>
+          `${round(Number(x.calls) / cycles, 3)} calls ${round(x.ms / cycles, 4)} ms ${round(Number(x.rows) / cycles, 2)} rows | ${x.q}`,
+      ),
+  };
+}
 /** A scheduler on dist/ with --cpu-prof (bin/berth takes no node flags, and NODE_OPTIONS refuses --cpu-prof). */
 async function profiledScheduler(db: string): Promise<{ child: ChildProcess; endpoint: string }> {
   const port = await freePort();
@@ -88,7 +124,8 @@ async function socketUrl(url: string): Promise<string> {
 async function main() {
   const base = '/var/tmp';
   const dir = await tempDir(base, 'berth-bench-profile-');
-  const server = sqliteOnly ? null : await startPostgres({ durable: true, baseDir: base });
+  const server = sqliteOnly ? null : await startPostgres({ durable: true, baseDir: base, statementStats });
+  const counter = countRoundTrips();
   const procs: BerthProcess[] = [];
   const profiled: ChildProcess[] = [];
   try {
@@ -125,7 +162,8 @@ async function main() {
     const samples = new Map<string, number>();
     let sampling = true;
     const sampler = (async () => {
-      if (!server) return;
+      // Its own statements would be counted with Berth's, and it costs the server CPU.
+      if (!server || statementStats) return;
       const c = new pg.Client({ connectionString: db });
       await c.connect();
       while (sampling) {
@@ -141,6 +179,11 @@ async function main() {
       await c.end();
     })();
     const postmaster = server ? await postmasterOf(db) : 0;
+    const stats0 = server && statementStats ? new pg.Client({ connectionString: db }) : null;
+    await stats0?.connect();
+    await stats0?.query('SELECT pg_stat_statements_reset()');
+    const counters0 = stats0 ? await databaseCounters(stats0) : null;
+    const trips0 = await counter.read(pids);
     const cpuUsed = cpuMeter(pids, server ? postmaster : null);
     const t0 = performance.now();
     const stats = await Promise.all(
@@ -156,6 +199,18 @@ async function main() {
     const wall = (performance.now() - t0) / 1000;
     const cycles = stats.reduce((n, s) => n + s.cycles, 0);
     const used = cpuUsed();
+    const trips = (await counter.read(pids)) - trips0;
+    let statements: unknown;
+    if (stats0 && counters0) {
+      const counters = await databaseCounters(stats0);
+      statements = {
+        per_cycle: Object.fromEntries(
+          Object.entries(counters).map(([k, v]) => [k, round((v - counters0[k]!) / cycles, 3)]),
+        ),
+        ...(await statementsPerCycle(stats0, cycles)),
+      };
+      await stats0.end();
+    }
     sampling = false;
     await sampler;
     for (const c of clients) c.close();
@@ -171,6 +226,8 @@ async function main() {
         Object.entries(used).map(([k, v]) => [k, round((v * 1000) / cycles, 3)]),
       ),
       cores_used: Object.fromEntries(Object.entries(used).map(([k, v]) => [k, round(v / wall, 2)])),
+      round_trips_per_cycle: round(trips / cycles, 2),
+      ...(statements ? { statements } : {}),
       pg_stat_activity: [...samples.entries()]
         .sort((a, b) => b[1] - a[1])
         .slice(0, 25)
@@ -192,6 +249,7 @@ async function main() {
     );
     await stopAllProcesses();
     await server?.stop();
+    counter.close();
     await dir.cleanup();
   }
 }

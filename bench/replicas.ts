@@ -23,6 +23,12 @@
  * processes ≤ 2.0 × one scheduler on SQLite (throughput ratio beside);
  * `replicas_cpu_per_cycle`: three schedulers + the server ≤ 1.15 × one + the
  * server. The clients' CPU (this process) is reported, not judged.
+ *
+ * And the floor under `pg_cpu_per_cycle` (decision 92, bench/pg-floor.ts),
+ * reported, not judged: the round trips the scheduler made per cycle in the
+ * same loop, times the CPU (client + server) of one round trip of a bare
+ * node-pg client with the same concurrency against the same server
+ * (`pg_round_trip_cpu`); SQLite's floor is 0 (in the scheduler's process).
  */
 import { existsSync } from 'node:fs';
 import pg from 'pg';
@@ -33,6 +39,7 @@ import { postgresBin } from '../test/helpers/prerequisites.js';
 import { type BerthProcess, schedulerProcess, stopAllProcesses } from '../test/helpers/processes.js';
 import { bindLoop, dbFile, type LoopStats, loadFleet, loadStore, loopStats } from './bind-harness.js';
 import { type CpuUsed, cpuMeter, emit, loadNow, parseArgs, postmasterOf, round, tempDir } from './lib.js';
+import { bareRoundTripCost, countRoundTrips, type RoundTripCounter } from './pg-floor.js';
 
 const CONCURRENCY = 64;
 
@@ -40,6 +47,8 @@ const CONCURRENCY = 64;
 interface Measured {
   stats: LoopStats;
   cpu: CpuUsed;
+  /** The schedulers' round trips to the database in the same span (0 on SQLite). */
+  roundTrips: number;
 }
 
 /**
@@ -54,6 +63,7 @@ async function loopOver(
   hosts: number,
   seconds: number,
   quick: boolean,
+  counter: RoundTripCounter,
 ): Promise<Measured> {
   const clients = replicas.endpoints.map(
     (endpoint) => new SchedulerClient({ endpoint, timeoutMs: 30_000, retries: 1 }),
@@ -71,6 +81,7 @@ async function loopOver(
         }),
       ),
     );
+    const trips0 = await counter.read(replicas.pids);
     const cpuUsed = cpuMeter(replicas.pids, postmaster);
     const parts = await Promise.all(
       clients.map((client, i) =>
@@ -78,6 +89,7 @@ async function loopOver(
       ),
     );
     const cpu = cpuUsed();
+    const roundTrips = (await counter.read(replicas.pids)) - trips0;
     const stats = loopStats({
       bindMs: parts.flatMap((p) => p.bindMs),
       cycleMs: parts.flatMap((p) => p.cycleMs),
@@ -86,7 +98,7 @@ async function loopOver(
       firstError: parts.find((p) => p.firstError)?.firstError ?? '',
       doubles: parts.reduce((n, p) => n + p.doubleAllocationsSeen, 0),
     });
-    return { stats, cpu };
+    return { stats, cpu, roundTrips };
   } finally {
     for (const c of clients) c.close();
   }
@@ -111,6 +123,7 @@ const cpuDetail = (m: Measured, replicas: number) => {
     cycles_per_s: round(m.stats.throughput, 1),
     cycles: m.stats.cycles,
     errors: m.stats.errors,
+    round_trips_per_cycle: round(m.roundTrips / Math.max(1, m.stats.cycles), 2),
     cpu_ms_per_cycle: {
       schedulers: round(c.schedulers, 3),
       postgres: round(c.postgres, 3),
@@ -189,6 +202,8 @@ async function main() {
   const small = quick ? 10 : 100;
   const seconds = quick ? 1 : 10;
   const dir = await tempDir(base, 'berth-bench-replicas-');
+  // Every scheduler started from here counts its round trips to the database.
+  const counter = countRoundTrips();
   // Its own directory beside ours (the server runs as the postgres user, which cannot enter ours).
   const server = await startPostgres({ durable: true, baseDir: base });
   try {
@@ -197,7 +212,9 @@ async function main() {
     const { store } = await loadStore(sqlitePath, large);
     await store.close();
     const sqliteAt = loadNow();
-    const sqliteRun = await withReplicas(sqlitePath, 1, (r) => loopOver(r, null, large, seconds, quick));
+    const sqliteRun = await withReplicas(sqlitePath, 1, (r) =>
+      loopOver(r, null, large, seconds, quick, counter),
+    );
     const sqlite = sqliteRun.stats;
 
     const pgLarge = await loadPg(server, 'bench_large', large);
@@ -205,9 +222,14 @@ async function main() {
     const replicaRuns: Array<{ n: number; stats: LoopStats; run: Measured; at: number[] }> = [];
     for (const n of [1, 2, 3]) {
       const at = loadNow();
-      const run = await withReplicas(pgLarge, n, (r) => loopOver(r, postmaster, large, seconds, quick));
+      const run = await withReplicas(pgLarge, n, (r) =>
+        loopOver(r, postmaster, large, seconds, quick, counter),
+      );
       replicaRuns.push({ n, stats: run.stats, run, at });
     }
+    // The floor: one round trip's CPU for a bare node-pg client, same server, same concurrency.
+    const floorAt = loadNow();
+    const trip = await bareRoundTripCost(pgLarge, postmaster, large, seconds, CONCURRENCY);
     const doubles = await pgDoubleAllocations(pgLarge);
     const clean = replicaRuns.every((r) => r.stats.errors === 0) && doubles === 0;
     for (const { n, stats, at } of replicaRuns) {
@@ -257,6 +279,24 @@ async function main() {
     const pgThree = replicaRuns[2]!.run;
     const sqliteCpu = perCycle(sqliteRun).total;
     const pgCpu = perCycle(pgOne).total;
+    const tripMs = (trip.clientUs + trip.serverUs) / 1000;
+    const tripsPerCycle = pgOne.roundTrips / Math.max(1, pgOne.stats.cycles);
+    const floor = tripsPerCycle * tripMs;
+    emit({
+      name: 'pg_round_trip_cpu',
+      value: trip.clientUs + trip.serverUs,
+      baseline: trip.clientUs + trip.serverUs,
+      ratio: 1,
+      goal: `reported: CPU per round trip of a bare node-pg client (${CONCURRENCY} loops, a primary-key read), client + server`,
+      pass: true,
+      unit: 'µs/round trip',
+      client_us: round(trip.clientUs, 1),
+      server_us: round(trip.serverUs, 1),
+      round_trips_per_s: round(trip.perSecond),
+      round_trips: trip.roundTrips,
+      quick,
+      loadavg_start: floorAt,
+    });
     emit({
       name: 'pg_cpu_per_cycle',
       value: pgCpu,
@@ -266,6 +306,13 @@ async function main() {
       pass: pgCpu <= 2.0 * sqliteCpu && pgOne.stats.errors === 0 && doubles === 0,
       unit: 'ms/cycle',
       throughput_ratio: round(pgOne.stats.throughput / sqlite.throughput, 3),
+      // Reported, not judged: round trips per cycle (this loop) x one bare round trip's CPU.
+      floor_ms_per_cycle: round(floor, 3),
+      floor_ratio: round(floor / sqliteCpu, 2),
+      round_trips_per_cycle: round(tripsPerCycle, 2),
+      round_trip_cpu_us: round(tripMs * 1000, 1),
+      above_floor_ms_per_cycle: round(pgCpu - floor, 3),
+      sqlite_floor_ms_per_cycle: 0,
       postgres: cpuDetail(pgOne, 1),
       sqlite: cpuDetail(sqliteRun, 1),
       quick,
@@ -293,7 +340,7 @@ async function main() {
     // P3 on PostgreSQL: small, large, small (the baseline is the mean of both small runs).
     const pgSmall = await loadPg(server, 'bench_small', small);
     const scaleAt = loadNow();
-    const loop = (r: Replicas, h: number, s: number) => loopOver(r, postmaster, h, s, quick);
+    const loop = (r: Replicas, h: number, s: number) => loopOver(r, postmaster, h, s, quick, counter);
     const a = (await withReplicas(pgSmall, 1, (r) => loop(r, small, seconds / 2))).stats;
     const big = (await withReplicas(pgLarge, 1, (r) => loop(r, large, seconds))).stats;
     const b = (await withReplicas(pgSmall, 1, (r) => loop(r, small, seconds / 2))).stats;
@@ -319,6 +366,7 @@ async function main() {
   } finally {
     await stopAllProcesses();
     await server.stop();
+    counter.close();
     await dir.cleanup();
   }
 }

@@ -144,6 +144,11 @@ async function main() {
     process.stderr.write(
       `${String(r.name).padEnd(18)} ${f(r.value)} ${f(r.baseline)} ${String(r.ratio).padEnd(7)} ${String(r.pass).padEnd(5)} ${String(r.unit).padEnd(8)} ${load.text}\n`,
     );
+    // pg_cpu_per_cycle's floor (bench/pg-floor.ts): what its round trips alone cost; SQLite's is 0.
+    if (r.floor_ms_per_cycle !== undefined)
+      process.stderr.write(
+        `${''.padEnd(18)} floor ${r.floor_ms_per_cycle} ms/cycle (${r.round_trips_per_cycle} round trips × ${r.round_trip_cpu_us} µs; SQLite 0): ${r.floor_ratio} × the baseline\n`,
+      );
   }
   // Curves (bench/fleet.ts): each figure of each size, so the shape shows whether cost grows with the fleet.
   const curves = new Set<string>();
