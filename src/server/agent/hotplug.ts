@@ -241,7 +241,8 @@ export class Coalescer {
       this.pending.add(k);
     }
     if (!added) return;
-    if (this.deadline === Number.POSITIVE_INFINITY) this.deadline = performance.now() + this.options.maxDelayMs;
+    if (this.deadline === Number.POSITIVE_INFINITY)
+      this.deadline = performance.now() + this.options.maxDelayMs;
     this.schedule();
   }
 
