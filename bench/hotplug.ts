@@ -5,12 +5,13 @@
  *
  * The agent runs as deployed, in its own process (`node dist/client/cli/main.js
  * agent serve`, pci driver, the discovery benchmark's 20 device_spec entries),
- * registered with a scheduler in this process. The sysfs builder here plugs and
- * pulls a virtio NIC (1af4:1041, listed by the device_spec) and logs the
- * kernel's uevents; the agent follows them through the simulated udevadm, as
- * it follows the real one on a host.
+ * registered with a scheduler in this process. The sysfs builder (the simulated
+ * kernel) runs in a process of its own (bench/kernel-child.ts), as a kernel is
+ * not in the scheduler's process: it plugs and pulls a virtio NIC (1af4:1041,
+ * listed by the device_spec) and logs the kernel's uevents; the agent follows
+ * them through the simulated udevadm, as it follows the real one on a host.
  *
- * - `hotplug`: from the builder's change (sysfs written, event logged) to the
+ * - `hotplug`: from the builder's change (its start; sysfs written, event logged) to the
  *   scheduler's WatchDevices event of that device, plugs and pulls alternating,
  *   sparse (a pause after each). Baseline: the same measurement against the
  *   same agent with `hotplug.source: none`, polling every 10 s — the default
@@ -39,10 +40,11 @@ import {
   type WatchDevicesResponse,
 } from '../src/gen/berth/scheduler/v1/device_service.js';
 import { Scheduler } from '../src/server/scheduler/scheduler.js';
-import { buildSysfs, largeHostSpec, type SysfsBuilder } from '../src/sim/sysfs/index.js';
+import { buildSysfs, largeHostSpec, type SimHostSpec } from '../src/sim/sysfs/index.js';
 import { writeUdevadmWrapper } from '../src/sim/udevadm/wrapper.js';
 import { DEVICE_SPEC } from './discovery-spec.js';
-import { emit, loadNow, nowMs, parseArgs, percentile, round, sleep, sorted, tempDir } from './lib.js';
+import type { KernelReply, KernelRequest } from './kernel-child.js';
+import { emit, loadNow, monoMs, nowMs, parseArgs, percentile, round, sleep, sorted, tempDir } from './lib.js';
 
 const run = promisify(execFile);
 const HOST = 'bench-hotplug';
@@ -117,7 +119,12 @@ async function startAgent(configFile: string): Promise<AgentProcess> {
   };
 }
 
-/** The scheduler's WatchDevices for this host: waits for the first record a test accepts. */
+/**
+ * The scheduler's WatchDevices for this host: `synced` once the initial state
+ * is through (changes are timed only after it, so none waits behind the
+ * host's 4,368 initial devices), and `until` waits for the first record a
+ * test accepts (each record looked at once).
+ */
 function watch(endpoint: string) {
   const seen: { device: Device; at: number }[] = [];
   const waiters: (() => void)[] = [];
@@ -125,18 +132,23 @@ function watch(endpoint: string) {
     'grpc.max_receive_message_length': 64 << 20,
   });
   const stream = raw.watchDevices({ filter: undefined, fromRevision: 0 });
+  let isSynced: () => void = () => {};
+  const synced = new Promise<void>((r) => {
+    isSynced = r;
+  });
   stream.on('data', (m: WatchDevicesResponse) => {
+    if (m.synced) isSynced();
     if (m.device?.host === HOST) seen.push({ device: m.device, at: nowMs() });
     for (const w of waiters.splice(0)) w();
   });
   stream.on('error', () => {});
   return {
     seen,
+    synced,
     async until(test: (d: Device) => boolean, from: number, timeoutMs: number): Promise<number> {
       const deadline = nowMs() + timeoutMs;
-      for (;;) {
-        const hit = seen.slice(from).find((s) => test(s.device));
-        if (hit) return hit.at;
+      for (let next = from; ; ) {
+        for (; next < seen.length; next++) if (test(seen[next]!.device)) return seen[next]!.at;
         if (nowMs() > deadline) throw new Error(`no WatchDevices event within ${timeoutMs} ms`);
         await Promise.race([new Promise<void>((r) => waiters.push(r)), sleep(1_000)]);
       }
@@ -150,37 +162,87 @@ function watch(endpoint: string) {
 
 type Watch = ReturnType<typeof watch>;
 
+/** A change the kernel made: its span and when each function's own change began, on this process's clock. */
+interface Change {
+  start: number;
+  end: number;
+  changed: Map<string, number>;
+}
+
 /**
- * PFs' VFs disabled at once, then enabled again: each VF's ms from the sysfs
- * change to its WatchDevices event (unhealthy, then healthy) at the scheduler.
+ * The simulated kernel (the sysfs builder) in a process of its own
+ * (bench/kernel-child.ts), as a real kernel is not in the scheduler's process:
+ * it builds `spec` under `root`, then makes each change asked for and says
+ * when each function's change began.
  */
-async function burstOf(sysfs: SysfsBuilder, w: Watch, pfs: string[], numVfs: number, vfs: string[]) {
+async function startKernel(spec: SimHostSpec, root: string, ueventLog: string) {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', join(import.meta.dirname, 'kernel-child.ts'), root, ueventLog],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const exited = new Promise((r) => child.once('exit', r));
+  const lines = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+  const next = async () => {
+    const r = await lines.next();
+    if (r.done) throw new Error('the simulated kernel (bench/kernel-child.ts) exited');
+    return JSON.parse(r.value as string) as unknown;
+  };
+  child.stdin!.write(`${JSON.stringify(spec)}\n`);
+  await next();
+  // CLOCK_MONOTONIC and performance.now() advance together: one offset converts the child's stamps.
+  const offset = monoMs() - nowMs();
+  return {
+    async change(req: KernelRequest): Promise<Change> {
+      child.stdin!.write(`${JSON.stringify(req)}\n`);
+      const r = (await next()) as KernelReply;
+      if (r.error) throw new Error(`the simulated kernel: ${r.error}`);
+      const changed = new Map(Object.entries(r.changed).map(([a, t]) => [a, t - offset]));
+      return { start: r.start - offset, end: r.end - offset, changed };
+    },
+    async stop() {
+      child.stdin!.end();
+      await exited;
+    },
+  };
+}
+
+type Kernel = Awaited<ReturnType<typeof startKernel>>;
+
+/** When `address`'s change began, from a change's stamps. */
+function changedAt(c: Change, address: string): number {
+  const at = c.changed.get(address);
+  if (at === undefined) throw new Error(`the simulated kernel wrote no uevent for ${address}`);
+  return at;
+}
+
+/**
+ * PFs' VFs disabled at once, then enabled again: each VF's ms from its sysfs
+ * change (when the kernel began removing or adding that VF) to its
+ * WatchDevices event (unhealthy, then healthy) at the scheduler.
+ */
+async function burstOf(kernel: Kernel, w: Watch, pfs: string[], numVfs: number, vfs: string[]) {
   const wanted = new Set(vfs);
-  const timed = async (change: () => Promise<void>, state: Health) => {
+  const timed = async (numVfs: number, state: Health) => {
     let next = w.seen.length;
-    const at = nowMs();
-    await change();
-    // The builder (the simulated kernel) writes sysfs in this process: its own time, apart.
-    const changeMs = nowMs() - at;
+    const c = await kernel.change({ op: 'setNumVfs', pfs, numVfs });
     const arrived = new Map<string, number>();
     for (;;) {
       for (; next < w.seen.length; next++) {
         const s = w.seen[next]!;
-        if (s.device.health === state && wanted.has(s.device.address) && !arrived.has(s.device.address))
-          arrived.set(s.device.address, s.at - at);
+        const a = s.device.address;
+        if (s.device.health === state && wanted.has(a) && !arrived.has(a))
+          arrived.set(a, s.at - changedAt(c, a));
       }
       if (arrived.size === wanted.size) break;
       // The next WatchDevices message, whatever it is.
       await w.until(() => true, next, 120_000);
     }
-    return { at, changeMs, each: [...arrived.values()] };
+    // The simulated kernel's own time writing the change (in its own process).
+    return { at: c.start, changeMs: c.end - c.start, each: [...arrived.values()] };
   };
-  const off = await timed(async () => {
-    await Promise.all(pfs.map((pf) => sysfs.setNumVfs(pf, 0)));
-  }, Health.HEALTH_UNHEALTHY);
-  const on = await timed(async () => {
-    await Promise.all(pfs.map((pf) => sysfs.setNumVfs(pf, numVfs)));
-  }, Health.HEALTH_HEALTHY);
+  const off = await timed(0, Health.HEALTH_UNHEALTHY);
+  const on = await timed(numVfs, Health.HEALTH_HEALTHY);
   return {
     offAt: off.at,
     onAt: on.at,
@@ -195,7 +257,7 @@ const isPulled = (d: Device) => d.address === PLUG && d.health === Health.HEALTH
 
 /** Plugs and pulls the NIC `n` times each, alternating; ms from each change to its WatchDevices event. */
 async function latencies(
-  sysfs: SysfsBuilder,
+  kernel: Kernel,
   w: Watch,
   n: number,
   timeoutMs: number,
@@ -205,20 +267,15 @@ async function latencies(
   const remove: number[] = [];
   for (let i = 0; i < n; i++) {
     let mark = w.seen.length;
-    let t0 = nowMs();
-    await sysfs.addFunction({
-      address: PLUG,
-      vendorId: '1af4',
-      productId: '1041',
-      driver: 'vfio-pci',
-      numaNode: 0,
+    const plug = await kernel.change({
+      op: 'addFunction',
+      spec: { address: PLUG, vendorId: '1af4', productId: '1041', driver: 'vfio-pci', numaNode: 0 },
     });
-    add.push((await w.until(isPlugged, mark, timeoutMs)) - t0);
+    add.push((await w.until(isPlugged, mark, timeoutMs)) - changedAt(plug, PLUG));
     await sleep(pause());
     mark = w.seen.length;
-    t0 = nowMs();
-    await sysfs.removeFunction(PLUG);
-    remove.push((await w.until(isPulled, mark, timeoutMs)) - t0);
+    const pull = await kernel.change({ op: 'removeFunction', address: PLUG });
+    remove.push((await w.until(isPulled, mark, timeoutMs)) - changedAt(pull, PLUG));
     await sleep(pause());
   }
   return { add, remove };
@@ -336,7 +393,7 @@ function emitBursts(single: number, quick: boolean, bursts: [string, Burst, numb
       disable_ms: stats(b.off),
       enable_ms: stats(b.on),
       builder_ms: b.builderMs,
-      note: 'each function’s time from the builder’s sysfs call (sriov_numvfs written, uevents logged) to its WatchDevices event (unhealthy, then healthy) at the scheduler; builder_ms: the sysfs builder’s own time writing the change (in the bench process, which also runs the scheduler), inside the figures; baseline: the single-function hotplug p99 of the same run',
+      note: 'each function’s time from its sysfs change (when the simulated kernel began removing or adding it; its uevents follow it) to its WatchDevices event (unhealthy, then healthy) at the scheduler; the simulated kernel (the sysfs builder) runs in a process of its own (bench/kernel-child.ts), not the scheduler’s; builder_ms: its time writing the whole change (all PFs, one after the other); baseline: the single-function hotplug p99 of the same run',
       quick,
     });
   }
@@ -358,11 +415,13 @@ async function main() {
   const base = existsSync('/dev/shm') ? '/dev/shm' : '/tmp';
   const dir = await tempDir(base, 'berth-bench-hotplug-');
   let scheduler: Scheduler | null = null;
+  let kernel: Kernel | null = null;
   const agents: AgentProcess[] = [];
   try {
     const log = join(dir.path, 'uevents.log');
     const sysfsRoot = join(dir.path, 'sys');
-    const sysfs = await buildSysfs(sysfsRoot, spec, { ueventLog: log });
+    const sim = await startKernel(spec, sysfsRoot, log);
+    kernel = sim;
     const udevadm = await writeUdevadmWrapper(join(dir.path, 'bin'), log);
     scheduler = await Scheduler.start({
       db: join(dir.path, 'scheduler.db'),
@@ -400,10 +459,10 @@ async function main() {
     const idleLoad = loadNow();
     const idle = await idleCpu(agent, idleSeconds);
     const w = watch(scheduler.address);
-    await w.until(() => true, 0, 60_000);
+    await w.synced;
     const before = (await agent.client.agent.getAgentInfo({})).hotplug!;
     const latencyLoad = loadNow();
-    const ev = await latencies(sysfs, w, samples, 30_000, () => 100 + Math.random() * 150);
+    const ev = await latencies(sim, w, samples, 30_000, () => 100 + Math.random() * 150);
     const after = (await agent.client.agent.getAgentInfo({})).hotplug!;
     // A burst: a PF's VFs disabled (every one pulled), then enabled again; timed at the
     // scheduler, and at the agent (its WatchInventory), to tell the two parts apart.
@@ -427,7 +486,7 @@ async function main() {
     const vfs = (await agent.client.agent.listDevices({})).devices
       .filter((d) => d.physfn === pf)
       .map((d) => d.address);
-    const one = await burstOf(sysfs, w, [pf], vfCount, vfs);
+    const one = await burstOf(sim, w, [pf], vfCount, vfs);
     const { offAt, onAt, off: burstOffEach, on: burstOnEach } = one;
     const burstOff = Math.max(...burstOffEach);
     const burstOn = Math.max(...burstOnEach);
@@ -444,7 +503,7 @@ async function main() {
       .filter((d) => fourPfs.includes(d.physfn))
       .map((d) => d.address);
     const burstLoad1000 = loadNow();
-    const four = await burstOf(sysfs, w, fourPfs, vfCount, fourVfs);
+    const four = await burstOf(sim, w, fourPfs, vfCount, fourVfs);
     inv.return?.(undefined);
     void following;
     w.stop();
@@ -472,11 +531,11 @@ async function main() {
     const pollIdleLoad = loadNow();
     const pollIdle = await idleCpu(agent, idleSeconds);
     const pw = watch(scheduler.address);
-    await pw.until(() => true, 0, 60_000);
+    await pw.synced;
     const pollLoad = loadNow();
     // A random pause, so each change falls at its own point of the interval.
     const poll = await latencies(
-      sysfs,
+      sim,
       pw,
       pollSamples,
       (pollInterval + 30) * 1000,
@@ -563,6 +622,7 @@ async function main() {
   } finally {
     for (const a of agents) await a.stop();
     await scheduler?.stop();
+    await kernel?.stop();
     await dir.cleanup();
   }
 }

@@ -84,6 +84,9 @@ export const median = (xs: readonly number[]): number => percentile(sorted(xs), 
 /** Milliseconds since an arbitrary origin, sub-millisecond resolution. */
 export const nowMs = (): number => performance.now();
 
+/** CLOCK_MONOTONIC in ms (process.hrtime): the same clock in every process of the host. */
+export const monoMs = (): number => Number(process.hrtime.bigint()) / 1e6;
+
 /** Runs `fn`, returns its duration in ms and its value. */
 export async function timed<T>(fn: () => Promise<T>): Promise<{ ms: number; value: T }> {
   const t0 = nowMs();

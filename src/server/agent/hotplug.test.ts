@@ -87,6 +87,31 @@ describe('Coalescer', () => {
     h.finish();
   });
 
+  it('what came during a run goes one settle after it, however busy the source', async () => {
+    const h = harness(50, 500);
+    h.c.add(['0000:05:00.0']);
+    await vi.advanceTimersByTimeAsync(60);
+    expect(h.batches).toHaveLength(1);
+    // A source that never goes quiet: a key every 10 ms, during the run and after it.
+    let i = 0;
+    const more = async (ms: number) => {
+      for (let t = 0; t < ms; t += 10) {
+        h.c.add([`0000:06:${(i >> 3).toString(16).padStart(2, '0')}.${i++ & 7}`]);
+        await vi.advanceTimersByTimeAsync(10);
+      }
+    };
+    await more(200);
+    expect(h.batches).toHaveLength(1);
+    h.finish();
+    // The keys of the run waited 200 ms already: not the 500 ms maxDelay again, one settle.
+    await more(40);
+    expect(h.batches).toHaveLength(1);
+    await more(20);
+    expect(h.batches).toHaveLength(2);
+    expect(h.batches[1]!.length).toBeGreaterThanOrEqual(20);
+    h.finish();
+  });
+
   it('a failed batch does not stop the next; close drops what is pending', async () => {
     const seen: string[][] = [];
     const c = new Coalescer({

@@ -216,11 +216,13 @@ export interface CoalescerOptions {
 /**
  * Gathers keys (PCI addresses) into batches: a batch goes `settleMs` after
  * the last key added, or `maxDelayMs` after its first, and never while the
- * previous one runs (keys added meanwhile make the next batch).
+ * previous one runs (keys added meanwhile make the next batch, which goes
+ * `settleMs` after that run at the latest).
  */
 export class Coalescer {
   private pending = new Set<string>();
-  private firstAt = 0;
+  /** When the pending batch goes at the latest, however busy the source (Infinity: nothing pending). */
+  private deadline = Number.POSITIVE_INFINITY;
   private timer: NodeJS.Timeout | null = null;
   private running: Promise<void> | null = null;
   private closed = false;
@@ -239,15 +241,15 @@ export class Coalescer {
       this.pending.add(k);
     }
     if (!added) return;
-    if (this.firstAt === 0) this.firstAt = performance.now();
+    if (this.deadline === Number.POSITIVE_INFINITY)
+      this.deadline = performance.now() + this.options.maxDelayMs;
     this.schedule();
   }
 
   private schedule(): void {
     if (this.running || this.pending.size === 0 || this.closed) return;
     if (this.timer) clearTimeout(this.timer);
-    const waited = performance.now() - this.firstAt;
-    const delay = Math.max(0, Math.min(this.options.settleMs, this.options.maxDelayMs - waited));
+    const delay = Math.max(0, Math.min(this.options.settleMs, this.deadline - performance.now()));
     this.timer = setTimeout(() => this.flush(), delay);
   }
 
@@ -256,15 +258,16 @@ export class Coalescer {
     if (this.running || this.pending.size === 0 || this.closed) return;
     const batch = this.pending;
     this.pending = new Set();
-    this.firstAt = 0;
+    this.deadline = Number.POSITIVE_INFINITY;
     this.running = this.options
       .run(batch)
       .catch(() => {})
       .finally(() => {
         this.running = null;
         if (this.pending.size > 0) {
-          // Keys that came during the run have waited already: they go after one settle at most.
-          this.firstAt = Math.min(this.firstAt || performance.now(), performance.now());
+          // Keys that came during the run have waited already: they go after one settle at most,
+          // however busy the source (more keys do not push that back).
+          this.deadline = Math.min(this.deadline, performance.now() + this.options.settleMs);
           this.schedule();
         }
       });

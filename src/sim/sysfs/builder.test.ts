@@ -124,6 +124,50 @@ describe('SysfsBuilder layout', () => {
     expect(existsSync(path.join(dev('0000:3b:03.0'), 'sriov_totalvfs'))).toBe(false);
   });
 
+  it('logs each VF’s uevents once that VF is made or gone, as sriov_numvfs changes', async () => {
+    const log = path.join(root, 'uevents.log');
+    const b = await buildSysfs(
+      path.join(root, 'sys'),
+      {
+        pfs: [
+          {
+            address: '0000:3b:00.0',
+            vendorId: '8086',
+            productId: '1572',
+            totalVfs: 4,
+            numVfs: 3,
+            vf: { productId: '154c', driver: 'vfio-pci' },
+          },
+        ],
+      },
+      { ueventLog: log },
+    );
+    const vfDir = (f: number) => path.join(root, 'sys/devices/pci0000:00', `0000:3b:02.${f}`);
+    const appends: { lines: string[]; dirs: boolean[] }[] = [];
+    b.onUevents = (events) =>
+      appends.push({
+        lines: events.map((e) => `${e.action} ${e.devpath.split('/').at(-1)}`),
+        // What sysfs shows when the append is made: every VF's directory.
+        dirs: [0, 1, 2, 3].map((f) => existsSync(vfDir(f))),
+      });
+    await b.setNumVfs('0000:3b:00.0', 0);
+    await b.setNumVfs('0000:3b:00.0', 2);
+    expect(appends).toEqual([
+      { lines: ['unbind 0000:3b:02.0', 'remove 0000:3b:02.0'], dirs: [false, true, true, false] },
+      { lines: ['unbind 0000:3b:02.1', 'remove 0000:3b:02.1'], dirs: [false, false, true, false] },
+      { lines: ['unbind 0000:3b:02.2', 'remove 0000:3b:02.2'], dirs: [false, false, false, false] },
+      { lines: ['add 0000:3b:02.0', 'bind 0000:3b:02.0'], dirs: [true, false, false, false] },
+      { lines: ['add 0000:3b:02.1', 'bind 0000:3b:02.1'], dirs: [true, true, false, false] },
+    ]);
+    // The log holds the same lines, in the same order.
+    const logged = (await text(log))
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { action: string; seqnum: number });
+    expect(logged.map((e) => e.action)).toEqual(appends.flatMap((a) => a.lines.map((l) => l.split(' ')[0])));
+    expect(logged.map((e) => e.seqnum)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+  });
+
   it('spills VFs onto the next bus and refuses addresses that are taken or off the end', async () => {
     const b = new SysfsBuilder(root);
     const vfs = await b.addPf({

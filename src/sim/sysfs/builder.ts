@@ -33,7 +33,9 @@
  * Uevents: with a `ueventLog` file, every change appends the events the
  * kernel would send for it (add, remove, bind, unbind of the PCI function;
  * add and remove of its nvme controller, namespaces and netdevs), one JSON
- * line each, after the change is on disk. The simulated `udevadm`
+ * line each, after the change is on disk. Changing sriov_numvfs appends each
+ * VF's events once that VF is added or removed, as the kernel sends them VF
+ * by VF, not after the last one. The simulated `udevadm`
  * (src/sim/udevadm) prints them as `udevadm monitor --kernel` prints the
  * kernel's, so an agent follows a simulated host exactly as a real one.
  *
@@ -283,6 +285,12 @@ export class SysfsBuilder {
   readonly root: string;
   /** The uevent log, or null: then no events are written. */
   ueventLog: string | null;
+  /**
+   * Called after each append to the uevent log with the events appended: once
+   * per public change, and once per VF while sriov_numvfs changes (as the
+   * kernel sends each VF's events when it adds or removes that VF).
+   */
+  onUevents: ((events: readonly SimUevent[]) => void) | null = null;
   private seqnum = 0;
   private queued: SimUevent[] = [];
   private readonly functions = new Map<string, FunctionState>();
@@ -320,12 +328,17 @@ export class SysfsBuilder {
     try {
       return change();
     } finally {
-      const events = this.queued;
-      this.queued = [];
-      if (this.ueventLog !== null && events.length > 0) {
-        appendFileSync(this.ueventLog, events.map((e) => `${JSON.stringify(e)}\n`).join(''));
-      }
+      this.flushEvents();
     }
+  }
+
+  /** Appends the queued uevents to the log, then tells `onUevents`. */
+  private flushEvents(): void {
+    const events = this.queued;
+    this.queued = [];
+    if (this.ueventLog === null || events.length === 0) return;
+    appendFileSync(this.ueventLog, events.map((e) => `${JSON.stringify(e)}\n`).join(''));
+    this.onUevents?.(events);
   }
 
   private event(action: SimUevent['action'], dir: string, subsystem: string): void {
@@ -455,12 +468,14 @@ export class SysfsBuilder {
         pf.vfs[index] = a;
         this.writeFunction(vf);
         this.link(path.join(dir, `virtfn${index}`), this.devDir(a));
+        this.flushEvents();
       });
     } else {
       for (let i = numVfs; i < pf.numVfs; i++) {
         const a = pf.vfs[i];
         if (a !== undefined) this.removeOne(a);
         this.unlinkQuiet(path.join(dir, `virtfn${i}`));
+        this.flushEvents();
       }
       pf.vfs.length = numVfs;
     }
