@@ -368,7 +368,9 @@ export class PgDatabase implements TransactionRunner {
               // nothing went before): a failure must roll it back, not leave it to the pool.
               x.begun = true;
               committing = true;
-              await client.query(commit);
+              await client.query(commit).catch((err: unknown) => {
+                throw x.met(err);
+              });
             }
             return { result, wrote: unit.wrote };
           } catch (err) {
@@ -484,6 +486,10 @@ function literal(client: pg.PoolClient, v: unknown): string {
   return client.escapeLiteral(String(v));
 }
 
+/** The text a guarded write's failed guard casts (`UnitExecutor.laterChanging`), and how its number is found again. */
+const MISS_TAG = 'berth-miss:';
+const MISS_RE = /"berth-miss:(\d+):/;
+
 /**
  * The shared SQL's statements on one unit's client. What need not wait for an
  * answer goes with the next statement that does, as one string of the simple
@@ -496,6 +502,10 @@ function literal(client: pg.PoolClient, v: unknown): string {
 class UnitExecutor implements Executor {
   /** Statements not sent yet, in order, as text. */
   private pending: string[] = [];
+  /** The misses of the guarded writes sent or pending (`laterChanging`), by the guard's number. */
+  private readonly misses: Array<() => BerthError> = [];
+  /** A guarded write's miss, once a statement met it: the transaction is failed, every later one gets it too. */
+  private missed: BerthError | null = null;
 
   constructor(
     private readonly client: pg.PoolClient,
@@ -524,18 +534,48 @@ class UnitExecutor implements Executor {
     this.pending.push(this.text(sql, params));
   }
 
+  /**
+   * The write, then a guard that fails its string when the write changed no
+   * row: the text `berth-miss:N:0` cast to an integer (22P02), which `met`
+   * turns back into the write's own error. The ELSE branch reads the write's
+   * rows, so it is not a constant the planner could fold and raise early.
+   */
+  laterChanging(sql: string, params: readonly unknown[], miss: () => BerthError): void {
+    const n = this.misses.push(miss) - 1;
+    this.pending.push(
+      `WITH w AS (${this.text(sql, params)} RETURNING 1) SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ` +
+        `ELSE ('${MISS_TAG}${n}:' || (SELECT count(*) FROM w))::int END`,
+    );
+  }
+
+  /** `err` as the unit should see it: a guarded write's miss as that write's error, anything else as it is. */
+  met(err: unknown): unknown {
+    const e = err as { code?: unknown; message?: unknown };
+    if (e?.code === '22P02' && typeof e.message === 'string') {
+      const n = MISS_RE.exec(e.message)?.[1];
+      const miss = n === undefined ? undefined : this.misses[Number(n)];
+      if (miss) this.missed = miss();
+    }
+    return this.missed ?? err;
+  }
+
   private async query<R extends pg.QueryResultRow>(
     sql: string,
     params: readonly unknown[] = [],
   ): Promise<pg.QueryResult<R>> {
-    if (this.pending.length === 0) {
-      return this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
+    if (this.missed) throw this.missed;
+    try {
+      if (this.pending.length === 0) {
+        return await this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
+      }
+      const parts = this.takePending();
+      parts.push(this.text(sql, params));
+      this.begun = true;
+      const results = (await this.client.query(parts.join('; '))) as unknown as pg.QueryResult<R>[];
+      return results[results.length - 1]!;
+    } catch (err) {
+      throw this.met(err);
     }
-    const parts = this.takePending();
-    parts.push(this.text(sql, params));
-    this.begun = true;
-    const results = (await this.client.query(parts.join('; '))) as unknown as pg.QueryResult<R>[];
-    return results[results.length - 1]!;
   }
 
   async all<R>(sql: string, params?: readonly unknown[]): Promise<R[]> {
