@@ -4,8 +4,9 @@
  * another scheduler follows, dialled directly for the calls a request needs
  * (RecordBinding for a bind, PrepareMigration, a clean's capability check).
  * Whether such an agent is connected is what its follower wrote in the
- * database, read again (at most once a second per host) before a request
- * that needs it (`refresh`).
+ * database: for a bind, the host row its unit locked (`view` judges it
+ * without making a client; `observe` makes the client after the commit), for
+ * the other requests read again, at most once a second per host (`refresh`).
  */
 import { unlessNotFound } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';

@@ -12,7 +12,9 @@
  *   lock. A unit that hits a deadlock, a serialization failure or a racing
  *   insert of the same key is rolled back and run again (at most 5 times):
  *   units have no effect outside the port until they resolve.
- * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss).
+ * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss),
+ *   sent with the unit's next statement behind a guard that fails that
+ *   string when it changed no row (`UnitExecutor.laterChanging`, decision 91).
  * - Device events are buffered by the unit and written just before COMMIT,
  *   numbered by the log's identity column, under the event lock taken SHARED
  *   and held to the end of the transaction: writing units commit side by side
