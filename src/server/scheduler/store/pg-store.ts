@@ -12,9 +12,8 @@
  *   lock. A unit that hits a deadlock, a serialization failure or a racing
  *   insert of the same key is rolled back and run again (at most 5 times):
  *   units have no effect outside the port until they resolve.
- * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss),
- *   sent with the unit's next statement behind a guard that fails that
- *   string when it changed no row (`UnitExecutor.laterChanging`, decision 91).
+ * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss), sent
+ *   with the next statement behind a guard (`laterChanging`, decision 91).
  * - Device events are buffered by the unit and written just before COMMIT,
  *   numbered by the log's identity column, under the event lock taken SHARED
  *   and held to the end of the transaction: writing units commit side by side
@@ -488,8 +487,7 @@ function literal(client: pg.PoolClient, v: unknown): string {
   return client.escapeLiteral(String(v));
 }
 
-/** The text a guarded write's failed guard casts (`UnitExecutor.laterChanging`), and how its number is found again. */
-const MISS_TAG = 'berth-miss:';
+/** The number of a guarded write whose guard failed (`UnitExecutor.laterChanging`), in PostgreSQL's message. */
 const MISS_RE = /"berth-miss:(\d+):/;
 
 /**
@@ -537,20 +535,18 @@ class UnitExecutor implements Executor {
   }
 
   /**
-   * The write, then a guard that fails its string when the write changed no
-   * row: the text `berth-miss:N:0` cast to an integer (22P02), which `met`
-   * turns back into the write's own error. The ELSE branch reads the write's
-   * rows, so it is not a constant the planner could fold and raise early.
+   * The write, with a guard that fails its string when it changed no row (`berth-miss:N:0` cast
+   * to an integer, 22P02; `met` makes it the write's error). ELSE reads `w`: the planner cannot fold it.
    */
   laterChanging(sql: string, params: readonly unknown[], miss: () => BerthError): void {
     const n = this.misses.push(miss) - 1;
     this.pending.push(
       `WITH w AS (${this.text(sql, params)} RETURNING 1) SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ` +
-        `ELSE ('${MISS_TAG}${n}:' || (SELECT count(*) FROM w))::int END`,
+        `ELSE ('berth-miss:${n}:' || (SELECT count(*) FROM w))::int END`,
     );
   }
 
-  /** `err` as the unit should see it: a guarded write's miss as that write's error, anything else as it is. */
+  /** `err` as the unit sees it: a guard's miss as its write's error (only a string, never a lone statement, carries a guard). */
   met(err: unknown): unknown {
     const e = err as { code?: unknown; message?: unknown };
     if (e?.code === '22P02' && typeof e.message === 'string') {
@@ -566,18 +562,16 @@ class UnitExecutor implements Executor {
     params: readonly unknown[] = [],
   ): Promise<pg.QueryResult<R>> {
     if (this.missed) throw this.missed;
-    try {
-      if (this.pending.length === 0) {
-        return await this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
-      }
-      const parts = this.takePending();
-      parts.push(this.text(sql, params));
-      this.begun = true;
-      const results = (await this.client.query(parts.join('; '))) as unknown as pg.QueryResult<R>[];
-      return results[results.length - 1]!;
-    } catch (err) {
-      throw this.met(err);
+    if (this.pending.length === 0) {
+      return this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
     }
+    const parts = this.takePending();
+    parts.push(this.text(sql, params));
+    this.begun = true;
+    const results = (await this.client.query(parts.join('; ')).catch((err: unknown) => {
+      throw this.met(err);
+    })) as unknown as pg.QueryResult<R>[];
+    return results[results.length - 1]!;
   }
 
   async all<R>(sql: string, params?: readonly unknown[]): Promise<R[]> {
