@@ -26,6 +26,7 @@ import { CyborgBinds } from '../../src/server/scheduler/app/cyborg-binds.js';
 import { NoAuthIdentity } from '../../src/server/scheduler/cyborg/identity.js';
 import { CyborgApi } from '../../src/server/scheduler/cyborg/server.js';
 import { facts, hostName, hostRegistration } from '../../src/server/scheduler/domain/fixtures.support.js';
+import type { HostRecord } from '../../src/server/scheduler/domain/host.js';
 import { validateProfile } from '../../src/server/scheduler/domain/profile.js';
 import type { PlacementPort } from '../../src/server/scheduler/placement/port.js';
 import { openPgStore, type PgStore } from '../../src/server/scheduler/stores.js';
@@ -65,6 +66,12 @@ class HeldAgent implements AgentPort {
       releaseDevice: async () => {},
       prepareMigration: async () => [],
     };
+  }
+  view(h: HostRecord): AgentHandle {
+    return this.get(h.name);
+  }
+  observe(h: HostRecord): AgentHandle {
+    return this.get(h.name);
   }
   failure(err: unknown) {
     return { unreachable: false, unimplemented: false, reason: '', message: (err as Error).message };

@@ -7,6 +7,7 @@
  * to the workflows.
  */
 import type { HostName } from '../../../identifiers.js';
+import type { HostRecord } from '../domain/host.js';
 
 /** An agent that records bindings (RecordBinding) before a device is handed over. */
 export const BINDING_FEATURE = 'binding.v1';
@@ -44,13 +45,17 @@ export interface AgentCallFailure {
   message: string;
 }
 
-/** What a bind, a clean or a migration needs of one host's agent, followed here or not. */
-export interface AgentHandle {
+/** Whether a host's agent is there and what it can do, as this scheduler knows it. */
+export interface AgentView {
   readonly host: HostName;
   /** Whether the scheduler that follows the host says it is connected. */
   readonly isConnected: boolean;
   /** Whether the agent registered `feature`. */
   has(feature: string): boolean;
+}
+
+/** What a bind, a clean or a migration needs of one host's agent, followed here or not. */
+export interface AgentHandle extends AgentView {
   /**
    * RecordBinding: the agent records, durably, that the device is handed to a
    * guest, and for which project ('' when none is known; the certificate names it).
@@ -82,6 +87,19 @@ export interface AgentPort {
   refresh(hosts: Iterable<HostName>): Promise<void>;
   /** The host's agent: followed here, or (after `refresh`) by another scheduler. */
   get(host: string): AgentHandle | undefined;
+  /**
+   * The host's agent as this scheduler's links and `host`'s record (just read)
+   * say, without a client: pure (nothing made, closed or remembered), so a
+   * unit may ask it. Undefined when neither can tell (not followed here, and
+   * no scheduler shares the database).
+   */
+  view(host: HostRecord): AgentView | undefined;
+  /**
+   * The host's agent to call, given its record as just read (no read of its
+   * own): followed here, or another scheduler's, whose client it makes or
+   * reuses. Never inside a unit.
+   */
+  observe(host: HostRecord): AgentHandle | undefined;
   /** What a rejected call of an AgentHandle means. */
   failure(err: unknown): AgentCallFailure;
 }

@@ -9,21 +9,26 @@ import { AgentDirectory } from '../runtime/agent-directory.js';
 import { RemoteAgent } from '../runtime/agent-link.js';
 import type { AgentLinks } from '../runtime/agent-links.js';
 import { rejection } from '../store/store-contract.support.js';
-import { UnitWatch } from '../store/unit-watch.support.js';
+import { storageOutage, UnitWatch } from '../store/unit-watch.support.js';
 import { type UseCases, useCasesOver } from '../usecases/use-cases.js';
 import { BINDING_FEATURE } from './agent-port.js';
 import { Binding } from './binding.js';
 
 const H1 = hostName('h1');
 
-describe('a bind decides its gate before its unit, and each of its use cases is one unit', () => {
+describe('a bind judges its gate in its unit without effects, and each of its use cases is one unit', () => {
   let dir: string;
   let db: UnitWatch;
   let useCases: UseCases;
   let agents: AgentDirectory;
   let binding: Binding;
-  /** What the agent directory did, and whether a unit was running then. */
+  /**
+   * What the agent directory did, and whether a unit was running then. `view`
+   * is the pure judge's look (allowed in a unit); the others act or read.
+   */
   let effects: { what: string; inUnit: boolean }[];
+  /** What happened inside a unit other than the pure look at the links and the record. */
+  const effectsInUnit = () => effects.filter((e) => e.inUnit && e.what !== 'view');
 
   beforeEach(async () => {
     dir = mkdtempSync(join(tmpdir(), 'berth-binding-'));
@@ -37,7 +42,7 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
       seen('create');
       return {};
     });
-    for (const method of ['observe', 'refresh', 'get'] as const) {
+    for (const method of ['observe', 'refresh', 'get', 'view'] as const) {
       const original = agents[method].bind(agents) as (...args: unknown[]) => unknown;
       vi.spyOn(agents, method).mockImplementation(((...args: unknown[]) => {
         seen(method);
@@ -70,7 +75,7 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
     rmSync(dir, { recursive: true, force: true });
   });
 
-  it('the bind unit, run twice by the backend, has no effect on the agent directory', async () => {
+  it('the bind unit, run twice by the backend, judges the host it locked and has no effect on the agent directory', async () => {
     const [arq] = await useCases.createArqs({ profileName: 'nvme' });
     const before = { ...db.writes };
     effects.length = 0;
@@ -79,38 +84,88 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
     // The backend ran the bind's unit (a cleaned device: the gate was consulted) twice.
     expect(db.writes.units - before.units).toBe(1);
     expect(db.writes.attempts - before.attempts).toBe(2);
-    expect(effects.filter((e) => e.inUnit)).toEqual([]);
-    // Outside the unit: h1 was read once, its one client made, never closed, and it recorded the binding.
-    expect(effects.filter((e) => e.what === 'create' || e.what === 'close')).toEqual([
-      { what: 'create', inUnit: false },
+    // Each attempt judged the gate inside the unit, by the pure look only.
+    expect(effects.filter((e) => e.what === 'view')).toEqual([
+      { what: 'view', inUnit: true },
+      { what: 'view', inUnit: true },
     ]);
-    expect(effects.some((e) => e.what === 'recordBinding')).toBe(true);
+    expect(effectsInUnit()).toEqual([]);
+    // After it: no read of the host (the unit's row is used), one client made, never closed, and it recorded the binding.
+    expect(effects.filter((e) => e.what !== 'view')).toEqual([
+      { what: 'observe', inUnit: false },
+      { what: 'create', inUnit: false },
+      { what: 'recordBinding', inUnit: false },
+    ]);
   });
 
   it('a host the gate refuses: UNAVAILABLE before anything is allocated, nothing done inside a unit', async () => {
     await useCases.setHostConnected(H1, false);
     const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    effects.length = 0;
     const e = await rejection(
       binding.bind([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }]),
     );
     expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'AGENT_UNAVAILABLE']);
     expect(e.message).toMatch(/agent of host h1 is not connected/);
-    expect(effects.filter((x) => x.inUnit)).toEqual([]);
+    expect(effects.some((x) => x.what === 'view' && x.inUnit)).toBe(true);
+    expect(effectsInUnit()).toEqual([]);
+    expect(effects.filter((x) => x.what === 'create')).toEqual([]);
     expect((await useCases.getArq(arq!.uuid)).state).toBe('initial');
     expect((await useCases.listDevices({ host: H1 })).devices[0]!.deviceState).toBe('available');
   });
 
-  it('a gate that did not decide the host refuses it (retryable), never lets it through', async () => {
-    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
-    const e = await rejection(
-      useCases.bindArqs(
-        [{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }],
-        undefined,
-        new Map(),
-      ),
+  it('a host whose agent no one vouches for (not followed here, database not shared) is refused, never let through', async () => {
+    // The record says connected, but without leases only this scheduler's links speak for an agent.
+    const alone = new AgentDirectory(
+      { get: () => undefined, has: () => false } as unknown as AgentLinks,
+      { ...useCases, leases: undefined },
+      () => {
+        effects.push({ what: 'create', inUnit: db.inUnit });
+        return {};
+      },
     );
+    const solo = new Binding({
+      useCases,
+      agents: alone,
+      judge: { self: 'grpc', alone: true },
+      logger: pino({ level: 'silent' }),
+    });
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    const e = await rejection(solo.bind([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }]));
     expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'AGENT_UNAVAILABLE']);
-    expect(e.message).toMatch(/was not decided before the bind/);
+    expect((await useCases.listDevices({ host: H1 })).devices[0]!.deviceState).toBe('available');
+    expect(effects.filter((x) => x.what === 'create')).toEqual([]);
+    alone.close();
+  });
+
+  it('a database that does not answer fails the bind with its own error, not as an unknown host', async () => {
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    effects.length = 0;
+    db.failWrites = storageOutage(db.path);
+    const e = await rejection(
+      binding.bind([{ arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 }]),
+    );
+    db.failWrites = null;
+    expect([e.code, e.reason]).toEqual(['UNAVAILABLE', 'STORE_IO_ERROR']);
+    expect(effects.filter((x) => x.what === 'create' || x.what === 'close')).toEqual([]);
+    expect((await useCases.getArq(arq!.uuid)).state).toBe('initial');
+  });
+
+  it('a retried bind (its unit locked no host) reads the host for RecordBinding, outside any unit', async () => {
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    const b = { arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 };
+    await binding.bind([b]);
+    agents.close();
+    effects.length = 0;
+    const [again] = await binding.bind([b]);
+    expect(again!.state).toBe('bound');
+    expect(effectsInUnit()).toEqual([]);
+    expect(effects.filter((x) => x.what !== 'view' && x.what !== 'get')).toEqual([
+      { what: 'refresh', inUnit: false },
+      { what: 'observe', inUnit: false },
+      { what: 'create', inUnit: false },
+      { what: 'recordBinding', inUnit: false },
+    ]);
   });
 
   it('a failed bind is one unit; the workflow records the failure in a unit of its own (Nova told)', async () => {
@@ -145,6 +200,6 @@ describe('a bind decides its gate before its unit, and each of its use cases is 
       error: failed.message,
       novaEvent: { instanceUuid: instanceId('i2'), status: 'failed' },
     });
-    expect(effects.filter((x) => x.inUnit)).toEqual([]);
+    expect(effectsInUnit()).toEqual([]);
   });
 });

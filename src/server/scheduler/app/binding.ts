@@ -5,13 +5,13 @@
  * durable journal (RecordBinding) — the second record of the media's dirt, and
  * of its burn (docs/decisions.md 30).
  *
- * - Before the bind's unit, the gate is decided for each host of the request
- *   from the agents as this scheduler sees them (a host followed elsewhere is
- *   read from the database first); in the unit, before anything is allocated,
- *   it refuses a device that is cleaned on a host whose agent is not connected
- *   (UNAVAILABLE) or too old to record bindings (FAILED_PRECONDITION). The
- *   unit gets the verdicts as data: it may run again, and has no effect
- *   outside the store (docs/decisions.md 67).
+ * - In the bind's unit, before anything is allocated, the gate refuses a
+ *   device that is cleaned on a host whose agent is not connected
+ *   (UNAVAILABLE) or too old to record bindings (FAILED_PRECONDITION), judged
+ *   from the host's row as the unit locked it and the links this scheduler
+ *   follows. The judge is pure: the unit may run again, and has no effect
+ *   outside the store (docs/decisions.md 67, 91); the client to another
+ *   scheduler's agent is made after the commit, from the row the unit read.
  * - A bind that fails is recorded on its ARQs (bind_failed, and Nova's event
  *   when it waits for one) by a unit of its own, after the bind's.
  * - After the bind committed, each agent is asked. If one does not answer or
@@ -28,8 +28,9 @@ import { relayedReason } from '../../../error-reasons.js';
 import { BerthError, failedPrecondition } from '../../../errors.js';
 import type { Arq, ArqBinding, BindGate, BindResult, ClaimJudge } from '../domain/arq.js';
 import { type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
+import type { HostRecord } from '../domain/host.js';
 import type { UseCases } from '../usecases/use-cases.js';
-import { type AgentHandle, type AgentPort, BINDING_FEATURE } from './agent-port.js';
+import { type AgentHandle, type AgentPort, type AgentView, BINDING_FEATURE } from './agent-port.js';
 
 /** The feature an agent advertises when it records bindings. */
 
@@ -49,17 +50,14 @@ export class Binding {
   constructor(private readonly deps: BindingDeps) {}
 
   /**
-   * The gate of a bind over `bindings`, decided before its unit: for each host,
-   * whether its agent can record a binding now (on a shared database, another
-   * scheduler's agent is judged by what its follower wrote, read at most a
-   * second ago: a stale word is safe, RecordBinding after the commit is what
-   * proves the agent is there). A database that does not answer fails the bind.
+   * The gate of a bind, judged in its unit from a host's row as the unit
+   * locked it: whether the host's agent can record a binding now (followed
+   * here: the link says; on a shared database, another scheduler's agent is
+   * judged by what its follower wrote in the row). Pure: it makes no client
+   * (`AgentPort.view`). A stale word is safe: RecordBinding after the commit is
+   * what proves the agent is there.
    */
-  private async gate(bindings: ArqBinding[]): Promise<BindGate> {
-    const hosts = new Set(bindings.map((b) => b.host));
-    await this.deps.agents.refresh(hosts);
-    return new Map([...hosts].map((h) => [h, agentRefusal(this.deps.agents.get(h), h)]));
-  }
+  private readonly gate: BindGate = (host) => agentRefusal(this.deps.agents.view(host), host.name);
 
   /**
    * BindAcceleratorRequests: binds every ARQ (all or nothing), then has each
@@ -78,12 +76,7 @@ export class Binding {
     }
     let result: BindResult;
     try {
-      result = await this.deps.useCases.bindArqs(
-        bindings,
-        undefined,
-        await this.gate(bindings),
-        this.deps.judge,
-      );
+      result = await this.deps.useCases.bindArqs(bindings, undefined, this.gate, this.deps.judge);
     } catch (err) {
       await this.deps.useCases.recordBindFailure(bindings, err);
       throw err;
@@ -101,7 +94,14 @@ export class Binding {
     const errors = await Promise.all(
       result.devices.map((d, i) =>
         recordedByAgent(d)
-          ? this.record(d, result.arqs[i]!.uuid, d.instanceUuid ?? '', 'nothing is bound', project)
+          ? this.record(
+              d,
+              result.arqs[i]!.uuid,
+              d.instanceUuid ?? '',
+              'nothing is bound',
+              project,
+              result.hosts.get(d.host),
+            )
           : Promise.resolve(null),
       ),
     );
@@ -122,7 +122,9 @@ export class Binding {
 
   /**
    * Asks `d`'s agent to record that it is handed to `instanceUuid` for `arqUuid`
-   * (of `project`, '' when none is known);
+   * (of `project`, '' when none is known), reached from `host`, the host's
+   * record as the bind's unit read it, or (none: a retried bind, a
+   * migration's destination) as the directory reads it now;
    * the error to return (its message starting with `undone`, what the caller
    * undoes) when the agent is not there, cannot, or refuses; null once recorded.
    */
@@ -132,15 +134,21 @@ export class Binding {
     instanceUuid: string,
     undone: string,
     project: string,
+    host?: HostRecord,
   ): Promise<BerthError | null> {
     const where = `device ${d.address} on host ${d.host}`;
     const { agents } = this.deps;
-    // Seen by the bind's gate a moment ago, or read now (a migration's destination).
-    const unread = await agents.refresh([d.host]).then(
-      () => null,
-      (err: unknown) => BerthError.from(err),
-    );
-    const agent = agents.get(d.host);
+    let agent: AgentHandle | undefined;
+    let unread: BerthError | null = null;
+    if (host) {
+      agent = agents.observe(host);
+    } else {
+      unread = await agents.refresh([d.host]).then(
+        () => null,
+        (err: unknown) => BerthError.from(err),
+      );
+      agent = agents.get(d.host);
+    }
     const refusal = unread ?? agentRefusal(agent, d.host);
     if (refusal) return new BerthError(refusal.code, `${undone}: ${refusal.message}`, refusal);
     try {
@@ -164,8 +172,8 @@ export class Binding {
   }
 }
 
-/** Why `agent` (host `host`'s) cannot record a binding now, or null. */
-function agentRefusal(agent: AgentHandle | undefined, host: string): BerthError | null {
+/** Why `agent` (host `host`'s) cannot record a binding now, or null; no agent known is refused too. */
+function agentRefusal(agent: AgentView | undefined, host: string): BerthError | null {
   if (!agent?.isConnected) {
     return new BerthError(
       'UNAVAILABLE',

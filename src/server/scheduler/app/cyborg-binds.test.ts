@@ -7,6 +7,7 @@ import { BerthError } from '../../../errors.js';
 import { instanceIdOf, newUuid, type Uuid } from '../../../identifiers.js';
 import type { ClaimJudge } from '../domain/arq.js';
 import { facts, hostName, hostRegistration } from '../domain/fixtures.support.js';
+import type { HostRecord } from '../domain/host.js';
 import { validateProfile } from '../domain/profile.js';
 import { openSqliteStore, type SqliteStore } from '../stores.js';
 import { type UseCases, useCasesOver } from '../usecases/use-cases.js';
@@ -45,6 +46,12 @@ class HeldAgents implements AgentPort {
       releaseDevice: async () => {},
       prepareMigration: async () => [],
     };
+  }
+  view(h: HostRecord): AgentHandle {
+    return this.get(h.name);
+  }
+  observe(h: HostRecord): AgentHandle {
+    return this.get(h.name);
   }
   failure(err: unknown) {
     return { unreachable: false, unimplemented: false, reason: '', message: (err as Error).message };

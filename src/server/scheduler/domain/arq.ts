@@ -4,7 +4,7 @@
  * every change goes through `transitionArq`, so an ARQ cannot skip a state.
  */
 
-import { BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
+import { type BerthError, failedPrecondition, invalidArgument } from '../../../errors.js';
 import {
   type HostName,
   type InstanceId,
@@ -15,6 +15,7 @@ import {
   type Uuid,
 } from '../../../identifiers.js';
 import type { DeviceRecord } from './device-state.js';
+import type { HostRecord } from './host.js';
 import type { RequestGroup } from './profile.js';
 
 export const ARQ_STATES = ['initial', 'bind_started', 'bound', 'bind_failed', 'deleting'] as const;
@@ -314,33 +315,27 @@ export interface NovaHold {
 }
 
 /**
- * Whether a device that is cleaned may be bound on each host of a bind (its
- * agent is connected and records bindings), decided before the bind's unit
- * from the agents as the scheduler sees them: by host name, null, or the error
- * to refuse with before anything is allocated. A value, not a callback: a unit
- * may run again and has no effect outside the store (usecases/unit-of-work.ts).
+ * Whether a device that is cleaned may be bound on a host (its agent is
+ * connected and records bindings), judged inside the bind's unit from the
+ * host's record as the unit just locked it: null, or the error to refuse with
+ * before anything is allocated. It must be pure — it may read the record and
+ * what the scheduler holds in memory (the links it follows), never make or
+ * close a client or touch anything else outside the store: a unit may run
+ * again and has no effect outside the store (usecases/unit-of-work.ts,
+ * docs/decisions.md 67 and 91). A host it cannot vouch for is refused.
  */
-export type BindGate = ReadonlyMap<string, BerthError | null>;
-
-/**
- * The gate's word on `host`: a host it did not decide is refused (retryable),
- * never let through unjudged.
- */
-export function gateRefusal(gate: BindGate, host: HostName): BerthError | null {
-  const verdict = gate.get(host);
-  if (verdict !== undefined) return verdict;
-  return new BerthError(
-    'UNAVAILABLE',
-    `whether the agent of host ${host} can record a binding was not decided before the bind; retry`,
-    { reason: 'AGENT_UNAVAILABLE', metadata: { host } },
-  );
-}
+export type BindGate = (host: HostRecord) => BerthError | null;
 
 export interface BindResult {
   arqs: Arq[];
   devices: DeviceRecord[];
   /** The ARQs this call bound (the others were already bound so: a retried request). */
   newlyBound: string[];
+  /**
+   * The hosts the unit locked to allocate on, as it read them: what the calls
+   * to their agents after the commit are made from, without reading them again.
+   */
+  hosts: ReadonlyMap<string, HostRecord>;
 }
 
 export interface DeleteArqsResult {

@@ -4,12 +4,13 @@
  * another scheduler follows, dialled directly for the calls a request needs
  * (RecordBinding for a bind, PrepareMigration, a clean's capability check).
  * Whether such an agent is connected is what its follower wrote in the
- * database, read again (at most once a second per host) before a request
- * that needs it (`refresh`).
+ * database: for a bind, the host row its unit locked (`view` judges it
+ * without making a client; `observe` makes the client after the commit), for
+ * the other requests read again, at most once a second per host (`refresh`).
  */
 import { unlessNotFound } from '../../../errors.js';
 import type { HostName } from '../../../identifiers.js';
-import type { AgentCallFailure, AgentPort } from '../app/agent-port.js';
+import type { AgentCallFailure, AgentPort, AgentView } from '../app/agent-port.js';
 import type { HostRecord } from '../domain/host.js';
 import type { UseCases } from '../usecases/use-cases.js';
 import { type AgentCallsHandle, type AgentDialDeps, agentCallFailure, RemoteAgent } from './agent-link.js';
@@ -63,8 +64,18 @@ export class AgentDirectory implements AgentPort {
   }
 
   /**
-   * The host's agent, given its record as just read (a bind reads it under a
-   * lock anyway): followed here, or another scheduler's, as the record says.
+   * The host's agent as the links and the record say, made of nothing but
+   * them: no client is made, closed or kept (a bind's unit judges its gate by it).
+   */
+  view(h: HostRecord): AgentView | undefined {
+    const own = this.links.get(h.name);
+    if (own || !this.useCases.leases) return own;
+    return { host: h.name, isConnected: h.connected, has: (f) => h.features.includes(f) };
+  }
+
+  /**
+   * The host's agent to call, given its record as just read (a bind's unit
+   * read it under a lock): followed here, or another scheduler's, as the record says.
    */
   observe(h: HostRecord): AgentCallsHandle | undefined {
     const own = this.links.get(h.name);

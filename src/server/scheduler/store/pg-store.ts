@@ -12,7 +12,8 @@
  *   lock. A unit that hits a deadlock, a serialization failure or a racing
  *   insert of the same key is rolled back and run again (at most 5 times):
  *   units have no effect outside the port until they resolve.
- * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss).
+ * - `putDevice` is a compare-and-set on `generation` (ABORTED on a miss), sent
+ *   with the next statement behind a guard (`laterChanging`, decision 91).
  * - Device events are buffered by the unit and written just before COMMIT,
  *   numbered by the log's identity column, under the event lock taken SHARED
  *   and held to the end of the transaction: writing units commit side by side
@@ -368,7 +369,9 @@ export class PgDatabase implements TransactionRunner {
               // nothing went before): a failure must roll it back, not leave it to the pool.
               x.begun = true;
               committing = true;
-              await client.query(commit);
+              await client.query(commit).catch((err: unknown) => {
+                throw x.met(err);
+              });
             }
             return { result, wrote: unit.wrote };
           } catch (err) {
@@ -484,6 +487,9 @@ function literal(client: pg.PoolClient, v: unknown): string {
   return client.escapeLiteral(String(v));
 }
 
+/** The number of a guarded write whose guard failed (`UnitExecutor.laterChanging`), in PostgreSQL's message. */
+const MISS_RE = /"berth-miss:(\d+):/;
+
 /**
  * The shared SQL's statements on one unit's client. What need not wait for an
  * answer goes with the next statement that does, as one string of the simple
@@ -496,6 +502,10 @@ function literal(client: pg.PoolClient, v: unknown): string {
 class UnitExecutor implements Executor {
   /** Statements not sent yet, in order, as text. */
   private pending: string[] = [];
+  /** The misses of the guarded writes sent or pending (`laterChanging`), by the guard's number. */
+  private readonly misses: Array<() => BerthError> = [];
+  /** A guarded write's miss, once a statement met it: the transaction is failed, every later one gets it too. */
+  private missed: BerthError | null = null;
 
   constructor(
     private readonly client: pg.PoolClient,
@@ -524,17 +534,43 @@ class UnitExecutor implements Executor {
     this.pending.push(this.text(sql, params));
   }
 
+  /**
+   * The write, with a guard that fails its string when it changed no row (`berth-miss:N:0` cast
+   * to an integer, 22P02; `met` makes it the write's error). ELSE reads `w`: the planner cannot fold it.
+   */
+  laterChanging(sql: string, params: readonly unknown[], miss: () => BerthError): void {
+    const n = this.misses.push(miss) - 1;
+    this.pending.push(
+      `WITH w AS (${this.text(sql, params)} RETURNING 1) SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ` +
+        `ELSE ('berth-miss:${n}:' || (SELECT count(*) FROM w))::int END`,
+    );
+  }
+
+  /** `err` as the unit sees it: a guard's miss as its write's error (only a string, never a lone statement, carries a guard). */
+  met(err: unknown): unknown {
+    const e = err as { code?: unknown; message?: unknown };
+    if (e?.code === '22P02' && typeof e.message === 'string') {
+      const n = MISS_RE.exec(e.message)?.[1];
+      const miss = n === undefined ? undefined : this.misses[Number(n)];
+      if (miss) this.missed = miss();
+    }
+    return this.missed ?? err;
+  }
+
   private async query<R extends pg.QueryResultRow>(
     sql: string,
     params: readonly unknown[] = [],
   ): Promise<pg.QueryResult<R>> {
+    if (this.missed) throw this.missed;
     if (this.pending.length === 0) {
       return this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
     }
     const parts = this.takePending();
     parts.push(this.text(sql, params));
     this.begun = true;
-    const results = (await this.client.query(parts.join('; '))) as unknown as pg.QueryResult<R>[];
+    const results = (await this.client.query(parts.join('; ')).catch((err: unknown) => {
+      throw this.met(err);
+    })) as unknown as pg.QueryResult<R>[];
     return results[results.length - 1]!;
   }
 

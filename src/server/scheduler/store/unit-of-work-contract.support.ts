@@ -199,6 +199,27 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       expect((await db.read((r) => r.device({ uuid: testUuid('d-1') })))!.generation).toBe(2);
     });
 
+    it('a stale compare-and-set fails its unit by the next statement: nothing after it runs, nothing of it is written', async () => {
+      const d = device('d-1');
+      await db.run((uow) => uow.putDevice(d, null));
+      const reached: string[] = [];
+      const stale = await rejection(
+        db.run(async (uow) => {
+          await uow.putDevice(device('d-2'), null);
+          await uow.putDevice({ ...d, generation: 3, status: 'maintaining' }, 2);
+          reached.push('after the write');
+          // PostgreSQL sends the write with this read (decision 91): the read is what fails.
+          await uow.device({ uuid: testUuid('d-1') });
+          reached.push('after the read');
+        }),
+      );
+      expect([stale.code, stale.reason]).toEqual(['ABORTED', 'CONCURRENT_UPDATE']);
+      expect(stale.message).toMatch(/changed while it was being written/);
+      expect(reached).not.toContain('after the read');
+      expect(await db.read((r) => r.device({ uuid: testUuid('d-2') }))).toBeNull();
+      expect(await db.read((r) => r.device({ uuid: testUuid('d-1') }))).toEqual(d);
+    });
+
     it('appended events get increasing revisions in commit order, resumable from any of them', async () => {
       const r0 = await db.read((r) => r.currentRevision());
       await db.run((uow) => uow.putDevice(device('d-1'), null));

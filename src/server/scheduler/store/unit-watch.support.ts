@@ -12,7 +12,7 @@
  * - It has link leases (every claim granted), so the agent directory treats a
  *   host as followed by another scheduler, as on a shared database.
  * - `failReads` makes read-only units fail with a storage error, as a database
- *   that stops answering does.
+ *   that stops answering does; `failWrites` the same for read-write units.
  */
 import { BerthError } from '../../../errors.js';
 import { classifySqliteFailure } from '../../storage-faults.js';
@@ -36,6 +36,8 @@ export class UnitWatch implements TransactionRunner {
   readonly writes = { units: 0, attempts: 0 };
   /** When set, every read-only unit fails with it. */
   failReads: BerthError | null = null;
+  /** When set, every read-write unit fails with it. */
+  failWrites: BerthError | null = null;
 
   readonly leases: LinkLeases = {
     claim: async () => true,
@@ -56,6 +58,7 @@ export class UnitWatch implements TransactionRunner {
 
   async run<T>(fn: (uow: UnitOfWork) => Promise<T>): Promise<T> {
     this.writes.units++;
+    if (this.failWrites) throw this.failWrites;
     const attempt = async (uow: UnitOfWork): Promise<T> => {
       this.writes.attempts++;
       this.running++;

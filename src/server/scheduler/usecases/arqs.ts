@@ -20,13 +20,13 @@ import {
   bindRunningError,
   boundElsewhereError,
   type ClaimJudge,
-  gateRefusal,
   hotAddError,
   newArq,
   sameBinding,
   transitionArq,
 } from '../domain/arq.js';
 import { bind, type DeviceRecord, recordedByAgent } from '../domain/device-state.js';
+import type { HostRecord } from '../domain/host.js';
 import type { RequestGroup } from '../domain/profile.js';
 import { duplicateTags } from '../domain/tags.js';
 import { pickOnHost } from './allocate.js';
@@ -111,9 +111,11 @@ export async function listArqs(deps: UseCaseDeps, instanceUuid?: string): Promis
  * Bind every ARQ to an allocatable device on its host, all or nothing, in one
  * unit: lock the host, pick among its candidates, bind, update the ARQ. A
  * retried identical binding returns the same devices. A device that is cleaned
- * is bound only when `gate` (decided before the unit) lets its host: its agent
- * can record the binding. On failure nothing is bound; recording the failure
- * on the ARQs is the caller's next unit (`recordBindFailure`).
+ * is bound only when `gate`, judging the host's record as the unit locked it,
+ * lets it: its agent can record the binding. The result carries those records
+ * (the agents are called from them after the commit). On failure nothing is
+ * bound; recording the failure on the ARQs is the caller's next unit
+ * (`recordBindFailure`).
  */
 export async function bindArqs(
   deps: UseCaseDeps,
@@ -134,6 +136,7 @@ export async function bindArqs(
     const arqs: Arq[] = [];
     const devices: DeviceRecord[] = [];
     const newlyBound: string[] = [];
+    const hosts = new Map<string, HostRecord>();
     /** The database's time, read once an ARQ has a bind claim to judge. */
     let now: string | undefined;
     for (const [i, b] of bindings.entries()) {
@@ -157,7 +160,8 @@ export async function bindArqs(
         );
       }
       // Allocation reads the host's devices and IOMMU groups: lock it first.
-      await mustHost(tx.uow, b.host, FOR_UPDATE);
+      const host = await mustHost(tx.uow, b.host, FOR_UPDATE);
+      hosts.set(host.name, host);
       const started = transitionArq(arq, 'bind_started');
       const only = b.devices ? new Set(b.devices) : null;
       const { result, candidates } = await pickOnHost(
@@ -186,7 +190,7 @@ export async function bindArqs(
       }
       // A device that is cleaned or one-time-use needs its agent to record the
       // binding (invariants 9 and 13): refuse before anything is allocated when it cannot.
-      const refusal = gate && recordedByAgent(result.device) ? gateRefusal(gate, b.host) : null;
+      const refusal = gate && recordedByAgent(result.device) ? gate(host) : null;
       if (refusal) throw refusal;
       const device = await writeDevice(
         tx,
@@ -217,7 +221,7 @@ export async function bindArqs(
       devices.push(device);
       newlyBound.push(arq.uuid);
     }
-    return { arqs, devices, newlyBound };
+    return { arqs, devices, newlyBound, hosts };
   });
 }
 

@@ -42,6 +42,14 @@ export interface Executor {
    * unit fails either way). Absent: it runs at once.
    */
   later?(sql: string, params?: readonly unknown[]): void;
+  /**
+   * A write that must change a row, else the unit fails with `miss()` (a
+   * compare-and-set): like `later`, sent with the next statement or the unit's
+   * end behind a guard that fails the string there when it changed none; that
+   * statement (or the end) then rejects with `miss()`, and so does every one
+   * after it. Absent: the caller runs it at once and counts.
+   */
+  laterChanging?(sql: string, params: readonly unknown[], miss: () => BerthError): void;
 }
 
 /** A device event the unit appended: the backend numbers and writes it when the unit ends. */
