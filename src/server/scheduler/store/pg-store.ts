@@ -487,8 +487,8 @@ function literal(client: pg.PoolClient, v: unknown): string {
   return client.escapeLiteral(String(v));
 }
 
-/** The number of a guarded write whose guard failed (`UnitExecutor.laterChanging`), in PostgreSQL's message. */
-const MISS_RE = /"berth-miss:(\d+):/;
+/** A failed guard's number (`laterChanging`) in the message; not its quotes, which lc_messages translates. */
+const MISS_RE = /berth-miss:(\d+):/;
 
 /**
  * The shared SQL's statements on one unit's client. What need not wait for an
