@@ -64,6 +64,7 @@ async function loopOver(
   seconds: number,
   quick: boolean,
   counter: RoundTripCounter,
+  warmSeconds = 0,
 ): Promise<Measured> {
   const clients = replicas.endpoints.map(
     (endpoint) => new SchedulerClient({ endpoint, timeoutMs: 30_000, retries: 1 }),
@@ -81,6 +82,21 @@ async function loopOver(
         }),
       ),
     );
+    // Then, for the CPU figures, every scheduler runs until its code and heap are warm: one
+    // replica of three gets a third of the cycles, and its CPU per cycle was still falling
+    // 80 s after its start where one replica's was flat (bench/README.md, "stop 47").
+    if (warmSeconds > 0) {
+      await Promise.all(
+        clients.map((client, i) =>
+          bindLoop(client, hosts, {
+            concurrency: share(i),
+            seconds: warmSeconds,
+            maxCycles: 1_000_000,
+            warmupCycles: 0,
+          }),
+        ),
+      );
+    }
     const trips0 = await counter.read(replicas.pids);
     const cpuUsed = cpuMeter(replicas.pids, postmaster);
     const parts = await Promise.all(
@@ -201,6 +217,8 @@ async function main() {
   const large = quick ? 100 : 10_000;
   const small = quick ? 10 : 100;
   const seconds = quick ? 1 : 10;
+  /** The CPU loops' warm-up by time (beside the cycles'): what a replica needs to reach its steady state. */
+  const warmSeconds = quick ? 0 : 60;
   const dir = await tempDir(base, 'berth-bench-replicas-');
   // Every scheduler started from here counts its round trips to the database.
   const counter = countRoundTrips();
@@ -213,7 +231,7 @@ async function main() {
     await store.close();
     const sqliteAt = loadNow();
     const sqliteRun = await withReplicas(sqlitePath, 1, (r) =>
-      loopOver(r, null, large, seconds, quick, counter),
+      loopOver(r, null, large, seconds, quick, counter, warmSeconds),
     );
     const sqlite = sqliteRun.stats;
 
@@ -223,7 +241,7 @@ async function main() {
     for (const n of [1, 2, 3]) {
       const at = loadNow();
       const run = await withReplicas(pgLarge, n, (r) =>
-        loopOver(r, postmaster, large, seconds, quick, counter),
+        loopOver(r, postmaster, large, seconds, quick, counter, warmSeconds),
       );
       replicaRuns.push({ n, stats: run.stats, run, at });
     }
