@@ -19,7 +19,7 @@
  *
  * And what predicts scaling on real cores (issue 42): the CPU per completed
  * cycle, read from /proc (bench/lib.ts cpuMeter) over the same loops, warm-up
- * excluded — `pg_cpu_per_cycle`: one scheduler + the PostgreSQL server's
+ * (256 cycles, then 60 s: every replica steady) excluded — `pg_cpu_per_cycle`: one scheduler + the PostgreSQL server's
  * processes ≤ 2.0 × one scheduler on SQLite (throughput ratio beside);
  * `replicas_cpu_per_cycle`: three schedulers + the server ≤ 1.15 × one + the
  * server. The clients' CPU (this process) is reported, not judged.
