@@ -82,6 +82,7 @@ interface Asked {
   params: readonly unknown[];
   resolve: (r: pg.QueryResult) => void;
   reject: (err: unknown) => void;
+  answer: Promise<pg.QueryResult>;
 }
 
 /** The shared SQL's statements on one unit's client (module comment). */
@@ -106,12 +107,41 @@ export class UnitExecutor implements Executor {
   /** Whether BEGIN was sent (else the unit's end has nothing to roll back). */
   begun = false;
 
-  /** The statements not sent yet, in order; clears them (the unit's end sends them). */
-  takePending(): string[] {
-    if (this.asked > 0) throw new BerthError('INTERNAL', 'a unit ended with a statement it did not await');
+  /** Whether the unit ended: nothing more is sent. */
+  private ended = false;
+
+  /**
+   * The unit's work is done: the statements not sent yet, in order, for its
+   * end to send. A statement it asked for and did not await is never sent,
+   * and the unit fails (INTERNAL).
+   */
+  finish(): string[] {
+    if (this.abandon() > 0)
+      throw new BerthError('INTERNAL', 'a unit ended with a statement it did not await');
     const p = this.pending as string[];
     this.pending = [];
     return p;
+  }
+
+  /**
+   * The unit ended (failed, or `finish`): nothing more is sent on its client,
+   * which goes back to the pool. What it asked for and was not sent yet (the
+   * siblings of a failed `Promise.all`) rejects, and is not left pending.
+   * Returns how many.
+   */
+  abandon(): number {
+    this.ended = true;
+    const unsent = this.pending.filter((p): p is Asked => typeof p !== 'string');
+    if (unsent.length === 0) return 0;
+    this.pending = this.pending.filter((p) => typeof p === 'string');
+    this.asked = 0;
+    const err = new BerthError('INTERNAL', 'a statement was not sent: its unit ended first');
+    for (const a of unsent) {
+      // Handled here: its caller may have gone (a failed Promise.all) and must not see an unhandled rejection.
+      a.answer.catch(() => {});
+      a.reject(err);
+    }
+    return unsent.length;
   }
 
   private text(sql: string, params: readonly unknown[]): string {
@@ -151,14 +181,23 @@ export class UnitExecutor implements Executor {
   /** Asks for a statement's answer: sent, with every statement asked for in this turn, once the turn is over. */
   private query(sql: string, params: readonly unknown[] = []): Promise<pg.QueryResult> {
     if (this.missed) return Promise.reject(this.missed);
-    return new Promise((resolve, reject) => {
-      this.pending.push({ sql, params, resolve, reject });
-      // After the promise jobs now queued have run: what they ask for goes too.
-      if (++this.asked === 1) process.nextTick(() => this.send());
+    if (this.ended)
+      return Promise.reject(new BerthError('INTERNAL', 'a unit of work was used after it ended'));
+    let resolve!: (r: pg.QueryResult) => void;
+    let reject!: (err: unknown) => void;
+    const answer = new Promise<pg.QueryResult>((res, rej) => {
+      resolve = res;
+      reject = rej;
     });
+    this.pending.push({ sql, params, resolve, reject, answer });
+    // After the promise jobs now queued have run: what they ask for goes too.
+    if (++this.asked === 1) process.nextTick(() => this.send());
+    return answer;
   }
 
   private send(): void {
+    // The unit ended meanwhile (`abandon` settled what it had asked for).
+    if (this.ended || this.asked === 0) return;
     const parts = this.pending;
     this.pending = [];
     this.asked = 0;
@@ -185,7 +224,16 @@ export class UnitExecutor implements Executor {
         const results = (Array.isArray(r) ? r : [r]) as pg.QueryResult[];
         const offset = results.length - parts.length;
         parts.forEach((p, i) => {
-          if (typeof p !== 'string') p.resolve(results[offset + i]!);
+          if (typeof p === 'string') return;
+          const answer = results[offset + i];
+          if (answer) p.resolve(answer);
+          else
+            p.reject(
+              new BerthError(
+                'INTERNAL',
+                `PostgreSQL answered ${results.length} statements of ${parts.length}`,
+              ),
+            );
         });
       },
       (err: unknown) => {

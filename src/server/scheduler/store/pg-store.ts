@@ -364,7 +364,7 @@ export class PgDatabase implements TransactionRunner {
           const unit = new SqlUnit(x, POSTGRES, writable);
           try {
             const result = await fn(unit);
-            const commit = commitSql(client, unit, x.takePending(), x.begun);
+            const commit = commitSql(client, unit, x.finish(), x.begun);
             unit.end();
             if (commit) {
               // From here the transaction may be open (the string starts with BEGIN when
@@ -378,6 +378,7 @@ export class PgDatabase implements TransactionRunner {
             return { result, wrote: unit.wrote };
           } catch (err) {
             unit.end();
+            x.abandon();
             if (x.begun) await client.query('ROLLBACK').catch(() => {});
             throw err;
           }
