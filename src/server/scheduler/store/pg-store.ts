@@ -46,7 +46,7 @@ import type {
   TransactionRunner,
   UnitOfWork,
 } from '../usecases/unit-of-work.js';
-import { UnitExecutor } from './pg-executor.js';
+import { quote, UnitExecutor } from './pg-executor.js';
 import { POSTGRES } from './sql/dialect.js';
 import { pendingMigrations, SCHEMA_MIGRATIONS_TABLE } from './sql/schema.js';
 import { SqlUnit } from './sql/unit.js';
@@ -364,7 +364,7 @@ export class PgDatabase implements TransactionRunner {
           const unit = new SqlUnit(x, POSTGRES, writable);
           try {
             const result = await fn(unit);
-            const commit = commitSql(client, unit, x.finish(), x.begun);
+            const commit = commitSql(unit, x.finish(), x.begun);
             unit.end();
             if (commit) {
               // From here the transaction may be open (the string starts with BEGIN when
@@ -458,15 +458,14 @@ export class PgDatabase implements TransactionRunner {
  * driver): a statement that fails stops the rest and the unit is rolled back.
  * Writing units take the lock side by side and share their WAL flushes.
  */
-function commitSql(client: pg.PoolClient, unit: SqlUnit, pending: string[], begun: boolean): string | null {
+function commitSql(unit: SqlUnit, pending: string[], begun: boolean): string | null {
   const events = unit.takeEvents();
   // A unit that sent nothing and has nothing to send: its BEGIN never went, there is nothing to end.
   if (!begun && pending.length <= 1 && events.length === 0) return null;
   const parts: string[] = pending;
   if (events.length > 0) {
-    const lit = (v: string) => client.escapeLiteral(v);
     const rows = events.map(
-      (e) => `(${lit(e.deviceUuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${lit(e.record)}, ${lit(e.at)})`,
+      (e) => `(${quote(e.deviceUuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${quote(e.record)}, ${quote(e.at)})`,
     );
     parts.push(`SELECT pg_advisory_xact_lock_shared(${EVENT_LOCK})`);
     parts.push(`INSERT INTO device_events (device_uuid, removed, record, at) VALUES ${rows.join(', ')}`);
