@@ -138,6 +138,33 @@ describe('a bind judges its gate in its unit without effects, and each of its us
     alone.close();
   });
 
+  it("the instance's owner is the bind's own unit: a failed bind leaves no owner and no device, a bind leaves it in its commit", async () => {
+    const [arq] = await useCases.createArqs({ profileName: 'nvme' });
+    const b = { arqUuid: arq!.uuid, instanceUuid: instanceId('i1'), host: H1 };
+    // Refused by the gate (agent away): nothing allocated, and no principal owns the instance.
+    await useCases.setHostConnected(H1, false);
+    let units = db.writes.units;
+    const e = await rejection(binding.bind([b], 'svc-squatter'));
+    expect(e.reason).toBe('AGENT_UNAVAILABLE');
+    expect(db.writes.units - units).toBe(1);
+    expect(await useCases.instanceOwner(b.instanceUuid)).toBeNull();
+    expect((await useCases.listDevices({ host: H1 })).devices[0]!.deviceState).toBe('available');
+    expect(await useCases.listCertificates({ instanceUuid: b.instanceUuid })).toEqual([]);
+    // Another principal binds it: one unit, which holds the device and records its owner.
+    await useCases.setHostConnected(H1, true);
+    units = db.writes.units;
+    const [bound] = await binding.bind([b], 'svc-tenant');
+    expect(bound!.state).toBe('bound');
+    expect(db.writes.units - units).toBe(1);
+    expect(await useCases.instanceOwner(b.instanceUuid)).toBe('svc-tenant');
+    // The first principal stays the owner: a retried bind by another changes nothing.
+    await binding.bind([b], 'svc-other');
+    expect(await useCases.instanceOwner(b.instanceUuid)).toBe('svc-tenant');
+    // Kept after the ARQs are gone (the certificates of the instance's cleanups are read later).
+    await useCases.deleteArqs({ uuids: [arq!.uuid] });
+    expect(await useCases.instanceOwner(b.instanceUuid)).toBe('svc-tenant');
+  });
+
   it('a database that does not answer fails the bind with its own error, not as an unknown host', async () => {
     const [arq] = await useCases.createArqs({ profileName: 'nvme' });
     effects.length = 0;

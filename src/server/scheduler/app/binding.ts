@@ -67,16 +67,12 @@ export class Binding {
    * over gRPC, whose callers are Berth principals, not projects.
    */
   async bind(bindings: ArqBinding[], subject?: string, project = ''): Promise<Arq[]> {
-    // The principal that first binds ARQs to an instance owns it: it may read
-    // the instance's erasure certificates (app/certificates.ts).
-    if (subject) {
-      for (const instance of new Set(bindings.map((b) => b.instanceUuid))) {
-        await this.deps.useCases.recordInstanceOwner(instance, subject);
-      }
-    }
     let result: BindResult;
     try {
-      result = await this.deps.useCases.bindArqs(bindings, undefined, this.gate, this.deps.judge);
+      // The principal that first binds ARQs to an instance owns it, recorded by
+      // the bind's unit: it may read the instance's erasure certificates
+      // (app/certificates.ts); a bind that fails leaves no owner (decision 95).
+      result = await this.deps.useCases.bindArqs(bindings, undefined, this.gate, this.deps.judge, subject);
     } catch (err) {
       await this.deps.useCases.recordBindFailure(bindings, err);
       throw err;

@@ -13,6 +13,7 @@ import { available, postgresServer } from '../../../../test/helpers/prerequisite
 import { newDevice } from '../domain/device-state.js';
 import { facts, hostName, testUuid } from '../domain/fixtures.support.js';
 import { openPgStore } from '../stores.js';
+import { FOR_UPDATE } from '../usecases/unit-of-work.js';
 import { runMediaContract } from './media-contract.support.js';
 import { runNovaClaimsContract } from './nova-claims-contract.support.js';
 import { PgDatabase } from './pg-store.js';
@@ -156,6 +157,50 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
       expect(events.map((e) => e.device.uuid)).toEqual(['slow', 'fast']);
       expect(events[0]!.revision).toBeLessThan(events[1]!.revision);
       expect(await current).toBe(events[1]!.revision);
+    } finally {
+      await admin.end();
+      await db.close();
+    }
+  });
+
+  it('reads asked for together go in one round trip, each its own statement: the one after a locking read sees what the lock holder committed', async () => {
+    // Decision 95: a unit settles a media by locking its row, then reading its
+    // devices, asked for together. Another unit holds the media's row and
+    // moves a device onto the media; the devices' read must see it once the
+    // lock is granted (one statement over both would read its snapshot from
+    // before the wait and miss it).
+    const url = await databaseFor('executor/asked-together');
+    const db = new PgDatabase(url);
+    await db.migrate();
+    const admin = new pg.Client({ connectionString: url });
+    await admin.connect();
+    try {
+      const dev = {
+        ...newDevice(hostName('h1'), facts({ index: 0 }), testUuid('d1'), '2026-01-01T00:00:00.000Z'),
+        generation: 1,
+      };
+      await db.run((uow) => uow.putDevice(dev, null));
+      await admin.query(`INSERT INTO media (key, record, host) VALUES ('k1', '{"key":"k1"}', 'h1')`);
+      await admin.query("BEGIN; SELECT key FROM media WHERE key = 'k1' FOR UPDATE");
+      await admin.query("UPDATE devices SET media_key = 'k1' WHERE uuid = $1", [dev.uuid]);
+      const settled = db.run((uow) =>
+        Promise.all([uow.mediaByKeys(['k1'], FOR_UPDATE), uow.devices({ mediaKeys: ['k1'] }, FOR_UPDATE)]),
+      );
+      // The unit waits for the media's lock, with both reads (and its BEGIN) in the string it sent.
+      const waiting = await eventually(
+        async () =>
+          (
+            await admin.query<{ query: string }>(
+              "SELECT query FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()",
+            )
+          ).rows.map((r) => r.query),
+        (q) => q.length === 1,
+      );
+      expect(waiting[0]).toMatch(/^BEGIN; SELECT record FROM media .*; SELECT record FROM devices /s);
+      await admin.query('COMMIT');
+      const [media, devices] = await settled;
+      expect(media.map((m) => m.key)).toEqual(['k1']);
+      expect(devices.map((d) => d.uuid)).toEqual([dev.uuid]);
     } finally {
       await admin.end();
       await db.close();

@@ -32,7 +32,8 @@
  *   would serialise every writing unit again.
  * - What need not wait for an answer — a unit's BEGIN, the writes and locks
  *   whose result it does not use — goes with its next statement or its end,
- *   in the same round trip (`UnitExecutor`).
+ *   in the same round trip, and statements asked for together go together
+ *   (`UnitExecutor`, ./pg-executor.ts).
  */
 import pg from 'pg';
 import { BerthError } from '../../../errors.js';
@@ -45,9 +46,10 @@ import type {
   TransactionRunner,
   UnitOfWork,
 } from '../usecases/unit-of-work.js';
+import { quote, UnitExecutor } from './pg-executor.js';
 import { POSTGRES } from './sql/dialect.js';
 import { pendingMigrations, SCHEMA_MIGRATIONS_TABLE } from './sql/schema.js';
-import { type Executor, SqlUnit } from './sql/unit.js';
+import { SqlUnit } from './sql/unit.js';
 
 export interface PgDatabaseOptions {
   /** Connections in the pool (default 10). */
@@ -362,7 +364,7 @@ export class PgDatabase implements TransactionRunner {
           const unit = new SqlUnit(x, POSTGRES, writable);
           try {
             const result = await fn(unit);
-            const commit = commitSql(client, unit, x.takePending(), x.begun);
+            const commit = commitSql(unit, x.finish(), x.begun);
             unit.end();
             if (commit) {
               // From here the transaction may be open (the string starts with BEGIN when
@@ -376,6 +378,7 @@ export class PgDatabase implements TransactionRunner {
             return { result, wrote: unit.wrote };
           } catch (err) {
             unit.end();
+            x.abandon();
             if (x.begun) await client.query('ROLLBACK').catch(() => {});
             throw err;
           }
@@ -448,146 +451,6 @@ export class PgDatabase implements TransactionRunner {
 }
 
 /**
- * A unit's statements are prepared once per connection and then only bound
- * and executed (a name per distinct text): PostgreSQL parses and plans each
- * once, and the scheduler sends less per call — +15–28% binds/s in a 64-client
- * loop (bench/README.md). The texts are Berth's own, a bounded set (the
- * device query's optional filters give the most variants); past MAX_STATEMENTS
- * a new text runs unnamed, so nothing can grow without end. The shared SQL
- * writes `?` (./sql/dialect.ts); each text is numbered `$1…` once, here.
- */
-const STATEMENTS = new Map<string, { name: string; text: string }>();
-const MAX_STATEMENTS = 500;
-
-/** `?` → `$n`, in order (Berth's statements hold no `?` inside a literal). */
-const numbered = (sql: string): string => {
-  let n = 0;
-  return sql.replace(/\?/g, () => `$${++n}`);
-};
-
-function prepared(sql: string): { name?: string; text: string } {
-  let st = STATEMENTS.get(sql);
-  if (st === undefined) {
-    if (STATEMENTS.size >= MAX_STATEMENTS) return { text: numbered(sql) };
-    st = { name: `berth_${STATEMENTS.size + 1}`, text: numbered(sql) };
-    STATEMENTS.set(sql, st);
-  }
-  return st;
-}
-
-/** A value as an SQL literal, for the statement that goes with BEGIN (the simple protocol takes no parameters). */
-function literal(client: pg.PoolClient, v: unknown): string {
-  if (v === null || v === undefined) return 'NULL';
-  if (typeof v === 'boolean') return v ? 'TRUE' : 'FALSE';
-  if (typeof v === 'number') {
-    if (!Number.isFinite(v))
-      throw new BerthError('INTERNAL', `a statement parameter is not a finite number: ${v}`);
-    return String(v);
-  }
-  return client.escapeLiteral(String(v));
-}
-
-/** A failed guard's number (`laterChanging`) in the message; not its quotes, which lc_messages translates. */
-const MISS_RE = /berth-miss:(\d+):/;
-
-/**
- * The shared SQL's statements on one unit's client. What need not wait for an
- * answer goes with the next statement that does, as one string of the simple
- * protocol (values written as literals, escaped by the driver; Berth's
- * statements hold no `?` inside a literal): the unit's BEGIN, and the writes
- * and locks whose result the unit does not use (`later`), or with the unit's
- * end (`commitSql`). A statement sent alone is prepared. A bind is 9 round
- * trips instead of 14 (bench/statements.ts).
- */
-class UnitExecutor implements Executor {
-  /** Statements not sent yet, in order, as text. */
-  private pending: string[] = [];
-  /** The misses of the guarded writes sent or pending (`laterChanging`), by the guard's number. */
-  private readonly misses: Array<() => BerthError> = [];
-  /** A guarded write's miss, once a statement met it: the transaction is failed, every later one gets it too. */
-  private missed: BerthError | null = null;
-
-  constructor(
-    private readonly client: pg.PoolClient,
-    /** The BEGIN not sent yet. */
-    begin: string | null,
-  ) {
-    if (begin !== null) this.pending.push(begin);
-  }
-
-  /** Whether BEGIN was sent (else the unit's end has nothing to roll back). */
-  begun = false;
-
-  /** The statements not sent yet, in order; clears them (the unit's end sends them). */
-  takePending(): string[] {
-    const p = this.pending;
-    this.pending = [];
-    return p;
-  }
-
-  private text(sql: string, params: readonly unknown[]): string {
-    let i = 0;
-    return sql.replace(/\?/g, () => literal(this.client, params[i++]));
-  }
-
-  later(sql: string, params: readonly unknown[] = []): void {
-    this.pending.push(this.text(sql, params));
-  }
-
-  /**
-   * The write, with a guard that fails its string when it changed no row (`berth-miss:N:0` cast
-   * to an integer, 22P02; `met` makes it the write's error). ELSE reads `w`: the planner cannot fold it.
-   */
-  laterChanging(sql: string, params: readonly unknown[], miss: () => BerthError): void {
-    const n = this.misses.push(miss) - 1;
-    this.pending.push(
-      `WITH w AS (${this.text(sql, params)} RETURNING 1) SELECT CASE WHEN EXISTS (SELECT 1 FROM w) THEN 1 ` +
-        `ELSE ('berth-miss:${n}:' || (SELECT count(*) FROM w))::int END`,
-    );
-  }
-
-  /** `err` as the unit sees it: a guard's miss as its write's error (only a string, never a lone statement, carries a guard). */
-  met(err: unknown): unknown {
-    const e = err as { code?: unknown; message?: unknown };
-    if (e?.code === '22P02' && typeof e.message === 'string') {
-      const n = MISS_RE.exec(e.message)?.[1];
-      const miss = n === undefined ? undefined : this.misses[Number(n)];
-      if (miss) this.missed = miss();
-    }
-    return this.missed ?? err;
-  }
-
-  private async query<R extends pg.QueryResultRow>(
-    sql: string,
-    params: readonly unknown[] = [],
-  ): Promise<pg.QueryResult<R>> {
-    if (this.missed) throw this.missed;
-    if (this.pending.length === 0) {
-      return this.client.query<R>({ ...prepared(sql), values: params as unknown[] });
-    }
-    const parts = this.takePending();
-    parts.push(this.text(sql, params));
-    this.begun = true;
-    const results = (await this.client.query(parts.join('; ')).catch((err: unknown) => {
-      throw this.met(err);
-    })) as unknown as pg.QueryResult<R>[];
-    return results[results.length - 1]!;
-  }
-
-  async all<R>(sql: string, params?: readonly unknown[]): Promise<R[]> {
-    return (await this.query(sql, params)).rows as R[];
-  }
-
-  async get<R>(sql: string, params?: readonly unknown[]): Promise<R | undefined> {
-    return (await this.query(sql, params)).rows[0] as R | undefined;
-  }
-
-  async run(sql: string, params?: readonly unknown[]): Promise<number> {
-    return (await this.query(sql, params)).rowCount ?? 0;
-  }
-}
-
-/**
  * How a unit ends, in one round trip: its device events, numbered
  * under the event lock taken SHARED and held to COMMIT (so a reader of the
  * log can wait for every numbered event to commit: `beginAtEventBarrier`),
@@ -595,15 +458,14 @@ class UnitExecutor implements Executor {
  * driver): a statement that fails stops the rest and the unit is rolled back.
  * Writing units take the lock side by side and share their WAL flushes.
  */
-function commitSql(client: pg.PoolClient, unit: SqlUnit, pending: string[], begun: boolean): string | null {
+function commitSql(unit: SqlUnit, pending: string[], begun: boolean): string | null {
   const events = unit.takeEvents();
   // A unit that sent nothing and has nothing to send: its BEGIN never went, there is nothing to end.
   if (!begun && pending.length <= 1 && events.length === 0) return null;
   const parts: string[] = pending;
   if (events.length > 0) {
-    const lit = (v: string) => client.escapeLiteral(v);
     const rows = events.map(
-      (e) => `(${lit(e.deviceUuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${lit(e.record)}, ${lit(e.at)})`,
+      (e) => `(${quote(e.deviceUuid)}, ${e.removed ? 'TRUE' : 'FALSE'}, ${quote(e.record)}, ${quote(e.at)})`,
     );
     parts.push(`SELECT pg_advisory_xact_lock_shared(${EVENT_LOCK})`);
     parts.push(`INSERT INTO device_events (device_uuid, removed, record, at) VALUES ${rows.join(', ')}`);

@@ -113,9 +113,11 @@ export async function listArqs(deps: UseCaseDeps, instanceUuid?: string): Promis
  * retried identical binding returns the same devices. A device that is cleaned
  * is bound only when `gate`, judging the host's record as the unit locked it,
  * lets it: its agent can record the binding. The result carries those records
- * (the agents are called from them after the commit). On failure nothing is
- * bound; recording the failure on the ARQs is the caller's next unit
- * (`recordBindFailure`).
+ * (the agents are called from them after the commit). `owner`, the principal
+ * that binds, owns each instance that has no owner yet, in the same commit
+ * (who may read its erasure certificates: decision 95). On failure nothing
+ * is bound and no owner recorded; recording the failure on the ARQs is the
+ * caller's next unit (`recordBindFailure`).
  */
 export async function bindArqs(
   deps: UseCaseDeps,
@@ -123,6 +125,7 @@ export async function bindArqs(
   pick: PickFn = pickDevice,
   gate?: BindGate,
   judge?: ClaimJudge,
+  owner?: string,
 ): Promise<BindResult> {
   const seenUuids = new Set<string>();
   // The identifiers and tags were parsed where they entered (branded types); what is left is the request's own rule.
@@ -159,24 +162,31 @@ export async function bindArqs(
           { arq_uuid: arq.uuid },
         );
       }
+      const only = b.devices ? new Set(b.devices) : null;
       // Allocation reads the host's devices and IOMMU groups: lock it first.
-      const host = await mustHost(tx.uow, b.host, FOR_UPDATE);
+      // Asked for together, in this order (one round trip where the backend
+      // can): each read is a statement of its own, started once the host's
+      // lock is held (the port's rule, decision 95); the instance's other ARQs
+      // are read under its lock, taken above.
+      const [host, { result, candidates }, instanceArqs] = await Promise.all([
+        mustHost(tx.uow, b.host, FOR_UPDATE),
+        pickOnHost(
+          tx.uow,
+          b.host,
+          arq.group,
+          only
+            ? (g, c, ctx) =>
+                pick(
+                  g,
+                  c.filter((d) => only.has(d.uuid)),
+                  ctx,
+                )
+            : pick,
+        ),
+        tx.uow.arqs({ instanceUuid: b.instanceUuid }),
+      ]);
       hosts.set(host.name, host);
       const started = transitionArq(arq, 'bind_started');
-      const only = b.devices ? new Set(b.devices) : null;
-      const { result, candidates } = await pickOnHost(
-        tx.uow,
-        b.host,
-        arq.group,
-        only
-          ? (g, c, ctx) =>
-              pick(
-                g,
-                c.filter((d) => only.has(d.uuid)),
-                ctx,
-              )
-          : pick,
-      );
       if (!result.device) {
         throw failedPrecondition(
           'NO_ALLOCATABLE_DEVICE',
@@ -203,9 +213,7 @@ export async function bindArqs(
           ? { novaEvent: { instanceUuid: b.instanceUuid, status: 'completed' as const } }
           : {}),
       };
-      const others = (await tx.uow.arqs({ instanceUuid: b.instanceUuid })).filter(
-        (a) => a.uuid !== arq.uuid && a.state === 'bound',
-      );
+      const others = instanceArqs.filter((a) => a.uuid !== arq.uuid && a.state === 'bound');
       const dups = duplicateTags(
         [...others, bound].map((a) => ({
           field: a.uuid === arq.uuid ? `bindings[${i}].tag` : `ARQ ${a.uuid}`,
@@ -220,6 +228,11 @@ export async function bindArqs(
       if (b.notifyNova) await tx.uow.holdNovaEvent(arq.uuid, b.notifyNova.holder, b.notifyNova.holdMs);
       devices.push(device);
       newlyBound.push(arq.uuid);
+    }
+    // A retried bind records it too (a first principal's owner is kept: the insert does nothing then).
+    if (owner) {
+      for (const instance of new Set(bindings.map((b) => b.instanceUuid)))
+        await tx.uow.putInstanceOwner(instance, owner, tx.now());
     }
     return { arqs, devices, newlyBound, hosts };
   });
@@ -391,20 +404,8 @@ export async function deleteArqs(
     const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
     // By uuids, the instances are known only now (the one exception to the lock order).
     if (selector.uuids?.length) for (const instance of instances) await tx.uow.lockInstance(instance);
-    const released: DeviceRecord[] = [];
-    for (const arq of arqs) {
-      transitionArq(arq, 'deleting');
-      const d = await releaseIfHeld(tx, arq);
-      if (d) released.push(d);
-      await tx.uow.deleteArq(arq.uuid);
-    }
-    // A planned migration no longer matches an instance that lost ARQs: abort
-    // it, or its destination claims would stay allocated to nobody.
-    for (const instance of instances) {
-      for (const m of await tx.uow.plannedMigrations(instance, FOR_UPDATE)) {
-        released.push(...(await abortPlanned(tx, m)).released);
-      }
-    }
+    for (const arq of arqs) transitionArq(arq, 'deleting');
+    const released = await releaseArqs(tx, arqs, instances, (arq) => tx.uow.deleteArq(arq.uuid));
     return { deletedUuids: arqs.map((a) => a.uuid), released };
   });
 }
@@ -433,19 +434,11 @@ export async function unbindArqs(
     const instances = new Set(arqs.flatMap((a) => (a.instanceUuid ? [a.instanceUuid] : [])));
     // As deleteArqs by uuids: the instances are known only now.
     for (const instance of instances) await tx.uow.lockInstance(instance);
-    const released: DeviceRecord[] = [];
     const out: Arq[] = [];
-    for (const arq of arqs) {
+    const released = await releaseArqs(tx, arqs, instances, async (arq) => {
       const next = arqUnbound(arq);
-      const d = await releaseIfHeld(tx, arq);
-      if (d) released.push(d);
       out.push(next === arq ? arq : await writeArq(tx, next));
-    }
-    for (const instance of instances) {
-      for (const m of await tx.uow.plannedMigrations(instance, FOR_UPDATE)) {
-        released.push(...(await abortPlanned(tx, m)).released);
-      }
-    }
+    });
     return { arqs: out, released };
   });
 }
@@ -453,10 +446,43 @@ export async function unbindArqs(
 const describeGroup = (g: RequestGroup) =>
   g.resourceClass ? `resource class ${g.resourceClass}` : `vendor ${g.vendorId} product ${g.productId}`;
 
-/** The device `arq` holds, released in this unit (see records.ts releaseHeld), or null when it holds none. */
-async function releaseIfHeld(tx: Tx, arq: Arq): Promise<DeviceRecord | null> {
+/** The device `arq` holds, locked, or null when it holds none. */
+async function heldDevice(tx: Tx, arq: Arq): Promise<DeviceRecord | null> {
   if (!arq.deviceUuid) return null;
   const d = await tx.uow.device({ uuid: arq.deviceUuid }, FOR_UPDATE);
-  if (d?.deviceState !== 'allocated' || d.arqUuid !== arq.uuid) return null;
-  return releaseHeld(tx, d, { arqUuid: arq.uuid });
+  return d?.deviceState === 'allocated' && d.arqUuid === arq.uuid ? d : null;
+}
+
+/** The device `arq` holds, released in this unit (see records.ts releaseHeld), or null when it holds none. */
+async function releaseIfHeld(tx: Tx, arq: Arq): Promise<DeviceRecord | null> {
+  const d = await heldDevice(tx, arq);
+  return d && releaseHeld(tx, d, { arqUuid: arq.uuid });
+}
+
+/**
+ * Releases the devices `arqs` hold (`each` then writes the ARQ) and aborts the
+ * planned migrations of `instances`: a planned migration no longer matches an
+ * instance that lost ARQs, and its destination claims would stay allocated to
+ * nobody. The rows are asked for together, the migrations before the devices
+ * (the port's lock order; one round trip where the backend can, decision 95).
+ * Returns every device released, the ARQs' first.
+ */
+async function releaseArqs(
+  tx: Tx,
+  arqs: readonly Arq[],
+  instances: ReadonlySet<string>,
+  each: (arq: Arq) => Promise<void>,
+): Promise<DeviceRecord[]> {
+  const [planned, held] = await Promise.all([
+    Promise.all([...instances].map((i) => tx.uow.plannedMigrations(i, FOR_UPDATE))),
+    Promise.all(arqs.map((a) => heldDevice(tx, a))),
+  ]);
+  const released: DeviceRecord[] = [];
+  for (const [i, arq] of arqs.entries()) {
+    const d = held[i];
+    if (d) released.push(await releaseHeld(tx, d, { arqUuid: arq.uuid }));
+    await each(arq);
+  }
+  for (const m of planned.flat()) released.push(...(await abortPlanned(tx, m)).released);
+  return released;
 }

@@ -183,21 +183,7 @@ export async function listCertificates(
   return read(deps, (r) => r.certificates(filter));
 }
 
-/** Who created the instance's first ARQ (the service principal that owns it), or null. */
+/** Who first bound ARQs to the instance (the principal that owns it; recorded by the bind's unit), or null. */
 export async function instanceOwner(deps: UseCaseDeps, instanceUuid: string): Promise<string | null> {
   return read(deps, (r) => r.instanceOwner(instanceUuid));
-}
-
-/**
- * The first principal to create an ARQ for an instance owns it; later ones change nothing
- * (the insert does nothing when the instance has an owner). One unit, no read first: on
- * PostgreSQL the insert goes with the COMMIT, one round trip (decision 86).
- */
-export async function recordInstanceOwner(
-  deps: UseCaseDeps,
-  instanceUuid: string,
-  subject: string,
-): Promise<void> {
-  if (!instanceUuid || !subject) return;
-  await write(deps, async (tx) => tx.uow.putInstanceOwner(instanceUuid, subject, tx.now()));
 }

@@ -36,10 +36,17 @@ export async function settleTouchedMedia(tx: Tx): Promise<void> {
     for (let i = 0; i < keys.length; i += NAMES_PER_QUERY) {
       const chunk = keys.slice(i, i + NAMES_PER_QUERY);
       // The media rows first (on a shared database, binds on two hosts of one
-      // media meet here), then their devices.
-      const stored = new Map((await tx.uow.mediaByKeys(chunk, FOR_UPDATE)).map((m) => [m.key, m]));
+      // media meet here), then their devices: asked for together, in that
+      // order, two statements (one round trip where the backend can): the
+      // devices' read starts once the media's locks are held, and sees what
+      // their holders committed (the port's rule, decision 95).
+      const [media, held] = await Promise.all([
+        tx.uow.mediaByKeys(chunk, FOR_UPDATE),
+        tx.uow.devices({ mediaKeys: chunk }, FOR_UPDATE),
+      ]);
+      const stored = new Map(media.map((m) => [m.key, m]));
       const devices = new Map<string, DeviceRecord[]>();
-      for (const d of await tx.uow.devices({ mediaKeys: chunk }, FOR_UPDATE)) {
+      for (const d of held) {
         const key = mediaKeyOf(d)!;
         const list = devices.get(key);
         if (list) list.push(d);

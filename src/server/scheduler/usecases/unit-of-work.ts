@@ -26,6 +26,11 @@
  *   uniqueness, an open migration, guest addresses). Locks are taken in the
  *   order instance → migration → ARQ → host → device → cleanup job where a use
  *   case can; a backend that can deadlock detects it and re-runs the unit.
+ * - Calls a unit makes together (without awaiting one before the next, as in
+ *   `Promise.all`) run in the order they were made, each as a statement of
+ *   its own: a read made after a locking read sees what the lock's holder
+ *   committed. A backend may send them in one round trip (PostgreSQL does:
+ *   decision 95); a failure of one fails the unit.
  * - `putDevice` is a compare-and-set on the device generation: a row that is
  *   not at `previousGeneration` is refused with ABORTED (reason
  *   CONCURRENT_UPDATE), nothing written. Allocation candidates are read

@@ -65,7 +65,6 @@ const USE_CASES = {
   lastCertificate: certificates.lastCertificate,
   listCertificates: certificates.listCertificates,
   instanceOwner: certificates.instanceOwner,
-  recordInstanceOwner: certificates.recordInstanceOwner,
   // profiles
   createProfile: profiles.createProfile,
   getProfile: profiles.getProfile,
