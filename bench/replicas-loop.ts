@@ -167,12 +167,20 @@ export async function pgDoubleAllocations(url: string): Promise<number> {
   }
 }
 
-/** Loads the fleet into a new database, with synchronous commit off for the (untimed) load only. */
-export async function loadPg(server: PostgresServer, name: string, hosts: number): Promise<string> {
+/**
+ * Loads the fleet into a new database, with synchronous commit off for the (untimed) load only,
+ * `concurrency` hosts at once.
+ */
+export async function loadPg(
+  server: PostgresServer,
+  name: string,
+  hosts: number,
+  concurrency = 1,
+): Promise<string> {
   const url = await server.createDatabase(name);
   const store = await openPgStore(`${url}?options=${encodeURIComponent('-c synchronous_commit=off')}`);
   try {
-    await loadFleet(store, hosts);
+    await loadFleet(store, hosts, { concurrency });
   } finally {
     await store.close();
   }
