@@ -345,8 +345,13 @@ async function sameWrites(url: string, stats: pg.Client): Promise<string[]> {
     const host = hostName(0);
     const r = await cycle(host, async (_, instance) => {
       const arq = (await store.createArqs({ profileName: PROFILE, tags: [] }))[0]!.uuid;
-      await store.recordInstanceOwner(instance, SUBJECT);
-      const bound = await store.bindArqs([{ arqUuid: arq, instanceUuid: instance as InstanceId, host }]);
+      const bound = await store.bindArqs(
+        [{ arqUuid: arq, instanceUuid: instance as InstanceId, host }],
+        undefined,
+        undefined,
+        undefined,
+        SUBJECT,
+      );
       return [arq, bound.devices[0]!.uuid];
     });
     await store.deleteArqs({ uuids: [r.arq as Uuid] });
