@@ -72,12 +72,7 @@ export class DiscoveryLoop {
     const settle = config.hotplug.settleMs;
     this.coalescer = new Coalescer({
       settleMs: settle,
-      // A busy source still gets its changes out: at most two settle windows after the first.
-      // Batches never overlap: under a steady stream (a PF's VFs, as the kernel adds them one by
-      // one) this is the first batch's wait, and each later one goes a settle after the previous
-      // run (decision 93). Ten settles (500 ms) were half of a second's budget for a burst, spent
-      // idle before its first pass (decision 97).
-      maxDelayMs: settle * 2,
+      // A busy source's first batch goes two settles after its first event (the Coalescer's default).
       run: (batch) =>
         this.refresh(batch).then(
           () => {},
