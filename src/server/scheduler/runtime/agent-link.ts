@@ -523,6 +523,8 @@ export async function* inBatches<T>(
     stream.off('data', onData);
     stream.off('end', onEnd);
     stream.off('error', onError);
+    // A stream left behind may still fail (a cancelled call says CANCELLED): not an unhandled error.
+    stream.on('error', () => {});
     // As a for-await over the stream would: a consumer that stops early ends the stream.
     if (!ended && !failed) (stream as Readable).destroy();
   }
