@@ -153,7 +153,8 @@ describe('a burst of inventory changes', () => {
 
       // Units: the burst is cut where an address comes again (the first flash
       // removal), so at least two; batches of the stream's 16 buffered messages
-      // made 17 or more of 271 messages (decision 87).
+      // made 17 or more of 271 messages (decision 87). A batch gathers 40 ms at most
+      // (decision 97): on a loaded machine the 271 take a few more units than 6.
       const burstUnits = units.mock.calls.slice(snapshotUnits);
       const applied = burstUnits.flatMap(([, u]) =>
         u.kind === 'delta' ? [...u.added.map((f) => `+${f.address}`), ...u.removed.map((a) => `-${a}`)] : [],
@@ -161,7 +162,7 @@ describe('a burst of inventory changes', () => {
       expect(burstUnits.every(([, u]) => u.kind === 'delta')).toBe(true);
       expect(applied).toHaveLength(sent.length + 1);
       expect(burstUnits.length).toBeGreaterThanOrEqual(2);
-      expect(burstUnits.length).toBeLessThanOrEqual(6);
+      expect(burstUnits.length).toBeLessThanOrEqual(12);
       // No unit holds two changes of one address.
       for (const [, u] of burstUnits) {
         if (u.kind !== 'delta') continue;

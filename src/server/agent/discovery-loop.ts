@@ -72,11 +72,7 @@ export class DiscoveryLoop {
     const settle = config.hotplug.settleMs;
     this.coalescer = new Coalescer({
       settleMs: settle,
-      // A busy source still gets its changes out: at most ten settle windows (and 100 ms) after the
-      // first. Batches never overlap: under a steady stream (a PF's VFs, as the kernel adds them one
-      // by one) this is the first batch's wait, and each later one goes a settle after the previous
-      // run (decision 93).
-      maxDelayMs: Math.max(100, settle * 10),
+      // A busy source's first batch goes two settles after its first event (the Coalescer's default).
       run: (batch) =>
         this.refresh(batch).then(
           () => {},

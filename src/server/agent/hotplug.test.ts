@@ -15,14 +15,15 @@ describe('Coalescer', () => {
   });
 
   /** A coalescer whose runs are held open until `finish()`; records batches and overlaps. */
-  function harness(settleMs = 50, maxDelayMs = 500) {
+  /** `maxDelayMs` null: the Coalescer's default. */
+  function harness(settleMs = 50, maxDelayMs: number | null = 500) {
     const batches: string[][] = [];
     let inFlight = 0;
     let maxInFlight = 0;
     let finish: () => void = () => {};
     const c = new Coalescer({
       settleMs,
-      maxDelayMs,
+      ...(maxDelayMs === null ? {} : { maxDelayMs }),
       run: (batch) => {
         batches.push([...batch].sort());
         inFlight++;
@@ -67,6 +68,22 @@ describe('Coalescer', () => {
       h.c.add([`0000:05:00.${(t / 20) % 8}`]);
       await vi.advanceTimersByTimeAsync(20);
     }
+    expect(h.batches.length).toBe(1);
+    h.finish();
+  });
+
+  it("a busy source's first batch goes two settles after its first key by default (decision 97)", async () => {
+    const h = harness(50, null);
+    // A key every 10 ms (the kernel making VFs one by one): the settle never passes.
+    for (let t = 0; t < 90; t += 10) {
+      h.c.add([`0000:05:00.${(t / 10) % 8}`]);
+      await vi.advanceTimersByTimeAsync(10);
+    }
+    h.c.add(['0000:05:01.0']);
+    await vi.advanceTimersByTimeAsync(9);
+    expect(h.batches).toEqual([]);
+    await vi.advanceTimersByTimeAsync(1);
+    // Ten settles before: nothing ran until 500 ms.
     expect(h.batches.length).toBe(1);
     h.finish();
   });

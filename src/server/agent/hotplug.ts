@@ -9,8 +9,8 @@
  *   dies, says so and starts it again with a backoff (1 s doubling to 60 s;
  *   back to 1 s once it ran a minute).
  * - Coalescer gathers the addresses events name and hands them over as one
- *   batch once no event came for `settleMs` (at most `maxDelayMs` after the
- *   first), never two batches at once: enabling 256 VFs is 256 events and a
+ *   batch once no event came for `settleMs` (at most `maxDelayMs`, two
+ *   settles by default, after the first), never two batches at once: enabling 256 VFs is 256 events and a
  *   handful of batches, not 256 passes.
  *
  * Neither touches sysfs or the inventory; the agent does (agent.ts).
@@ -207,8 +207,15 @@ export class UdevadmSource {
 export interface CoalescerOptions {
   /** Quiet time after the last address before a batch goes. */
   settleMs: number;
-  /** A batch goes at most this long after its first address, however busy the source. */
-  maxDelayMs: number;
+  /**
+   * A batch goes at most this long after its first address, however busy the
+   * source. Default: two settles. Batches never overlap, so under a steady
+   * stream (a PF's VFs, as the kernel adds them one by one) this is the first
+   * batch's wait; each later one goes a settle after the previous run
+   * (decision 93). Ten settles (500 ms) were half of a burst's one-second
+   * budget, spent idle before its first pass (decision 97).
+   */
+  maxDelayMs?: number;
   /** Handles one batch; the next waits for it. Errors are the caller's to log. */
   run(batch: Set<string>): Promise<void>;
 }
@@ -227,7 +234,11 @@ export class Coalescer {
   private running: Promise<void> | null = null;
   private closed = false;
 
-  constructor(private readonly options: CoalescerOptions) {}
+  private readonly maxDelayMs: number;
+
+  constructor(private readonly options: CoalescerOptions) {
+    this.maxDelayMs = options.maxDelayMs ?? options.settleMs * 2;
+  }
 
   get size(): number {
     return this.pending.size;
@@ -241,8 +252,7 @@ export class Coalescer {
       this.pending.add(k);
     }
     if (!added) return;
-    if (this.deadline === Number.POSITIVE_INFINITY)
-      this.deadline = performance.now() + this.options.maxDelayMs;
+    if (this.deadline === Number.POSITIVE_INFINITY) this.deadline = performance.now() + this.maxDelayMs;
     this.schedule();
   }
 

@@ -76,6 +76,50 @@ describe('inBatches', () => {
     expect(batches.map((b) => b.length)).toEqual([600, 400]);
   });
 
+  it('ends a batch maxWaitMs after its first message, however busy the stream (decision 97)', async () => {
+    // A stream that never goes quiet: one message every turn of the event loop, until told to stop.
+    let next = 0;
+    let stop = false;
+    const stream = new Readable({
+      objectMode: true,
+      read() {
+        setImmediate(() => this.push(stop ? null : next++));
+      },
+    });
+    const it = inBatches<number>(stream, 1_000_000, 20);
+    const first = await it.next();
+    // Before the change the batch grew until the stream went quiet or reached max: it never came.
+    expect(first.done).toBe(false);
+    expect(first.value!.length).toBeGreaterThan(0);
+    stop = true;
+    const rest: number[] = [];
+    for (let r = await it.next(); !r.done; r = await it.next()) rest.push(...r.value);
+    expect([...first.value!, ...rest]).toEqual(Array.from({ length: next }, (_, i) => i));
+  });
+
+  it('yields what arrived before a failure, then throws it', async () => {
+    const stream = new PassThrough({ objectMode: true });
+    const it = inBatches<string>(stream, 8, 10);
+    stream.write('a');
+    stream.write('b');
+    expect((await it.next()).value).toEqual(['a', 'b']);
+    stream.write('c');
+    stream.destroy(new Error('the agent went away'));
+    expect((await it.next()).value).toEqual(['c']);
+    await expect(it.next()).rejects.toThrow('the agent went away');
+  });
+
+  it('a consumer that stops early ends the stream and leaves no listener on it', async () => {
+    const stream = new PassThrough({ objectMode: true });
+    stream.write(1);
+    for await (const b of inBatches<number>(stream, 8, 10)) {
+      expect(b).toEqual([1]);
+      break;
+    }
+    expect(stream.destroyed).toBe(true);
+    expect(stream.listenerCount('data')).toBe(0);
+  });
+
   it('waits for a message that is not there yet', async () => {
     const stream = new PassThrough({ objectMode: true });
     const it = inBatches<string>(stream, 8);
