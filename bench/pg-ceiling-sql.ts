@@ -19,6 +19,8 @@
  * the statements variant builds them in JavaScript, as the scheduler does.
  */
 import type pg from 'pg';
+import type { DeviceRecord } from '../src/server/scheduler/domain/device-state.js';
+import { type MediaState, settleMedia as settleInDomain } from '../src/server/scheduler/domain/media.js';
 
 /** The scheduler's event lock key (pg-store.ts EVENT_LOCK). */
 const EVENT_LOCK = 0x6265_7274_0002;
@@ -531,26 +533,9 @@ class Query {
         [key],
       )
     ).map((r) => JSON.parse(r.record) as Json);
-    const allocated = devices.filter((x) => x.deviceState === 'allocated');
-    if (allocated.length > 1) throw new Error(`ceiling: media ${key} allocated twice`);
-    const holder = allocated[0];
-    if (holder) {
-      media = {
-        ...media,
-        condition: 'held',
-        reason: '',
-        holder: {
-          deviceUuid: holder.uuid,
-          host: holder.host,
-          address: holder.address,
-          arqUuid: holder.arqUuid,
-          instanceUuid: holder.instanceUuid,
-          migrationUuid: holder.migrationUuid,
-        },
-      };
-    } else if (media.condition === 'held') {
-      media = { ...media, condition: 'clean', holder: null, reason: '' };
-    }
+    // The domain's own settle (domain/media.ts), as usecases/media.ts calls it: the same decision and CPU.
+    media = settleInDomain(media as unknown as MediaState, devices as unknown as DeviceRecord[], at)
+      .media as unknown as Json;
     media = { ...media, updatedAt: at };
     await this.string([
       this.sql(`INSERT INTO media (key, record, host) VALUES (?, ?, ?) ${MEDIA_UPSERT}`, [
