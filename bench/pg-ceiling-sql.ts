@@ -19,8 +19,10 @@
  * the statements variant builds them in JavaScript, as the scheduler does.
  */
 import type pg from 'pg';
+import { newArq } from '../src/server/scheduler/domain/arq.js';
 import type { DeviceRecord } from '../src/server/scheduler/domain/device-state.js';
 import { type MediaState, settleMedia as settleInDomain } from '../src/server/scheduler/domain/media.js';
+import type { RequestGroup } from '../src/server/scheduler/domain/profile.js';
 
 /** The scheduler's event lock key (pg-store.ts EVENT_LOCK). */
 const EVENT_LOCK = 0x6265_7274_0002;
@@ -287,22 +289,16 @@ export function statementOps(pool: pg.Pool, profile: string, trips: Trips): Cycl
           ]),
         );
         const groups = p.groups as Json[];
+        // The domain's own new ARQ (domain/arq.ts), under the uuid this loop chose.
         const arq = {
+          ...newArq({
+            profileName: p.name as string,
+            groupId: 0,
+            group: groups[0] as unknown as RequestGroup,
+            tag: '',
+            createdAt: now(),
+          }),
           uuid,
-          profileName: p.name,
-          groupId: 0,
-          group: groups[0],
-          state: 'initial',
-          instanceUuid: null,
-          host: null,
-          deviceUuid: null,
-          deviceAddress: null,
-          attachHandle: null,
-          tag: '',
-          error: '',
-          createdAt: now(),
-          deviceType: '',
-          guestAddress: null,
         };
         await q.string([q.arqUpsert(arq), 'COMMIT']);
       });
