@@ -117,7 +117,7 @@ DECLARE
   v_holder jsonb;
   v_allocated int;
 BEGIN
-  -- The instance's owner (app/binding.ts; its own unit in the scheduler, here in the bind's).
+  -- The instance's owner, in the bind's own unit (as the scheduler does since decision 95).
   INSERT INTO instance_owners (instance_uuid, subject, created_at) VALUES (p_instance, p_subject, p_now)
     ON CONFLICT (instance_uuid) DO NOTHING;
   PERFORM pg_advisory_xact_lock(hashtextextended('instance:' || p_instance, 0));
@@ -305,6 +305,8 @@ export function statementOps(pool: pg.Pool, profile: string, trips: Trips): Cycl
     },
     async bind(arq, instance, host) {
       const at = now();
+      // The owner in a unit of its own: the scheduler's statements as they were when this
+      // variant was measured (before decision 95 moved it into the bind's unit).
       await q1(pool, trips, [
         'BEGIN',
         `INSERT INTO instance_owners (instance_uuid, subject, created_at) VALUES (${lit(instance)}, ${lit(SUBJECT)}, ${lit(at)}) ON CONFLICT (instance_uuid) DO NOTHING`,
