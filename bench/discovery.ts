@@ -14,7 +14,8 @@
  * - the floor (bench/sysfs-floor.ts): one process doing exactly the sysfs
  *   operations Berth's discovery does, in the same order — the list recorded
  *   from Berth's own reader at run time, replayed by a C program built here
- *   (or `cat` without a compiler). Goal: berth / floor <= 1.5.
+ *   (or `cat` without a compiler). Reported: issue 33 retired its goal
+ *   (berth / floor <= 1.5), since Node's own per-call cost is most of the gap.
  * - `lspci -D -n -A linux-sysfs -O sysfs.path=<root>/bus/pci`, which also reads
  *   every function's config space. Goal: berth / lspci <= 1.0.
  * The three sides run interleaved, the order rotating each round; medians.
@@ -182,8 +183,10 @@ async function main() {
       value,
       baseline: floorMedian,
       ratio,
-      goal: 'median berth discovery / median raw-read floor <= 1.5',
-      pass: ratio <= 1.5,
+      // Issue 33 retired this goal (<= 1.5): Node's own per-call cost over the C floor is most of
+      // the gap (node_replay_ratio below). Reported beside discovery_lspci, which is judged.
+      goal: 'reported: median berth discovery / median raw-read floor (issue 33 retired <= 1.5)',
+      pass: true,
       ...common,
       floor: floor.kind,
       floor_ms: floorMs.map((x) => Math.round(x * 10) / 10),
