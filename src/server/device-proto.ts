@@ -26,6 +26,12 @@ import {
 /**
  * `rest` unchanged, typed so that a key `Target` lacks is a compile error
  * naming it: what a mapper spreads is then only fields both sides hold.
+ * Spread it LAST in the mapper's literal, after the fields the mapper sets,
+ * and only with keys destructured out of it: V8 (Node 20) copies an object
+ * spread first cheaply, but then gives the copy a new hidden class for every
+ * field added after it — ~150 µs for 20 fields on a 22-field record, against
+ * under 1 µs the other way round (bench/README.md, "The whole-fleet watch's
+ * throughput").
  */
 export const onlyFieldsOf =
   <Target>() =>
@@ -104,8 +110,9 @@ export function deviceFromProto(d: Device): ReportedDevice {
   } = d;
   const identity = mediaIdentityFromProto(media);
   const record = mediaRecordFromProto(mediaRecord);
-  return {
-    ...onlyFieldsOf<ReportedDevice>()(same),
+  // The fields mapped first, the spread last (see onlyFieldsOf), and media
+  // set after: no key of `same` is one of these, destructured out above.
+  const out: ReportedDevice = {
     kernelDriver: kernelDriver === '' ? null : kernelDriver,
     type: type === DeviceTypePb.DEVICE_TYPE_NVME ? 'NVME' : 'PCI',
     functionKind:
@@ -118,7 +125,9 @@ export function deviceFromProto(d: Device): ReportedDevice {
     iommuGroup: iommuGroup ?? null,
     cleanupAction: cleanupAction === '' ? null : cleanupAction,
     health: health === HealthPb.HEALTH_UNHEALTHY ? 'unhealthy' : 'healthy',
-    ...(identity ? { media: identity } : {}),
-    ...(record ? { mediaRecord: record } : {}),
+    ...onlyFieldsOf<ReportedDevice>()(same),
   };
+  if (identity) out.media = identity;
+  if (record) out.mediaRecord = record;
+  return out;
 }
