@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SchedulerClient } from '../../client/sdk.js';
 import { ListDevicesResponse } from '../../gen/berth/agent/v1/agent.js';
 import { Device as AgentDevice, MediaIdentityKind } from '../../gen/berth/agent/v1/device.js';
-import { DeviceStatus } from '../../gen/berth/scheduler/v1/device.js';
+import { Device, DeviceStatus } from '../../gen/berth/scheduler/v1/device.js';
 import {
   type WatchDevicesResponse,
   WatchDevicesResponse as WatchDevicesResponseCodec,
@@ -111,6 +111,34 @@ describe('responses encoded once', () => {
     expect(serialize(once)).toBe(once.bytes);
     expect(serialize(message).equals(once.bytes)).toBe(true);
     expect(WatchDevicesResponseCodec.decode(once.bytes)).toEqual(message);
+  });
+
+  it('messages encoded one after another share a writer but never bytes, even after an encode that failed midway', () => {
+    const fresh = (m: WatchDevicesResponse) => Buffer.from(WatchDevicesResponseCodec.encode(m).finish());
+    const large: WatchDevicesResponse = {
+      revision: 9,
+      initial: true,
+      device: Device.fromPartial({ uuid: 'd'.repeat(36), host: 'h'.repeat(200), traits: ['T1', 'T2'] }),
+      removed: false,
+      synced: false,
+    };
+    const small: WatchDevicesResponse = {
+      revision: 1,
+      initial: false,
+      device: undefined,
+      removed: true,
+      synced: true,
+    };
+    const first = encodeOnce(WatchDevicesResponseCodec, large);
+    // A device with no fields fails inside its own nested message, after the revision was written.
+    expect(() =>
+      encodeOnce(WatchDevicesResponseCodec, { ...small, device: {} as WatchDevicesResponse['device'] }),
+    ).toThrow(/invalid/);
+    const second = encodeOnce(WatchDevicesResponseCodec, small);
+    expect(second.bytes.equals(fresh(small))).toBe(true);
+    expect(WatchDevicesResponseCodec.decode(second.bytes)).toEqual(small);
+    // The first message's bytes are its own copy: the writer's later use did not touch them.
+    expect(first.bytes.equals(fresh(large))).toBe(true);
   });
 
   it('a list encoded item by item is byte for byte the message encoded whole, nested fields and trailing fields included', () => {

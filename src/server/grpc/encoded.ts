@@ -16,19 +16,29 @@ export class Encoded<Res> {
   constructor(readonly bytes: Buffer) {}
 }
 
-/** The generated codec shape (ts-proto): `encode(message).finish()`. */
-export interface Codec<T> {
-  encode(message: T): { finish(): Uint8Array };
-}
-
-export function encodeOnce<T>(codec: Codec<T>, message: T): Encoded<T> {
-  const u8 = codec.encode(message).finish();
-  return new Encoded<T>(Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength));
-}
-
 /** A generated codec that writes into a given writer (ts-proto's `encode(message, writer)`). */
 interface WriterCodec<T> {
   encode(message: T, writer: BinaryWriter): BinaryWriter;
+}
+
+/**
+ * One writer for every `encodeOnce`: encoding is synchronous, and `finish()`
+ * copies what was written out and starts again at the front, so its buffer
+ * keeps the size the largest message needed. A writer of its own per message
+ * starts at 128 bytes and doubles, copying, to fit each one (a whole-fleet
+ * watch encodes a million).
+ */
+const shared = new BinaryWriter();
+
+export function encodeOnce<T>(codec: WriterCodec<T>, message: T): Encoded<T> {
+  let u8: Uint8Array;
+  try {
+    u8 = codec.encode(message, shared).finish();
+  } catch (err) {
+    shared.finish(); // What a failed encode wrote is dropped, not sent with the next message.
+    throw err;
+  }
+  return new Encoded<T>(Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength));
 }
 
 /**

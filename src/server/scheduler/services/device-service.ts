@@ -209,13 +209,14 @@ export function deviceServiceBinding(
         if (item.kind === 'change') {
           yield encodedUpdate(item.event);
         } else {
-          yield {
+          // Encoded here, into the one shared writer: a whole-fleet watch sends a message per device.
+          yield encodeOnce(WatchDevicesResponse, {
             revision: item.revision,
             initial: true,
             device: item.kind === 'initial' ? deviceToProto(item.device) : undefined,
             removed: false,
             synced: item.kind === 'synced',
-          } satisfies WatchDevicesResponse;
+          });
         }
       }
     }),
