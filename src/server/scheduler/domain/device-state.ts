@@ -147,13 +147,22 @@ export const MEDIA_UNSETTLED = 'its media is being looked up';
 
 /** A device the host reported for the first time. */
 export function newDevice(host: HostName, facts: DeviceFacts, uuid: Uuid, now: string): DeviceRecord {
-  const { unallocatableReason: hostReason, agentMedia: _journal, ...rest } = facts;
+  // The facts' own fields spread last, after the fields set here (none of them
+  // a fact, and the copied lists destructured out): V8 adds a field after a
+  // spread slowly, a new hidden class per object (device-proto.ts onlyFieldsOf).
+  const {
+    unallocatableReason: hostReason,
+    agentMedia: _journal,
+    traits,
+    iommuGroupPeers,
+    attributes,
+    ...rest
+  } = facts;
   return settle(
     {
-      ...rest,
-      traits: [...facts.traits],
-      iommuGroupPeers: [...facts.iommuGroupPeers],
-      attributes: { ...facts.attributes },
+      traits: [...traits],
+      iommuGroupPeers: [...iommuGroupPeers],
+      attributes: { ...attributes },
       uuid,
       host,
       hostUnallocatableReason: hostReason,
@@ -174,6 +183,7 @@ export function newDevice(host: HostName, facts: DeviceFacts, uuid: Uuid, now: s
       lastCleanup: null,
       createdAt: now,
       updatedAt: now,
+      ...rest,
     },
     {},
   );
@@ -538,23 +548,34 @@ export function vanished(d: DeviceRecord, reason: string): DeviceRecord {
  * newly marked one-time-use while allocated is burned now (the spec's healing).
  */
 export function rediscovered(d: DeviceRecord, facts: DeviceFacts): DeviceRecord {
-  const { unallocatableReason: hostReason, agentMedia: _journal, ...rest } = facts;
+  // The facts spread last, as in newDevice; every field of the patch is one the record has.
+  const {
+    unallocatableReason: hostReason,
+    agentMedia: _journal,
+    traits,
+    iommuGroupPeers,
+    attributes,
+    cleanupAction,
+    supportsCleaning,
+    ...rest
+  } = facts;
   const unlocked = d.deviceState === 'available' || d.deviceState === 'error';
-  return settle(d, {
-    ...rest,
-    traits: [...facts.traits],
-    iommuGroupPeers: [...facts.iommuGroupPeers],
-    attributes: { ...facts.attributes },
+  const patch: Partial<DeviceRecord> = {
+    traits: [...traits],
+    iommuGroupPeers: [...iommuGroupPeers],
+    attributes: { ...attributes },
     hostUnallocatableReason: hostReason,
     present: true,
-    // Other media at this address: out of the pool until its record is settled.
-    ...((facts.media?.key ?? null) !== (d.media?.key ?? null) && facts.media?.key
-      ? { mediaReason: MEDIA_UNSETTLED }
-      : {}),
-    cleanupAction: unlocked ? facts.cleanupAction : d.cleanupAction,
-    supportsCleaning: unlocked ? facts.supportsCleaning : d.supportsCleaning,
+    cleanupAction: unlocked ? cleanupAction : d.cleanupAction,
+    supportsCleaning: unlocked ? supportsCleaning : d.supportsCleaning,
     burned: d.burned || (facts.oneTimeUse && d.deviceState === 'allocated'),
-  });
+    ...rest,
+  };
+  // Other media at this address: out of the pool until its record is settled.
+  if ((facts.media?.key ?? null) !== (d.media?.key ?? null) && facts.media?.key) {
+    patch.mediaReason = MEDIA_UNSETTLED;
+  }
+  return settle(d, patch);
 }
 
 /**
