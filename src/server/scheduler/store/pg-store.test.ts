@@ -92,11 +92,6 @@ describe.skipIf(!usable)('PostgreSQL backend', () => {
           ...(await lines(
             "SELECT format('index %s: %s', indexname, indexdef) AS line FROM pg_indexes WHERE schemaname = 'public'",
           )),
-          // Storage options: the devices table's fillfactor (migration 10).
-          ...(await lines(
-            `SELECT format('table %s: %s', relname, reloptions) AS line FROM pg_class
-             WHERE relnamespace = 'public'::regnamespace AND reloptions IS NOT NULL`,
-          )),
           ...(await lines(
             `SELECT format('constraint %s on %s: %s', conname, conrelid::regclass, pg_get_constraintdef(oid)) AS line
              FROM pg_constraint WHERE connamespace = 'public'::regnamespace`,

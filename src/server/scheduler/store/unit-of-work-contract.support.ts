@@ -116,48 +116,6 @@ export function runUnitOfWorkContract(name: string, open: OpenRunner): void {
       await expect(db.read((r) => r.mediaByKeys(tooMany))).rejects.toThrow(/more than 500/);
     });
 
-    it('devices by state, fleet-wide or on a host, follow every move between common and uncommon states', async () => {
-      // Uncommon states are read through their own column (rare_state, schema.ts migration 10): a
-      // device moved out of and back into a common state must leave and rejoin each read.
-      let d = device('d-1');
-      const other: DeviceRecord = { ...device('d-2', 1), host: hostName('h2'), deviceState: 'error' };
-      await db.run(async (uow) => {
-        for (const h of ['h1', 'h2']) await uow.putHost(hostRecord(h));
-        await uow.putDevice(d, null);
-        await uow.putDevice(other, null);
-      });
-      const reads = () =>
-        db.read(async (r) => {
-          const uuids = async (q: Parameters<typeof r.devices>[0]) => (await r.devices(q)).map((x) => x.uuid);
-          return {
-            error: await uuids({ state: 'error' }),
-            held: await uuids({ states: ['pending_cleaning', 'cleaning'] }),
-            heldOnH1: await uuids({ host: hostName('h1'), states: ['pending_cleaning', 'cleaning'] }),
-            cleaningAndHeld: await uuids({ state: 'cleaning', states: ['pending_cleaning', 'cleaning'] }),
-            allocated: await uuids({ state: 'allocated' }),
-            mixed: await uuids({ states: ['allocated', 'error'] }),
-          };
-        });
-      for (const [state, want] of [
-        ['allocated', { held: [], allocated: ['d-1'], mixed: ['d-1', 'd-2'] }],
-        ['pending_cleaning', { held: ['d-1'], allocated: [], mixed: ['d-2'] }],
-        ['cleaning', { held: ['d-1'], allocated: [], mixed: ['d-2'] }],
-        ['available', { held: [], allocated: [], mixed: ['d-2'] }],
-      ] as const) {
-        const previous = d.generation;
-        d = { ...d, deviceState: state, generation: previous + 1 };
-        await db.run((uow) => uow.putDevice(d, previous));
-        expect(await reads(), state).toEqual({
-          error: ['d-2'],
-          held: want.held,
-          heldOnH1: want.held,
-          cleaningAndHeld: state === 'cleaning' ? ['d-1'] : [],
-          allocated: want.allocated,
-          mixed: want.mixed,
-        });
-      }
-    });
-
     it('a unit that throws leaves nothing, events included, and its error passes through unchanged', async () => {
       const before = await db.read((r) => r.currentRevision());
       const mine = new BerthError('FAILED_PRECONDITION', 'no', { reason: 'DEVICE_ALLOCATED' });

@@ -202,41 +202,6 @@ export function runUpgradeContract(name: string, backend: UpgradeBackend): void 
       expect((await store.eventsSince(1, 10)).map((e) => e.revision)).toEqual([2]);
     });
 
-    it('a database from before HOT device updates gets its uncommon states copied to rare_state (migration 10)', async () => {
-      const legacy = await backend.legacy(path, Number.POSITIVE_INFINITY);
-      const states = ['available', 'error', 'allocated', 'cleaning'] as const;
-      for (const [i, state] of states.entries()) {
-        const rec = {
-          ...newDevice(hostName('h1'), facts({ index: i }), testUuid(`d-${i}`), T0),
-          deviceState: state,
-        };
-        await legacy.exec(
-          `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group,
-             device_state, generation, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-          [
-            rec.uuid,
-            'h1',
-            rec.address,
-            rec.type,
-            rec.resourceClass,
-            rec.vendorId,
-            rec.productId,
-            null,
-            state,
-            1,
-            JSON.stringify(rec),
-          ],
-        );
-      }
-      await legacy.close();
-      store = await backend.open(path);
-      const uuids = async (state: (typeof states)[number]) =>
-        (await store!.listDevices({ state })).devices.map((d) => d.uuid);
-      expect(await uuids('error')).toEqual(['d-1']);
-      expect(await uuids('cleaning')).toEqual(['d-3']);
-      expect(await uuids('allocated')).toEqual(['d-2']);
-    });
-
     it('a database from before retention gets its finished cleanups indexed on the way (migration 3)', async () => {
       const legacy = await backend.legacy(path, 2);
       for (const [jobId, finishedAt] of [

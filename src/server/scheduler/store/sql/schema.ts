@@ -265,30 +265,6 @@ UPDATE arqs SET bind_instance = ${d.recordField('bindClaim.instanceUuid')};
 CREATE INDEX arqs_bind_instance ON arqs (bind_instance) WHERE bind_instance IS NOT NULL;
 `,
   },
-  {
-    version: 10,
-    name: 'device_hot_updates',
-    // A bind and its release move a device between the two common states and
-    // change no indexed column (docs/decisions.md 99), so PostgreSQL updates
-    // its row in place (a HOT update: no index entry written) where the page
-    // has room, which the fillfactor keeps for the pages written from now on.
-    // No index names device_state: one host's devices are few, read by host
-    // and filtered. The fleet-wide reads of the uncommon states (the cleanup
-    // backlog, an operator's listing of errors) read `rare_state`, which is
-    // device_state outside COMMON_DEVICE_STATES and NULL inside them (its
-    // definition: rareStateOf, ./unit-devices.ts; spelled out here, as a
-    // migration never changes).
-    sql: (d) => `
-ALTER TABLE devices ADD COLUMN rare_state TEXT;
-UPDATE devices SET rare_state = device_state WHERE device_state NOT IN ('available', 'allocated');
-DROP INDEX devices_host_class_state;
-DROP INDEX devices_host_iommu;
-DROP INDEX devices_state;
-CREATE INDEX devices_host_class ON devices (host, resource_class);
-CREATE INDEX devices_rare_state ON devices (rare_state) WHERE rare_state IS NOT NULL;
-${d.name === 'postgres' ? 'ALTER TABLE devices SET (fillfactor = 75);' : ''}
-`,
-  },
 ];
 
 /** The table that records which migrations a database has. */

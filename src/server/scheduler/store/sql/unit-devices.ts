@@ -1,7 +1,7 @@
 /** The SQL unit of work (./unit.ts), its devices' part: hosts, devices, media and the device event log. */
 import { BerthError } from '../../../../errors.js';
 import type { CandidateQuery } from '../../domain/allocation.js';
-import type { DeviceRecord, DeviceState } from '../../domain/device-state.js';
+import type { DeviceRecord } from '../../domain/device-state.js';
 import type { HostRecord } from '../../domain/host.js';
 import type { DeviceEvent, DeviceRef } from '../../domain/inventory.js';
 import type { MediaState } from '../../domain/media.js';
@@ -62,15 +62,12 @@ export abstract class DeviceRows extends SqlUnitBase {
     };
     eq('host', query.host);
     eq('type', query.type);
+    eq('device_state', query.state);
     eq('resource_class', query.resourceClass);
     eq('media_key', query.mediaKey);
-    for (const states of [query.state ? [query.state] : undefined, query.states]) {
-      if (!states) continue;
-      // Only the uncommon states are indexed (rare_state); a read of a common
-      // one filters what the other conditions (or a scan) find.
-      const column = states.every((s) => rareStateOf(s) !== null) ? 'rare_state' : 'device_state';
-      where.push(`${column} IN (${states.map(() => '?').join(', ')})`);
-      params.push(...states);
+    if (query.states) {
+      where.push(`device_state IN (${query.states.map(() => '?').join(', ')})`);
+      params.push(...query.states);
     }
     for (const [column, names] of [
       ['address', query.addresses],
@@ -140,7 +137,6 @@ export abstract class DeviceRows extends SqlUnitBase {
       rec.productId,
       rec.iommuGroup,
       rec.deviceState,
-      rareStateOf(rec.deviceState),
       rec.generation,
       rec.media?.key || null,
       json,
@@ -149,13 +145,13 @@ export abstract class DeviceRows extends SqlUnitBase {
       previousGeneration === null
         ? [
             `INSERT INTO devices (uuid, host, address, type, resource_class, vendor_id, product_id, iommu_group,
-               device_state, rare_state, generation, media_key, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               device_state, generation, media_key, record) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON CONFLICT DO NOTHING`,
             [rec.uuid, rec.host, rec.address, ...columns],
           ]
         : [
             `UPDATE devices SET type = ?, resource_class = ?, vendor_id = ?, product_id = ?, iommu_group = ?,
-               device_state = ?, rare_state = ?, generation = ?, media_key = ?, record = ?
+               device_state = ?, generation = ?, media_key = ?, record = ?
              WHERE uuid = ? AND generation = ?`,
             [...columns, rec.uuid, previousGeneration],
           ];
@@ -262,19 +258,6 @@ export abstract class DeviceRows extends SqlUnitBase {
       (row) => row?.value ?? 0,
     );
   }
-}
-
-/**
- * The states most devices are in, between which a bind and its release move
- * them: no index of the devices table names a column that changes between
- * them, so PostgreSQL makes those updates HOT (schema.ts migration 10,
- * docs/decisions.md 99).
- */
-const COMMON_DEVICE_STATES: ReadonlySet<DeviceState> = new Set(['available', 'allocated']);
-
-/** The `rare_state` column of a device in `state`: the state, or NULL for a common one. */
-function rareStateOf(state: DeviceState): DeviceState | null {
-  return COMMON_DEVICE_STATES.has(state) ? null : state;
 }
 
 /** The placeholders of an IN list of at most NAMES_PER_QUERY names. */
