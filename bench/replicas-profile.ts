@@ -14,6 +14,8 @@
  * - with `--statements`, pg_stat_statements (reset after the warm-up): calls
  *   and execution time per cycle of each statement, and the commits,
  *   rollbacks and deadlocks of the database per cycle (pg_stat_database).
+ * - the updates a cycle of each table and the share of them PostgreSQL made
+ *   HOT (pg_stat_user_tables), which write no index entry;
  * `--socket` reaches PostgreSQL through its Unix socket rather than TCP.
  * `--cpu-prof DIR` starts the schedulers on dist/ with node's `--cpu-prof`
  * (run bin/berth once first: it builds dist/), so their profiles land in DIR.
@@ -52,6 +54,19 @@ async function databaseCounters(c: pg.Client): Promise<Record<string, number>> {
     `SELECT xact_commit, xact_rollback, deadlocks, conflicts FROM pg_stat_database WHERE datname = current_database()`,
   );
   return Object.fromEntries(Object.entries(r.rows[0]!).map(([k, v]) => [k, Number(v)]));
+}
+
+/**
+ * Updates and HOT updates (pg_stat_user_tables) of the tables a cycle
+ * updates: counters to subtract. A HOT update writes no index entry
+ * (docs/decisions.md 99). The counters reach the view within a second of a
+ * commit, which a run of `--seconds` makes small.
+ */
+async function updateCounters(c: pg.Client): Promise<Record<string, { upd: number; hot: number }>> {
+  const r = await c.query<{ relname: string; upd: string; hot: string }>(
+    `SELECT relname, n_tup_upd AS upd, n_tup_hot_upd AS hot FROM pg_stat_user_tables WHERE n_tup_upd > 0`,
+  );
+  return Object.fromEntries(r.rows.map((x) => [x.relname, { upd: Number(x.upd), hot: Number(x.hot) }]));
 }
 
 /** pg_stat_statements of this database since its reset: per cycle, calls and execution ms of each statement. */
@@ -183,6 +198,9 @@ async function main() {
     await stats0?.connect();
     await stats0?.query('SELECT pg_stat_statements_reset()');
     const counters0 = stats0 ? await databaseCounters(stats0) : null;
+    const tables = server ? new pg.Client({ connectionString: db }) : null;
+    await tables?.connect();
+    const updates0 = tables ? await updateCounters(tables) : {};
     const trips0 = await counter.read(pids);
     const cpuUsed = cpuMeter(pids, server ? postmaster : null);
     const t0 = performance.now();
@@ -200,6 +218,22 @@ async function main() {
     const cycles = stats.reduce((n, s) => n + s.cycles, 0);
     const used = cpuUsed();
     const trips = (await counter.read(pids)) - trips0;
+    let hotUpdates: Record<string, string> | undefined;
+    if (tables) {
+      await sleep(1500);
+      const updates = await updateCounters(tables);
+      await tables.end();
+      hotUpdates = Object.fromEntries(
+        Object.entries(updates).map(([t, u]) => {
+          const upd = u.upd - (updates0[t]?.upd ?? 0);
+          const hot = u.hot - (updates0[t]?.hot ?? 0);
+          return [
+            t,
+            `${round(upd / cycles, 2)} updates a cycle, ${round((100 * hot) / Math.max(upd, 1), 1)}% HOT`,
+          ];
+        }),
+      );
+    }
     let statements: unknown;
     if (stats0 && counters0) {
       const counters = await databaseCounters(stats0);
@@ -227,6 +261,7 @@ async function main() {
       ),
       cores_used: Object.fromEntries(Object.entries(used).map(([k, v]) => [k, round(v / wall, 2)])),
       round_trips_per_cycle: round(trips / cycles, 2),
+      ...(hotUpdates ? { hot_updates: hotUpdates } : {}),
       ...(statements ? { statements } : {}),
       pg_stat_activity: [...samples.entries()]
         .sort((a, b) => b[1] - a[1])
