@@ -150,6 +150,8 @@ export function newDevice(host: HostName, facts: DeviceFacts, uuid: Uuid, now: s
   // The facts' own fields spread last, after the fields set here (none of them
   // a fact, and the copied lists destructured out): V8 adds a field after a
   // spread slowly, a new hidden class per object (device-proto.ts onlyFieldsOf).
+  // A fact that took the name of a field set here would overwrite the
+  // scheduler's value with the agent's: tsc refuses that literal (TS2783).
   const {
     unallocatableReason: hostReason,
     agentMedia: _journal,
