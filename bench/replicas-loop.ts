@@ -22,7 +22,80 @@ export interface Measured {
   cpu: CpuUsed;
   /** The schedulers' round trips to the database in the same span (0 on SQLite). */
   roundTrips: number;
+  /** On PostgreSQL, what the server's own upkeep did in the same span (null on SQLite). */
+  upkeep: PgUpkeep | null;
 }
+
+/**
+ * The PostgreSQL server's upkeep and the database's state, read from its
+ * statistics views: what could land inside a short measured window and cost
+ * the server CPU that is not the loop's (bench/README.md, "Three replicas,
+ * judged fairly"). Counters are subtracted over a window; `dead_tuples` is a level.
+ */
+interface PgUpkeep {
+  /** Autovacuum and autoanalyze passes finished (all tables). */
+  autovacuums: number;
+  autoanalyzes: number;
+  /** Checkpoints finished, timed and requested; buffers they wrote. */
+  checkpoints: number;
+  checkpoint_buffers: number;
+  /** Full-page images in WAL (many right after a checkpoint begins) and WAL megabytes written. */
+  wal_fpi: number;
+  wal_mb: number;
+  /** Dead tuples in all tables (a level, at the window's start). */
+  dead_tuples: number;
+  /** A vacuum running at the window's end (not yet in `autovacuums`). */
+  vacuum_running: number;
+}
+
+/** Reads the counters of PgUpkeep; `upkeepOver` subtracts two readings. */
+async function pgUpkeep(url: string): Promise<PgUpkeep> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    const r = await c.query<Record<keyof PgUpkeep, string>>(
+      `SELECT (SELECT sum(autovacuum_count) FROM pg_stat_user_tables) AS autovacuums,
+              (SELECT sum(autoanalyze_count) FROM pg_stat_user_tables) AS autoanalyzes,
+              (SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) AS checkpoints,
+              (SELECT buffers_checkpoint FROM pg_stat_bgwriter) AS checkpoint_buffers,
+              (SELECT wal_fpi FROM pg_stat_wal) AS wal_fpi,
+              (SELECT wal_bytes / 1048576.0 FROM pg_stat_wal) AS wal_mb,
+              (SELECT sum(n_dead_tup) FROM pg_stat_user_tables) AS dead_tuples,
+              (SELECT count(*) FROM pg_stat_progress_vacuum) AS vacuum_running`,
+    );
+    const row = r.rows[0]!;
+    return Object.fromEntries(Object.entries(row).map(([k, v]) => [k, Number(v)])) as unknown as PgUpkeep;
+  } finally {
+    await c.end();
+  }
+}
+
+/**
+ * VACUUM (ANALYZE) and CHECKPOINT: the tables without the dead tuples the loops before left, and
+ * the checkpoint (with its full-page images after it) done before the window rather than
+ * wherever the 5-minute timer puts it.
+ */
+async function settle(url: string): Promise<void> {
+  const c = new pg.Client({ connectionString: url });
+  await c.connect();
+  try {
+    await c.query('VACUUM (ANALYZE)');
+    await c.query('CHECKPOINT');
+  } finally {
+    await c.end();
+  }
+}
+
+const upkeepOver = (a: PgUpkeep, b: PgUpkeep): PgUpkeep => ({
+  autovacuums: b.autovacuums - a.autovacuums,
+  autoanalyzes: b.autoanalyzes - a.autoanalyzes,
+  checkpoints: b.checkpoints - a.checkpoints,
+  checkpoint_buffers: b.checkpoint_buffers - a.checkpoint_buffers,
+  wal_fpi: b.wal_fpi - a.wal_fpi,
+  wal_mb: round(b.wal_mb - a.wal_mb, 1),
+  dead_tuples: a.dead_tuples,
+  vacuum_running: b.vacuum_running,
+});
 
 /**
  * The bind loop against `replicas`, CONCURRENCY workers split evenly over
@@ -70,6 +143,10 @@ export async function loopOver(
         ),
       );
     }
+    // The same database state before every measured window (PostgreSQL): no dead tuples left
+    // by the loops before, no checkpoint under way (bench/README.md, "Three replicas, judged fairly").
+    if (postmaster !== null) await settle(replicas.db);
+    const upkeep0 = postmaster !== null ? await pgUpkeep(replicas.db) : null;
     const trips0 = await counter.read(replicas.pids);
     const cpuUsed = cpuMeter(replicas.pids, postmaster);
     const parts = await Promise.all(
@@ -79,6 +156,7 @@ export async function loopOver(
     );
     const cpu = cpuUsed();
     const roundTrips = (await counter.read(replicas.pids)) - trips0;
+    const upkeep = upkeep0 ? upkeepOver(upkeep0, await pgUpkeep(replicas.db)) : null;
     const stats = loopStats({
       bindMs: parts.flatMap((p) => p.bindMs),
       cycleMs: parts.flatMap((p) => p.cycleMs),
@@ -87,10 +165,32 @@ export async function loopOver(
       firstError: parts.find((p) => p.firstError)?.firstError ?? '',
       doubles: parts.reduce((n, p) => n + p.doubleAllocationsSeen, 0),
     });
-    return { stats, cpu, roundTrips };
+    return { stats, cpu, roundTrips, upkeep };
   } finally {
     for (const c of clients) c.close();
   }
+}
+
+/**
+ * Several measured windows of one configuration as one: their cycles, latencies, CPU and round
+ * trips together (each window's upkeep stays with it, in its own cpuDetail).
+ */
+export function pooled(windows: readonly Measured[]): Measured {
+  const stats = loopStats({
+    bindMs: windows.flatMap((m) => m.stats.bindMs),
+    cycleMs: windows.flatMap((m) => m.stats.cycleMs),
+    seconds: windows.reduce((n, m) => n + m.stats.seconds, 0),
+    errors: windows.reduce((n, m) => n + m.stats.errors, 0),
+    firstError: windows.find((m) => m.stats.firstError)?.stats.firstError ?? '',
+    doubles: windows.reduce((n, m) => n + m.stats.doubleAllocationsSeen, 0),
+  });
+  const sum = (k: keyof CpuUsed) => windows.reduce((n, m) => n + m.cpu[k], 0);
+  return {
+    stats,
+    cpu: { schedulers: sum('schedulers'), postgres: sum('postgres'), clients: sum('clients') },
+    roundTrips: windows.reduce((n, m) => n + m.roundTrips, 0),
+    upkeep: null,
+  };
 }
 
 /** CPU ms per completed cycle: each process group's, and `total` (schedulers + PostgreSQL server). */
@@ -124,13 +224,15 @@ export const cpuDetail = (m: Measured, replicas: number) => {
       clients: round(c.clients, 3),
     },
     cores_used: round((m.cpu.schedulers + m.cpu.postgres + m.cpu.clients) / wall, 2),
+    ...(m.upkeep ? { upkeep: m.upkeep } : {}),
   };
 };
 
-/** Scheduler processes serving one database: where to reach them and their pids. */
+/** Scheduler processes serving one database: where to reach them, their pids, the database. */
 export interface Replicas {
   endpoints: string[];
   pids: number[];
+  db: string;
 }
 
 /** Starts `n` scheduler processes on `db`, runs the loop over them, stops them. */
@@ -146,7 +248,7 @@ export async function withReplicas<T>(
       await p.start();
       procs.push(p);
     }
-    return await run({ endpoints: procs.map((p) => p.endpoint), pids: procs.map((p) => p.pid!) });
+    return await run({ endpoints: procs.map((p) => p.endpoint), pids: procs.map((p) => p.pid!), db });
   } finally {
     await Promise.all(procs.map((p) => p.stop()));
   }

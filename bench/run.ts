@@ -28,8 +28,11 @@ export const BENCHMARKS = [
 ] as const;
 /** Per-benchmark wall-clock limit; a hung benchmark is killed and counted as a crash. */
 const LIMIT_MS = { quick: 60_000, full: 15 * 60_000 };
-/** Longer limits (full runs): fleet loads and serves 1M devices on two backends. */
-const LONGER_MS: Record<string, number> = { fleet: 45 * 60_000 };
+/**
+ * Longer limits (full runs): fleet loads and serves 1M devices on two backends; replicas
+ * measures five PostgreSQL configurations of ~80 s each besides SQLite's (decision 98).
+ */
+const LONGER_MS: Record<string, number> = { fleet: 45 * 60_000, replicas: 25 * 60_000 };
 /**
  * Longer limits (quick runs): replicas starts PostgreSQL and eight scheduler
  * processes, which took 145–158 s at load 16 (2026-11-28): its CPU figures
